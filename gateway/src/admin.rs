@@ -1,0 +1,210 @@
+//! Administration: access keys. The server side answers SigV4-signed requests of the root key
+//! under `/_packrat/admin/` (a path no bucket can take: `_` is not allowed in bucket names);
+//! the client side is `packrat admin ...`, which signs such requests, or opens a stopped
+//! server's data directory directly with `--data-dir`.
+
+use crate::s3::body::BodyReader;
+use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::s3::sigv4;
+use crate::server::{AppState, RespBody, full};
+use http::{Method, Response, StatusCode};
+use packrat_index::{KeyRecord, RocksIndex};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+pub const ADMIN_PREFIX: &str = "/_packrat/admin/";
+const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
+
+#[derive(Debug, Serialize, Deserialize, Default)]
+pub struct CreateKeyRequest {
+    pub name: String,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+}
+
+/// A key as listed: everything but the secret.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct KeyInfo {
+    pub access_key: String,
+    pub name: String,
+    pub owner_id: String,
+    pub is_root: bool,
+    pub created_ms: i64,
+}
+
+impl From<&KeyRecord> for KeyInfo {
+    fn from(k: &KeyRecord) -> Self {
+        Self {
+            access_key: k.access_key.clone(),
+            name: k.name.clone(),
+            owner_id: k.owner_id.clone(),
+            is_root: k.is_root,
+            created_ms: k.created_ms,
+        }
+    }
+}
+
+fn random_token(len: usize, alphabet: &[u8]) -> String {
+    (0..len)
+        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
+        .collect()
+}
+
+pub fn generate_access_key() -> String {
+    format!("PK{}", random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"))
+}
+
+pub fn generate_secret_key() -> String {
+    random_token(
+        40,
+        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
+    )
+}
+
+/// Creates a key record in the index (shared by the server endpoint and offline admin).
+pub fn create_key(index: &RocksIndex, req: CreateKeyRequest, is_root: bool) -> S3Result<KeyRecord> {
+    let bad = |m: &str| S3Error::new(S3ErrorCode::InvalidArgument, m);
+    if req.name.is_empty() || req.name.len() > 64 {
+        return Err(bad("a key needs a name of 1 to 64 characters"));
+    }
+    let access_key = req.access_key.unwrap_or_else(generate_access_key);
+    let secret_key = req.secret_key.unwrap_or_else(generate_secret_key);
+    if !(3..=128).contains(&access_key.len())
+        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Err(bad("an access key is 3 to 128 letters and digits"));
+    }
+    if !(8..=128).contains(&secret_key.len()) || !secret_key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(bad("a secret key is 8 to 128 printable characters"));
+    }
+    if index.get_key(&access_key)?.is_some() {
+        return Err(S3Error::new(
+            S3ErrorCode::InvalidArgument,
+            format!("access key {access_key} already exists"),
+        ));
+    }
+    let rec = KeyRecord {
+        access_key,
+        secret_key,
+        name: req.name,
+        owner_id: hex::encode(rand::random::<[u8; 16]>()),
+        is_root,
+        created_ms: chrono::Utc::now().timestamp_millis(),
+    };
+    index.put_key(&rec)?;
+    Ok(rec)
+}
+
+fn json<T: Serialize>(status: StatusCode, v: &T) -> S3Result<Response<RespBody>> {
+    let body = serde_json::to_vec(v).map_err(|e| S3Error::internal("json", e))?;
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(full(body))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+pub async fn handle(
+    state: &Arc<AppState>,
+    method: &Method,
+    raw_path: &str,
+    _query: &[(String, String)],
+    identity: Option<&KeyRecord>,
+    mut body: BodyReader,
+) -> S3Result<Response<RespBody>> {
+    if !identity.is_some_and(|k| k.is_root) {
+        return Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "Administration needs the root key",
+        ));
+    }
+    let rest = &raw_path[ADMIN_PREFIX.len()..];
+    let index = &state.engine.index;
+    match (method, rest.split_once('/').unwrap_or((rest, ""))) {
+        (&Method::GET, ("keys", "")) => {
+            let keys: Vec<KeyInfo> = index.list_keys()?.iter().map(KeyInfo::from).collect();
+            json(StatusCode::OK, &keys)
+        }
+        (&Method::POST, ("keys", "")) => {
+            let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
+            let req: CreateKeyRequest = serde_json::from_slice(&raw).map_err(|e| {
+                S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
+            })?;
+            let rec = create_key(index, req, false)?;
+            json(StatusCode::OK, &rec)
+        }
+        (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
+            let existing = index.get_key(ak)?.ok_or_else(|| {
+                S3Error::new(S3ErrorCode::InvalidAccessKeyId, format!("no access key {ak}"))
+            })?;
+            if existing.is_root && index.list_keys()?.iter().filter(|k| k.is_root).count() <= 1 {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidArgument,
+                    "refusing to delete the last root key",
+                ));
+            }
+            index.delete_key(ak)?;
+            state.signing_keys.forget(ak);
+            json(StatusCode::OK, &KeyInfo::from(&existing))
+        }
+        _ => Err(S3Error::new(
+            S3ErrorCode::NotImplemented,
+            "unknown administration request",
+        )),
+    }
+}
+
+/// Client side: one signed request to a running server's admin API.
+pub async fn call(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+    method: Method,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(StatusCode, Vec<u8>), String> {
+    use http_body_util::{BodyExt, Full};
+    let base: http::Uri = endpoint.parse().map_err(|e| format!("bad --endpoint: {e}"))?;
+    let authority = base
+        .authority()
+        .ok_or("the endpoint needs a host, e.g. http://127.0.0.1:9000")?
+        .clone();
+    let full_path = format!("{ADMIN_PREFIX}{path}");
+    let mut headers = http::HeaderMap::new();
+    headers.insert(
+        "host",
+        authority.as_str().parse().map_err(|_| "bad host")?,
+    );
+    sigv4::sign_request(
+        method.as_str(),
+        &full_path,
+        "",
+        &mut headers,
+        &body,
+        access_key,
+        secret_key,
+        region,
+        chrono::Utc::now(),
+    );
+    let uri = format!("http://{authority}{full_path}");
+    let mut req = http::Request::builder().method(method).uri(uri);
+    for (k, v) in &headers {
+        req = req.header(k, v);
+    }
+    let req = req.body(Full::new(bytes::Bytes::from(body))).map_err(|e| e.to_string())?;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<Full<bytes::Bytes>>();
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| format!("cannot reach {endpoint}: {e}"))?;
+    let status = resp.status();
+    let bytes = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .to_bytes();
+    Ok((status, bytes.to_vec()))
+}

@@ -1,0 +1,32 @@
+//! Server configuration and the named limits every request is held to.
+
+use std::path::PathBuf;
+
+/// Largest object a single PutObject may carry (S3's limit: 5 GiB).
+pub const OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
+/// Largest multipart part (5 GiB) and smallest part that is not the last (5 MiB).
+pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+/// Most parts an upload may have.
+pub const PARTS_MAX: u32 = 10_000;
+/// Longest key, in bytes of UTF-8.
+pub const KEY_BYTES_MAX: usize = 1024;
+/// Total size of user metadata (names and values), as in S3.
+pub const USER_METADATA_BYTES_MAX: usize = 2048;
+/// Largest XML body accepted (DeleteObjects with 1000 long keys fits).
+pub const XML_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
+/// Most keys in one DeleteObjects request.
+pub const DELETE_OBJECTS_KEYS_MAX: usize = 1000;
+/// Most entries in one listing page.
+pub const LIST_KEYS_MAX: usize = 1000;
+/// Largest request head (request line plus headers) hyper buffers.
+pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
+/// Time a client has to send its request head.
+pub const HEADER_READ_TIMEOUT_SECS: u64 = 30;
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    pub region: String,
+    /// With a domain, `bucket.domain` hosts select buckets (virtual-host style).
+    pub domain: Option<String>,
+}

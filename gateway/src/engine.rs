@@ -1,0 +1,319 @@
+//! The storage engine as the S3 layer sees it, and the write protocol in one place:
+//!
+//! 1. stream the payload into chunk-store records (at most [`CHUNK_BYTES`] each, so memory per
+//!    request is bounded whatever the object size), hashing as it goes;
+//! 2. verify every digest the client sent (Content-MD5, flexible checksum, payload SHA-256);
+//!    on a mismatch nothing is indexed and the records are unreachable garbage;
+//! 3. `sync_through` the last record (group commit: concurrent writers share one fdatasync);
+//! 4. under the key's lock, check write conditions and commit the index entry with a synced
+//!    RocksDB write;
+//! 5. only then acknowledge.
+//!
+//! A crash before step 4 leaves unreferenced records; a crash after it leaves a complete,
+//! durable object. Reads never see anything that step 4 did not publish.
+
+use crate::s3::body::BodyReader;
+use crate::s3::checksum::{ChecksumAlgorithm, Hasher};
+use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use bytes::{Bytes, BytesMut};
+use md5::{Digest, Md5};
+use packrat_chunk_store::{ChunkStore, WriteTicket};
+use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
+use std::sync::Arc;
+
+/// Size of the records a large object is cut into. Small enough that a ranged read of a large
+/// object reads (and checksums) little more than it needs; large enough that a 5 GiB object
+/// has a few thousand chunk entries.
+pub const CHUNK_BYTES: usize = 1024 * 1024;
+
+/// Number of key-lock stripes serialising check-and-commit of writes to the same key.
+const KEY_LOCK_STRIPES: usize = 1024;
+
+pub struct Engine {
+    pub index: RocksIndex,
+    pub chunks: ChunkStore,
+    key_locks: Vec<tokio::sync::Mutex<()>>,
+}
+
+/// What a streamed write produced, before anything is indexed.
+pub struct Written {
+    pub record_id: [u8; 16],
+    pub chunks: Vec<ChunkRef>,
+    pub size: u64,
+    pub md5: [u8; 16],
+    /// Raw checksum bytes and, for CRCs, the integer value.
+    pub checksum: Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>,
+}
+
+/// Conditions on a write, checked atomically with its commit.
+#[derive(Debug, Default, Clone)]
+pub struct WriteCondition {
+    /// `If-None-Match: *`: fail if the key exists.
+    pub if_none_match_any: bool,
+    /// `If-Match: "etag"`: fail unless the current ETag matches.
+    pub if_match: Option<String>,
+}
+
+/// A source of payload bytes for a write: a request body or an existing object (copy).
+pub enum Source<'a> {
+    Body(&'a mut BodyReader),
+    Object(ObjectReader),
+}
+
+impl Source<'_> {
+    async fn next(&mut self) -> S3Result<Option<Bytes>> {
+        match self {
+            Source::Body(b) => b.next().await,
+            Source::Object(o) => o.next().await,
+        }
+    }
+}
+
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> S3Result<T> + Send + 'static,
+) -> S3Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| S3Error::internal("blocking task failed", e))?
+}
+
+pub fn etag_matches(condition: &str, etag: &str) -> bool {
+    condition.split(',').any(|c| {
+        let c = c.trim();
+        c == "*" || c.trim_start_matches("W/").trim_matches('"') == etag
+    })
+}
+
+impl Engine {
+    pub fn new(index: RocksIndex, chunks: ChunkStore) -> Self {
+        Self {
+            index,
+            chunks,
+            key_locks: (0..KEY_LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+        }
+    }
+
+    pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (bucket_id, key).hash(&mut h);
+        &self.key_locks[(h.finish() as usize) % KEY_LOCK_STRIPES]
+    }
+
+    /// Steps 1 to 3 of the write protocol: stream, hash, append, verify, make durable.
+    /// `expected` lists the checksums the client sent up front; `trailer_alg` names a checksum
+    /// the client will send as a trailer of an aws-chunked body; `content_md5` is the raw
+    /// Content-MD5.
+    pub async fn write_stream(
+        self: &Arc<Self>,
+        mut src: Source<'_>,
+        checksum_alg: Option<ChecksumAlgorithm>,
+        expected_checksum: Option<Vec<u8>>,
+        content_md5: Option<[u8; 16]>,
+    ) -> S3Result<Written> {
+        let record_id: [u8; 16] = rand::random();
+        let mut md5 = Md5::new();
+        let mut hasher = checksum_alg.map(Hasher::new);
+        let mut buf = BytesMut::new();
+        let mut chunks = Vec::new();
+        let mut size = 0u64;
+        let mut last_ticket: Option<WriteTicket> = None;
+        loop {
+            let piece = src.next().await?;
+            let at_end = piece.is_none();
+            if let Some(p) = &piece {
+                md5.update(p);
+                if let Some(h) = hasher.as_mut() {
+                    h.update(p);
+                }
+                size += p.len() as u64;
+                buf.extend_from_slice(p);
+            }
+            // Cut full chunks; at the end, also the remainder (if any). The final chunk is
+            // appended and synced in one blocking call: the common small-object case is then
+            // a single trip to the blocking pool.
+            while buf.len() >= CHUNK_BYTES || (at_end && !buf.is_empty()) {
+                let n = buf.len().min(CHUNK_BYTES);
+                let data = buf.split_to(n).freeze();
+                let idx = chunks.len() as u32;
+                let last = at_end && buf.is_empty();
+                let engine = self.clone();
+                let (loc, ticket) = blocking(move || {
+                    let (loc, t) = engine.chunks.append(record_id, idx, &data)?;
+                    if last {
+                        engine.chunks.sync_through(t)?;
+                    }
+                    Ok((loc, t))
+                })
+                .await?;
+                if last {
+                    last_ticket = None;
+                } else {
+                    last_ticket = Some(ticket);
+                }
+                chunks.push(ChunkRef {
+                    segment_id: loc.segment_id,
+                    offset: loc.offset,
+                    len: loc.len,
+                });
+            }
+            if at_end {
+                break;
+            }
+        }
+        let md5: [u8; 16] = md5.finalize().into();
+        if let Some(want) = content_md5
+            && want != md5
+        {
+            return Err(S3Error::new(
+                S3ErrorCode::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ));
+        }
+        let checksum = match (checksum_alg, hasher) {
+            (Some(alg), Some(h)) => {
+                let (bytes, crc) = h.finish();
+                let want = match (&expected_checksum, &src) {
+                    (Some(w), _) => Some(w.clone()),
+                    (None, Source::Body(b)) => match b.trailer(alg.header()) {
+                        Some(v) => Some(crate::s3::checksum::decode_sent(alg, v)?),
+                        None => None,
+                    },
+                    (None, Source::Object(_)) => None,
+                };
+                if let Some(w) = want
+                    && w != bytes
+                {
+                    return Err(S3Error::new(
+                        S3ErrorCode::BadDigest,
+                        format!("The {} you specified did not match the calculated checksum.", alg.name()),
+                    ));
+                }
+                Some((alg, bytes, crc))
+            }
+            _ => None,
+        };
+        if let Some(t) = last_ticket {
+            let engine = self.clone();
+            blocking(move || Ok(engine.chunks.sync_through(t)?)).await?;
+        }
+        Ok(Written {
+            record_id,
+            chunks,
+            size,
+            md5,
+            checksum,
+        })
+    }
+
+    /// Steps 4 and 5: publish an object under its key once its bytes are durable.
+    pub async fn commit_object(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        rec: ObjectRecord,
+        cond: &WriteCondition,
+    ) -> S3Result<()> {
+        let _guard = self.key_lock(bucket_id, key).lock().await;
+        if cond.if_none_match_any || cond.if_match.is_some() {
+            let current = self.index.get_object(bucket_id, key)?;
+            if cond.if_none_match_any && current.is_some() {
+                return Err(S3Error::new(
+                    S3ErrorCode::PreconditionFailed,
+                    "At least one of the pre-conditions you specified did not hold",
+                ));
+            }
+            if let Some(m) = &cond.if_match {
+                match current {
+                    None => {
+                        return Err(S3Error::new(
+                            S3ErrorCode::NoSuchKey,
+                            "The specified key does not exist.",
+                        ));
+                    }
+                    Some(c) if !etag_matches(m, &c.etag) => {
+                        return Err(S3Error::new(
+                            S3ErrorCode::PreconditionFailed,
+                            "At least one of the pre-conditions you specified did not hold",
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let engine = self.clone();
+        let key = key.to_string();
+        blocking(move || Ok(engine.index.put_object(bucket_id, &key, &rec)?)).await
+    }
+
+    pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
+        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let engine = self.clone();
+        let key = key.to_string();
+        blocking(move || Ok(engine.index.delete_object(bucket_id, &key)?)).await
+    }
+
+    /// Reads and verifies chunk `i` of an object.
+    pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> S3Result<Bytes> {
+        let c = *obj
+            .chunks
+            .get(i)
+            .ok_or_else(|| S3Error::internal("chunk index out of range", i))?;
+        let (rid, idx) = obj.chunk_identity(i);
+        let engine = self.clone();
+        blocking(move || {
+            let loc = packrat_chunk_store::RecordLocation {
+                segment_id: c.segment_id,
+                offset: c.offset,
+                len: c.len,
+            };
+            Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))
+        })
+        .await
+    }
+}
+
+/// Streams bytes `[start, end)` of an object, one verified chunk at a time.
+pub struct ObjectReader {
+    engine: Arc<Engine>,
+    obj: Arc<ObjectRecord>,
+    chunk: usize,
+    chunk_start: u64,
+    pos: u64,
+    end: u64,
+}
+
+impl ObjectReader {
+    pub fn new(engine: Arc<Engine>, obj: Arc<ObjectRecord>, start: u64, end: u64) -> Self {
+        let mut chunk = 0;
+        let mut chunk_start = 0u64;
+        while chunk < obj.chunks.len() && chunk_start + u64::from(obj.chunks[chunk].len) <= start {
+            chunk_start += u64::from(obj.chunks[chunk].len);
+            chunk += 1;
+        }
+        Self {
+            engine,
+            obj,
+            chunk,
+            chunk_start,
+            pos: start,
+            end,
+        }
+    }
+
+    pub async fn next(&mut self) -> S3Result<Option<Bytes>> {
+        if self.pos >= self.end || self.chunk >= self.obj.chunks.len() {
+            return Ok(None);
+        }
+        let data = self.engine.read_chunk(&self.obj, self.chunk).await?;
+        let from = (self.pos - self.chunk_start) as usize;
+        let to = ((self.end - self.chunk_start) as usize).min(data.len());
+        let out = data.slice(from..to);
+        self.chunk_start += data.len() as u64;
+        self.chunk += 1;
+        self.pos = self.chunk_start.min(self.end);
+        Ok(Some(out))
+    }
+}

@@ -1,0 +1,304 @@
+//! `packrat`: the S3-compatible object store for machine-learning data.
+//!
+//! `packrat serve` runs the gateway, index and chunk store in one process; `packrat admin`
+//! manages access keys of a running server (or, with `--data-dir`, of a stopped one).
+
+mod admin;
+mod config;
+mod engine;
+mod metrics;
+mod s3;
+mod server;
+
+use clap::{Parser, Subcommand};
+use config::ServeConfig;
+use http::Method;
+use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, SEGMENT_BYTES_DEFAULT};
+use packrat_index::{KeyRecord, RocksIndex};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "packrat", version, about = "An S3-compatible object store for machine-learning data")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the S3 server (gateway, index and chunk store in one process).
+    Serve(ServeArgs),
+    /// Administer a server: access keys.
+    Admin(AdminArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Directory holding the index and the segment files; created if missing.
+    #[arg(long, env = "PACKRAT_DATA_DIR", default_value = "./packrat-data")]
+    data_dir: PathBuf,
+    /// Address to listen on. Port 0 picks a free port (the address is printed).
+    #[arg(long, env = "PACKRAT_LISTEN", default_value = "127.0.0.1:9000")]
+    listen: SocketAddr,
+    /// Region name the server answers as; clients must sign for this region.
+    #[arg(long, env = "PACKRAT_REGION", default_value = "us-east-1")]
+    region: String,
+    /// Domain for virtual-host style addressing: requests to BUCKET.DOMAIN select BUCKET.
+    /// Path-style addressing always works.
+    #[arg(long, env = "PACKRAT_DOMAIN")]
+    domain: Option<String>,
+    /// Size in bytes at which a segment file is closed and a new one started.
+    #[arg(long, env = "PACKRAT_SEGMENT_SIZE", default_value_t = SEGMENT_BYTES_DEFAULT)]
+    segment_size: u64,
+    /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
+    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
+    log: String,
+}
+
+#[derive(clap::Args)]
+struct AdminArgs {
+    /// URL of the running server to administer.
+    #[arg(long, env = "PACKRAT_ENDPOINT", default_value = "http://127.0.0.1:9000")]
+    endpoint: String,
+    /// Administer a stopped server by opening its data directory directly instead.
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+    /// Region to sign admin requests for (the server's --region).
+    #[arg(long, env = "PACKRAT_REGION", default_value = "us-east-1")]
+    region: String,
+    #[command(subcommand)]
+    command: AdminCommand,
+}
+
+#[derive(Subcommand)]
+enum AdminCommand {
+    /// Access keys: each key is a user with its own buckets.
+    #[command(subcommand)]
+    Key(KeyCommand),
+}
+
+#[derive(Subcommand)]
+enum KeyCommand {
+    /// Create a key (a new user). Generates the access and secret key unless given.
+    Create {
+        /// Display name reported as the owner in listings.
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        access_key: Option<String>,
+        #[arg(long)]
+        secret_key: Option<String>,
+    },
+    /// List keys (secrets are not shown).
+    List,
+    /// Delete a key; requests signed with it fail from then on.
+    Delete { access_key: String },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("packrat: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => rt.block_on(serve(args)),
+        Command::Admin(args) => rt.block_on(admin(args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("packrat: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn index_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("index")
+}
+
+/// Makes sure a root key exists: the one from the environment, or a stored one, or a new one
+/// that is generated, stored and printed once.
+fn ensure_root_key(index: &RocksIndex) -> Result<(), String> {
+    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").ok().filter(|s| !s.is_empty());
+    let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY").ok().filter(|s| !s.is_empty());
+    match (ak, sk) {
+        (Some(ak), Some(sk)) => {
+            let existing = index.get_key(&ak).map_err(|e| e.to_string())?;
+            match existing {
+                Some(k) if k.is_root && k.secret_key == sk => Ok(()),
+                Some(mut k) => {
+                    k.secret_key = sk;
+                    k.is_root = true;
+                    index.put_key(&k).map_err(|e| e.to_string())
+                }
+                None => admin::create_key(
+                    index,
+                    admin::CreateKeyRequest {
+                        name: "root".into(),
+                        access_key: Some(ak),
+                        secret_key: Some(sk),
+                    },
+                    true,
+                )
+                .map(|_| ())
+                .map_err(|e| e.message),
+            }
+        }
+        (None, None) => {
+            let keys = index.list_keys().map_err(|e| e.to_string())?;
+            if keys.iter().any(|k| k.is_root) {
+                return Ok(());
+            }
+            let k = admin::create_key(
+                index,
+                admin::CreateKeyRequest {
+                    name: "root".into(),
+                    ..Default::default()
+                },
+                true,
+            )
+            .map_err(|e| e.message)?;
+            println!("packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):");
+            println!("  access key: {}", k.access_key);
+            println!("  secret key: {}", k.secret_key);
+            Ok(())
+        }
+        _ => Err("set both PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY, or neither".into()),
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_writer(std::io::stderr)
+        .init();
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
+    let index = RocksIndex::open(&index_dir(&args.data_dir)).map_err(|e| {
+        format!("cannot open the index in {}: {e} (is another packrat using it?)", args.data_dir.display())
+    })?;
+    ensure_root_key(&index)?;
+    let chunks = ChunkStore::open(
+        args.data_dir.join("segments"),
+        ChunkStoreOptions {
+            segment_bytes_max: args.segment_size.max(1024 * 1024),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let engine = Arc::new(engine::Engine::new(index, chunks));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let config = ServeConfig {
+        data_dir: args.data_dir.clone(),
+        region: args.region,
+        domain: args.domain,
+    };
+    tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
+    println!("packrat: listening on http://{addr}");
+    let state = Arc::new(server::AppState::new(engine, config));
+    tokio::select! {
+        r = server::serve(listener, state) => r.map_err(|e| e.to_string()),
+        _ = shutdown_signal() => {
+            // Every acknowledged write is already durable; nothing to flush.
+            tracing::info!("shutting down");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+fn print_key_table(keys: &[admin::KeyInfo]) {
+    println!("{:<24} {:<20} {:<34} ROOT", "ACCESS KEY", "NAME", "OWNER ID");
+    for k in keys {
+        println!("{:<24} {:<20} {:<34} {}", k.access_key, k.name, k.owner_id, if k.is_root { "yes" } else { "" });
+    }
+}
+
+fn print_created(k: &KeyRecord) {
+    println!("created key for {}", k.name);
+    println!("  access key: {}", k.access_key);
+    println!("  secret key: {}", k.secret_key);
+    println!("  owner id:   {}", k.owner_id);
+}
+
+async fn admin(args: AdminArgs) -> Result<(), String> {
+    let AdminCommand::Key(cmd) = args.command;
+    if let Some(dir) = &args.data_dir {
+        let index = RocksIndex::open(&index_dir(dir)).map_err(|e| {
+            format!("cannot open {}: {e} (a running server holds it; use --endpoint instead)", dir.display())
+        })?;
+        return match cmd {
+            KeyCommand::Create { name, access_key, secret_key } => {
+                let k = admin::create_key(&index, admin::CreateKeyRequest { name, access_key, secret_key }, false)
+                    .map_err(|e| e.message)?;
+                print_created(&k);
+                Ok(())
+            }
+            KeyCommand::List => {
+                let keys = index.list_keys().map_err(|e| e.to_string())?;
+                print_key_table(&keys.iter().map(admin::KeyInfo::from).collect::<Vec<_>>());
+                Ok(())
+            }
+            KeyCommand::Delete { access_key } => {
+                if index.delete_key(&access_key).map_err(|e| e.to_string())? {
+                    println!("deleted {access_key}");
+                    Ok(())
+                } else {
+                    Err(format!("no access key {access_key}"))
+                }
+            }
+        };
+    }
+    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").map_err(|_| "set PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY to the root credentials")?;
+    let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY").map_err(|_| "set PACKRAT_ROOT_SECRET_KEY")?;
+    let (method, path, body) = match &cmd {
+        KeyCommand::Create { name, access_key, secret_key } => (
+            Method::POST,
+            "keys".to_string(),
+            serde_json::to_vec(&admin::CreateKeyRequest {
+                name: name.clone(),
+                access_key: access_key.clone(),
+                secret_key: secret_key.clone(),
+            })
+            .map_err(|e| e.to_string())?,
+        ),
+        KeyCommand::List => (Method::GET, "keys".to_string(), Vec::new()),
+        KeyCommand::Delete { access_key } => (Method::DELETE, format!("keys/{access_key}"), Vec::new()),
+    };
+    let (status, body) = admin::call(&args.endpoint, &args.region, &ak, &sk, method, &path, body).await?;
+    if !status.is_success() {
+        return Err(format!("server answered {status}: {}", String::from_utf8_lossy(&body)));
+    }
+    match cmd {
+        KeyCommand::Create { .. } => {
+            let k: KeyRecord = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            print_created(&k);
+        }
+        KeyCommand::List => {
+            let keys: Vec<admin::KeyInfo> = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            print_key_table(&keys);
+        }
+        KeyCommand::Delete { access_key } => println!("deleted {access_key}"),
+    }
+    Ok(())
+}

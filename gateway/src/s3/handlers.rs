@@ -1,0 +1,1360 @@
+//! S3 operations: one `handle_<op>` per operation, and `dispatch` choosing among them.
+
+use super::checksum::{self, ChecksumAlgorithm};
+use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::sigv4::uri_encode;
+use super::xml::{self, Xml};
+use crate::config;
+use crate::engine::{self, ObjectReader, Source, WriteCondition, blocking};
+use crate::server::{AppState, RespBody, S3Request, empty, full};
+use base64::Engine as _;
+use chrono::{DateTime, TimeZone, Utc};
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::BodyExt;
+use md5::{Digest, Md5};
+use packrat_index::{
+    BucketRecord, ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord,
+};
+use std::sync::Arc;
+
+type R = S3Result<Response<RespBody>>;
+
+/// Sub-resources packrat does not implement; requests for them answer NotImplemented.
+const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
+    "tagging", "policy", "cors", "lifecycle", "versioning", "versions", "website", "encryption",
+    "object-lock", "retention", "legal-hold", "attributes", "torrent", "replication", "logging",
+    "notification", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
+    "analytics", "metrics", "inventory", "intelligent-tiering", "select", "restore",
+    "policyStatus", "session",
+];
+
+fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn dt(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn iso8601(ms: i64) -> String {
+    dt(ms).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+fn http_date(ms: i64) -> String {
+    dt(ms).format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+}
+
+fn parse_http_date(s: &str) -> Option<i64> {
+    DateTime::parse_from_rfc2822(s.trim())
+        .ok()
+        .map(|d| d.timestamp())
+        .or_else(|| {
+            chrono::NaiveDateTime::parse_from_str(s.trim(), "%a, %d %b %Y %H:%M:%S GMT")
+                .ok()
+                .map(|d| d.and_utc().timestamp())
+        })
+}
+
+fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    S3Error::new(code, msg)
+}
+
+fn no_such_key() -> S3Error {
+    err(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
+}
+
+fn no_such_bucket() -> S3Error {
+    err(S3ErrorCode::NoSuchBucket, "The specified bucket does not exist")
+}
+
+fn no_such_upload() -> S3Error {
+    err(
+        S3ErrorCode::NoSuchUpload,
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    )
+}
+
+fn xml_ok(x: Xml) -> R {
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(full(x.finish()))
+        .map_err(|e| S3Error::internal("response", e))?)
+}
+
+fn quoted(etag: &str) -> String {
+    format!("\"{etag}\"")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// Loads a bucket and checks that the caller may use it. Anonymous callers may only read
+/// buckets made public-read; a user touches only its own buckets; the root key touches all.
+fn load_bucket(state: &AppState, req: &S3Request, name: &str, access: Access) -> S3Result<BucketRecord> {
+    let b = state.engine.index.get_bucket(name)?;
+    match (&req.identity, b) {
+        (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
+        (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+        (Some(_), None) => Err(no_such_bucket()),
+        (Some(id), Some(b)) if id.is_root || id.owner_id == b.owner_id => Ok(b),
+        (Some(_), Some(_)) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+    }
+}
+
+fn need_identity(req: &S3Request) -> S3Result<&packrat_index::KeyRecord> {
+    req.identity
+        .as_ref()
+        .ok_or_else(|| err(S3ErrorCode::AccessDenied, "Access Denied"))
+}
+
+pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
+    if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
+        return (
+            "unsupported",
+            Err(err(
+                S3ErrorCode::NotImplemented,
+                format!("packrat does not implement the '{sub}' sub-resource"),
+            )),
+        );
+    }
+    let m = req.method.clone();
+    let bucket = req.bucket.clone();
+    let key = req.key.clone();
+    if let Some(k) = &key
+        && k.len() > config::KEY_BYTES_MAX
+    {
+        return (
+            "key",
+            Err(err(S3ErrorCode::KeyTooLongError, "Your key is too long")),
+        );
+    }
+    match (bucket.as_deref(), key.as_deref()) {
+        (None, _) => match m {
+            Method::GET => ("ListBuckets", handle_list_buckets(state, &req).await),
+            _ => ("service", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+        },
+        (Some(b), None) => match m {
+            Method::PUT if req.has_q("acl") => ("PutBucketAcl", handle_put_bucket_acl(state, &req, b).await),
+            Method::PUT => ("CreateBucket", handle_create_bucket(state, &mut req, b).await),
+            Method::HEAD => ("HeadBucket", handle_head_bucket(state, &req, b).await),
+            Method::DELETE => ("DeleteBucket", handle_delete_bucket(state, &req, b).await),
+            Method::GET if req.has_q("location") => ("GetBucketLocation", handle_get_bucket_location(state, &req, b).await),
+            Method::GET if req.has_q("acl") => ("GetBucketAcl", handle_get_bucket_acl(state, &req, b).await),
+            Method::GET if req.has_q("uploads") => ("ListMultipartUploads", handle_list_multipart_uploads(state, &req, b).await),
+            Method::GET => ("ListObjects", handle_list_objects(state, &req, b).await),
+            Method::POST if req.has_q("delete") => ("DeleteObjects", handle_delete_objects(state, &mut req, b).await),
+            _ => ("bucket", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+        },
+        (Some(b), Some(k)) => match m {
+            Method::PUT if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") => {
+                ("UploadPartCopy", handle_upload_part(state, &mut req, b, k, true).await)
+            }
+            Method::PUT if req.has_q("uploadId") => ("UploadPart", handle_upload_part(state, &mut req, b, k, false).await),
+            Method::PUT if req.has_q("acl") => ("PutObjectAcl", Err(err(S3ErrorCode::NotImplemented, "packrat does not implement object ACLs"))),
+            Method::PUT if req.headers.contains_key("x-amz-copy-source") => ("CopyObject", handle_copy_object(state, &mut req, b, k).await),
+            Method::PUT => ("PutObject", handle_put_object(state, &mut req, b, k).await),
+            Method::GET if req.has_q("uploadId") => ("ListParts", handle_list_parts(state, &req, b, k).await),
+            Method::GET if req.has_q("acl") => ("GetObjectAcl", Err(err(S3ErrorCode::NotImplemented, "packrat does not implement object ACLs"))),
+            Method::GET => ("GetObject", handle_get_object(state, &req, b, k, false).await),
+            Method::HEAD => ("HeadObject", handle_get_object(state, &req, b, k, true).await),
+            Method::DELETE if req.has_q("uploadId") => ("AbortMultipartUpload", handle_abort_multipart_upload(state, &req, b, k).await),
+            Method::DELETE => ("DeleteObject", handle_delete_object(state, &req, b, k).await),
+            Method::POST if req.has_q("uploads") => ("CreateMultipartUpload", handle_create_multipart_upload(state, &req, b, k).await),
+            Method::POST if req.has_q("uploadId") => ("CompleteMultipartUpload", handle_complete_multipart_upload(state, &mut req, b, k).await),
+            _ => ("object", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+        },
+    }
+}
+
+// ---------------------------------------------------------------- buckets
+
+/// S3 bucket naming rules.
+pub fn valid_bucket_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    if !(3..=63).contains(&b.len()) {
+        return false;
+    }
+    let ok_chars = b
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-');
+    let ends = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ip_like = name.split('.').count() == 4 && name.split('.').all(|p| p.parse::<u8>().is_ok());
+    ok_chars
+        && ends(b[0])
+        && ends(b[b.len() - 1])
+        && !name.contains("..")
+        && !name.contains(".-")
+        && !name.contains("-.")
+        && !ip_like
+        && !name.starts_with("xn--")
+        && !name.starts_with("sthree-")
+        && !name.ends_with("-s3alias")
+        && !name.ends_with("--ol-s3")
+}
+
+async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) -> R {
+    let id = need_identity(req)?;
+    let mut x = Xml::new();
+    x.root("ListAllMyBucketsResult");
+    x.open("Owner");
+    x.elem("ID", &id.owner_id);
+    x.elem("DisplayName", &id.name);
+    x.close("Owner");
+    x.open("Buckets");
+    for b in state.engine.index.list_buckets()? {
+        if id.is_root || b.owner_id == id.owner_id {
+            x.open("Bucket");
+            x.elem("Name", &b.name);
+            x.elem("CreationDate", &iso8601(b.created_ms));
+            x.elem("BucketRegion", &state.config.region);
+            x.close("Bucket");
+        }
+    }
+    x.close("Buckets");
+    x.close("ListAllMyBucketsResult");
+    xml_ok(x)
+}
+
+fn canned_acl_public(req: &S3Request) -> S3Result<Option<bool>> {
+    match req.header("x-amz-acl") {
+        None => Ok(None),
+        Some("private") => Ok(Some(false)),
+        Some("public-read") => Ok(Some(true)),
+        Some(other) => Err(err(
+            S3ErrorCode::NotImplemented,
+            format!("packrat supports the canned ACLs 'private' and 'public-read', not '{other}'"),
+        )),
+    }
+}
+
+async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: &str) -> R {
+    let id = need_identity(req)?.clone();
+    if !valid_bucket_name(name) {
+        return Err(err(S3ErrorCode::InvalidBucketName, "The specified bucket is not valid."));
+    }
+    let public = canned_acl_public(req)?.unwrap_or(false);
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let conf: xml::CreateBucketConfiguration = xml::parse(&body)?;
+        if let Some(loc) = conf.location_constraint.filter(|l| !l.is_empty())
+            && loc != state.config.region
+        {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                format!("This server serves region '{}', not '{loc}'", state.config.region),
+            ));
+        }
+    }
+    let engine = state.engine.clone();
+    let n = name.to_string();
+    let result = blocking(move || {
+        Ok(engine.index.create_bucket(&n.clone(), |bid| BucketRecord {
+            id: bid,
+            name: n,
+            owner_id: id.owner_id.clone(),
+            owner_name: id.name.clone(),
+            created_ms: now_ms(),
+            public_read: public,
+        }))
+    })
+    .await?;
+    match result {
+        Ok(_) => Ok(Response::builder()
+            .header("location", format!("/{name}"))
+            .body(empty())
+            .map_err(|e| S3Error::internal("response", e))?),
+        Err(packrat_index::IndexError::BucketExists) => {
+            let existing = state.engine.index.get_bucket(name)?;
+            let me = need_identity(req)?;
+            if existing.is_some_and(|b| b.owner_id == me.owner_id) {
+                Err(err(
+                    S3ErrorCode::BucketAlreadyOwnedByYou,
+                    "Your previous request to create the named bucket succeeded and you already own it.",
+                ))
+            } else {
+                Err(err(
+                    S3ErrorCode::BucketAlreadyExists,
+                    "The requested bucket name is not available.",
+                ))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    load_bucket(state, req, name, Access::Read)?;
+    Ok(Response::builder()
+        .header("x-amz-bucket-region", state.config.region.as_str())
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))?)
+}
+
+async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    load_bucket(state, req, name, Access::Write)?;
+    let engine = state.engine.clone();
+    let n = name.to_string();
+    blocking(move || Ok(engine.index.delete_bucket(&n)?)).await?;
+    no_content()
+}
+
+fn no_content() -> R {
+    Ok(Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))?)
+}
+
+async fn handle_get_bucket_location(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    load_bucket(state, req, name, Access::Read)?;
+    let mut x = Xml::new();
+    // us-east-1 is reported as an empty constraint, as S3 does.
+    let region = if state.config.region == "us-east-1" { "" } else { state.config.region.as_str() };
+    x.root("LocationConstraint");
+    x.text(region);
+    x.close("LocationConstraint");
+    xml_ok(x)
+}
+
+async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let mut b = load_bucket(state, req, name, Access::Write)?;
+    let Some(public) = canned_acl_public(req)? else {
+        return Err(err(
+            S3ErrorCode::NotImplemented,
+            "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
+        ));
+    };
+    b.public_read = public;
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.index.update_bucket(&b)?)).await?;
+    Ok(Response::new(empty()))
+}
+
+async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Read)?;
+    let mut x = Xml::new();
+    x.root("AccessControlPolicy");
+    x.open("Owner");
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.close("Owner");
+    x.open("AccessControlList");
+    x.raw("<Grant><Grantee xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" xsi:type=\"CanonicalUser\">");
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.raw("</Grantee><Permission>FULL_CONTROL</Permission></Grant>");
+    if b.public_read {
+        x.raw("<Grant><Grantee xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" xsi:type=\"Group\"><URI>http://acs.amazonaws.com/groups/global/AllUsers</URI></Grantee><Permission>READ</Permission></Grant>");
+    }
+    x.close("AccessControlList");
+    x.close("AccessControlPolicy");
+    xml_ok(x)
+}
+
+// ---------------------------------------------------------------- listing
+
+fn parse_max(req: &S3Request, name: &str) -> S3Result<usize> {
+    match req.q(name) {
+        None => Ok(config::LIST_KEYS_MAX),
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(|n| (n as usize).min(config::LIST_KEYS_MAX))
+            .ok_or_else(|| err(S3ErrorCode::InvalidArgument, format!("{name} must be a non-negative integer"))),
+    }
+}
+
+async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Read)?;
+    let v2 = req.q("list-type") == Some("2");
+    let prefix = req.q("prefix").unwrap_or("");
+    let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
+    let max_keys = parse_max(req, "max-keys")?;
+    let url = match req.q("encoding-type") {
+        None => false,
+        Some("url") => true,
+        Some(_) => return Err(err(S3ErrorCode::InvalidArgument, "Invalid Encoding Method specified in Request")),
+    };
+    let enc = |s: &str| if url { uri_encode(s.as_bytes(), true) } else { s.to_string() };
+    let token = req.q("continuation-token");
+    let after: Option<String> = if v2 {
+        match token {
+            Some(t) => Some(
+                String::from_utf8(
+                    base64::engine::general_purpose::URL_SAFE_NO_PAD
+                        .decode(t)
+                        .map_err(|_| err(S3ErrorCode::InvalidArgument, "The continuation token provided is incorrect"))?,
+                )
+                .map_err(|_| err(S3ErrorCode::InvalidArgument, "The continuation token provided is incorrect"))?,
+            ),
+            None => req.q("start-after").map(str::to_string),
+        }
+    } else {
+        req.q("marker").map(str::to_string)
+    };
+    let page = if max_keys == 0 {
+        packrat_index::ListPage::default()
+    } else {
+        let engine = state.engine.clone();
+        let (p, d, a) = (prefix.to_string(), delimiter.map(str::to_string), after.clone());
+        blocking(move || Ok(engine.index.list_objects(b.id, &p, d.as_deref(), a.as_deref(), max_keys)?)).await?
+    };
+    let fetch_owner = !v2 || req.q("fetch-owner") == Some("true");
+    let mut x = Xml::new();
+    x.root("ListBucketResult");
+    x.elem("Name", name);
+    x.elem("Prefix", &enc(prefix));
+    if let Some(d) = delimiter {
+        x.elem("Delimiter", &enc(d));
+    }
+    x.elem("MaxKeys", &max_keys.to_string());
+    if url {
+        x.elem("EncodingType", "url");
+    }
+    x.elem("IsTruncated", if page.truncated { "true" } else { "false" });
+    if v2 {
+        if let Some(t) = token {
+            x.elem("ContinuationToken", t);
+        }
+        if let Some(sa) = req.q("start-after") {
+            x.elem("StartAfter", &enc(sa));
+        }
+        x.elem("KeyCount", &(page.objects.len() + page.common_prefixes.len()).to_string());
+        if page.truncated
+            && let Some(last) = &page.last
+        {
+            x.elem(
+                "NextContinuationToken",
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.as_bytes()),
+            );
+        }
+    } else {
+        x.elem("Marker", &enc(after.as_deref().unwrap_or("")));
+        if page.truncated
+            && let Some(last) = &page.last
+        {
+            x.elem("NextMarker", &enc(last));
+        }
+    }
+    for (k, o) in &page.objects {
+        x.open("Contents");
+        x.elem("Key", &enc(k));
+        x.elem("LastModified", &iso8601(o.last_modified_ms));
+        x.elem("ETag", &quoted(&o.etag));
+        if let Some(c) = &o.checksum {
+            x.elem("ChecksumAlgorithm", &c.algorithm);
+            x.elem("ChecksumType", &c.kind);
+        }
+        x.elem("Size", &o.size.to_string());
+        if fetch_owner {
+            x.open("Owner");
+            x.elem("ID", &b.owner_id);
+            x.elem("DisplayName", &b.owner_name);
+            x.close("Owner");
+        }
+        x.elem("StorageClass", o.storage_class.as_deref().unwrap_or("STANDARD"));
+        x.close("Contents");
+    }
+    for cp in &page.common_prefixes {
+        x.open("CommonPrefixes");
+        x.elem("Prefix", &enc(cp));
+        x.close("CommonPrefixes");
+    }
+    x.close("ListBucketResult");
+    xml_ok(x)
+}
+
+// ---------------------------------------------------------------- writes
+
+/// Metadata and stored headers taken from a PUT, COPY (REPLACE) or CreateMultipartUpload.
+struct ObjectMeta {
+    content_type: Option<String>,
+    headers: Vec<(String, String)>,
+    user_meta: Vec<(String, String)>,
+    storage_class: Option<String>,
+}
+
+const STORED_HEADERS: [&str; 5] = [
+    "content-encoding",
+    "content-disposition",
+    "content-language",
+    "cache-control",
+    "expires",
+];
+
+fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
+    let mut user_meta = Vec::new();
+    let mut meta_bytes = 0;
+    for (k, v) in headers {
+        if let Some(n) = k.as_str().strip_prefix("x-amz-meta-") {
+            let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            meta_bytes += n.len() + v.len();
+            user_meta.push((n.to_string(), v));
+        }
+    }
+    if meta_bytes > config::USER_METADATA_BYTES_MAX {
+        return Err(err(
+            S3ErrorCode::MetadataTooLarge,
+            format!("Your metadata headers exceed the maximum allowed metadata size of {} bytes", config::USER_METADATA_BYTES_MAX),
+        ));
+    }
+    user_meta.sort();
+    let mut stored = Vec::new();
+    for h in STORED_HEADERS {
+        if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
+            let v = if h == "content-encoding" {
+                // aws-chunked describes the transfer, not the object: S3 drops it.
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.eq_ignore_ascii_case("aws-chunked") && !e.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            } else {
+                v.to_string()
+            };
+            if !v.is_empty() {
+                stored.push((h.to_string(), v));
+            }
+        }
+    }
+    let storage_class = match headers.get("x-amz-storage-class").and_then(|v| v.to_str().ok()) {
+        None | Some("STANDARD") => None,
+        Some(c) => {
+            return Err(err(
+                S3ErrorCode::NotImplemented,
+                format!("packrat has only the STANDARD storage class so far, not {c}"),
+            ));
+        }
+    };
+    Ok(ObjectMeta {
+        content_type: headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+        headers: stored,
+        user_meta,
+        storage_class,
+    })
+}
+
+/// The checksum algorithm of a write and the value sent up front (header), if any. A
+/// trailer-announced checksum is verified when the body ends.
+fn requested_checksum(headers: &HeaderMap) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
+    let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
+    for alg in checksum::ALL {
+        if let Some(v) = headers.get(alg.header()).and_then(|v| v.to_str().ok()) {
+            if found.is_some() {
+                return Err(err(S3ErrorCode::InvalidRequest, "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed."));
+            }
+            found = Some((alg, checksum::decode_sent(alg, v)?));
+        }
+    }
+    if let Some((alg, v)) = found {
+        return Ok((Some(alg), Some(v)));
+    }
+    if let Some(t) = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()) {
+        let alg = ChecksumAlgorithm::from_header(t.trim()).ok_or_else(|| {
+            err(S3ErrorCode::InvalidRequest, format!("The trailer {t} is not a supported checksum"))
+        })?;
+        return Ok((Some(alg), None));
+    }
+    match headers.get("x-amz-sdk-checksum-algorithm").and_then(|v| v.to_str().ok()) {
+        Some(a) => Ok((Some(ChecksumAlgorithm::parse(a)?), None)),
+        None => Ok((None, None)),
+    }
+}
+
+fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
+    match headers.get("content-md5").and_then(|v| v.to_str().ok()) {
+        None => Ok(None),
+        Some(v) => base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .map(Some)
+            .ok_or_else(|| err(S3ErrorCode::InvalidDigest, "The Content-MD5 you specified was invalid.")),
+    }
+}
+
+fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
+    let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
+    if let Some(v) = inm
+        && v.trim() != "*"
+    {
+        return Err(err(S3ErrorCode::NotImplemented, "If-None-Match on writes supports only '*'"));
+    }
+    Ok(WriteCondition {
+        if_none_match_any: inm.is_some(),
+        if_match: headers
+            .get("if-match")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    })
+}
+
+fn stored_checksum(c: &Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>) -> Option<StoredChecksum> {
+    c.as_ref().map(|(alg, bytes, _)| StoredChecksum {
+        algorithm: alg.name().to_string(),
+        value: checksum::b64(bytes),
+        kind: "FULL_OBJECT".to_string(),
+    })
+}
+
+fn checksum_headers(mut b: http::response::Builder, c: &Option<StoredChecksum>) -> http::response::Builder {
+    if let Some(c) = c
+        && let Ok(alg) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        b = b.header(alg.header(), c.value.as_str());
+        b = b.header("x-amz-checksum-type", c.kind.as_str());
+    }
+    b
+}
+
+async fn handle_put_object(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    if req.header("x-amz-meta-snowball-auto-extract") == Some("true") {
+        return Err(err(S3ErrorCode::NotImplemented, "Batch PUT (snowball auto-extract) is not implemented yet"));
+    }
+    if !req.headers.contains_key("content-length") && !req.headers.contains_key("x-amz-decoded-content-length") {
+        return Err(err(S3ErrorCode::MissingContentLength, "You must provide the Content-Length HTTP header."));
+    }
+    let meta = object_meta(&req.headers)?;
+    let (alg, sent) = requested_checksum(&req.headers)?;
+    let md5 = content_md5(&req.headers)?;
+    let cond = write_condition(&req.headers)?;
+    let w = state.engine.write_stream(Source::Body(&mut req.body), alg, sent, md5).await?;
+    let rec = ObjectRecord {
+        record_id: w.record_id,
+        size: w.size,
+        etag: hex::encode(w.md5),
+        last_modified_ms: now_ms(),
+        content_type: meta.content_type,
+        headers: meta.headers,
+        user_meta: meta.user_meta,
+        checksum: stored_checksum(&w.checksum),
+        storage_class: meta.storage_class,
+        chunks: w.chunks,
+        parts: Vec::new(),
+    };
+    let etag = rec.etag.clone();
+    let cs = rec.checksum.clone();
+    state.engine.commit_object(b.id, key, rec, &cond).await?;
+    checksum_headers(Response::builder().header("etag", quoted(&etag)), &cs)
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+/// Parses `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded).
+fn copy_source(req: &S3Request) -> S3Result<(String, String)> {
+    let raw = req.header("x-amz-copy-source").unwrap_or("");
+    let raw = raw.split_once("?versionId=").map_or(raw, |(p, _)| p);
+    let decoded = String::from_utf8(super::sigv4::percent_decode(raw))
+        .map_err(|_| err(S3ErrorCode::InvalidArgument, "Invalid copy source encoding"))?;
+    let s = decoded.strip_prefix('/').unwrap_or(&decoded);
+    match s.split_once('/') {
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
+        _ => Err(err(S3ErrorCode::InvalidArgument, "Copy Source must mention the source bucket and key: sourcebucket/sourcekey")),
+    }
+}
+
+/// Loads the copy source and checks the `x-amz-copy-source-if-*` conditions.
+fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, String, ObjectRecord)> {
+    let (sb, sk) = copy_source(req)?;
+    let sbucket = load_bucket(state, req, &sb, Access::Read)?;
+    let src = state.engine.index.get_object(sbucket.id, &sk)?.ok_or_else(no_such_key)?;
+    let pre = || err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold");
+    if let Some(m) = req.header("x-amz-copy-source-if-match")
+        && !engine::etag_matches(m, &src.etag)
+    {
+        return Err(pre());
+    }
+    if let Some(m) = req.header("x-amz-copy-source-if-none-match")
+        && engine::etag_matches(m, &src.etag)
+    {
+        return Err(pre());
+    }
+    let secs = src.last_modified_ms / 1000;
+    if let Some(t) = req.header("x-amz-copy-source-if-unmodified-since").and_then(parse_http_date)
+        && secs > t
+    {
+        return Err(pre());
+    }
+    if let Some(t) = req.header("x-amz-copy-source-if-modified-since").and_then(parse_http_date)
+        && secs <= t
+    {
+        return Err(pre());
+    }
+    Ok((sb, sk, src))
+}
+
+async fn handle_copy_object(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let (sb, sk, src) = load_copy_source(state, req)?;
+    let replace = match req.header("x-amz-metadata-directive") {
+        None | Some("COPY") => false,
+        Some("REPLACE") => true,
+        Some(_) => return Err(err(S3ErrorCode::InvalidArgument, "Unknown metadata directive.")),
+    };
+    if sb == bname && sk == key && !replace && !req.headers.contains_key("x-amz-storage-class") {
+        return Err(err(
+            S3ErrorCode::InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
+        ));
+    }
+    let meta = if replace {
+        object_meta(&req.headers)?
+    } else {
+        ObjectMeta {
+            content_type: src.content_type.clone(),
+            headers: src.headers.clone(),
+            user_meta: src.user_meta.clone(),
+            storage_class: object_meta(&req.headers)?.storage_class,
+        }
+    };
+    let cond = write_condition(&req.headers)?;
+    let alg = match req.header("x-amz-checksum-algorithm") {
+        Some(a) => Some(ChecksumAlgorithm::parse(a)?),
+        None => src
+            .checksum
+            .as_ref()
+            .and_then(|c| ChecksumAlgorithm::parse(&c.algorithm).ok()),
+    };
+    let size = src.size;
+    let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
+    let w = state.engine.write_stream(Source::Object(reader), alg, None, None).await?;
+    let rec = ObjectRecord {
+        record_id: w.record_id,
+        size: w.size,
+        etag: hex::encode(w.md5),
+        last_modified_ms: now_ms(),
+        content_type: meta.content_type,
+        headers: meta.headers,
+        user_meta: meta.user_meta,
+        checksum: stored_checksum(&w.checksum),
+        storage_class: meta.storage_class,
+        chunks: w.chunks,
+        parts: Vec::new(),
+    };
+    let mut x = Xml::new();
+    x.root("CopyObjectResult");
+    x.elem("LastModified", &iso8601(rec.last_modified_ms));
+    x.elem("ETag", &quoted(&rec.etag));
+    if let Some(c) = &rec.checksum
+        && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        x.elem(a.xml_name(), &c.value);
+    }
+    x.close("CopyObjectResult");
+    state.engine.commit_object(b.id, key, rec, &cond).await?;
+    xml_ok(x)
+}
+
+async fn handle_delete_object(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    state.engine.delete_object(b.id, key).await?;
+    no_content()
+}
+
+async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    if let Some(want) = content_md5(&req.headers)?
+        && <[u8; 16]>::from(Md5::digest(&body)) != want
+    {
+        return Err(err(S3ErrorCode::BadDigest, "The Content-MD5 you specified did not match what we received."));
+    }
+    let (alg, sent) = requested_checksum(&req.headers)?;
+    if let (Some(alg), Some(sent)) = (alg, sent) {
+        let mut h = checksum::Hasher::new(alg);
+        h.update(&body);
+        if h.finish().0 != sent {
+            return Err(err(S3ErrorCode::BadDigest, "The checksum you specified did not match what we received."));
+        }
+    }
+    let d: xml::Delete = xml::parse(&body)?;
+    if d.objects.len() > config::DELETE_OBJECTS_KEYS_MAX {
+        return Err(err(S3ErrorCode::MalformedXML, "A DeleteObjects request may name at most 1000 keys"));
+    }
+    let quiet = d.quiet.unwrap_or(false);
+    let mut x = Xml::new();
+    x.root("DeleteResult");
+    for o in &d.objects {
+        let r = if o.key.is_empty() || o.key.len() > config::KEY_BYTES_MAX {
+            Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
+        } else if o.version_id.as_deref().is_some_and(|v| v != "null") {
+            Err(err(S3ErrorCode::NotImplemented, "packrat does not keep object versions"))
+        } else {
+            state.engine.delete_object(b.id, &o.key).await
+        };
+        match r {
+            Ok(()) if !quiet => {
+                x.open("Deleted");
+                x.elem("Key", &o.key);
+                x.close("Deleted");
+            }
+            Ok(()) => {}
+            Err(e) => {
+                x.open("Error");
+                x.elem("Key", &o.key);
+                x.elem("Code", e.code.parts().0);
+                x.elem("Message", &e.message);
+                x.close("Error");
+            }
+        }
+    }
+    x.close("DeleteResult");
+    xml_ok(x)
+}
+
+// ---------------------------------------------------------------- reads
+
+/// A parsed single `Range` header, resolved against the object size: `[start, end)`.
+/// `Ok(None)` means serve the whole object (no header, or one S3 ignores).
+pub fn resolve_range(header: Option<&str>, size: u64) -> S3Result<Option<(u64, u64)>> {
+    let Some(h) = header else { return Ok(None) };
+    let Some(spec) = h.trim().strip_prefix("bytes=") else { return Ok(None) };
+    if spec.contains(',') {
+        // Several ranges: S3 answers with the whole object.
+        return Ok(None);
+    }
+    let Some((a, b)) = spec.split_once('-') else { return Ok(None) };
+    let (a, b) = (a.trim(), b.trim());
+    let unsatisfiable = || {
+        err(S3ErrorCode::InvalidRange, "The requested range is not satisfiable")
+            .with_header("content-range", format!("bytes */{size}"))
+    };
+    if a.is_empty() {
+        let Ok(n) = b.parse::<u64>() else { return Ok(None) };
+        if n == 0 {
+            return Err(unsatisfiable());
+        }
+        return Ok(Some((size.saturating_sub(n), size)));
+    }
+    let Ok(start) = a.parse::<u64>() else { return Ok(None) };
+    let end = if b.is_empty() {
+        size
+    } else {
+        match b.parse::<u64>() {
+            Ok(e) if e >= start => (e + 1).min(size),
+            _ => return Ok(None),
+        }
+    };
+    if start >= size {
+        return Err(unsatisfiable());
+    }
+    Ok(Some((start, end)))
+}
+
+/// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since (RFC 9110
+/// order, as S3 applies them).
+fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
+    let secs = obj.last_modified_ms / 1000;
+    let etag = quoted(&obj.etag);
+    let lm = http_date(obj.last_modified_ms);
+    let not_modified = || {
+        err(S3ErrorCode::NotModified, "Not Modified")
+            .with_header("etag", etag.clone())
+            .with_header("last-modified", lm.clone())
+    };
+    let failed = || err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold");
+    let if_match = req.header("if-match");
+    if let Some(m) = if_match
+        && !engine::etag_matches(m, &obj.etag)
+    {
+        return Err(failed());
+    }
+    if if_match.is_none()
+        && let Some(t) = req.header("if-unmodified-since").and_then(parse_http_date)
+        && secs > t
+    {
+        return Err(failed());
+    }
+    let inm = req.header("if-none-match");
+    if let Some(m) = inm
+        && engine::etag_matches(m, &obj.etag)
+    {
+        return Err(not_modified());
+    }
+    if inm.is_none()
+        && let Some(t) = req.header("if-modified-since").and_then(parse_http_date)
+        && secs <= t
+    {
+        return Err(not_modified());
+    }
+    Ok(())
+}
+
+async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str, head: bool) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let obj = state.engine.index.get_object(b.id, key)?.ok_or_else(no_such_key)?;
+    check_read_conditions(req, &obj)?;
+    let part_number = match req.q("partNumber") {
+        None => None,
+        Some(p) => Some(p.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
+            err(S3ErrorCode::InvalidArgument, "Part number must be an integer between 1 and 10000, inclusive")
+        })?),
+    };
+    let size = obj.size;
+    let range = match part_number {
+        Some(n) => {
+            if req.headers.contains_key("range") {
+                return Err(err(S3ErrorCode::InvalidRequest, "Cannot specify both Range header and partNumber query parameter"));
+            }
+            if obj.parts.is_empty() {
+                if n != 1 {
+                    return Err(err(S3ErrorCode::InvalidPart, "The requested partnumber is not satisfiable"));
+                }
+                None
+            } else {
+                let idx = n as usize - 1;
+                let Some(_) = obj.parts.get(idx) else {
+                    return Err(err(S3ErrorCode::InvalidPart, "The requested partnumber is not satisfiable"));
+                };
+                let start: u64 = obj.parts[..idx].iter().map(|p| p.size).sum();
+                Some((start, start + obj.parts[idx].size))
+            }
+        }
+        None => resolve_range(req.header("range"), size)?,
+    };
+    let (start, end) = range.unwrap_or((0, size));
+    let mut rb = Response::builder()
+        .status(if range.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK })
+        .header("content-length", (end - start).to_string())
+        .header("etag", quoted(&obj.etag))
+        .header("last-modified", http_date(obj.last_modified_ms))
+        .header("accept-ranges", "bytes");
+    if range.is_some() && size > 0 {
+        rb = rb.header("content-range", format!("bytes {start}-{}/{size}", end.saturating_sub(1)));
+    }
+    if part_number.is_some() && !obj.parts.is_empty() {
+        rb = rb.header("x-amz-mp-parts-count", obj.parts.len().to_string());
+    }
+    let override_of = |h: &str| req.q(&format!("response-{h}")).map(str::to_string);
+    let ct = override_of("content-type")
+        .or_else(|| obj.content_type.clone())
+        .unwrap_or_else(|| "binary/octet-stream".to_string());
+    rb = rb.header("content-type", ct);
+    for h in STORED_HEADERS {
+        let v = override_of(h).or_else(|| obj.headers.iter().find(|(k, _)| k == h).map(|(_, v)| v.clone()));
+        if let Some(v) = v {
+            rb = rb.header(h, v);
+        }
+    }
+    for (k, v) in &obj.user_meta {
+        rb = rb.header(format!("x-amz-meta-{k}"), v.as_str());
+    }
+    if let Some(c) = &obj.storage_class {
+        rb = rb.header("x-amz-storage-class", c.as_str());
+    }
+    if req.header("x-amz-checksum-mode").is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
+        && range.is_none()
+    {
+        rb = checksum_headers(rb, &obj.checksum);
+    }
+    if head {
+        return rb.body(empty()).map_err(|e| S3Error::internal("response", e));
+    }
+    let obj = Arc::new(obj);
+    let mut reader = ObjectReader::new(state.engine.clone(), obj.clone(), start, end);
+    // A body that fits in one chunk is read (and verified) before the headers go out, so
+    // a corrupt small object is a clean 500. Larger bodies stream; a failure mid-stream cuts
+    // the connection so the client sees a short body, never wrong bytes.
+    if obj.chunks.len() <= 1 {
+        let data = reader.next().await?.unwrap_or_default();
+        return rb.body(full(data)).map_err(|e| S3Error::internal("response", e));
+    }
+    let stream = futures_util::stream::unfold(reader, |mut r| async move {
+        match r.next().await {
+            Ok(Some(d)) => Some((Ok(http_body::Frame::data(d)), r)),
+            Ok(None) => None,
+            Err(e) => Some((Err(std::io::Error::other(e.message)), r)),
+        }
+    });
+    let body = http_body_util::StreamBody::new(stream).boxed_unsync();
+    rb.body(body).map_err(|e| S3Error::internal("response", e))
+}
+
+// ---------------------------------------------------------------- multipart
+
+fn new_upload_id() -> String {
+    hex::encode(rand::random::<[u8; 16]>())
+}
+
+fn load_upload(state: &AppState, req: &S3Request, b: &BucketRecord, key: &str) -> S3Result<UploadRecord> {
+    let id = req.q("uploadId").unwrap_or("");
+    if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(no_such_upload());
+    }
+    state.engine.index.get_upload(b.id, key, id)?.ok_or_else(no_such_upload)
+}
+
+async fn handle_create_multipart_upload(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let id = need_identity(req)?;
+    let meta = object_meta(&req.headers)?;
+    let alg = req.header("x-amz-checksum-algorithm").map(ChecksumAlgorithm::parse).transpose()?;
+    let kind = match (req.header("x-amz-checksum-type"), alg) {
+        (_, None) => None,
+        (Some("FULL_OBJECT"), Some(a)) if a.is_crc() => Some("FULL_OBJECT"),
+        (Some("FULL_OBJECT"), Some(_)) => {
+            return Err(err(S3ErrorCode::InvalidRequest, "The FULL_OBJECT checksum type needs a CRC algorithm"));
+        }
+        (Some("COMPOSITE"), Some(ChecksumAlgorithm::Crc64Nvme)) => {
+            return Err(err(S3ErrorCode::InvalidRequest, "CRC64NVME supports only the FULL_OBJECT checksum type"));
+        }
+        (Some("COMPOSITE"), Some(_)) => Some("COMPOSITE"),
+        (None, Some(ChecksumAlgorithm::Crc64Nvme)) => Some("FULL_OBJECT"),
+        (None, Some(_)) => Some("COMPOSITE"),
+        (Some(_), Some(_)) => return Err(err(S3ErrorCode::InvalidRequest, "Unknown x-amz-checksum-type")),
+    };
+    let rec = UploadRecord {
+        upload_id: new_upload_id(),
+        bucket_id: b.id,
+        key: key.to_string(),
+        owner_id: id.owner_id.clone(),
+        initiated_ms: now_ms(),
+        content_type: meta.content_type,
+        headers: meta.headers,
+        user_meta: meta.user_meta,
+        checksum_algorithm: alg.map(|a| a.name().to_string()),
+        checksum_type: kind.map(str::to_string),
+        storage_class: meta.storage_class,
+    };
+    let upload_id = rec.upload_id.clone();
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.index.put_upload(&rec)?)).await?;
+    let mut x = Xml::new();
+    x.root("InitiateMultipartUploadResult");
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("UploadId", &upload_id);
+    x.close("InitiateMultipartUploadResult");
+    let mut rb = Response::builder().header("content-type", "application/xml");
+    if let (Some(a), Some(k)) = (alg, kind) {
+        rb = rb.header("x-amz-checksum-algorithm", a.name()).header("x-amz-checksum-type", k);
+    }
+    rb.body(full(x.finish())).map_err(|e| S3Error::internal("response", e))
+}
+
+async fn handle_upload_part(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str, copy: bool) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let part_number = req
+        .q("partNumber")
+        .and_then(|p| p.parse::<u32>().ok())
+        .filter(|n| (1..=config::PARTS_MAX).contains(n))
+        .ok_or_else(|| err(S3ErrorCode::InvalidArgument, "Part number must be an integer between 1 and 10000, inclusive"))?;
+    let upload = load_upload(state, req, &b, key)?;
+    let upload_alg = upload.checksum_algorithm.as_deref().map(ChecksumAlgorithm::parse).transpose()?;
+    let w = if copy {
+        let (_, _, src) = load_copy_source(state, req)?;
+        let (start, end) = match req.header("x-amz-copy-source-range") {
+            None => (0, src.size),
+            Some(r) => match resolve_range(Some(r), src.size) {
+                Ok(Some(r)) => r,
+                _ => return Err(err(S3ErrorCode::InvalidArgument, "The x-amz-copy-source-range value must be of the form bytes=first-last within the source object")),
+            },
+        };
+        let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), start, end);
+        state.engine.write_stream(Source::Object(reader), upload_alg, None, None).await?
+    } else {
+        if !req.headers.contains_key("content-length") && !req.headers.contains_key("x-amz-decoded-content-length") {
+            return Err(err(S3ErrorCode::MissingContentLength, "You must provide the Content-Length HTTP header."));
+        }
+        let (alg, sent) = requested_checksum(&req.headers)?;
+        if let (Some(a), Some(u)) = (alg, upload_alg)
+            && a != u
+        {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                format!("Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum Type: {}", u.name(), a.name()),
+            ));
+        }
+        let md5 = content_md5(&req.headers)?;
+        state.engine.write_stream(Source::Body(&mut req.body), alg.or(upload_alg), sent, md5).await?
+    };
+    let part = PartRecord {
+        part_number,
+        record_id: w.record_id,
+        etag: hex::encode(w.md5),
+        size: w.size,
+        last_modified_ms: now_ms(),
+        chunks: w.chunks,
+        checksum: stored_checksum(&w.checksum),
+        crc: w.checksum.as_ref().and_then(|c| c.2),
+    };
+    // The upload may have been completed or aborted while the part streamed in; re-check
+    // under the key lock so no part is attached to a finished upload.
+    {
+        let _g = state.engine.key_lock(b.id, key).lock().await;
+        load_upload(state, req, &b, key)?;
+        let engine = state.engine.clone();
+        let p = part.clone();
+        let uid = upload.upload_id.clone();
+        blocking(move || Ok(engine.index.put_part(&uid, &p)?)).await?;
+    }
+    if copy {
+        let mut x = Xml::new();
+        x.root("CopyPartResult");
+        x.elem("LastModified", &iso8601(part.last_modified_ms));
+        x.elem("ETag", &quoted(&part.etag));
+        x.close("CopyPartResult");
+        return xml_ok(x);
+    }
+    let mut rb = Response::builder().header("etag", quoted(&part.etag));
+    if let Some(c) = &part.checksum
+        && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        rb = rb.header(a.header(), c.value.as_str());
+    }
+    rb.body(empty()).map_err(|e| S3Error::internal("response", e))
+}
+
+async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    let cond = write_condition(&req.headers)?;
+    let _g = state.engine.key_lock(b.id, key).lock().await;
+    let upload = load_upload(state, req, &b, key)?;
+    let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
+    if doc.parts.is_empty() {
+        return Err(err(S3ErrorCode::MalformedXML, "You must specify at least one part"));
+    }
+    let stored = state.engine.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
+    let by_number: std::collections::HashMap<u32, &PartRecord> = stored.iter().map(|p| (p.part_number, p)).collect();
+    let alg = upload.checksum_algorithm.as_deref().map(ChecksumAlgorithm::parse).transpose()?;
+    let mut md5s = Vec::with_capacity(doc.parts.len() * 16);
+    let mut chosen: Vec<&PartRecord> = Vec::new();
+    let mut last_number = 0;
+    for (i, p) in doc.parts.iter().enumerate() {
+        if p.part_number <= last_number {
+            return Err(err(S3ErrorCode::InvalidPartOrder, "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
+        }
+        last_number = p.part_number;
+        let invalid = || err(S3ErrorCode::InvalidPart, "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.");
+        let sp = by_number.get(&p.part_number).ok_or_else(invalid)?;
+        if p.etag.trim().trim_matches('"') != sp.etag {
+            return Err(invalid());
+        }
+        let sent = [
+            (ChecksumAlgorithm::Crc32, &p.crc32),
+            (ChecksumAlgorithm::Crc32c, &p.crc32c),
+            (ChecksumAlgorithm::Crc64Nvme, &p.crc64nvme),
+            (ChecksumAlgorithm::Sha1, &p.sha1),
+            (ChecksumAlgorithm::Sha256, &p.sha256),
+        ];
+        for (a, v) in sent {
+            if let Some(v) = v
+                && sp.checksum.as_ref().is_some_and(|c| c.algorithm == a.name() && c.value != *v)
+            {
+                return Err(err(S3ErrorCode::InvalidPart, format!("The checksum of part {} does not match", p.part_number)));
+            }
+        }
+        if i + 1 < doc.parts.len() && sp.size < config::PART_BYTES_MIN {
+            return Err(err(S3ErrorCode::EntityTooSmall, "Your proposed upload is smaller than the minimum allowed object size."));
+        }
+        md5s.extend_from_slice(&hex::decode(&sp.etag).map_err(|e| S3Error::internal("part etag", e))?);
+        chosen.push(sp);
+    }
+    let n = chosen.len();
+    let etag = format!("{}-{n}", hex::encode(Md5::digest(&md5s)));
+    let checksum = match (alg, upload.checksum_type.as_deref()) {
+        (Some(a), Some(kind)) => {
+            if chosen.iter().any(|p| p.checksum.as_ref().is_none_or(|c| c.algorithm != a.name())) {
+                None
+            } else if kind == "FULL_OBJECT" {
+                let crcs: Vec<(u64, u64)> = chosen.iter().map(|p| (p.crc.unwrap_or(0), p.size)).collect();
+                checksum::combine_full(a, &crcs).map(|value| StoredChecksum { algorithm: a.name().into(), value, kind: kind.into() })
+            } else {
+                let raws: S3Result<Vec<Vec<u8>>> = chosen
+                    .iter()
+                    .map(|p| checksum::decode_sent(a, &p.checksum.as_ref().map(|c| c.value.clone()).unwrap_or_default()))
+                    .collect();
+                Some(StoredChecksum { algorithm: a.name().into(), value: checksum::composite(a, &raws?), kind: kind.into() })
+            }
+        }
+        _ => None,
+    };
+    let rec = ObjectRecord {
+        record_id: [0; 16],
+        size: chosen.iter().map(|p| p.size).sum(),
+        etag: etag.clone(),
+        last_modified_ms: now_ms(),
+        content_type: upload.content_type.clone(),
+        headers: upload.headers.clone(),
+        user_meta: upload.user_meta.clone(),
+        checksum: checksum.clone(),
+        storage_class: upload.storage_class.clone(),
+        chunks: chosen.iter().flat_map(|p| p.chunks.iter().copied()).collect(),
+        parts: chosen
+            .iter()
+            .map(|p| PartExtent { record_id: p.record_id, chunk_count: p.chunks.len() as u32, size: p.size })
+            .collect(),
+    };
+    if cond.if_none_match_any || cond.if_match.is_some() {
+        let current = state.engine.index.get_object(b.id, key)?;
+        let holds = (!cond.if_none_match_any || current.is_none())
+            && cond.if_match.as_ref().is_none_or(|m| current.as_ref().is_some_and(|c| engine::etag_matches(m, &c.etag)));
+        if !holds {
+            return Err(err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold"));
+        }
+    }
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.index.complete_upload(&upload, &rec)?)).await?;
+    let mut x = Xml::new();
+    x.root("CompleteMultipartUploadResult");
+    x.elem("Location", &format!("/{bname}/{}", uri_encode(key.as_bytes(), true)));
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("ETag", &quoted(&etag));
+    if let Some(c) = &checksum
+        && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        x.elem(a.xml_name(), &c.value);
+        x.elem("ChecksumType", &c.kind);
+    }
+    x.close("CompleteMultipartUploadResult");
+    xml_ok(x)
+}
+
+async fn handle_abort_multipart_upload(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let _g = state.engine.key_lock(b.id, key).lock().await;
+    let upload = load_upload(state, req, &b, key)?;
+    let engine = state.engine.clone();
+    blocking(move || Ok(engine.index.abort_upload(&upload)?)).await?;
+    no_content()
+}
+
+fn owner_xml(x: &mut Xml, tag: &str, b: &BucketRecord) {
+    x.open(tag);
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.close(tag);
+}
+
+async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let upload = load_upload(state, req, &b, key)?;
+    let max = parse_max(req, "max-parts")?;
+    let marker: u32 = match req.q("part-number-marker") {
+        None => 0,
+        Some(m) => m.parse().map_err(|_| err(S3ErrorCode::InvalidArgument, "part-number-marker must be an integer"))?,
+    };
+    let mut parts = state.engine.index.list_parts(&upload.upload_id, marker, max + 1)?;
+    let truncated = parts.len() > max;
+    parts.truncate(max);
+    let mut x = Xml::new();
+    x.root("ListPartsResult");
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("UploadId", &upload.upload_id);
+    owner_xml(&mut x, "Initiator", &b);
+    owner_xml(&mut x, "Owner", &b);
+    x.elem("StorageClass", upload.storage_class.as_deref().unwrap_or("STANDARD"));
+    x.elem("PartNumberMarker", &marker.to_string());
+    if let Some(last) = parts.last() {
+        x.elem("NextPartNumberMarker", &last.part_number.to_string());
+    }
+    x.elem("MaxParts", &max.to_string());
+    x.elem("IsTruncated", if truncated { "true" } else { "false" });
+    if let Some(a) = &upload.checksum_algorithm {
+        x.elem("ChecksumAlgorithm", a);
+    }
+    if let Some(t) = &upload.checksum_type {
+        x.elem("ChecksumType", t);
+    }
+    for p in &parts {
+        x.open("Part");
+        x.elem("PartNumber", &p.part_number.to_string());
+        x.elem("LastModified", &iso8601(p.last_modified_ms));
+        x.elem("ETag", &quoted(&p.etag));
+        x.elem("Size", &p.size.to_string());
+        if let Some(c) = &p.checksum
+            && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+        {
+            x.elem(a.xml_name(), &c.value);
+        }
+        x.close("Part");
+    }
+    x.close("ListPartsResult");
+    xml_ok(x)
+}
+
+async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, bname: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let prefix = req.q("prefix").unwrap_or("");
+    let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
+    let max = parse_max(req, "max-uploads")?;
+    let km = req.q("key-marker").filter(|s| !s.is_empty());
+    let um = req.q("upload-id-marker").filter(|s| !s.is_empty());
+    let page = state.engine.index.list_uploads(b.id, prefix, delimiter, km, um, max)?;
+    let mut x = Xml::new();
+    x.root("ListMultipartUploadsResult");
+    x.elem("Bucket", bname);
+    x.elem("KeyMarker", km.unwrap_or(""));
+    x.elem("UploadIdMarker", um.unwrap_or(""));
+    if let Some(last) = page.uploads.last() {
+        x.elem("NextKeyMarker", &last.key);
+        x.elem("NextUploadIdMarker", &last.upload_id);
+    }
+    x.elem("Prefix", prefix);
+    if let Some(d) = delimiter {
+        x.elem("Delimiter", d);
+    }
+    x.elem("MaxUploads", &max.to_string());
+    x.elem("IsTruncated", if page.truncated { "true" } else { "false" });
+    for u in &page.uploads {
+        x.open("Upload");
+        x.elem("Key", &u.key);
+        x.elem("UploadId", &u.upload_id);
+        owner_xml(&mut x, "Initiator", &b);
+        owner_xml(&mut x, "Owner", &b);
+        x.elem("StorageClass", u.storage_class.as_deref().unwrap_or("STANDARD"));
+        x.elem("Initiated", &iso8601(u.initiated_ms));
+        if let Some(a) = &u.checksum_algorithm {
+            x.elem("ChecksumAlgorithm", a);
+        }
+        x.close("Upload");
+    }
+    for cp in &page.common_prefixes {
+        x.open("CommonPrefixes");
+        x.elem("Prefix", cp);
+        x.close("CommonPrefixes");
+    }
+    x.close("ListMultipartUploadsResult");
+    xml_ok(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_names() {
+        for ok in ["abc", "my-bucket.data", "a1b", "0ab"] {
+            assert!(valid_bucket_name(ok), "{ok}");
+        }
+        for bad in ["ab", "ABC", "-abc", "abc-", "a..b", "192.168.1.1", "a_b", "xn--abc", &"a".repeat(64)] {
+            assert!(!valid_bucket_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(resolve_range(Some("bytes=0-9"), 100).unwrap(), Some((0, 10)));
+        assert_eq!(resolve_range(Some("bytes=90-"), 100).unwrap(), Some((90, 100)));
+        assert_eq!(resolve_range(Some("bytes=-10"), 100).unwrap(), Some((90, 100)));
+        assert_eq!(resolve_range(Some("bytes=-500"), 100).unwrap(), Some((0, 100)));
+        assert_eq!(resolve_range(Some("bytes=50-500"), 100).unwrap(), Some((50, 100)));
+        assert_eq!(resolve_range(Some("bytes=0-1,5-6"), 100).unwrap(), None);
+        assert_eq!(resolve_range(Some("items=0-1"), 100).unwrap(), None);
+        assert_eq!(resolve_range(Some("bytes=9-3"), 100).unwrap(), None);
+        assert_eq!(resolve_range(Some("bytes=100-"), 100).unwrap_err().code, S3ErrorCode::InvalidRange);
+        assert_eq!(resolve_range(Some("bytes=0-0"), 0).unwrap_err().code, S3ErrorCode::InvalidRange);
+    }
+}

@@ -1,0 +1,160 @@
+//! Writing S3 XML responses (a small escaping builder) and reading the few XML request bodies
+//! (through quick-xml's serde support).
+
+use super::error::{S3Error, S3ErrorCode, S3Result};
+
+pub const S3_NS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+pub struct Xml(String);
+
+impl Default for Xml {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Xml {
+    pub fn new() -> Self {
+        Xml(String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"))
+    }
+
+    /// Opens the root element with the S3 namespace.
+    pub fn root(&mut self, tag: &str) {
+        self.0.push_str(&format!("<{tag} xmlns=\"{S3_NS}\">"));
+    }
+
+    pub fn open(&mut self, tag: &str) {
+        self.0.push('<');
+        self.0.push_str(tag);
+        self.0.push('>');
+    }
+
+    pub fn close(&mut self, tag: &str) {
+        self.0.push_str("</");
+        self.0.push_str(tag);
+        self.0.push('>');
+    }
+
+    pub fn elem(&mut self, tag: &str, text: &str) {
+        self.open(tag);
+        escape_into(&mut self.0, text);
+        self.close(tag);
+    }
+
+    /// Escaped character data.
+    pub fn text(&mut self, text: &str) {
+        escape_into(&mut self.0, text);
+    }
+
+    /// Markup written as given (constant fragments only).
+    pub fn raw(&mut self, markup: &str) {
+        self.0.push_str(markup);
+    }
+
+    pub fn finish(self) -> String {
+        self.0
+    }
+}
+
+pub fn escape_into(out: &mut String, text: &str) {
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            // Characters XML 1.0 cannot carry literally are written as references.
+            c if (c as u32) < 0x20 && c != '\t' && c != '\n' => {
+                out.push_str(&format!("&#x{:X};", c as u32))
+            }
+            '\r' => out.push_str("&#xD;"),
+            c => out.push(c),
+        }
+    }
+}
+
+pub fn parse<T: for<'de> serde::Deserialize<'de>>(body: &[u8]) -> S3Result<T> {
+    let text = std::str::from_utf8(body).map_err(|_| malformed())?;
+    quick_xml::de::from_str(text).map_err(|_| malformed())
+}
+
+fn malformed() -> S3Error {
+    S3Error::new(
+        S3ErrorCode::MalformedXML,
+        "The XML you provided was not well-formed or did not validate against our published schema.",
+    )
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct CompleteMultipartUpload {
+    #[serde(rename = "Part", default)]
+    pub parts: Vec<CompletedPart>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct CompletedPart {
+    #[serde(rename = "PartNumber")]
+    pub part_number: u32,
+    #[serde(rename = "ETag")]
+    pub etag: String,
+    #[serde(rename = "ChecksumCRC32")]
+    pub crc32: Option<String>,
+    #[serde(rename = "ChecksumCRC32C")]
+    pub crc32c: Option<String>,
+    #[serde(rename = "ChecksumCRC64NVME")]
+    pub crc64nvme: Option<String>,
+    #[serde(rename = "ChecksumSHA1")]
+    pub sha1: Option<String>,
+    #[serde(rename = "ChecksumSHA256")]
+    pub sha256: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct Delete {
+    #[serde(rename = "Object", default)]
+    pub objects: Vec<DeleteObject>,
+    #[serde(rename = "Quiet", default)]
+    pub quiet: Option<bool>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct DeleteObject {
+    #[serde(rename = "Key")]
+    pub key: String,
+    #[serde(rename = "VersionId")]
+    pub version_id: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct CreateBucketConfiguration {
+    #[serde(rename = "LocationConstraint")]
+    pub location_constraint: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes() {
+        let mut s = String::new();
+        escape_into(&mut s, "a<b>&\"'\u{1}");
+        assert_eq!(s, "a&lt;b&gt;&amp;&quot;&apos;&#x1;");
+    }
+
+    #[test]
+    fn parses_complete_and_delete() {
+        let c: CompleteMultipartUpload = parse(
+            br#"<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Part><ETag>"a"</ETag><PartNumber>1</PartNumber><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part><Part><PartNumber>2</PartNumber><ETag>b</ETag></Part></CompleteMultipartUpload>"#,
+        )
+        .unwrap();
+        assert_eq!(c.parts.len(), 2);
+        assert_eq!(c.parts[0].crc32.as_deref(), Some("AAAAAA=="));
+        let d: Delete = parse(b"<Delete><Quiet>true</Quiet><Object><Key>a&amp;b</Key></Object></Delete>").unwrap();
+        assert_eq!(d.objects[0].key, "a&b");
+        assert_eq!(d.quiet, Some(true));
+        assert!(parse::<Delete>(b"<Delete><Object>").is_err());
+        assert!(parse::<CompleteMultipartUpload>(b"not xml").is_err());
+    }
+}

@@ -1,0 +1,404 @@
+//! The HTTP side: accepting connections, request ids, health and metrics, authentication, and
+//! turning every result into a response. S3 semantics live in `s3::handlers`.
+
+use crate::config::ServeConfig;
+use crate::engine::Engine;
+use crate::metrics::Metrics;
+use crate::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
+use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::s3::{handlers, sigv4, xml};
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::Incoming;
+use packrat_index::KeyRecord;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+use tokio::net::TcpListener;
+
+pub type RespBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>;
+
+pub fn full(b: impl Into<Bytes>) -> RespBody {
+    Full::new(b.into()).map_err(|e| match e {}).boxed_unsync()
+}
+
+pub fn empty() -> RespBody {
+    Empty::new().map_err(|e| match e {}).boxed_unsync()
+}
+
+pub struct AppState {
+    pub engine: Arc<Engine>,
+    pub config: ServeConfig,
+    pub signing_keys: sigv4::SigningKeyCache,
+    pub metrics: Metrics,
+    request_counter: AtomicU64,
+    request_id_prefix: u32,
+}
+
+/// A request after routing and authentication, as the S3 handlers see it.
+pub struct S3Request {
+    pub method: Method,
+    pub query: Vec<(String, String)>,
+    pub headers: HeaderMap,
+    pub bucket: Option<String>,
+    pub key: Option<String>,
+    pub body: BodyReader,
+    /// `None` for an anonymous request.
+    pub identity: Option<KeyRecord>,
+}
+
+impl S3Request {
+    pub fn q(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn has_q(&self, name: &str) -> bool {
+        self.query.iter().any(|(k, _)| k == name)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl AppState {
+    pub fn new(engine: Arc<Engine>, config: ServeConfig) -> Self {
+        Self {
+            engine,
+            config,
+            signing_keys: Default::default(),
+            metrics: Metrics::default(),
+            request_counter: AtomicU64::new(0),
+            request_id_prefix: rand::random(),
+        }
+    }
+
+    fn next_request_id(&self) -> String {
+        let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
+        format!("{:08X}{:08X}", self.request_id_prefix, n)
+    }
+}
+
+pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+    loop {
+        let (stream, _peer) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                // Running out of file descriptors must not end the server.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let svc = hyper::service::service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(handle(state, req).await) }
+            });
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(
+                    state_header_timeout_secs(),
+                ))
+                .max_buf_size(crate::config::REQUEST_HEAD_BYTES_MAX);
+            let _ = builder.serve_connection(io, svc).await;
+        });
+    }
+}
+
+fn state_header_timeout_secs() -> u64 {
+    crate::config::HEADER_READ_TIMEOUT_SECS
+}
+
+async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBody> {
+    let started = Instant::now();
+    let request_id = state.next_request_id();
+    let method = req.method().clone();
+    let is_head = method == Method::HEAD;
+    let (op, result) = route_and_run(&state, req).await;
+    let mut resp = match result {
+        Ok(r) => r,
+        Err(e) => error_response(&e, &request_id, is_head),
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        h.insert("x-amz-request-id", v.clone());
+        h.insert("x-amz-id-2", v);
+    }
+    h.insert("server", HeaderValue::from_static("packrat"));
+    state
+        .metrics
+        .observe(op, resp.status().as_u16(), started.elapsed());
+    tracing::debug!(%method, op, status = resp.status().as_u16(), request_id, "request");
+    resp
+}
+
+pub fn error_response(e: &S3Error, request_id: &str, is_head: bool) -> Response<RespBody> {
+    let (code, status) = e.code.parts();
+    let mut b = Response::builder().status(status);
+    for (k, v) in &e.headers {
+        b = b.header(*k, v.as_str());
+    }
+    if is_head || status == StatusCode::NOT_MODIFIED {
+        return b.body(empty()).unwrap_or_else(|_| Response::new(empty()));
+    }
+    let mut x = xml::Xml::new();
+    x.open("Error");
+    x.elem("Code", code);
+    x.elem("Message", &e.message);
+    x.elem("RequestId", request_id);
+    x.close("Error");
+    b.header("content-type", "application/xml")
+        .body(full(x.finish()))
+        .unwrap_or_else(|_| Response::new(empty()))
+}
+
+/// Splits the target into bucket and key (path style, or virtual-host style when a domain is
+/// configured and the Host names a bucket under it).
+fn split_target(
+    config: &ServeConfig,
+    headers: &HeaderMap,
+    raw_path: &str,
+) -> S3Result<(Option<String>, Option<String>)> {
+    let decode = |s: &str| -> S3Result<String> {
+        String::from_utf8(sigv4::percent_decode(s)).map_err(|_| {
+            S3Error::new(S3ErrorCode::InvalidArgument, "The object key is not valid UTF-8")
+        })
+    };
+    let path = raw_path.strip_prefix('/').unwrap_or(raw_path);
+    if let Some(domain) = &config.domain {
+        let host = headers
+            .get("host")
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        if let Some(bucket) = host.strip_suffix(&format!(".{domain}")) {
+            let key = (!path.is_empty()).then(|| decode(path)).transpose()?;
+            return Ok((Some(bucket.to_string()), key));
+        }
+    }
+    if path.is_empty() {
+        return Ok((None, None));
+    }
+    let (b, k) = path.split_once('/').unwrap_or((path, ""));
+    let bucket = decode(b)?;
+    let key = (!k.is_empty()).then(|| decode(k)).transpose()?;
+    Ok((Some(bucket), key))
+}
+
+async fn route_and_run(
+    state: &Arc<AppState>,
+    req: Request<Incoming>,
+) -> (&'static str, S3Result<Response<RespBody>>) {
+    let (parts, body) = req.into_parts();
+    let raw_path = parts.uri.path().to_string();
+    let raw_query = parts.uri.query().unwrap_or("").to_string();
+    let signed = parts.headers.contains_key("authorization")
+        || raw_query.contains("X-Amz-Signature=");
+    // Health and metrics answer unsigned requests only, so a bucket named `health` or `metrics`
+    // stays reachable through signed S3 requests.
+    if !signed && parts.method == Method::GET {
+        match raw_path.as_str() {
+            "/health/live" => return ("health", Ok(text(StatusCode::OK, "ok\n"))),
+            "/health/ready" => return ("health", Ok(text(StatusCode::OK, "ready\n"))),
+            "/metrics" => return ("metrics", Ok(text(StatusCode::OK, &state.metrics.render(&state.engine)))),
+            _ => {}
+        }
+    }
+    let query = sigv4::parse_query(&raw_query);
+    let identity = match authenticate(state, &parts.method, &raw_path, &raw_query, &query, &parts.headers) {
+        Ok(i) => i,
+        Err(e) => return ("auth", Err(e)),
+    };
+    let (identity, signing, payload_mode) = identity;
+    let body_reader = match make_body_reader(&parts.headers, body, payload_mode, signing) {
+        Ok(b) => b,
+        Err(e) => return ("body", Err(e)),
+    };
+    if raw_path.starts_with(crate::admin::ADMIN_PREFIX) {
+        let r = crate::admin::handle(state, &parts.method, &raw_path, &query, identity.as_ref(), body_reader).await;
+        return ("admin", r);
+    }
+    let (bucket, key) = match split_target(&state.config, &parts.headers, &raw_path) {
+        Ok(t) => t,
+        Err(e) => return ("route", Err(e)),
+    };
+    let s3req = S3Request {
+        method: parts.method,
+        query,
+        headers: parts.headers,
+        bucket,
+        key,
+        body: body_reader,
+        identity,
+    };
+    handlers::dispatch(state, s3req).await
+}
+
+fn text(status: StatusCode, s: &str) -> Response<RespBody> {
+    let mut r = Response::new(full(s.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+type AuthOutcome = (Option<KeyRecord>, Option<ChunkSigning>, PayloadMode);
+
+/// Verifies the request's signature (header or presigned) and returns the caller's key.
+fn authenticate(
+    state: &AppState,
+    method: &Method,
+    raw_path: &str,
+    raw_query: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+) -> S3Result<AuthOutcome> {
+    let sha_header = headers
+        .get("x-amz-content-sha256")
+        .and_then(|v| v.to_str().ok());
+    let auth_header = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let presigned = query.iter().any(|(k, _)| k == "X-Amz-Signature");
+    let claim = match (auth_header, presigned) {
+        (Some(_), true) => {
+            return Err(S3Error::new(
+                S3ErrorCode::InvalidArgument,
+                "Only one auth mechanism allowed",
+            ));
+        }
+        (Some(h), false) => sigv4::parse_authorization(h, headers)?,
+        (None, true) => sigv4::parse_presigned(query)?,
+        (None, false) => {
+            let mode = PayloadMode::from_header(sha_header)?;
+            if mode.is_chunked() && !matches!(mode, PayloadMode::StreamingUnsignedTrailer) {
+                return Err(S3Error::new(
+                    S3ErrorCode::AccessDenied,
+                    "A signed streaming body needs a signed request",
+                ));
+            }
+            return Ok((None, None, mode));
+        }
+    };
+    let now = chrono::Utc::now().timestamp();
+    sigv4::check_time(&claim, now)?;
+    if claim.service != "s3" {
+        return Err(S3Error::new(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            format!("The credential scope names service '{}'; expected 's3'", claim.service),
+        ));
+    }
+    if claim.region != state.config.region {
+        return Err(S3Error::new(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            format!(
+                "The authorization header is malformed; the region '{}' is wrong; expecting '{}'",
+                claim.region, state.config.region
+            ),
+        ));
+    }
+    if !claim.signed_headers.iter().any(|h| h == "host") {
+        return Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "The host header must be signed",
+        ));
+    }
+    let key = state
+        .engine
+        .index
+        .get_key(&claim.access_key)?
+        .ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::InvalidAccessKeyId,
+                "The AWS Access Key Id you provided does not exist in our records.",
+            )
+        })?;
+    let payload_hash = if presigned {
+        sha_header.unwrap_or(sigv4::UNSIGNED_PAYLOAD).to_string()
+    } else {
+        sha_header
+            .ok_or_else(|| {
+                S3Error::new(
+                    S3ErrorCode::InvalidRequest,
+                    "Missing required header for this request: x-amz-content-sha256",
+                )
+            })?
+            .to_string()
+    };
+    let creq = sigv4::canonical_request(&sigv4::CanonicalInput {
+        method: method.as_str(),
+        raw_path,
+        raw_query,
+        headers,
+        signed_headers: &claim.signed_headers,
+        payload_hash: &payload_hash,
+        presigned,
+    });
+    let scope = claim.scope();
+    let sts = sigv4::string_to_sign(&claim.amz_date, &scope, &creq);
+    let signing_key = state.signing_keys.get(
+        &key.access_key,
+        &key.secret_key,
+        &claim.date,
+        &claim.region,
+    );
+    let want = sigv4::sign_hex(&signing_key, &sts);
+    if !sigv4::signatures_equal(&want, &claim.signature) {
+        tracing::debug!(canonical_request = %creq, "signature mismatch");
+        return Err(S3Error::new(
+            S3ErrorCode::SignatureDoesNotMatch,
+            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+        ));
+    }
+    let mode = if presigned {
+        PayloadMode::Unsigned
+    } else {
+        PayloadMode::from_header(Some(&payload_hash))?
+    };
+    let signing = matches!(mode, PayloadMode::StreamingSigned { .. }).then(|| ChunkSigning {
+        signing_key,
+        amz_date: claim.amz_date.clone(),
+        scope,
+        seed_signature: claim.signature.clone(),
+    });
+    Ok((Some(key), signing, mode))
+}
+
+fn make_body_reader(
+    headers: &HeaderMap,
+    body: Incoming,
+    mode: PayloadMode,
+    signing: Option<ChunkSigning>,
+) -> S3Result<BodyReader> {
+    let num = |name: &str| -> S3Result<Option<u64>> {
+        match headers.get(name) {
+            None => Ok(None),
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .map(Some)
+                .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidArgument, format!("{name} is not a number"))),
+        }
+    };
+    let expected = if mode.is_chunked() {
+        num("x-amz-decoded-content-length")?
+    } else {
+        num("content-length")?
+    };
+    Ok(BodyReader::new(
+        Some(BodySource::Hyper(body)),
+        mode,
+        signing,
+        expected,
+        crate::config::OBJECT_BYTES_MAX,
+    ))
+}

@@ -1,0 +1,175 @@
+//! Index values. Each value is one format-version byte followed by the postcard encoding of
+//! the record (varint integers, length-prefixed strings), so records stay compact: a small
+//! object's entry is its ETag, sizes, one chunk location and a few bytes of framing.
+//!
+//! Version 1 is the only version so far. A change to any struct here is a new version whose
+//! decoder still reads version 1 (kept side by side as `mod v1`, `mod v2`).
+
+use serde::{Deserialize, Serialize};
+
+pub const FORMAT_V1: u8 = 1;
+
+pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = vec![FORMAT_V1];
+    // Encoding plain structs into a Vec cannot fail.
+    out.extend(postcard::to_stdvec(value).expect("postcard encodes plain structs"));
+    out
+}
+
+pub fn decode<T: for<'a> Deserialize<'a>>(bytes: &[u8]) -> Result<T, String> {
+    match bytes.split_first() {
+        Some((&FORMAT_V1, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((v, _)) => Err(format!("unknown index record version {v}")),
+        None => Err("empty index record".into()),
+    }
+}
+
+/// Where one chunk of an object lives in the chunk store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ChunkRef {
+    pub segment_id: u64,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A flexible checksum kept with an object or part: algorithm (`CRC32`, `CRC32C`,
+/// `CRC64NVME`, `SHA1`, `SHA256`), the base64 value as S3 returns it, and its type
+/// (`FULL_OBJECT` or `COMPOSITE`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct StoredChecksum {
+    pub algorithm: String,
+    pub value: String,
+    pub kind: String,
+}
+
+/// A run of an object's chunks written by one multipart part, under that part's record id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PartExtent {
+    pub record_id: [u8; 16],
+    pub chunk_count: u32,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ObjectRecord {
+    /// Identity written into every record of a single-PUT object (chunk i has index i).
+    pub record_id: [u8; 16],
+    pub size: u64,
+    /// Hex MD5 (single PUT) or `md5-of-part-md5s-N` (multipart), without quotes.
+    pub etag: String,
+    pub last_modified_ms: i64,
+    pub content_type: Option<String>,
+    /// Content-Encoding, Content-Disposition, Content-Language, Cache-Control, Expires, as sent.
+    pub headers: Vec<(String, String)>,
+    /// `x-amz-meta-*` entries, names lower-cased and without the prefix.
+    pub user_meta: Vec<(String, String)>,
+    pub checksum: Option<StoredChecksum>,
+    pub storage_class: Option<String>,
+    pub chunks: Vec<ChunkRef>,
+    /// Empty for a single PUT. For a multipart object, the parts in order: part j owns the
+    /// next `chunk_count` chunks, whose records carry `record_id` and indices from 0.
+    pub parts: Vec<PartExtent>,
+}
+
+impl ObjectRecord {
+    /// The record identity and chunk index of the chunk at position `i` of `chunks`.
+    pub fn chunk_identity(&self, i: usize) -> ([u8; 16], u32) {
+        if self.parts.is_empty() {
+            return (self.record_id, i as u32);
+        }
+        let mut first = 0usize;
+        for p in &self.parts {
+            let n = p.chunk_count as usize;
+            if i < first + n {
+                return (p.record_id, (i - first) as u32);
+            }
+            first += n;
+        }
+        (self.record_id, i as u32)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct BucketRecord {
+    /// Never reused, so a recreated bucket never sees its predecessor's leftovers.
+    pub id: u64,
+    pub name: String,
+    pub owner_id: String,
+    pub owner_name: String,
+    pub created_ms: i64,
+    /// Anonymous (unsigned) reads allowed: set by the `public-read` canned ACL.
+    pub public_read: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct KeyRecord {
+    pub access_key: String,
+    pub secret_key: String,
+    pub name: String,
+    pub owner_id: String,
+    pub is_root: bool,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct UploadRecord {
+    pub upload_id: String,
+    pub bucket_id: u64,
+    pub key: String,
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    pub content_type: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub user_meta: Vec<(String, String)>,
+    pub checksum_algorithm: Option<String>,
+    /// `COMPOSITE` or `FULL_OBJECT` when a checksum algorithm was chosen.
+    pub checksum_type: Option<String>,
+    pub storage_class: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct PartRecord {
+    pub part_number: u32,
+    pub record_id: [u8; 16],
+    pub etag: String,
+    pub size: u64,
+    pub last_modified_ms: i64,
+    pub chunks: Vec<ChunkRef>,
+    pub checksum: Option<StoredChecksum>,
+    /// The part's CRC as an integer when its algorithm is a CRC, for full-object combination.
+    pub crc: Option<u64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Pins the v1 encoding of a small object's entry: a change here is a format change.
+    #[test]
+    fn small_object_record_golden_bytes() {
+        let rec = ObjectRecord {
+            record_id: [1; 16],
+            size: 4096,
+            etag: "ab".into(),
+            last_modified_ms: 1,
+            chunks: vec![ChunkRef {
+                segment_id: 2,
+                offset: 300,
+                len: 4096,
+            }],
+            ..Default::default()
+        };
+        let b = encode(&rec);
+        assert_eq!(b[0], FORMAT_V1);
+        assert_eq!(&b[1..17], &[1; 16]);
+        assert_eq!(&b[17..20], &[0x80, 0x20, 2], "size 4096 as varint, etag length 2");
+        assert_eq!(decode::<ObjectRecord>(&b).unwrap(), rec);
+        assert!(b.len() < 40, "small entries stay small: {} bytes", b.len());
+    }
+
+    #[test]
+    fn unknown_version_is_refused() {
+        assert!(decode::<ObjectRecord>(&[9, 0]).is_err());
+        assert!(decode::<ObjectRecord>(&[]).is_err());
+    }
+}
