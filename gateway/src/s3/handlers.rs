@@ -1129,12 +1129,10 @@ async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Req
     let alg = upload.checksum_algorithm.as_deref().map(ChecksumAlgorithm::parse).transpose()?;
     let mut md5s = Vec::with_capacity(doc.parts.len() * 16);
     let mut chosen: Vec<&PartRecord> = Vec::new();
-    let mut last_number = 0;
+    if doc.parts.windows(2).any(|w| w[0].part_number >= w[1].part_number) {
+        return Err(err(S3ErrorCode::InvalidPartOrder, "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
+    }
     for (i, p) in doc.parts.iter().enumerate() {
-        if p.part_number <= last_number {
-            return Err(err(S3ErrorCode::InvalidPartOrder, "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
-        }
-        last_number = p.part_number;
         let invalid = || err(S3ErrorCode::InvalidPart, "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.");
         let sp = by_number.get(&p.part_number).ok_or_else(invalid)?;
         if p.etag.trim().trim_matches('"') != sp.etag {

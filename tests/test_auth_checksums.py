@@ -1,0 +1,267 @@
+"""Signatures (header, presigned, streaming), checksums and access control, over raw sockets
+and boto3."""
+
+import base64
+import hashlib
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import zlib
+
+import pytest
+from awscrt import checksums
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+import conftest
+from sigv4_client import Signed, host_of, send, unsigned_chunked_body
+
+AK, SK = conftest.ROOT_AK, conftest.ROOT_SK
+
+
+def code(e):
+    return e.value.response["Error"]["Code"]
+
+
+def b64(b):
+    return base64.b64encode(b).decode()
+
+
+CHECKSUMS = {
+    "CRC32": lambda d: b64(zlib.crc32(d).to_bytes(4, "big")),
+    "CRC32C": lambda d: b64(checksums.crc32c(d).to_bytes(4, "big")),
+    "CRC64NVME": lambda d: b64(checksums.crc64nvme(d).to_bytes(8, "big")),
+    "SHA1": lambda d: b64(hashlib.sha1(d).digest()),
+    "SHA256": lambda d: b64(hashlib.sha256(d).digest()),
+}
+
+
+@pytest.mark.parametrize("alg", sorted(CHECKSUMS))
+def test_flexible_checksums_stored_and_returned(s3, bucket, alg):
+    data = os.urandom(100_000)
+    r = s3.put_object(Bucket=bucket, Key="c", Body=data, ChecksumAlgorithm=alg)
+    want = CHECKSUMS[alg](data)
+    assert r["Checksum" + alg] == want
+    g = s3.get_object(Bucket=bucket, Key="c", ChecksumMode="ENABLED")
+    assert g["Checksum" + alg] == want
+    assert g["Body"].read() == data
+    h = s3.head_object(Bucket=bucket, Key="c", ChecksumMode="ENABLED")
+    assert h["Checksum" + alg] == want
+
+
+def raw_put(server, bucket, key, body, headers, payload_hash=None):
+    ph = payload_hash or hashlib.sha256(body).hexdigest()
+    s = Signed(host_of(server.endpoint), "PUT", f"/{bucket}/{key}", [], headers, ph, AK, SK)
+    return send(server.endpoint, "PUT", s.path, s.headers, body), s
+
+
+@pytest.mark.parametrize("alg", sorted(CHECKSUMS))
+def test_wrong_checksum_is_bad_digest_and_not_stored(server, s3, bucket, alg):
+    wrong = CHECKSUMS[alg](b"something else")
+    (st, _, body), _ = raw_put(server, bucket, "bad", b"payload", {f"x-amz-checksum-{alg.lower()}": wrong})
+    assert st == 400 and b"<Code>BadDigest</Code>" in body
+    with pytest.raises(ClientError) as e:
+        s3.head_object(Bucket=bucket, Key="bad")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+def test_content_md5_checked(s3, bucket):
+    with pytest.raises(ClientError) as e:
+        s3.put_object(Bucket=bucket, Key="m", Body=b"abc", ContentMD5=b64(hashlib.md5(b"abd").digest()))
+    assert code(e) == "BadDigest"
+    s3.put_object(Bucket=bucket, Key="m", Body=b"abc", ContentMD5=b64(hashlib.md5(b"abc").digest()))
+
+
+def test_payload_sha256_mismatch(server, s3, bucket):
+    (st, _, body), _ = raw_put(server, bucket, "h", b"abc", {}, payload_hash=hashlib.sha256(b"abd").hexdigest())
+    assert st == 400 and b"XAmzContentSHA256Mismatch" in body
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="h")
+
+
+def test_unsigned_payload_trailer_checksum(server, s3, bucket):
+    data = os.urandom(200_000)
+    crc = CHECKSUMS["CRC32"](data)
+    body = unsigned_chunked_body(data, 8192, [("x-amz-checksum-crc32", crc)])
+    hdrs = {"content-encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+            "x-amz-trailer": "x-amz-checksum-crc32"}
+    (st, h, _), _ = raw_put(server, bucket, "t", body, hdrs, payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    assert st == 200, h
+    g = s3.get_object(Bucket=bucket, Key="t", ChecksumMode="ENABLED")
+    assert g["Body"].read() == data and g["ChecksumCRC32"] == crc
+    assert "ContentEncoding" not in g  # aws-chunked is a transfer detail, not stored
+    bad = unsigned_chunked_body(data, 8192, [("x-amz-checksum-crc32", CHECKSUMS["CRC32"](b"x"))])
+    (st, _, body), _ = raw_put(server, bucket, "t2", bad, hdrs, payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    assert st == 400 and b"BadDigest" in body
+
+
+def test_signed_streaming_payload(server, s3, bucket):
+    data = os.urandom(150_000)
+    hdrs = {"content-encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data))}
+    host = host_of(server.endpoint)
+    s = Signed(host, "PUT", f"/{bucket}/ss", [], hdrs, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", AK, SK)
+    st, _, body = send(server.endpoint, "PUT", s.path, s.headers, s.signed_chunked_body(data))
+    assert st == 200, body
+    assert s3.get_object(Bucket=bucket, Key="ss")["Body"].read() == data
+    # A modified chunk fails its chunk signature and nothing is stored.
+    s = Signed(host, "PUT", f"/{bucket}/ss2", [], hdrs, "STREAMING-AWS4-HMAC-SHA256-PAYLOAD", AK, SK)
+    st, _, body = send(server.endpoint, "PUT", s.path, s.headers, s.signed_chunked_body(data, tamper_chunk=1))
+    assert st == 403 and b"SignatureDoesNotMatch" in body
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="ss2")
+
+
+def test_signed_streaming_payload_with_signed_trailer(server, s3, bucket):
+    data = os.urandom(70_000)
+    crc = CHECKSUMS["CRC32C"](data)
+    hdrs = {"content-encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data)),
+            "x-amz-trailer": "x-amz-checksum-crc32c"}
+    s = Signed(host_of(server.endpoint), "PUT", f"/{bucket}/st", [], hdrs,
+               "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER", AK, SK)
+    body = s.signed_chunked_body(data, trailers=[("x-amz-checksum-crc32c", crc)])
+    st, _, rb = send(server.endpoint, "PUT", s.path, s.headers, body)
+    assert st == 200, rb
+    g = s3.get_object(Bucket=bucket, Key="st", ChecksumMode="ENABLED")
+    assert g["Body"].read() == data and g["ChecksumCRC32C"] == crc
+
+
+def test_signature_failures(server, bucket):
+    host = host_of(server.endpoint)
+    ph = hashlib.sha256(b"").hexdigest()
+
+    def get(sk=SK, ak=AK, **kw):
+        s = Signed(host, "GET", f"/{bucket}", [("list-type", "2")], {}, ph, ak, sk, **kw)
+        return s, send(server.endpoint, "GET", s.path, s.headers)
+
+    _, (st, h, body) = get(sk="wrong-secret-000000")
+    assert st == 403 and b"SignatureDoesNotMatch" in body and h["x-amz-request-id"]
+    _, (st, _, body) = get(ak="NOSUCHKEY")
+    assert st == 403 and b"InvalidAccessKeyId" in body
+    from sigv4_client import amz_now
+    _, (st, _, body) = get(amz_date=amz_now(-3600))
+    assert st == 403 and b"RequestTimeTooSkewed" in body
+    _, (st, _, body) = get(amz_date=amz_now(+3600))
+    assert st == 403 and b"RequestTimeTooSkewed" in body
+    _, (st, _, body) = get(scope_region="eu-west-1")
+    assert st == 400 and b"AuthorizationHeaderMalformed" in body
+    _, (st, _, body) = get(service="ec2")
+    assert st in (400, 403)
+    # A signed header changed in transit.
+    s = Signed(host, "PUT", f"/{bucket}/k", [], {"x-amz-meta-a": "1"}, hashlib.sha256(b"x").hexdigest(), AK, SK)
+    s.headers["x-amz-meta-a"] = "2"
+    st, _, body = send(server.endpoint, "PUT", s.path, s.headers, b"x")
+    assert st == 403 and b"SignatureDoesNotMatch" in body
+    # Unsigned requests are refused.
+    st, _, body = send(server.endpoint, "GET", f"/{bucket}?list-type=2", {"host": host})
+    assert st == 403 and b"AccessDenied" in body
+
+
+def test_presigned_urls(server, s3, bucket):
+    v4 = server.client(signature_version="s3v4")
+    s3.put_object(Bucket=bucket, Key="p", Body=b"presigned body")
+    url = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=60)
+    assert "X-Amz-Signature" in url
+    assert urllib.request.urlopen(url).read() == b"presigned body"
+    # The default (legacy SigV2 query) presigned URLs boto3 generates work too.
+    url2 = s3.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=60)
+    assert urllib.request.urlopen(url2).read() == b"presigned body"
+    put = v4.generate_presigned_url("put_object", Params={"Bucket": bucket, "Key": "up"}, ExpiresIn=60)
+    req = urllib.request.Request(put, data=b"uploaded", method="PUT")
+    assert urllib.request.urlopen(req).status == 200
+    assert s3.get_object(Bucket=bucket, Key="up")["Body"].read() == b"uploaded"
+    short = v4.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=1)
+    time.sleep(2.2)
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(short)
+    assert e.value.code == 403 and b"expired" in e.value.read()
+    tampered = url.replace("/p?", "/other?")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(tampered)
+    assert e.value.code == 403
+
+
+def test_public_read_bucket(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="pub", Body=b"hello")
+    url = f"{server.endpoint}/{bucket}/pub"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url)
+    assert e.value.code == 403
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    assert urllib.request.urlopen(url).read() == b"hello"
+    grants = s3.get_bucket_acl(Bucket=bucket)["Grants"]
+    assert any(g["Permission"] == "READ" for g in grants)
+    req = urllib.request.Request(f"{server.endpoint}/{bucket}/anon", data=b"x", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req)
+    assert e.value.code == 403
+    s3.put_bucket_acl(Bucket=bucket, ACL="private")
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(url)
+
+
+def admin(server, *args, data_dir=None):
+    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=AK, PACKRAT_ROOT_SECRET_KEY=SK)
+    where = ["--data-dir", data_dir] if data_dir else ["--endpoint", server.endpoint]
+    out = subprocess.run([conftest.BIN, "admin", *where, *args], env=env, capture_output=True, text=True, timeout=60)
+    return out
+
+
+def parse_key(out):
+    fields = dict(line.strip().split(": ", 1) for line in out.stdout.splitlines() if ": " in line)
+    return fields["access key"], fields["secret key"]
+
+
+def test_users_are_isolated(server, s3):
+    out = admin(server, "key", "create", "--name", "alice")
+    assert out.returncode == 0, out.stderr
+    a_ak, a_sk = parse_key(out)
+    out = admin(server, "key", "create", "--name", "bob", "--access-key", "BOBKEY123", "--secret-key", "bob-secret-123456")
+    assert out.returncode == 0, out.stderr
+    alice = server.client(a_ak, a_sk)
+    bob = server.client("BOBKEY123", "bob-secret-123456")
+    alice.create_bucket(Bucket="alice-data")
+    alice.put_object(Bucket="alice-data", Key="k", Body=b"secret")
+    assert [b["Name"] for b in bob.list_buckets()["Buckets"]] == []
+    owner = alice.list_buckets()["Owner"]
+    assert owner["DisplayName"] == "alice"
+    assert alice.list_objects_v2(Bucket="alice-data", FetchOwner=True)["Contents"][0]["Owner"]["DisplayName"] == "alice"
+    for call in (lambda: bob.get_object(Bucket="alice-data", Key="k"),
+                 lambda: bob.put_object(Bucket="alice-data", Key="x", Body=b"x"),
+                 lambda: bob.list_objects_v2(Bucket="alice-data"),
+                 lambda: bob.delete_bucket(Bucket="alice-data")):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert code(e) == "AccessDenied"
+    with pytest.raises(ClientError) as e:
+        bob.create_bucket(Bucket="alice-data")
+    assert code(e) == "BucketAlreadyExists"
+    assert "alice-data" in [b["Name"] for b in s3.list_buckets()["Buckets"]]  # root sees all
+    listed = admin(server, "key", "list")
+    assert "alice" in listed.stdout and "BOBKEY123" in listed.stdout and a_sk not in listed.stdout
+    assert admin(server, "key", "delete", "BOBKEY123").returncode == 0
+    with pytest.raises(ClientError) as e:
+        bob.list_buckets()
+    assert code(e) == "InvalidAccessKeyId"
+    # Non-root keys cannot administer.
+    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=a_ak, PACKRAT_ROOT_SECRET_KEY=a_sk)
+    out = subprocess.run([conftest.BIN, "admin", "--endpoint", server.endpoint, "key", "list"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "AccessDenied" in out.stderr
+    conftest.empty_bucket(alice, "alice-data")
+
+
+def test_offline_admin_on_stopped_server(workdir):
+    srv = conftest.Server(workdir / "offline")
+    srv.start()
+    srv.stop()
+    out = admin(srv, "key", "create", "--name", "carol", "--access-key", "CAROLKEY", "--secret-key", "carol-secret-1", data_dir=srv.data_dir)
+    assert out.returncode == 0, out.stderr
+    srv.start()
+    try:
+        carol = srv.client("CAROLKEY", "carol-secret-1")
+        carol.create_bucket(Bucket="carol-bucket")
+        assert [b["Name"] for b in carol.list_buckets()["Buckets"]] == ["carol-bucket"]
+    finally:
+        srv.stop()
