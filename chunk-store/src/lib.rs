@@ -176,7 +176,9 @@ impl ChunkStore {
                     records = scan.records.len(),
                     "previous active segment is intact"
                 ),
-                Err(e) => tracing::warn!(segment = last, error = %e, "cannot scan previous segment"),
+                Err(e) => {
+                    tracing::warn!(segment = last, error = %e, "cannot scan previous segment")
+                }
             }
         }
         let active = Self::create_segment(&dir, next_id)?;
@@ -564,7 +566,10 @@ mod tests {
                     for i in 0..100u32 {
                         let (loc, tk) = s.append([t as u8; 16], i, &[t as u8; 1000]).unwrap();
                         s.sync_through(tk).unwrap();
-                        assert_eq!(s.read(&loc, &[t as u8; 16], i).unwrap(), vec![t as u8; 1000]);
+                        assert_eq!(
+                            s.read(&loc, &[t as u8; 16], i).unwrap(),
+                            vec![t as u8; 1000]
+                        );
                     }
                 })
             })

@@ -162,7 +162,10 @@ mod tests {
             created_unix_ms: 7,
         };
         let b = h.encode();
-        assert_eq!(&b[0..16], &[b'P', b'K', b'R', b'S', 1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            &b[0..16],
+            &[b'P', b'K', b'R', b'S', 1, 0, 0, 0, 2, 1, 0, 0, 0, 0, 0, 0]
+        );
         assert_eq!(SegmentHeader::decode(&b).unwrap(), h);
     }
 

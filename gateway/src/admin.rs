@@ -51,7 +51,10 @@ fn random_token(len: usize, alphabet: &[u8]) -> String {
 }
 
 pub fn generate_access_key() -> String {
-    format!("PK{}", random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"))
+    format!(
+        "PK{}",
+        random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
+    )
 }
 
 pub fn generate_secret_key() -> String {
@@ -135,7 +138,10 @@ pub async fn handle(
         }
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
             let existing = index.get_key(ak)?.ok_or_else(|| {
-                S3Error::new(S3ErrorCode::InvalidAccessKeyId, format!("no access key {ak}"))
+                S3Error::new(
+                    S3ErrorCode::InvalidAccessKeyId,
+                    format!("no access key {ak}"),
+                )
             })?;
             if existing.is_root && index.list_keys()?.iter().filter(|k| k.is_root).count() <= 1 {
                 return Err(S3Error::new(
@@ -165,17 +171,16 @@ pub async fn call(
     body: Vec<u8>,
 ) -> Result<(StatusCode, Vec<u8>), String> {
     use http_body_util::{BodyExt, Full};
-    let base: http::Uri = endpoint.parse().map_err(|e| format!("bad --endpoint: {e}"))?;
+    let base: http::Uri = endpoint
+        .parse()
+        .map_err(|e| format!("bad --endpoint: {e}"))?;
     let authority = base
         .authority()
         .ok_or("the endpoint needs a host, e.g. http://127.0.0.1:9000")?
         .clone();
     let full_path = format!("{ADMIN_PREFIX}{path}");
     let mut headers = http::HeaderMap::new();
-    headers.insert(
-        "host",
-        authority.as_str().parse().map_err(|_| "bad host")?,
-    );
+    headers.insert("host", authority.as_str().parse().map_err(|_| "bad host")?);
     sigv4::sign_request(
         method.as_str(),
         &full_path,
@@ -192,7 +197,9 @@ pub async fn call(
     for (k, v) in &headers {
         req = req.header(k, v);
     }
-    let req = req.body(Full::new(bytes::Bytes::from(body))).map_err(|e| e.to_string())?;
+    let req = req
+        .body(Full::new(bytes::Bytes::from(body)))
+        .map_err(|e| e.to_string())?;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build_http::<Full<bytes::Bytes>>();
     let resp = client

@@ -188,7 +188,10 @@ impl Engine {
                 {
                     return Err(S3Error::new(
                         S3ErrorCode::BadDigest,
-                        format!("The {} you specified did not match the calculated checksum.", alg.name()),
+                        format!(
+                            "The {} you specified did not match the calculated checksum.",
+                            alg.name()
+                        ),
                     ));
                 }
                 Some((alg, bytes, crc))

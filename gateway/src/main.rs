@@ -21,7 +21,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "packrat", version, about = "An S3-compatible object store for machine-learning data")]
+#[command(
+    name = "packrat",
+    version,
+    about = "An S3-compatible object store for machine-learning data"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -61,7 +65,11 @@ struct ServeArgs {
 #[derive(clap::Args)]
 struct AdminArgs {
     /// URL of the running server to administer.
-    #[arg(long, env = "PACKRAT_ENDPOINT", default_value = "http://127.0.0.1:9000")]
+    #[arg(
+        long,
+        env = "PACKRAT_ENDPOINT",
+        default_value = "http://127.0.0.1:9000"
+    )]
     endpoint: String,
     /// Administer a stopped server by opening its data directory directly instead.
     #[arg(long)]
@@ -100,7 +108,10 @@ enum KeyCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("packrat: cannot start the async runtime: {e}");
@@ -127,8 +138,12 @@ fn index_dir(data_dir: &Path) -> PathBuf {
 /// Makes sure a root key exists: the one from the environment, or a stored one, or a new one
 /// that is generated, stored and printed once.
 fn ensure_root_key(index: &RocksIndex) -> Result<(), String> {
-    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").ok().filter(|s| !s.is_empty());
-    let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY").ok().filter(|s| !s.is_empty());
+    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY")
+        .ok()
+        .filter(|s| !s.is_empty());
     match (ak, sk) {
         (Some(ak), Some(sk)) => {
             let existing = index.get_key(&ak).map_err(|e| e.to_string())?;
@@ -166,7 +181,9 @@ fn ensure_root_key(index: &RocksIndex) -> Result<(), String> {
                 true,
             )
             .map_err(|e| e.message)?;
-            println!("packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):");
+            println!(
+                "packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):"
+            );
             println!("  access key: {}", k.access_key);
             println!("  secret key: {}", k.secret_key);
             Ok(())
@@ -183,7 +200,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     std::fs::create_dir_all(&args.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
     let index = RocksIndex::open(&index_dir(&args.data_dir)).map_err(|e| {
-        format!("cannot open the index in {}: {e} (is another packrat using it?)", args.data_dir.display())
+        format!(
+            "cannot open the index in {}: {e} (is another packrat using it?)",
+            args.data_dir.display()
+        )
     })?;
     ensure_root_key(&index)?;
     let chunks = ChunkStore::open(
@@ -228,9 +248,18 @@ async fn shutdown_signal() {
 }
 
 fn print_key_table(keys: &[admin::KeyInfo]) {
-    println!("{:<24} {:<20} {:<34} ROOT", "ACCESS KEY", "NAME", "OWNER ID");
+    println!(
+        "{:<24} {:<20} {:<34} ROOT",
+        "ACCESS KEY", "NAME", "OWNER ID"
+    );
     for k in keys {
-        println!("{:<24} {:<20} {:<34} {}", k.access_key, k.name, k.owner_id, if k.is_root { "yes" } else { "" });
+        println!(
+            "{:<24} {:<20} {:<34} {}",
+            k.access_key,
+            k.name,
+            k.owner_id,
+            if k.is_root { "yes" } else { "" }
+        );
     }
 }
 
@@ -245,12 +274,27 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
     let AdminCommand::Key(cmd) = args.command;
     if let Some(dir) = &args.data_dir {
         let index = RocksIndex::open(&index_dir(dir)).map_err(|e| {
-            format!("cannot open {}: {e} (a running server holds it; use --endpoint instead)", dir.display())
+            format!(
+                "cannot open {}: {e} (a running server holds it; use --endpoint instead)",
+                dir.display()
+            )
         })?;
         return match cmd {
-            KeyCommand::Create { name, access_key, secret_key } => {
-                let k = admin::create_key(&index, admin::CreateKeyRequest { name, access_key, secret_key }, false)
-                    .map_err(|e| e.message)?;
+            KeyCommand::Create {
+                name,
+                access_key,
+                secret_key,
+            } => {
+                let k = admin::create_key(
+                    &index,
+                    admin::CreateKeyRequest {
+                        name,
+                        access_key,
+                        secret_key,
+                    },
+                    false,
+                )
+                .map_err(|e| e.message)?;
                 print_created(&k);
                 Ok(())
             }
@@ -269,10 +313,16 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             }
         };
     }
-    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").map_err(|_| "set PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY to the root credentials")?;
+    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").map_err(
+        |_| "set PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY to the root credentials",
+    )?;
     let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY").map_err(|_| "set PACKRAT_ROOT_SECRET_KEY")?;
     let (method, path, body) = match &cmd {
-        KeyCommand::Create { name, access_key, secret_key } => (
+        KeyCommand::Create {
+            name,
+            access_key,
+            secret_key,
+        } => (
             Method::POST,
             "keys".to_string(),
             serde_json::to_vec(&admin::CreateKeyRequest {
@@ -283,11 +333,17 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             .map_err(|e| e.to_string())?,
         ),
         KeyCommand::List => (Method::GET, "keys".to_string(), Vec::new()),
-        KeyCommand::Delete { access_key } => (Method::DELETE, format!("keys/{access_key}"), Vec::new()),
+        KeyCommand::Delete { access_key } => {
+            (Method::DELETE, format!("keys/{access_key}"), Vec::new())
+        }
     };
-    let (status, body) = admin::call(&args.endpoint, &args.region, &ak, &sk, method, &path, body).await?;
+    let (status, body) =
+        admin::call(&args.endpoint, &args.region, &ak, &sk, method, &path, body).await?;
     if !status.is_success() {
-        return Err(format!("server answered {status}: {}", String::from_utf8_lossy(&body)));
+        return Err(format!(
+            "server answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
     }
     match cmd {
         KeyCommand::Create { .. } => {
@@ -295,7 +351,8 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             print_created(&k);
         }
         KeyCommand::List => {
-            let keys: Vec<admin::KeyInfo> = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            let keys: Vec<admin::KeyInfo> =
+                serde_json::from_slice(&body).map_err(|e| e.to_string())?;
             print_key_table(&keys);
         }
         KeyCommand::Delete { access_key } => println!("deleted {access_key}"),

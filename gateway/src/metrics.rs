@@ -8,8 +8,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// Upper bounds of the latency histogram buckets, in seconds.
-const LATENCY_BUCKETS_SECS: [f64; 12] =
-    [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5];
+const LATENCY_BUCKETS_SECS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5,
+];
 
 #[derive(Default)]
 struct OpStats {
@@ -43,7 +44,11 @@ impl Metrics {
         out.push_str("# TYPE packrat_request_duration_seconds histogram\n");
         let ops = self.ops.lock().unwrap_or_else(|p| p.into_inner());
         for ((op, status), s) in ops.iter() {
-            let _ = writeln!(out, "packrat_requests_total{{op=\"{op}\",status=\"{status}\"}} {}", s.count);
+            let _ = writeln!(
+                out,
+                "packrat_requests_total{{op=\"{op}\",status=\"{status}\"}} {}",
+                s.count
+            );
             for (i, b) in LATENCY_BUCKETS_SECS.iter().enumerate() {
                 let _ = writeln!(
                     out,
@@ -51,17 +56,44 @@ impl Metrics {
                     s.buckets[i]
                 );
             }
-            let _ = writeln!(out, "packrat_request_duration_seconds_bucket{{op=\"{op}\",status=\"{status}\",le=\"+Inf\"}} {}", s.count);
-            let _ = writeln!(out, "packrat_request_duration_seconds_sum{{op=\"{op}\",status=\"{status}\"}} {}", s.sum_secs);
-            let _ = writeln!(out, "packrat_request_duration_seconds_count{{op=\"{op}\",status=\"{status}\"}} {}", s.count);
+            let _ = writeln!(
+                out,
+                "packrat_request_duration_seconds_bucket{{op=\"{op}\",status=\"{status}\",le=\"+Inf\"}} {}",
+                s.count
+            );
+            let _ = writeln!(
+                out,
+                "packrat_request_duration_seconds_sum{{op=\"{op}\",status=\"{status}\"}} {}",
+                s.sum_secs
+            );
+            let _ = writeln!(
+                out,
+                "packrat_request_duration_seconds_count{{op=\"{op}\",status=\"{status}\"}} {}",
+                s.count
+            );
         }
         drop(ops);
         let st = engine.chunks.stats();
-        let _ = writeln!(out, "# TYPE packrat_segments gauge\npackrat_segments {}", st.segments);
-        let _ = writeln!(out, "# TYPE packrat_active_segment_bytes gauge\npackrat_active_segment_bytes {}", st.active_segment_bytes);
-        let _ = writeln!(out, "# TYPE packrat_segment_syncs_total counter\npackrat_segment_syncs_total {}", st.syncs);
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_segments gauge\npackrat_segments {}",
+            st.segments
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_active_segment_bytes gauge\npackrat_active_segment_bytes {}",
+            st.active_segment_bytes
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_segment_syncs_total counter\npackrat_segment_syncs_total {}",
+            st.syncs
+        );
         if let Some(n) = engine.index.property("rocksdb.estimate-num-keys") {
-            let _ = writeln!(out, "# TYPE packrat_index_objects_estimate gauge\npackrat_index_objects_estimate {n}");
+            let _ = writeln!(
+                out,
+                "# TYPE packrat_index_objects_estimate gauge\npackrat_index_objects_estimate {n}"
+            );
         }
         out
     }

@@ -106,9 +106,7 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(
-                    state_header_timeout_secs(),
-                ))
+                .header_read_timeout(std::time::Duration::from_secs(state_header_timeout_secs()))
                 .max_buf_size(crate::config::REQUEST_HEAD_BYTES_MAX);
             let _ = builder.serve_connection(io, svc).await;
         });
@@ -171,7 +169,10 @@ fn split_target(
 ) -> S3Result<(Option<String>, Option<String>)> {
     let decode = |s: &str| -> S3Result<String> {
         String::from_utf8(sigv4::percent_decode(s)).map_err(|_| {
-            S3Error::new(S3ErrorCode::InvalidArgument, "The object key is not valid UTF-8")
+            S3Error::new(
+                S3ErrorCode::InvalidArgument,
+                "The object key is not valid UTF-8",
+            )
         })
     };
     let path = raw_path.strip_prefix('/').unwrap_or(raw_path);
@@ -202,20 +203,32 @@ async fn route_and_run(
     let (parts, body) = req.into_parts();
     let raw_path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
-    let signed = parts.headers.contains_key("authorization")
-        || raw_query.contains("X-Amz-Signature=");
+    let signed =
+        parts.headers.contains_key("authorization") || raw_query.contains("X-Amz-Signature=");
     // Health and metrics answer unsigned requests only, so a bucket named `health` or `metrics`
     // stays reachable through signed S3 requests.
     if !signed && parts.method == Method::GET {
         match raw_path.as_str() {
             "/health/live" => return ("health", Ok(text(StatusCode::OK, "ok\n"))),
             "/health/ready" => return ("health", Ok(text(StatusCode::OK, "ready\n"))),
-            "/metrics" => return ("metrics", Ok(text(StatusCode::OK, &state.metrics.render(&state.engine)))),
+            "/metrics" => {
+                return (
+                    "metrics",
+                    Ok(text(StatusCode::OK, &state.metrics.render(&state.engine))),
+                );
+            }
             _ => {}
         }
     }
     let query = sigv4::parse_query(&raw_query);
-    let identity = match authenticate(state, &parts.method, &raw_path, &raw_query, &query, &parts.headers) {
+    let identity = match authenticate(
+        state,
+        &parts.method,
+        &raw_path,
+        &raw_query,
+        &query,
+        &parts.headers,
+    ) {
         Ok(i) => i,
         Err(e) => return ("auth", Err(e)),
     };
@@ -225,7 +238,15 @@ async fn route_and_run(
         Err(e) => return ("body", Err(e)),
     };
     if raw_path.starts_with(crate::admin::ADMIN_PREFIX) {
-        let r = crate::admin::handle(state, &parts.method, &raw_path, &query, identity.as_ref(), body_reader).await;
+        let r = crate::admin::handle(
+            state,
+            &parts.method,
+            &raw_path,
+            &query,
+            identity.as_ref(),
+            body_reader,
+        )
+        .await;
         return ("admin", r);
     }
     let (bucket, key) = match split_target(&state.config, &parts.headers, &raw_path) {
@@ -247,8 +268,10 @@ async fn route_and_run(
 fn text(status: StatusCode, s: &str) -> Response<RespBody> {
     let mut r = Response::new(full(s.to_string()));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert("content-type", HeaderValue::from_static("text/plain; charset=utf-8"));
+    r.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     r
 }
 
@@ -268,10 +291,16 @@ fn authenticate(
         .and_then(|v| v.to_str().ok());
     let auth_header = headers.get("authorization").and_then(|v| v.to_str().ok());
     let presigned = query.iter().any(|(k, _)| k == "X-Amz-Signature");
-    let q = |name: &str| query.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
+    let q = |name: &str| {
+        query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
     if auth_header.is_none()
         && !presigned
-        && let (Some(ak), Some(sig), Some(expires)) = (q("AWSAccessKeyId"), q("Signature"), q("Expires"))
+        && let (Some(ak), Some(sig), Some(expires)) =
+            (q("AWSAccessKeyId"), q("Signature"), q("Expires"))
     {
         return authenticate_sigv2_query(state, method, raw_path, query, headers, ak, sig, expires);
     }
@@ -300,7 +329,10 @@ fn authenticate(
     if claim.service != "s3" {
         return Err(S3Error::new(
             S3ErrorCode::AuthorizationHeaderMalformed,
-            format!("The credential scope names service '{}'; expected 's3'", claim.service),
+            format!(
+                "The credential scope names service '{}'; expected 's3'",
+                claim.service
+            ),
         ));
     }
     if claim.region != state.config.region {
@@ -351,12 +383,10 @@ fn authenticate(
     });
     let scope = claim.scope();
     let sts = sigv4::string_to_sign(&claim.amz_date, &scope, &creq);
-    let signing_key = state.signing_keys.get(
-        &key.access_key,
-        &key.secret_key,
-        &claim.date,
-        &claim.region,
-    );
+    let signing_key =
+        state
+            .signing_keys
+            .get(&key.access_key, &key.secret_key, &claim.date, &claim.region);
     let want = sigv4::sign_hex(&signing_key, &sts);
     if !sigv4::signatures_equal(&want, &claim.signature) {
         tracing::debug!(canonical_request = %creq, "signature mismatch");
@@ -391,11 +421,17 @@ fn authenticate_sigv2_query(
     signature: &str,
     expires: &str,
 ) -> S3Result<AuthOutcome> {
-    let exp: i64 = expires
-        .parse()
-        .map_err(|_| S3Error::new(S3ErrorCode::AuthorizationQueryParametersError, "Expires must be a unix time"))?;
+    let exp: i64 = expires.parse().map_err(|_| {
+        S3Error::new(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            "Expires must be a unix time",
+        )
+    })?;
     if chrono::Utc::now().timestamp() > exp {
-        return Err(S3Error::new(S3ErrorCode::AccessDenied, "Request has expired"));
+        return Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "Request has expired",
+        ));
     }
     let key = state.engine.index.get_key(access_key)?.ok_or_else(|| {
         S3Error::new(
@@ -428,7 +464,12 @@ fn make_body_reader(
                 .ok()
                 .and_then(|s| s.trim().parse().ok())
                 .map(Some)
-                .ok_or_else(|| S3Error::new(S3ErrorCode::InvalidArgument, format!("{name} is not a number"))),
+                .ok_or_else(|| {
+                    S3Error::new(
+                        S3ErrorCode::InvalidArgument,
+                        format!("{name} is not a number"),
+                    )
+                }),
         }
     };
     let expected = if mode.is_chunked() {
@@ -436,6 +477,12 @@ fn make_body_reader(
     } else {
         num("content-length")?
     };
+    if expected.is_some_and(|n| n > crate::config::OBJECT_BYTES_MAX) {
+        return Err(S3Error::new(
+            S3ErrorCode::EntityTooLarge,
+            "Your proposed upload exceeds the maximum allowed size",
+        ));
+    }
     Ok(BodyReader::new(
         Some(BodySource::Hyper(body)),
         mode,

@@ -162,7 +162,11 @@ mod tests {
         let b = encode(&rec);
         assert_eq!(b[0], FORMAT_V1);
         assert_eq!(&b[1..17], &[1; 16]);
-        assert_eq!(&b[17..20], &[0x80, 0x20, 2], "size 4096 as varint, etag length 2");
+        assert_eq!(
+            &b[17..20],
+            &[0x80, 0x20, 2],
+            "size 4096 as varint, etag length 2"
+        );
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), rec);
         assert!(b.len() < 40, "small entries stay small: {} bytes", b.len());
     }

@@ -98,7 +98,10 @@ fn incomplete(msg: &str) -> S3Error {
 }
 
 fn bad_chunk(msg: &str) -> S3Error {
-    S3Error::new(S3ErrorCode::InvalidRequest, format!("malformed aws-chunked body: {msg}"))
+    S3Error::new(
+        S3ErrorCode::InvalidRequest,
+        format!("malformed aws-chunked body: {msg}"),
+    )
 }
 
 impl BodyReader {
@@ -148,10 +151,10 @@ impl BodyReader {
                     return Err(incomplete(&format!("the request body was cut short: {e}")));
                 }
                 Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        if !data.is_empty() {
-                            return Ok(Some(data));
-                        }
+                    if let Ok(data) = frame.into_data()
+                        && !data.is_empty()
+                    {
+                        return Ok(Some(data));
                     }
                 }
             }
@@ -273,7 +276,9 @@ impl BodyReader {
             match self.state {
                 ChunkState::Header => {
                     let Some(line) = self.line().await? else {
-                        return Err(incomplete("the aws-chunked body ended inside a chunk header"));
+                        return Err(incomplete(
+                            "the aws-chunked body ended inside a chunk header",
+                        ));
                     };
                     let (size_hex, ext) = line.split_once(';').unwrap_or((&line, ""));
                     let size = u64::from_str_radix(size_hex.trim(), 16)
@@ -294,7 +299,11 @@ impl BodyReader {
                     if self.buf.is_empty() {
                         match self.raw_frame().await? {
                             Some(d) => self.buf.extend_from_slice(&d),
-                            None => return Err(incomplete("the aws-chunked body ended inside a chunk")),
+                            None => {
+                                return Err(incomplete(
+                                    "the aws-chunked body ended inside a chunk",
+                                ));
+                            }
                         }
                     }
                     let n = remaining.min(self.buf.len() as u64) as usize;
@@ -410,9 +419,20 @@ impl BodyReader {
 mod tests {
     use super::*;
 
-    fn reader(frames: &[&[u8]], mode: PayloadMode, signing: Option<ChunkSigning>, len: u64) -> BodyReader {
+    fn reader(
+        frames: &[&[u8]],
+        mode: PayloadMode,
+        signing: Option<ChunkSigning>,
+        len: u64,
+    ) -> BodyReader {
         let f = frames.iter().map(|f| Bytes::copy_from_slice(f)).collect();
-        BodyReader::new(Some(BodySource::Frames(f)), mode, signing, Some(len), 1 << 30)
+        BodyReader::new(
+            Some(BodySource::Frames(f)),
+            mode,
+            signing,
+            Some(len),
+            1 << 30,
+        )
     }
 
     async fn drain(r: &mut BodyReader) -> S3Result<Vec<u8>> {
@@ -423,7 +443,12 @@ mod tests {
     async fn unsigned_trailer_body_split_anywhere() {
         let body = b"5\r\nhello\r\n6\r\n world\r\n0\r\nx-amz-checksum-crc32:DUoRhQ==\r\n\r\n";
         for cut in 1..body.len() {
-            let mut r = reader(&[&body[..cut], &body[cut..]], PayloadMode::StreamingUnsignedTrailer, None, 11);
+            let mut r = reader(
+                &[&body[..cut], &body[cut..]],
+                PayloadMode::StreamingUnsignedTrailer,
+                None,
+                11,
+            );
             assert_eq!(drain(&mut r).await.unwrap(), b"hello world");
             assert_eq!(r.trailer("x-amz-checksum-crc32"), Some("DUoRhQ=="));
         }
@@ -431,12 +456,18 @@ mod tests {
 
     #[tokio::test]
     async fn aws_documented_signed_chunks() {
-        let key = sigv4::derive_signing_key("wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "20130524", "us-east-1", "s3");
+        let key = sigv4::derive_signing_key(
+            "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            "20130524",
+            "us-east-1",
+            "s3",
+        );
         let signing = ChunkSigning {
             signing_key: key,
             amz_date: "20130524T000000Z".into(),
             scope: "20130524/us-east-1/s3/aws4_request".into(),
-            seed_signature: "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9".into(),
+            seed_signature: "4f232c4386841ef735655705268965c44a0e4690baa4adea153f7db9fa80a0a9"
+                .into(),
         };
         let mut body = Vec::new();
         body.extend_from_slice(b"10000;chunk-signature=ad80c730a21e5b8d04586a2213dd63b9a0e99e0e2307b0ade35a65485a288648\r\n");
@@ -450,18 +481,43 @@ mod tests {
         // One flipped payload byte breaks the chunk signature.
         body[200] = b'b';
         let mut r = reader(&[&body], mode, Some(signing), 66560);
-        assert_eq!(drain(&mut r).await.unwrap_err().code, S3ErrorCode::SignatureDoesNotMatch);
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::SignatureDoesNotMatch
+        );
     }
 
     #[tokio::test]
     async fn truncated_and_mismatched_bodies_fail() {
-        let mut r = reader(&[b"5\r\nhel"], PayloadMode::StreamingUnsignedTrailer, None, 5);
-        assert_eq!(drain(&mut r).await.unwrap_err().code, S3ErrorCode::IncompleteBody);
+        let mut r = reader(
+            &[b"5\r\nhel"],
+            PayloadMode::StreamingUnsignedTrailer,
+            None,
+            5,
+        );
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::IncompleteBody
+        );
         let mut r = reader(&[b"abc"], PayloadMode::Unsigned, None, 4);
-        assert_eq!(drain(&mut r).await.unwrap_err().code, S3ErrorCode::IncompleteBody);
-        let mut r = reader(&[b"abc"], PayloadMode::Sha256(sigv4::EMPTY_SHA256.into()), None, 3);
-        assert_eq!(drain(&mut r).await.unwrap_err().code, S3ErrorCode::XAmzContentSHA256Mismatch);
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::IncompleteBody
+        );
+        let mut r = reader(
+            &[b"abc"],
+            PayloadMode::Sha256(sigv4::EMPTY_SHA256.into()),
+            None,
+            3,
+        );
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::XAmzContentSHA256Mismatch
+        );
         let mut r = reader(&[b"zz\r\n"], PayloadMode::StreamingUnsignedTrailer, None, 5);
-        assert_eq!(drain(&mut r).await.unwrap_err().code, S3ErrorCode::InvalidRequest);
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::InvalidRequest
+        );
     }
 }

@@ -70,7 +70,8 @@ impl ChecksumAlgorithm {
     }
 
     pub fn from_header(header: &str) -> Option<Self> {
-        ALL.into_iter().find(|a| a.header().eq_ignore_ascii_case(header))
+        ALL.into_iter()
+            .find(|a| a.header().eq_ignore_ascii_case(header))
     }
 
     fn crc(self) -> Option<CrcAlgorithm> {
@@ -194,14 +195,24 @@ mod tests {
         let d = b"123456789";
         assert_eq!(of(ChecksumAlgorithm::Crc32, d).1, Some(0xcbf43926));
         assert_eq!(of(ChecksumAlgorithm::Crc32c, d).1, Some(0xe3069283));
-        assert_eq!(of(ChecksumAlgorithm::Crc64Nvme, d).1, Some(0xae8b14860a799888));
-        assert_eq!(b64(&of(ChecksumAlgorithm::Crc32, b"hello world").0), "DUoRhQ==");
+        assert_eq!(
+            of(ChecksumAlgorithm::Crc64Nvme, d).1,
+            Some(0xae8b14860a799888)
+        );
+        assert_eq!(
+            b64(&of(ChecksumAlgorithm::Crc32, b"hello world").0),
+            "DUoRhQ=="
+        );
     }
 
     #[test]
     fn full_object_combination_matches_whole() {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
-        for alg in [ChecksumAlgorithm::Crc32, ChecksumAlgorithm::Crc32c, ChecksumAlgorithm::Crc64Nvme] {
+        for alg in [
+            ChecksumAlgorithm::Crc32,
+            ChecksumAlgorithm::Crc32c,
+            ChecksumAlgorithm::Crc64Nvme,
+        ] {
             let parts: Vec<(u64, u64)> = data
                 .chunks(30_000)
                 .map(|c| (of(alg, c).1.unwrap(), c.len() as u64))

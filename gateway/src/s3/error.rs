@@ -111,7 +111,10 @@ impl S3Error {
 
     pub fn internal(context: &str, e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "{context}");
-        Self::new(S3ErrorCode::InternalError, "We encountered an internal error. Please try again.")
+        Self::new(
+            S3ErrorCode::InternalError,
+            "We encountered an internal error. Please try again.",
+        )
     }
 }
 
@@ -123,9 +126,10 @@ impl From<packrat_index::IndexError> for S3Error {
                 S3ErrorCode::BucketAlreadyExists,
                 "The requested bucket name is not available.",
             ),
-            E::NoSuchBucket => {
-                S3Error::new(S3ErrorCode::NoSuchBucket, "The specified bucket does not exist")
-            }
+            E::NoSuchBucket => S3Error::new(
+                S3ErrorCode::NoSuchBucket,
+                "The specified bucket does not exist",
+            ),
             E::BucketNotEmpty => S3Error::new(
                 S3ErrorCode::BucketNotEmpty,
                 "The bucket you tried to delete is not empty",
@@ -171,18 +175,34 @@ mod tests {
             (S3ErrorCode::NoSuchBucket, "NoSuchBucket", 404),
             (S3ErrorCode::NoSuchUpload, "NoSuchUpload", 404),
             (S3ErrorCode::BucketNotEmpty, "BucketNotEmpty", 409),
-            (S3ErrorCode::BucketAlreadyOwnedByYou, "BucketAlreadyOwnedByYou", 409),
-            (S3ErrorCode::SignatureDoesNotMatch, "SignatureDoesNotMatch", 403),
+            (
+                S3ErrorCode::BucketAlreadyOwnedByYou,
+                "BucketAlreadyOwnedByYou",
+                409,
+            ),
+            (
+                S3ErrorCode::SignatureDoesNotMatch,
+                "SignatureDoesNotMatch",
+                403,
+            ),
             (S3ErrorCode::InvalidAccessKeyId, "InvalidAccessKeyId", 403),
             (S3ErrorCode::AccessDenied, "AccessDenied", 403),
-            (S3ErrorCode::RequestTimeTooSkewed, "RequestTimeTooSkewed", 403),
+            (
+                S3ErrorCode::RequestTimeTooSkewed,
+                "RequestTimeTooSkewed",
+                403,
+            ),
             (S3ErrorCode::InvalidRange, "InvalidRange", 416),
             (S3ErrorCode::PreconditionFailed, "PreconditionFailed", 412),
             (S3ErrorCode::NotModified, "NotModified", 304),
             (S3ErrorCode::NotImplemented, "NotImplemented", 501),
             (S3ErrorCode::InsufficientStorage, "InsufficientStorage", 507),
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
-            (S3ErrorCode::XAmzContentSHA256Mismatch, "XAmzContentSHA256Mismatch", 400),
+            (
+                S3ErrorCode::XAmzContentSHA256Mismatch,
+                "XAmzContentSHA256Mismatch",
+                400,
+            ),
         ];
         for (code, name, status) in cases {
             assert_eq!(code.parts(), (name, StatusCode::from_u16(status).unwrap()));

@@ -21,11 +21,34 @@ type R = S3Result<Response<RespBody>>;
 
 /// Sub-resources packrat does not implement; requests for them answer NotImplemented.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
-    "tagging", "policy", "cors", "lifecycle", "versioning", "versions", "website", "encryption",
-    "object-lock", "retention", "legal-hold", "attributes", "torrent", "replication", "logging",
-    "notification", "accelerate", "requestPayment", "ownershipControls", "publicAccessBlock",
-    "analytics", "metrics", "inventory", "intelligent-tiering", "select", "restore",
-    "policyStatus", "session",
+    "tagging",
+    "policy",
+    "cors",
+    "lifecycle",
+    "versioning",
+    "versions",
+    "website",
+    "encryption",
+    "object-lock",
+    "retention",
+    "legal-hold",
+    "attributes",
+    "torrent",
+    "replication",
+    "logging",
+    "notification",
+    "accelerate",
+    "requestPayment",
+    "ownershipControls",
+    "publicAccessBlock",
+    "analytics",
+    "metrics",
+    "inventory",
+    "intelligent-tiering",
+    "select",
+    "restore",
+    "policyStatus",
+    "session",
 ];
 
 fn now_ms() -> i64 {
@@ -64,7 +87,10 @@ fn no_such_key() -> S3Error {
 }
 
 fn no_such_bucket() -> S3Error {
-    err(S3ErrorCode::NoSuchBucket, "The specified bucket does not exist")
+    err(
+        S3ErrorCode::NoSuchBucket,
+        "The specified bucket does not exist",
+    )
 }
 
 fn no_such_upload() -> S3Error {
@@ -75,11 +101,11 @@ fn no_such_upload() -> S3Error {
 }
 
 fn xml_ok(x: Xml) -> R {
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::OK)
         .header("content-type", "application/xml")
         .body(full(x.finish()))
-        .map_err(|e| S3Error::internal("response", e))?)
+        .map_err(|e| S3Error::internal("response", e))
 }
 
 fn quoted(etag: &str) -> String {
@@ -94,7 +120,12 @@ enum Access {
 
 /// Loads a bucket and checks that the caller may use it. Anonymous callers may only read
 /// buckets made public-read; a user touches only its own buckets; the root key touches all.
-fn load_bucket(state: &AppState, req: &S3Request, name: &str, access: Access) -> S3Result<BucketRecord> {
+fn load_bucket(
+    state: &AppState,
+    req: &S3Request,
+    name: &str,
+    access: Access,
+) -> S3Result<BucketRecord> {
     let b = state.engine.index.get_bucket(name)?;
     match (&req.identity, b) {
         (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
@@ -135,37 +166,114 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
     match (bucket.as_deref(), key.as_deref()) {
         (None, _) => match m {
             Method::GET => ("ListBuckets", handle_list_buckets(state, &req).await),
-            _ => ("service", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+            _ => (
+                "service",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
         },
         (Some(b), None) => match m {
-            Method::PUT if req.has_q("acl") => ("PutBucketAcl", handle_put_bucket_acl(state, &req, b).await),
-            Method::PUT => ("CreateBucket", handle_create_bucket(state, &mut req, b).await),
+            Method::PUT if req.has_q("acl") => {
+                ("PutBucketAcl", handle_put_bucket_acl(state, &req, b).await)
+            }
+            Method::PUT => (
+                "CreateBucket",
+                handle_create_bucket(state, &mut req, b).await,
+            ),
             Method::HEAD => ("HeadBucket", handle_head_bucket(state, &req, b).await),
             Method::DELETE => ("DeleteBucket", handle_delete_bucket(state, &req, b).await),
-            Method::GET if req.has_q("location") => ("GetBucketLocation", handle_get_bucket_location(state, &req, b).await),
-            Method::GET if req.has_q("acl") => ("GetBucketAcl", handle_get_bucket_acl(state, &req, b).await),
-            Method::GET if req.has_q("uploads") => ("ListMultipartUploads", handle_list_multipart_uploads(state, &req, b).await),
+            Method::GET if req.has_q("location") => (
+                "GetBucketLocation",
+                handle_get_bucket_location(state, &req, b).await,
+            ),
+            Method::GET if req.has_q("acl") => {
+                ("GetBucketAcl", handle_get_bucket_acl(state, &req, b).await)
+            }
+            Method::GET if req.has_q("uploads") => (
+                "ListMultipartUploads",
+                handle_list_multipart_uploads(state, &req, b).await,
+            ),
             Method::GET => ("ListObjects", handle_list_objects(state, &req, b).await),
-            Method::POST if req.has_q("delete") => ("DeleteObjects", handle_delete_objects(state, &mut req, b).await),
-            _ => ("bucket", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+            Method::POST if req.has_q("delete") => (
+                "DeleteObjects",
+                handle_delete_objects(state, &mut req, b).await,
+            ),
+            _ => (
+                "bucket",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
         },
         (Some(b), Some(k)) => match m {
-            Method::PUT if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") => {
-                ("UploadPartCopy", handle_upload_part(state, &mut req, b, k, true).await)
+            Method::PUT
+                if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") =>
+            {
+                (
+                    "UploadPartCopy",
+                    handle_upload_part(state, &mut req, b, k, true).await,
+                )
             }
-            Method::PUT if req.has_q("uploadId") => ("UploadPart", handle_upload_part(state, &mut req, b, k, false).await),
-            Method::PUT if req.has_q("acl") => ("PutObjectAcl", Err(err(S3ErrorCode::NotImplemented, "packrat does not implement object ACLs"))),
-            Method::PUT if req.headers.contains_key("x-amz-copy-source") => ("CopyObject", handle_copy_object(state, &mut req, b, k).await),
+            Method::PUT if req.has_q("uploadId") => (
+                "UploadPart",
+                handle_upload_part(state, &mut req, b, k, false).await,
+            ),
+            Method::PUT if req.has_q("acl") => (
+                "PutObjectAcl",
+                Err(err(
+                    S3ErrorCode::NotImplemented,
+                    "packrat does not implement object ACLs",
+                )),
+            ),
+            Method::PUT if req.headers.contains_key("x-amz-copy-source") => (
+                "CopyObject",
+                handle_copy_object(state, &mut req, b, k).await,
+            ),
             Method::PUT => ("PutObject", handle_put_object(state, &mut req, b, k).await),
-            Method::GET if req.has_q("uploadId") => ("ListParts", handle_list_parts(state, &req, b, k).await),
-            Method::GET if req.has_q("acl") => ("GetObjectAcl", Err(err(S3ErrorCode::NotImplemented, "packrat does not implement object ACLs"))),
-            Method::GET => ("GetObject", handle_get_object(state, &req, b, k, false).await),
-            Method::HEAD => ("HeadObject", handle_get_object(state, &req, b, k, true).await),
-            Method::DELETE if req.has_q("uploadId") => ("AbortMultipartUpload", handle_abort_multipart_upload(state, &req, b, k).await),
-            Method::DELETE => ("DeleteObject", handle_delete_object(state, &req, b, k).await),
-            Method::POST if req.has_q("uploads") => ("CreateMultipartUpload", handle_create_multipart_upload(state, &req, b, k).await),
-            Method::POST if req.has_q("uploadId") => ("CompleteMultipartUpload", handle_complete_multipart_upload(state, &mut req, b, k).await),
-            _ => ("object", Err(err(S3ErrorCode::MethodNotAllowed, "The specified method is not allowed against this resource."))),
+            Method::GET if req.has_q("uploadId") => {
+                ("ListParts", handle_list_parts(state, &req, b, k).await)
+            }
+            Method::GET if req.has_q("acl") => (
+                "GetObjectAcl",
+                Err(err(
+                    S3ErrorCode::NotImplemented,
+                    "packrat does not implement object ACLs",
+                )),
+            ),
+            Method::GET => (
+                "GetObject",
+                handle_get_object(state, &req, b, k, false).await,
+            ),
+            Method::HEAD => (
+                "HeadObject",
+                handle_get_object(state, &req, b, k, true).await,
+            ),
+            Method::DELETE if req.has_q("uploadId") => (
+                "AbortMultipartUpload",
+                handle_abort_multipart_upload(state, &req, b, k).await,
+            ),
+            Method::DELETE => (
+                "DeleteObject",
+                handle_delete_object(state, &req, b, k).await,
+            ),
+            Method::POST if req.has_q("uploads") => (
+                "CreateMultipartUpload",
+                handle_create_multipart_upload(state, &req, b, k).await,
+            ),
+            Method::POST if req.has_q("uploadId") => (
+                "CompleteMultipartUpload",
+                handle_complete_multipart_upload(state, &mut req, b, k).await,
+            ),
+            _ => (
+                "object",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
         },
     }
 }
@@ -234,7 +342,10 @@ fn canned_acl_public(req: &S3Request) -> S3Result<Option<bool>> {
 async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: &str) -> R {
     let id = need_identity(req)?.clone();
     if !valid_bucket_name(name) {
-        return Err(err(S3ErrorCode::InvalidBucketName, "The specified bucket is not valid."));
+        return Err(err(
+            S3ErrorCode::InvalidBucketName,
+            "The specified bucket is not valid.",
+        ));
     }
     let public = canned_acl_public(req)?.unwrap_or(false);
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
@@ -245,7 +356,10 @@ async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: 
         {
             return Err(err(
                 S3ErrorCode::InvalidArgument,
-                format!("This server serves region '{}', not '{loc}'", state.config.region),
+                format!(
+                    "This server serves region '{}', not '{loc}'",
+                    state.config.region
+                ),
             ));
         }
     }
@@ -263,10 +377,10 @@ async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: 
     })
     .await?;
     match result {
-        Ok(_) => Ok(Response::builder()
+        Ok(_) => Response::builder()
             .header("location", format!("/{name}"))
             .body(empty())
-            .map_err(|e| S3Error::internal("response", e))?),
+            .map_err(|e| S3Error::internal("response", e)),
         Err(packrat_index::IndexError::BucketExists) => {
             let existing = state.engine.index.get_bucket(name)?;
             let me = need_identity(req)?;
@@ -288,10 +402,10 @@ async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: 
 
 async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     load_bucket(state, req, name, Access::Read)?;
-    Ok(Response::builder()
+    Response::builder()
         .header("x-amz-bucket-region", state.config.region.as_str())
         .body(empty())
-        .map_err(|e| S3Error::internal("response", e))?)
+        .map_err(|e| S3Error::internal("response", e))
 }
 
 async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
@@ -303,17 +417,21 @@ async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str
 }
 
 fn no_content() -> R {
-    Ok(Response::builder()
+    Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(empty())
-        .map_err(|e| S3Error::internal("response", e))?)
+        .map_err(|e| S3Error::internal("response", e))
 }
 
 async fn handle_get_bucket_location(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     load_bucket(state, req, name, Access::Read)?;
     let mut x = Xml::new();
     // us-east-1 is reported as an empty constraint, as S3 does.
-    let region = if state.config.region == "us-east-1" { "" } else { state.config.region.as_str() };
+    let region = if state.config.region == "us-east-1" {
+        ""
+    } else {
+        state.config.region.as_str()
+    };
     x.root("LocationConstraint");
     x.text(region);
     x.close("LocationConstraint");
@@ -365,7 +483,12 @@ fn parse_max(req: &S3Request, name: &str) -> S3Result<usize> {
             .ok()
             .filter(|n| *n >= 0)
             .map(|n| (n as usize).min(config::LIST_KEYS_MAX))
-            .ok_or_else(|| err(S3ErrorCode::InvalidArgument, format!("{name} must be a non-negative integer"))),
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::InvalidArgument,
+                    format!("{name} must be a non-negative integer"),
+                )
+            }),
     }
 }
 
@@ -378,9 +501,20 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
     let url = match req.q("encoding-type") {
         None => false,
         Some("url") => true,
-        Some(_) => return Err(err(S3ErrorCode::InvalidArgument, "Invalid Encoding Method specified in Request")),
+        Some(_) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "Invalid Encoding Method specified in Request",
+            ));
+        }
     };
-    let enc = |s: &str| if url { uri_encode(s.as_bytes(), true) } else { s.to_string() };
+    let enc = |s: &str| {
+        if url {
+            uri_encode(s.as_bytes(), true)
+        } else {
+            s.to_string()
+        }
+    };
     let token = req.q("continuation-token");
     let after: Option<String> = if v2 {
         match token {
@@ -388,9 +522,19 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
                 String::from_utf8(
                     base64::engine::general_purpose::URL_SAFE_NO_PAD
                         .decode(t)
-                        .map_err(|_| err(S3ErrorCode::InvalidArgument, "The continuation token provided is incorrect"))?,
+                        .map_err(|_| {
+                            err(
+                                S3ErrorCode::InvalidArgument,
+                                "The continuation token provided is incorrect",
+                            )
+                        })?,
                 )
-                .map_err(|_| err(S3ErrorCode::InvalidArgument, "The continuation token provided is incorrect"))?,
+                .map_err(|_| {
+                    err(
+                        S3ErrorCode::InvalidArgument,
+                        "The continuation token provided is incorrect",
+                    )
+                })?,
             ),
             None => req.q("start-after").map(str::to_string),
         }
@@ -401,8 +545,17 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
         packrat_index::ListPage::default()
     } else {
         let engine = state.engine.clone();
-        let (p, d, a) = (prefix.to_string(), delimiter.map(str::to_string), after.clone());
-        blocking(move || Ok(engine.index.list_objects(b.id, &p, d.as_deref(), a.as_deref(), max_keys)?)).await?
+        let (p, d, a) = (
+            prefix.to_string(),
+            delimiter.map(str::to_string),
+            after.clone(),
+        );
+        blocking(move || {
+            Ok(engine
+                .index
+                .list_objects(b.id, &p, d.as_deref(), a.as_deref(), max_keys)?)
+        })
+        .await?
     };
     let fetch_owner = !v2 || req.q("fetch-owner") == Some("true");
     let mut x = Xml::new();
@@ -424,7 +577,10 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
         if let Some(sa) = req.q("start-after") {
             x.elem("StartAfter", &enc(sa));
         }
-        x.elem("KeyCount", &(page.objects.len() + page.common_prefixes.len()).to_string());
+        x.elem(
+            "KeyCount",
+            &(page.objects.len() + page.common_prefixes.len()).to_string(),
+        );
         if page.truncated
             && let Some(last) = &page.last
         {
@@ -457,7 +613,10 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
             x.elem("DisplayName", &b.owner_name);
             x.close("Owner");
         }
-        x.elem("StorageClass", o.storage_class.as_deref().unwrap_or("STANDARD"));
+        x.elem(
+            "StorageClass",
+            o.storage_class.as_deref().unwrap_or("STANDARD"),
+        );
         x.close("Contents");
     }
     for cp in &page.common_prefixes {
@@ -500,7 +659,10 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
     if meta_bytes > config::USER_METADATA_BYTES_MAX {
         return Err(err(
             S3ErrorCode::MetadataTooLarge,
-            format!("Your metadata headers exceed the maximum allowed metadata size of {} bytes", config::USER_METADATA_BYTES_MAX),
+            format!(
+                "Your metadata headers exceed the maximum allowed metadata size of {} bytes",
+                config::USER_METADATA_BYTES_MAX
+            ),
         ));
     }
     user_meta.sort();
@@ -522,7 +684,10 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
             }
         }
     }
-    let storage_class = match headers.get("x-amz-storage-class").and_then(|v| v.to_str().ok()) {
+    let storage_class = match headers
+        .get("x-amz-storage-class")
+        .and_then(|v| v.to_str().ok())
+    {
         None | Some("STANDARD") => None,
         Some(c) => {
             return Err(err(
@@ -544,12 +709,17 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
 
 /// The checksum algorithm of a write and the value sent up front (header), if any. A
 /// trailer-announced checksum is verified when the body ends.
-fn requested_checksum(headers: &HeaderMap) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
+fn requested_checksum(
+    headers: &HeaderMap,
+) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
     let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
     for alg in checksum::ALL {
         if let Some(v) = headers.get(alg.header()).and_then(|v| v.to_str().ok()) {
             if found.is_some() {
-                return Err(err(S3ErrorCode::InvalidRequest, "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed."));
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
+                ));
             }
             found = Some((alg, checksum::decode_sent(alg, v)?));
         }
@@ -559,11 +729,17 @@ fn requested_checksum(headers: &HeaderMap) -> S3Result<(Option<ChecksumAlgorithm
     }
     if let Some(t) = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()) {
         let alg = ChecksumAlgorithm::from_header(t.trim()).ok_or_else(|| {
-            err(S3ErrorCode::InvalidRequest, format!("The trailer {t} is not a supported checksum"))
+            err(
+                S3ErrorCode::InvalidRequest,
+                format!("The trailer {t} is not a supported checksum"),
+            )
         })?;
         return Ok((Some(alg), None));
     }
-    match headers.get("x-amz-sdk-checksum-algorithm").and_then(|v| v.to_str().ok()) {
+    match headers
+        .get("x-amz-sdk-checksum-algorithm")
+        .and_then(|v| v.to_str().ok())
+    {
         Some(a) => Ok((Some(ChecksumAlgorithm::parse(a)?), None)),
         None => Ok((None, None)),
     }
@@ -577,7 +753,12 @@ fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
             .ok()
             .and_then(|b| <[u8; 16]>::try_from(b).ok())
             .map(Some)
-            .ok_or_else(|| err(S3ErrorCode::InvalidDigest, "The Content-MD5 you specified was invalid.")),
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::InvalidDigest,
+                    "The Content-MD5 you specified was invalid.",
+                )
+            }),
     }
 }
 
@@ -586,7 +767,10 @@ fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
     if let Some(v) = inm
         && v.trim() != "*"
     {
-        return Err(err(S3ErrorCode::NotImplemented, "If-None-Match on writes supports only '*'"));
+        return Err(err(
+            S3ErrorCode::NotImplemented,
+            "If-None-Match on writes supports only '*'",
+        ));
     }
     Ok(WriteCondition {
         if_none_match_any: inm.is_some(),
@@ -597,7 +781,9 @@ fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
     })
 }
 
-fn stored_checksum(c: &Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>) -> Option<StoredChecksum> {
+fn stored_checksum(
+    c: &Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>,
+) -> Option<StoredChecksum> {
     c.as_ref().map(|(alg, bytes, _)| StoredChecksum {
         algorithm: alg.name().to_string(),
         value: checksum::b64(bytes),
@@ -605,7 +791,10 @@ fn stored_checksum(c: &Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>) -> Opt
     })
 }
 
-fn checksum_headers(mut b: http::response::Builder, c: &Option<StoredChecksum>) -> http::response::Builder {
+fn checksum_headers(
+    mut b: http::response::Builder,
+    c: &Option<StoredChecksum>,
+) -> http::response::Builder {
     if let Some(c) = c
         && let Ok(alg) = ChecksumAlgorithm::parse(&c.algorithm)
     {
@@ -615,19 +804,35 @@ fn checksum_headers(mut b: http::response::Builder, c: &Option<StoredChecksum>) 
     b
 }
 
-async fn handle_put_object(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+async fn handle_put_object(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     if req.header("x-amz-meta-snowball-auto-extract") == Some("true") {
-        return Err(err(S3ErrorCode::NotImplemented, "Batch PUT (snowball auto-extract) is not implemented yet"));
+        return Err(err(
+            S3ErrorCode::NotImplemented,
+            "Batch PUT (snowball auto-extract) is not implemented yet",
+        ));
     }
-    if !req.headers.contains_key("content-length") && !req.headers.contains_key("x-amz-decoded-content-length") {
-        return Err(err(S3ErrorCode::MissingContentLength, "You must provide the Content-Length HTTP header."));
+    if !req.headers.contains_key("content-length")
+        && !req.headers.contains_key("x-amz-decoded-content-length")
+    {
+        return Err(err(
+            S3ErrorCode::MissingContentLength,
+            "You must provide the Content-Length HTTP header.",
+        ));
     }
     let meta = object_meta(&req.headers)?;
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
-    let w = state.engine.write_stream(Source::Body(&mut req.body), alg, sent, md5).await?;
+    let w = state
+        .engine
+        .write_stream(Source::Body(&mut req.body), alg, sent, md5)
+        .await?;
     let rec = ObjectRecord {
         record_id: w.record_id,
         size: w.size,
@@ -658,7 +863,10 @@ fn copy_source(req: &S3Request) -> S3Result<(String, String)> {
     let s = decoded.strip_prefix('/').unwrap_or(&decoded);
     match s.split_once('/') {
         Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
-        _ => Err(err(S3ErrorCode::InvalidArgument, "Copy Source must mention the source bucket and key: sourcebucket/sourcekey")),
+        _ => Err(err(
+            S3ErrorCode::InvalidArgument,
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+        )),
     }
 }
 
@@ -666,8 +874,17 @@ fn copy_source(req: &S3Request) -> S3Result<(String, String)> {
 fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, String, ObjectRecord)> {
     let (sb, sk) = copy_source(req)?;
     let sbucket = load_bucket(state, req, &sb, Access::Read)?;
-    let src = state.engine.index.get_object(sbucket.id, &sk)?.ok_or_else(no_such_key)?;
-    let pre = || err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold");
+    let src = state
+        .engine
+        .index
+        .get_object(sbucket.id, &sk)?
+        .ok_or_else(no_such_key)?;
+    let pre = || {
+        err(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
+    };
     if let Some(m) = req.header("x-amz-copy-source-if-match")
         && !engine::etag_matches(m, &src.etag)
     {
@@ -679,12 +896,16 @@ fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, Stri
         return Err(pre());
     }
     let secs = src.last_modified_ms / 1000;
-    if let Some(t) = req.header("x-amz-copy-source-if-unmodified-since").and_then(parse_http_date)
+    if let Some(t) = req
+        .header("x-amz-copy-source-if-unmodified-since")
+        .and_then(parse_http_date)
         && secs > t
     {
         return Err(pre());
     }
-    if let Some(t) = req.header("x-amz-copy-source-if-modified-since").and_then(parse_http_date)
+    if let Some(t) = req
+        .header("x-amz-copy-source-if-modified-since")
+        .and_then(parse_http_date)
         && secs <= t
     {
         return Err(pre());
@@ -692,13 +913,23 @@ fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, Stri
     Ok((sb, sk, src))
 }
 
-async fn handle_copy_object(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+async fn handle_copy_object(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let (sb, sk, src) = load_copy_source(state, req)?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
-        Some(_) => return Err(err(S3ErrorCode::InvalidArgument, "Unknown metadata directive.")),
+        Some(_) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "Unknown metadata directive.",
+            ));
+        }
     };
     if sb == bname && sk == key && !replace && !req.headers.contains_key("x-amz-storage-class") {
         return Err(err(
@@ -726,7 +957,10 @@ async fn handle_copy_object(state: &Arc<AppState>, req: &mut S3Request, bname: &
     };
     let size = src.size;
     let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
-    let w = state.engine.write_stream(Source::Object(reader), alg, None, None).await?;
+    let w = state
+        .engine
+        .write_stream(Source::Object(reader), alg, None, None)
+        .await?;
     let rec = ObjectRecord {
         record_id: w.record_id,
         size: w.size,
@@ -766,19 +1000,28 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
     if let Some(want) = content_md5(&req.headers)?
         && <[u8; 16]>::from(Md5::digest(&body)) != want
     {
-        return Err(err(S3ErrorCode::BadDigest, "The Content-MD5 you specified did not match what we received."));
+        return Err(err(
+            S3ErrorCode::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ));
     }
     let (alg, sent) = requested_checksum(&req.headers)?;
     if let (Some(alg), Some(sent)) = (alg, sent) {
         let mut h = checksum::Hasher::new(alg);
         h.update(&body);
         if h.finish().0 != sent {
-            return Err(err(S3ErrorCode::BadDigest, "The checksum you specified did not match what we received."));
+            return Err(err(
+                S3ErrorCode::BadDigest,
+                "The checksum you specified did not match what we received.",
+            ));
         }
     }
     let d: xml::Delete = xml::parse(&body)?;
     if d.objects.len() > config::DELETE_OBJECTS_KEYS_MAX {
-        return Err(err(S3ErrorCode::MalformedXML, "A DeleteObjects request may name at most 1000 keys"));
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            "A DeleteObjects request may name at most 1000 keys",
+        ));
     }
     let quiet = d.quiet.unwrap_or(false);
     let mut x = Xml::new();
@@ -787,7 +1030,10 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
         let r = if o.key.is_empty() || o.key.len() > config::KEY_BYTES_MAX {
             Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
         } else if o.version_id.as_deref().is_some_and(|v| v != "null") {
-            Err(err(S3ErrorCode::NotImplemented, "packrat does not keep object versions"))
+            Err(err(
+                S3ErrorCode::NotImplemented,
+                "packrat does not keep object versions",
+            ))
         } else {
             state.engine.delete_object(b.id, &o.key).await
         };
@@ -817,25 +1063,36 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
 /// `Ok(None)` means serve the whole object (no header, or one S3 ignores).
 pub fn resolve_range(header: Option<&str>, size: u64) -> S3Result<Option<(u64, u64)>> {
     let Some(h) = header else { return Ok(None) };
-    let Some(spec) = h.trim().strip_prefix("bytes=") else { return Ok(None) };
+    let Some(spec) = h.trim().strip_prefix("bytes=") else {
+        return Ok(None);
+    };
     if spec.contains(',') {
         // Several ranges: S3 answers with the whole object.
         return Ok(None);
     }
-    let Some((a, b)) = spec.split_once('-') else { return Ok(None) };
+    let Some((a, b)) = spec.split_once('-') else {
+        return Ok(None);
+    };
     let (a, b) = (a.trim(), b.trim());
     let unsatisfiable = || {
-        err(S3ErrorCode::InvalidRange, "The requested range is not satisfiable")
-            .with_header("content-range", format!("bytes */{size}"))
+        err(
+            S3ErrorCode::InvalidRange,
+            "The requested range is not satisfiable",
+        )
+        .with_header("content-range", format!("bytes */{size}"))
     };
     if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else { return Ok(None) };
+        let Ok(n) = b.parse::<u64>() else {
+            return Ok(None);
+        };
         if n == 0 {
             return Err(unsatisfiable());
         }
         return Ok(Some((size.saturating_sub(n), size)));
     }
-    let Ok(start) = a.parse::<u64>() else { return Ok(None) };
+    let Ok(start) = a.parse::<u64>() else {
+        return Ok(None);
+    };
     let end = if b.is_empty() {
         size
     } else {
@@ -861,7 +1118,12 @@ fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
             .with_header("etag", etag.clone())
             .with_header("last-modified", lm.clone())
     };
-    let failed = || err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold");
+    let failed = || {
+        err(
+            S3ErrorCode::PreconditionFailed,
+            "At least one of the pre-conditions you specified did not hold",
+        )
+    };
     let if_match = req.header("if-match");
     if let Some(m) = if_match
         && !engine::etag_matches(m, &obj.etag)
@@ -889,31 +1151,53 @@ fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
     Ok(())
 }
 
-async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str, head: bool) -> R {
+async fn handle_get_object(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+    head: bool,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Read)?;
-    let obj = state.engine.index.get_object(b.id, key)?.ok_or_else(no_such_key)?;
+    let obj = state
+        .engine
+        .index
+        .get_object(b.id, key)?
+        .ok_or_else(no_such_key)?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
         None => None,
         Some(p) => Some(p.parse::<u32>().ok().filter(|n| *n >= 1).ok_or_else(|| {
-            err(S3ErrorCode::InvalidArgument, "Part number must be an integer between 1 and 10000, inclusive")
+            err(
+                S3ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
         })?),
     };
     let size = obj.size;
     let range = match part_number {
         Some(n) => {
             if req.headers.contains_key("range") {
-                return Err(err(S3ErrorCode::InvalidRequest, "Cannot specify both Range header and partNumber query parameter"));
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    "Cannot specify both Range header and partNumber query parameter",
+                ));
             }
             if obj.parts.is_empty() {
                 if n != 1 {
-                    return Err(err(S3ErrorCode::InvalidPart, "The requested partnumber is not satisfiable"));
+                    return Err(err(
+                        S3ErrorCode::InvalidPart,
+                        "The requested partnumber is not satisfiable",
+                    ));
                 }
                 None
             } else {
                 let idx = n as usize - 1;
                 let Some(_) = obj.parts.get(idx) else {
-                    return Err(err(S3ErrorCode::InvalidPart, "The requested partnumber is not satisfiable"));
+                    return Err(err(
+                        S3ErrorCode::InvalidPart,
+                        "The requested partnumber is not satisfiable",
+                    ));
                 };
                 let start: u64 = obj.parts[..idx].iter().map(|p| p.size).sum();
                 Some((start, start + obj.parts[idx].size))
@@ -923,13 +1207,20 @@ async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     };
     let (start, end) = range.unwrap_or((0, size));
     let mut rb = Response::builder()
-        .status(if range.is_some() { StatusCode::PARTIAL_CONTENT } else { StatusCode::OK })
+        .status(if range.is_some() {
+            StatusCode::PARTIAL_CONTENT
+        } else {
+            StatusCode::OK
+        })
         .header("content-length", (end - start).to_string())
         .header("etag", quoted(&obj.etag))
         .header("last-modified", http_date(obj.last_modified_ms))
         .header("accept-ranges", "bytes");
     if range.is_some() && size > 0 {
-        rb = rb.header("content-range", format!("bytes {start}-{}/{size}", end.saturating_sub(1)));
+        rb = rb.header(
+            "content-range",
+            format!("bytes {start}-{}/{size}", end.saturating_sub(1)),
+        );
     }
     if part_number.is_some() && !obj.parts.is_empty() {
         rb = rb.header("x-amz-mp-parts-count", obj.parts.len().to_string());
@@ -940,7 +1231,12 @@ async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, 
         .unwrap_or_else(|| "binary/octet-stream".to_string());
     rb = rb.header("content-type", ct);
     for h in STORED_HEADERS {
-        let v = override_of(h).or_else(|| obj.headers.iter().find(|(k, _)| k == h).map(|(_, v)| v.clone()));
+        let v = override_of(h).or_else(|| {
+            obj.headers
+                .iter()
+                .find(|(k, _)| k == h)
+                .map(|(_, v)| v.clone())
+        });
         if let Some(v) = v {
             rb = rb.header(h, v);
         }
@@ -951,13 +1247,17 @@ async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     if let Some(c) = &obj.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());
     }
-    if req.header("x-amz-checksum-mode").is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
+    if req
+        .header("x-amz-checksum-mode")
+        .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
         && range.is_none()
     {
         rb = checksum_headers(rb, &obj.checksum);
     }
     if head {
-        return rb.body(empty()).map_err(|e| S3Error::internal("response", e));
+        return rb
+            .body(empty())
+            .map_err(|e| S3Error::internal("response", e));
     }
     let obj = Arc::new(obj);
     let mut reader = ObjectReader::new(state.engine.clone(), obj.clone(), start, end);
@@ -966,7 +1266,9 @@ async fn handle_get_object(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     // the connection so the client sees a short body, never wrong bytes.
     if obj.chunks.len() <= 1 {
         let data = reader.next().await?.unwrap_or_default();
-        return rb.body(full(data)).map_err(|e| S3Error::internal("response", e));
+        return rb
+            .body(full(data))
+            .map_err(|e| S3Error::internal("response", e));
     }
     let stream = futures_util::stream::unfold(reader, |mut r| async move {
         match r.next().await {
@@ -985,32 +1287,60 @@ fn new_upload_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-fn load_upload(state: &AppState, req: &S3Request, b: &BucketRecord, key: &str) -> S3Result<UploadRecord> {
+fn load_upload(
+    state: &AppState,
+    req: &S3Request,
+    b: &BucketRecord,
+    key: &str,
+) -> S3Result<UploadRecord> {
     let id = req.q("uploadId").unwrap_or("");
     if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
         return Err(no_such_upload());
     }
-    state.engine.index.get_upload(b.id, key, id)?.ok_or_else(no_such_upload)
+    state
+        .engine
+        .index
+        .get_upload(b.id, key, id)?
+        .ok_or_else(no_such_upload)
 }
 
-async fn handle_create_multipart_upload(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+async fn handle_create_multipart_upload(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let id = need_identity(req)?;
     let meta = object_meta(&req.headers)?;
-    let alg = req.header("x-amz-checksum-algorithm").map(ChecksumAlgorithm::parse).transpose()?;
+    let alg = req
+        .header("x-amz-checksum-algorithm")
+        .map(ChecksumAlgorithm::parse)
+        .transpose()?;
     let kind = match (req.header("x-amz-checksum-type"), alg) {
         (_, None) => None,
         (Some("FULL_OBJECT"), Some(a)) if a.is_crc() => Some("FULL_OBJECT"),
         (Some("FULL_OBJECT"), Some(_)) => {
-            return Err(err(S3ErrorCode::InvalidRequest, "The FULL_OBJECT checksum type needs a CRC algorithm"));
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "The FULL_OBJECT checksum type needs a CRC algorithm",
+            ));
         }
         (Some("COMPOSITE"), Some(ChecksumAlgorithm::Crc64Nvme)) => {
-            return Err(err(S3ErrorCode::InvalidRequest, "CRC64NVME supports only the FULL_OBJECT checksum type"));
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "CRC64NVME supports only the FULL_OBJECT checksum type",
+            ));
         }
         (Some("COMPOSITE"), Some(_)) => Some("COMPOSITE"),
         (None, Some(ChecksumAlgorithm::Crc64Nvme)) => Some("FULL_OBJECT"),
         (None, Some(_)) => Some("COMPOSITE"),
-        (Some(_), Some(_)) => return Err(err(S3ErrorCode::InvalidRequest, "Unknown x-amz-checksum-type")),
+        (Some(_), Some(_)) => {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "Unknown x-amz-checksum-type",
+            ));
+        }
     };
     let rec = UploadRecord {
         upload_id: new_upload_id(),
@@ -1036,34 +1366,65 @@ async fn handle_create_multipart_upload(state: &Arc<AppState>, req: &S3Request, 
     x.close("InitiateMultipartUploadResult");
     let mut rb = Response::builder().header("content-type", "application/xml");
     if let (Some(a), Some(k)) = (alg, kind) {
-        rb = rb.header("x-amz-checksum-algorithm", a.name()).header("x-amz-checksum-type", k);
+        rb = rb
+            .header("x-amz-checksum-algorithm", a.name())
+            .header("x-amz-checksum-type", k);
     }
-    rb.body(full(x.finish())).map_err(|e| S3Error::internal("response", e))
+    rb.body(full(x.finish()))
+        .map_err(|e| S3Error::internal("response", e))
 }
 
-async fn handle_upload_part(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str, copy: bool) -> R {
+async fn handle_upload_part(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+    copy: bool,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let part_number = req
         .q("partNumber")
         .and_then(|p| p.parse::<u32>().ok())
         .filter(|n| (1..=config::PARTS_MAX).contains(n))
-        .ok_or_else(|| err(S3ErrorCode::InvalidArgument, "Part number must be an integer between 1 and 10000, inclusive"))?;
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })?;
     let upload = load_upload(state, req, &b, key)?;
-    let upload_alg = upload.checksum_algorithm.as_deref().map(ChecksumAlgorithm::parse).transpose()?;
+    let upload_alg = upload
+        .checksum_algorithm
+        .as_deref()
+        .map(ChecksumAlgorithm::parse)
+        .transpose()?;
     let w = if copy {
         let (_, _, src) = load_copy_source(state, req)?;
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src.size),
             Some(r) => match resolve_range(Some(r), src.size) {
                 Ok(Some(r)) => r,
-                _ => return Err(err(S3ErrorCode::InvalidArgument, "The x-amz-copy-source-range value must be of the form bytes=first-last within the source object")),
+                _ => {
+                    return Err(err(
+                        S3ErrorCode::InvalidArgument,
+                        "The x-amz-copy-source-range value must be of the form bytes=first-last within the source object",
+                    ));
+                }
             },
         };
         let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), start, end);
-        state.engine.write_stream(Source::Object(reader), upload_alg, None, None).await?
+        state
+            .engine
+            .write_stream(Source::Object(reader), upload_alg, None, None)
+            .await?
     } else {
-        if !req.headers.contains_key("content-length") && !req.headers.contains_key("x-amz-decoded-content-length") {
-            return Err(err(S3ErrorCode::MissingContentLength, "You must provide the Content-Length HTTP header."));
+        if !req.headers.contains_key("content-length")
+            && !req.headers.contains_key("x-amz-decoded-content-length")
+        {
+            return Err(err(
+                S3ErrorCode::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            ));
         }
         let (alg, sent) = requested_checksum(&req.headers)?;
         if let (Some(a), Some(u)) = (alg, upload_alg)
@@ -1071,11 +1432,18 @@ async fn handle_upload_part(state: &Arc<AppState>, req: &mut S3Request, bname: &
         {
             return Err(err(
                 S3ErrorCode::InvalidRequest,
-                format!("Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum Type: {}", u.name(), a.name()),
+                format!(
+                    "Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum Type: {}",
+                    u.name(),
+                    a.name()
+                ),
             ));
         }
         let md5 = content_md5(&req.headers)?;
-        state.engine.write_stream(Source::Body(&mut req.body), alg.or(upload_alg), sent, md5).await?
+        state
+            .engine
+            .write_stream(Source::Body(&mut req.body), alg.or(upload_alg), sent, md5)
+            .await?
     };
     let part = PartRecord {
         part_number,
@@ -1111,10 +1479,16 @@ async fn handle_upload_part(state: &Arc<AppState>, req: &mut S3Request, bname: &
     {
         rb = rb.header(a.header(), c.value.as_str());
     }
-    rb.body(empty()).map_err(|e| S3Error::internal("response", e))
+    rb.body(empty())
+        .map_err(|e| S3Error::internal("response", e))
 }
 
-async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Request, bname: &str, key: &str) -> R {
+async fn handle_complete_multipart_upload(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
@@ -1122,18 +1496,41 @@ async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Req
     let upload = load_upload(state, req, &b, key)?;
     let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
     if doc.parts.is_empty() {
-        return Err(err(S3ErrorCode::MalformedXML, "You must specify at least one part"));
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            "You must specify at least one part",
+        ));
     }
-    let stored = state.engine.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
-    let by_number: std::collections::HashMap<u32, &PartRecord> = stored.iter().map(|p| (p.part_number, p)).collect();
-    let alg = upload.checksum_algorithm.as_deref().map(ChecksumAlgorithm::parse).transpose()?;
+    let stored = state
+        .engine
+        .index
+        .list_parts(&upload.upload_id, 0, usize::MAX)?;
+    let by_number: std::collections::HashMap<u32, &PartRecord> =
+        stored.iter().map(|p| (p.part_number, p)).collect();
+    let alg = upload
+        .checksum_algorithm
+        .as_deref()
+        .map(ChecksumAlgorithm::parse)
+        .transpose()?;
     let mut md5s = Vec::with_capacity(doc.parts.len() * 16);
     let mut chosen: Vec<&PartRecord> = Vec::new();
-    if doc.parts.windows(2).any(|w| w[0].part_number >= w[1].part_number) {
-        return Err(err(S3ErrorCode::InvalidPartOrder, "The list of parts was not in ascending order. The parts list must be specified in order by part number."));
+    if doc
+        .parts
+        .windows(2)
+        .any(|w| w[0].part_number >= w[1].part_number)
+    {
+        return Err(err(
+            S3ErrorCode::InvalidPartOrder,
+            "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+        ));
     }
     for (i, p) in doc.parts.iter().enumerate() {
-        let invalid = || err(S3ErrorCode::InvalidPart, "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.");
+        let invalid = || {
+            err(
+                S3ErrorCode::InvalidPart,
+                "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+            )
+        };
         let sp = by_number.get(&p.part_number).ok_or_else(invalid)?;
         if p.etag.trim().trim_matches('"') != sp.etag {
             return Err(invalid());
@@ -1147,32 +1544,65 @@ async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Req
         ];
         for (a, v) in sent {
             if let Some(v) = v
-                && sp.checksum.as_ref().is_some_and(|c| c.algorithm == a.name() && c.value != *v)
+                && sp
+                    .checksum
+                    .as_ref()
+                    .is_some_and(|c| c.algorithm == a.name() && c.value != *v)
             {
-                return Err(err(S3ErrorCode::InvalidPart, format!("The checksum of part {} does not match", p.part_number)));
+                return Err(err(
+                    S3ErrorCode::InvalidPart,
+                    format!("The checksum of part {} does not match", p.part_number),
+                ));
             }
         }
         if i + 1 < doc.parts.len() && sp.size < config::PART_BYTES_MIN {
-            return Err(err(S3ErrorCode::EntityTooSmall, "Your proposed upload is smaller than the minimum allowed object size."));
+            return Err(err(
+                S3ErrorCode::EntityTooSmall,
+                "Your proposed upload is smaller than the minimum allowed object size.",
+            ));
         }
-        md5s.extend_from_slice(&hex::decode(&sp.etag).map_err(|e| S3Error::internal("part etag", e))?);
+        md5s.extend_from_slice(
+            &hex::decode(&sp.etag).map_err(|e| S3Error::internal("part etag", e))?,
+        );
         chosen.push(sp);
     }
     let n = chosen.len();
     let etag = format!("{}-{n}", hex::encode(Md5::digest(&md5s)));
     let checksum = match (alg, upload.checksum_type.as_deref()) {
         (Some(a), Some(kind)) => {
-            if chosen.iter().any(|p| p.checksum.as_ref().is_none_or(|c| c.algorithm != a.name())) {
+            if chosen
+                .iter()
+                .any(|p| p.checksum.as_ref().is_none_or(|c| c.algorithm != a.name()))
+            {
                 None
             } else if kind == "FULL_OBJECT" {
-                let crcs: Vec<(u64, u64)> = chosen.iter().map(|p| (p.crc.unwrap_or(0), p.size)).collect();
-                checksum::combine_full(a, &crcs).map(|value| StoredChecksum { algorithm: a.name().into(), value, kind: kind.into() })
+                let crcs: Vec<(u64, u64)> = chosen
+                    .iter()
+                    .map(|p| (p.crc.unwrap_or(0), p.size))
+                    .collect();
+                checksum::combine_full(a, &crcs).map(|value| StoredChecksum {
+                    algorithm: a.name().into(),
+                    value,
+                    kind: kind.into(),
+                })
             } else {
                 let raws: S3Result<Vec<Vec<u8>>> = chosen
                     .iter()
-                    .map(|p| checksum::decode_sent(a, &p.checksum.as_ref().map(|c| c.value.clone()).unwrap_or_default()))
+                    .map(|p| {
+                        checksum::decode_sent(
+                            a,
+                            &p.checksum
+                                .as_ref()
+                                .map(|c| c.value.clone())
+                                .unwrap_or_default(),
+                        )
+                    })
                     .collect();
-                Some(StoredChecksum { algorithm: a.name().into(), value: checksum::composite(a, &raws?), kind: kind.into() })
+                Some(StoredChecksum {
+                    algorithm: a.name().into(),
+                    value: checksum::composite(a, &raws?),
+                    kind: kind.into(),
+                })
             }
         }
         _ => None,
@@ -1187,25 +1617,42 @@ async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Req
         user_meta: upload.user_meta.clone(),
         checksum: checksum.clone(),
         storage_class: upload.storage_class.clone(),
-        chunks: chosen.iter().flat_map(|p| p.chunks.iter().copied()).collect(),
+        chunks: chosen
+            .iter()
+            .flat_map(|p| p.chunks.iter().copied())
+            .collect(),
         parts: chosen
             .iter()
-            .map(|p| PartExtent { record_id: p.record_id, chunk_count: p.chunks.len() as u32, size: p.size })
+            .map(|p| PartExtent {
+                record_id: p.record_id,
+                chunk_count: p.chunks.len() as u32,
+                size: p.size,
+            })
             .collect(),
     };
     if cond.if_none_match_any || cond.if_match.is_some() {
         let current = state.engine.index.get_object(b.id, key)?;
         let holds = (!cond.if_none_match_any || current.is_none())
-            && cond.if_match.as_ref().is_none_or(|m| current.as_ref().is_some_and(|c| engine::etag_matches(m, &c.etag)));
+            && cond.if_match.as_ref().is_none_or(|m| {
+                current
+                    .as_ref()
+                    .is_some_and(|c| engine::etag_matches(m, &c.etag))
+            });
         if !holds {
-            return Err(err(S3ErrorCode::PreconditionFailed, "At least one of the pre-conditions you specified did not hold"));
+            return Err(err(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            ));
         }
     }
     let engine = state.engine.clone();
     blocking(move || Ok(engine.index.complete_upload(&upload, &rec)?)).await?;
     let mut x = Xml::new();
     x.root("CompleteMultipartUploadResult");
-    x.elem("Location", &format!("/{bname}/{}", uri_encode(key.as_bytes(), true)));
+    x.elem(
+        "Location",
+        &format!("/{bname}/{}", uri_encode(key.as_bytes(), true)),
+    );
     x.elem("Bucket", bname);
     x.elem("Key", key);
     x.elem("ETag", &quoted(&etag));
@@ -1219,7 +1666,12 @@ async fn handle_complete_multipart_upload(state: &Arc<AppState>, req: &mut S3Req
     xml_ok(x)
 }
 
-async fn handle_abort_multipart_upload(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
+async fn handle_abort_multipart_upload(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let _g = state.engine.key_lock(b.id, key).lock().await;
     let upload = load_upload(state, req, &b, key)?;
@@ -1241,9 +1693,17 @@ async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     let max = parse_max(req, "max-parts")?;
     let marker: u32 = match req.q("part-number-marker") {
         None => 0,
-        Some(m) => m.parse().map_err(|_| err(S3ErrorCode::InvalidArgument, "part-number-marker must be an integer"))?,
+        Some(m) => m.parse().map_err(|_| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                "part-number-marker must be an integer",
+            )
+        })?,
     };
-    let mut parts = state.engine.index.list_parts(&upload.upload_id, marker, max + 1)?;
+    let mut parts = state
+        .engine
+        .index
+        .list_parts(&upload.upload_id, marker, max + 1)?;
     let truncated = parts.len() > max;
     parts.truncate(max);
     let mut x = Xml::new();
@@ -1253,7 +1713,10 @@ async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     x.elem("UploadId", &upload.upload_id);
     owner_xml(&mut x, "Initiator", &b);
     owner_xml(&mut x, "Owner", &b);
-    x.elem("StorageClass", upload.storage_class.as_deref().unwrap_or("STANDARD"));
+    x.elem(
+        "StorageClass",
+        upload.storage_class.as_deref().unwrap_or("STANDARD"),
+    );
     x.elem("PartNumberMarker", &marker.to_string());
     if let Some(last) = parts.last() {
         x.elem("NextPartNumberMarker", &last.part_number.to_string());
@@ -1290,7 +1753,10 @@ async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, b
     let max = parse_max(req, "max-uploads")?;
     let km = req.q("key-marker").filter(|s| !s.is_empty());
     let um = req.q("upload-id-marker").filter(|s| !s.is_empty());
-    let page = state.engine.index.list_uploads(b.id, prefix, delimiter, km, um, max)?;
+    let page = state
+        .engine
+        .index
+        .list_uploads(b.id, prefix, delimiter, km, um, max)?;
     let mut x = Xml::new();
     x.root("ListMultipartUploadsResult");
     x.elem("Bucket", bname);
@@ -1312,7 +1778,10 @@ async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, b
         x.elem("UploadId", &u.upload_id);
         owner_xml(&mut x, "Initiator", &b);
         owner_xml(&mut x, "Owner", &b);
-        x.elem("StorageClass", u.storage_class.as_deref().unwrap_or("STANDARD"));
+        x.elem(
+            "StorageClass",
+            u.storage_class.as_deref().unwrap_or("STANDARD"),
+        );
         x.elem("Initiated", &iso8601(u.initiated_ms));
         if let Some(a) = &u.checksum_algorithm {
             x.elem("ChecksumAlgorithm", a);
@@ -1337,22 +1806,53 @@ mod tests {
         for ok in ["abc", "my-bucket.data", "a1b", "0ab"] {
             assert!(valid_bucket_name(ok), "{ok}");
         }
-        for bad in ["ab", "ABC", "-abc", "abc-", "a..b", "192.168.1.1", "a_b", "xn--abc", &"a".repeat(64)] {
+        for bad in [
+            "ab",
+            "ABC",
+            "-abc",
+            "abc-",
+            "a..b",
+            "192.168.1.1",
+            "a_b",
+            "xn--abc",
+            &"a".repeat(64),
+        ] {
             assert!(!valid_bucket_name(bad), "{bad}");
         }
     }
 
     #[test]
     fn ranges() {
-        assert_eq!(resolve_range(Some("bytes=0-9"), 100).unwrap(), Some((0, 10)));
-        assert_eq!(resolve_range(Some("bytes=90-"), 100).unwrap(), Some((90, 100)));
-        assert_eq!(resolve_range(Some("bytes=-10"), 100).unwrap(), Some((90, 100)));
-        assert_eq!(resolve_range(Some("bytes=-500"), 100).unwrap(), Some((0, 100)));
-        assert_eq!(resolve_range(Some("bytes=50-500"), 100).unwrap(), Some((50, 100)));
+        assert_eq!(
+            resolve_range(Some("bytes=0-9"), 100).unwrap(),
+            Some((0, 10))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=90-"), 100).unwrap(),
+            Some((90, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=-10"), 100).unwrap(),
+            Some((90, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=-500"), 100).unwrap(),
+            Some((0, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=50-500"), 100).unwrap(),
+            Some((50, 100))
+        );
         assert_eq!(resolve_range(Some("bytes=0-1,5-6"), 100).unwrap(), None);
         assert_eq!(resolve_range(Some("items=0-1"), 100).unwrap(), None);
         assert_eq!(resolve_range(Some("bytes=9-3"), 100).unwrap(), None);
-        assert_eq!(resolve_range(Some("bytes=100-"), 100).unwrap_err().code, S3ErrorCode::InvalidRange);
-        assert_eq!(resolve_range(Some("bytes=0-0"), 0).unwrap_err().code, S3ErrorCode::InvalidRange);
+        assert_eq!(
+            resolve_range(Some("bytes=100-"), 100).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=0-0"), 0).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
     }
 }

@@ -90,8 +90,16 @@ pub fn uri_encode(input: &[u8], keep_slash: bool) -> String {
             b'/' if keep_slash => out.push('/'),
             _ => {
                 out.push('%');
-                out.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0').to_ascii_uppercase());
-                out.push(char::from_digit((b & 15) as u32, 16).unwrap_or('0').to_ascii_uppercase());
+                out.push(
+                    char::from_digit((b >> 4) as u32, 16)
+                        .unwrap_or('0')
+                        .to_ascii_uppercase(),
+                );
+                out.push(
+                    char::from_digit((b & 15) as u32, 16)
+                        .unwrap_or('0')
+                        .to_ascii_uppercase(),
+                );
             }
         }
     }
@@ -219,7 +227,10 @@ pub struct SignatureClaim {
 
 impl SignatureClaim {
     pub fn scope(&self) -> String {
-        format!("{}/{}/{}/aws4_request", self.date, self.region, self.service)
+        format!(
+            "{}/{}/{}/aws4_request",
+            self.date, self.region, self.service
+        )
     }
 }
 
@@ -237,7 +248,9 @@ fn parse_credential(cred: &str, query: bool) -> S3Result<(String, String, String
     };
     let parts: Vec<&str> = cred.split('/').collect();
     if parts.len() != 5 || parts[4] != "aws4_request" {
-        return Err(err("the Credential is not of the form AK/date/region/service/aws4_request"));
+        return Err(err(
+            "the Credential is not of the form AK/date/region/service/aws4_request",
+        ));
     }
     if parts[1].len() != 8 || !parts[1].bytes().all(|b| b.is_ascii_digit()) {
         return Err(err("the Credential date is not YYYYMMDD"));
@@ -358,7 +371,10 @@ pub fn parse_amz_date(s: &str) -> Option<i64> {
 /// Checks the request time against the clock (and, for presigned URLs, the expiry).
 pub fn check_time(claim: &SignatureClaim, now_secs: i64) -> S3Result<()> {
     let t = parse_amz_date(&claim.amz_date).ok_or_else(|| {
-        S3Error::new(S3ErrorCode::AccessDenied, "X-Amz-Date is not of the form YYYYMMDDTHHMMSSZ")
+        S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "X-Amz-Date is not of the form YYYYMMDDTHHMMSSZ",
+        )
     })?;
     if !claim.amz_date.starts_with(&claim.date) {
         return Err(S3Error::new(
@@ -375,7 +391,10 @@ pub fn check_time(claim: &SignatureClaim, now_secs: i64) -> S3Result<()> {
                 ));
             }
             if now_secs > t + expires {
-                return Err(S3Error::new(S3ErrorCode::AccessDenied, "Request has expired"));
+                return Err(S3Error::new(
+                    S3ErrorCode::AccessDenied,
+                    "Request has expired",
+                ));
             }
         }
         None => {
@@ -392,7 +411,11 @@ pub fn check_time(claim: &SignatureClaim, now_secs: i64) -> S3Result<()> {
 
 /// Constant-time comparison of two signatures, so timing does not reveal a prefix match.
 pub fn signatures_equal(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 pub fn sign_hex(signing_key: &[u8; 32], string_to_sign: &str) -> String {
@@ -430,11 +453,30 @@ pub fn trailer_signature(
 
 /// Query parameters that are part of a SigV2 canonical resource.
 const SIGV2_SUBRESOURCES: &[&str] = &[
-    "acl", "delete", "location", "logging", "notification", "partNumber", "policy",
-    "requestPayment", "response-cache-control", "response-content-disposition",
-    "response-content-encoding", "response-content-language", "response-content-type",
-    "response-expires", "torrent", "uploadId", "uploads", "versionId", "versioning", "versions",
-    "website", "lifecycle", "tagging", "cors",
+    "acl",
+    "delete",
+    "location",
+    "logging",
+    "notification",
+    "partNumber",
+    "policy",
+    "requestPayment",
+    "response-cache-control",
+    "response-content-disposition",
+    "response-content-encoding",
+    "response-content-language",
+    "response-content-type",
+    "response-expires",
+    "torrent",
+    "uploadId",
+    "uploads",
+    "versionId",
+    "versioning",
+    "versions",
+    "website",
+    "lifecycle",
+    "tagging",
+    "cors",
 ];
 
 /// The string a legacy (SigV2) presigned URL signs. boto3 still generates these by default
@@ -446,7 +488,14 @@ pub fn sigv2_string_to_sign(
     headers: &HeaderMap,
     expires: &str,
 ) -> String {
-    let h = |n: &str| headers.get(n).and_then(|v| v.to_str().ok()).unwrap_or("").trim().to_string();
+    let h = |n: &str| {
+        headers
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    };
     let mut amz: Vec<(String, String)> = headers
         .keys()
         .map(|k| k.as_str())
@@ -455,7 +504,11 @@ pub fn sigv2_string_to_sign(
         .collect();
     amz.sort();
     amz.dedup();
-    let mut s = format!("{method}\n{}\n{}\n{expires}\n", h("content-md5"), h("content-type"));
+    let mut s = format!(
+        "{method}\n{}\n{}\n{expires}\n",
+        h("content-md5"),
+        h("content-type")
+    );
     for (k, v) in amz {
         s.push_str(&format!("{k}:{v}\n"));
     }
@@ -478,7 +531,8 @@ pub fn sigv2_string_to_sign(
 
 pub fn sigv2_signature(secret: &str, string_to_sign: &str) -> String {
     use base64::Engine as _;
-    let mut m = Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
+    let mut m = Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes())
+        .expect("HMAC takes keys of any length");
     m.update(string_to_sign.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(m.finalize().into_bytes())
 }
@@ -567,7 +621,11 @@ mod tests {
             "us-east-1",
             "s3",
         );
-        let sts = string_to_sign("20130524T000000Z", "20130524/us-east-1/s3/aws4_request", &creq);
+        let sts = string_to_sign(
+            "20130524T000000Z",
+            "20130524/us-east-1/s3/aws4_request",
+            &creq,
+        );
         assert_eq!(
             sign_hex(&key, &sts),
             "f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"
@@ -602,7 +660,10 @@ mod tests {
         assert_eq!(uri_encode("a b/c~d".as_bytes(), true), "a%20b/c~d");
         assert_eq!(uri_encode("a b/c".as_bytes(), false), "a%20b%2Fc");
         assert_eq!(uri_encode("é".as_bytes(), true), "%C3%A9");
-        assert_eq!(canonical_query("b=2&a=1&prefix=x%2Fy", false), "a=1&b=2&prefix=x%2Fy");
+        assert_eq!(
+            canonical_query("b=2&a=1&prefix=x%2Fy", false),
+            "a=1&b=2&prefix=x%2Fy"
+        );
     }
 
     #[test]

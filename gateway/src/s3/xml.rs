@@ -151,7 +151,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.parts.len(), 2);
         assert_eq!(c.parts[0].crc32.as_deref(), Some("AAAAAA=="));
-        let d: Delete = parse(b"<Delete><Quiet>true</Quiet><Object><Key>a&amp;b</Key></Object></Delete>").unwrap();
+        let d: Delete =
+            parse(b"<Delete><Quiet>true</Quiet><Object><Key>a&amp;b</Key></Object></Delete>")
+                .unwrap();
         assert_eq!(d.objects[0].key, "a&b");
         assert_eq!(d.quiet, Some(true));
         assert!(parse::<Delete>(b"<Delete><Object>").is_err());

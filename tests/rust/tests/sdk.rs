@@ -1,0 +1,296 @@
+//! The Rust AWS SDK against the real `packrat` binary: buckets, objects with the SDK's default
+//! checksums, ranges, listings, copies, batch deletes and a multipart upload.
+
+use aws_sdk_s3::Client;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete,
+    ObjectIdentifier,
+};
+use md5::{Digest, Md5};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+const AK: &str = "PKRUSTSDKROOT";
+const SK: &str = "rust-sdk-root-secret-0123456789";
+
+struct Server {
+    child: Child,
+    endpoint: String,
+    _dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+fn binary() -> PathBuf {
+    if let Ok(p) = std::env::var("PACKRAT_BIN") {
+        return p.into();
+    }
+    let target = option_env!("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("debug").join("packrat")
+}
+
+fn start() -> Server {
+    let dir = std::env::temp_dir().join(format!("packrat-sdk-{}", rand::random::<u64>()));
+    let bin = binary();
+    let mut child = Command::new(&bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env("PACKRAT_ROOT_ACCESS_KEY", AK)
+        .env("PACKRAT_ROOT_SECRET_KEY", SK)
+        .env("PACKRAT_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start {} (run `cargo build` first): {e}",
+                bin.display()
+            )
+        });
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut endpoint = None;
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("server stdout");
+        if let Some(ep) = line.split("listening on ").nth(1) {
+            endpoint = Some(ep.trim().to_string());
+            break;
+        }
+    }
+    Server {
+        child,
+        endpoint: endpoint.expect("server printed its address"),
+        _dir: dir,
+    }
+}
+
+fn client(endpoint: &str) -> Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(AK, SK, None, None, "packrat-tests"))
+        .force_path_style(true)
+        .http_client(aws_smithy_http_client::Builder::new().build_http())
+        .build();
+    Client::from_conf(conf)
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    hex::encode(Md5::digest(b))
+}
+
+#[tokio::test]
+async fn rust_sdk_end_to_end() {
+    let server = start();
+    let s3 = client(&server.endpoint);
+    s3.create_bucket().bucket("rust-sdk").send().await.unwrap();
+    let names: Vec<String> = s3
+        .list_buckets()
+        .send()
+        .await
+        .unwrap()
+        .buckets()
+        .iter()
+        .filter_map(|b| b.name().map(str::to_string))
+        .collect();
+    assert_eq!(names, vec!["rust-sdk".to_string()]);
+
+    // Small objects with the SDK's default checksum behaviour, then explicit CRC32C.
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let put = s3
+        .put_object()
+        .bucket("rust-sdk")
+        .key("dir/a b+c.bin")
+        .body(ByteStream::from(body.clone()))
+        .content_type("application/x-test")
+        .metadata("origin", "rust")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        put.e_tag(),
+        Some(format!("\"{}\"", md5_hex(&body)).as_str())
+    );
+    let put = s3
+        .put_object()
+        .bucket("rust-sdk")
+        .key("crc32c")
+        .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .unwrap();
+    let crc = put.checksum_crc32_c().expect("CRC32C echoed").to_string();
+    let got = s3
+        .get_object()
+        .bucket("rust-sdk")
+        .key("crc32c")
+        .checksum_mode(ChecksumMode::Enabled)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.checksum_crc32_c(), Some(crc.as_str()));
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
+
+    let got = s3
+        .get_object()
+        .bucket("rust-sdk")
+        .key("dir/a b+c.bin")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.content_type(), Some("application/x-test"));
+    assert_eq!(
+        got.metadata()
+            .and_then(|m| m.get("origin"))
+            .map(String::as_str),
+        Some("rust")
+    );
+    assert_eq!(
+        got.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[..]
+    );
+
+    let ranged = s3
+        .get_object()
+        .bucket("rust-sdk")
+        .key("dir/a b+c.bin")
+        .range("bytes=10-19")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ranged.content_range(), Some("bytes 10-19/100000"));
+    assert_eq!(
+        ranged.body.collect().await.unwrap().into_bytes().as_ref(),
+        &body[10..20]
+    );
+
+    let listed = s3
+        .list_objects_v2()
+        .bucket("rust-sdk")
+        .prefix("dir/")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<&str> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, vec!["dir/a b+c.bin"]);
+
+    s3.copy_object()
+        .bucket("rust-sdk")
+        .key("copied")
+        .copy_source("rust-sdk/dir/a%20b%2Bc.bin")
+        .send()
+        .await
+        .unwrap();
+    let head = s3
+        .head_object()
+        .bucket("rust-sdk")
+        .key("copied")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length(), Some(100_000));
+
+    // Multipart: two parts, the first at the 5 MiB minimum.
+    let part1 = vec![7u8; 5 * 1024 * 1024];
+    let part2 = vec![9u8; 1234];
+    let up = s3
+        .create_multipart_upload()
+        .bucket("rust-sdk")
+        .key("mp")
+        .send()
+        .await
+        .unwrap();
+    let uid = up.upload_id().unwrap().to_string();
+    let mut done = Vec::new();
+    for (n, p) in [(1, &part1), (2, &part2)] {
+        let r = s3
+            .upload_part()
+            .bucket("rust-sdk")
+            .key("mp")
+            .upload_id(&uid)
+            .part_number(n)
+            .body(ByteStream::from(p.clone()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let complete = s3
+        .complete_multipart_upload()
+        .bucket("rust-sdk")
+        .key("mp")
+        .upload_id(&uid)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut md5s = Md5::digest(&part1).to_vec();
+    md5s.extend_from_slice(&Md5::digest(&part2));
+    assert_eq!(
+        complete.e_tag(),
+        Some(format!("\"{}-2\"", md5_hex(&md5s)).as_str())
+    );
+    let whole = s3
+        .get_object()
+        .bucket("rust-sdk")
+        .key("mp")
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .into_bytes();
+    assert_eq!(whole.len(), part1.len() + part2.len());
+    assert_eq!(&whole[..part1.len()], &part1[..]);
+    assert_eq!(&whole[part1.len()..], &part2[..]);
+
+    // Errors come back typed.
+    let err = s3
+        .get_object()
+        .bucket("rust-sdk")
+        .key("missing")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(err.into_service_error().is_no_such_key());
+
+    let ids: Vec<ObjectIdentifier> = ["dir/a b+c.bin", "crc32c", "copied", "mp"]
+        .iter()
+        .map(|k| ObjectIdentifier::builder().key(*k).build().unwrap())
+        .collect();
+    let del = s3
+        .delete_objects()
+        .bucket("rust-sdk")
+        .delete(Delete::builder().set_objects(Some(ids)).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.deleted().len(), 4);
+    s3.delete_bucket().bucket("rust-sdk").send().await.unwrap();
+}

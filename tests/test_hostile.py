@@ -1,0 +1,162 @@
+"""Bad input gets the right S3 error, never a hang or a crash, and leaves stored data intact;
+memory stays bounded for huge bodies."""
+
+import hashlib
+import os
+import socket
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+from botocore.exceptions import ClientError
+
+import conftest
+from sigv4_client import Signed, host_of, send, unsigned_chunked_body
+
+AK, SK = conftest.ROOT_AK, conftest.ROOT_SK
+
+
+def signed(server, method, path, query=(), headers=None, body=b"", payload_hash=None):
+    ph = payload_hash or hashlib.sha256(body).hexdigest()
+    s = Signed(host_of(server.endpoint), method, path, list(query), headers or {}, ph, AK, SK)
+    return send(server.endpoint, method, s.path, s.headers, body)
+
+
+def alive(server):
+    return urllib.request.urlopen(server.endpoint + "/health/ready").read() == b"ready\n"
+
+
+def test_malformed_xml_bodies(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="keep", Body=b"keep")
+    for body in [b"<Delete><Object><Key>keep</Key>", b"not xml at all", b"\xff\xfe", b"<Delete><Object><Key>keep</Key></Object></Wrong>"]:
+        st, _, rb = signed(server, "POST", f"/{bucket}", [("delete", "")], body=body)
+        assert st == 400 and b"MalformedXML" in rb, rb
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
+    for body in [b"<CompleteMultipartUpload><Part>", b"<CompleteMultipartUpload></CompleteMultipartUpload>",
+                 b"<CompleteMultipartUpload><Part><PartNumber>x</PartNumber><ETag>a</ETag></Part></CompleteMultipartUpload>"]:
+        st, _, rb = signed(server, "POST", f"/{bucket}/mp", [("uploadId", uid)], body=body)
+        assert st == 400 and b"MalformedXML" in rb, rb
+    assert s3.get_object(Bucket=bucket, Key="keep")["Body"].read() == b"keep"
+    too_many = b"<Delete>" + b"".join(b"<Object><Key>k%d</Key></Object>" % i for i in range(1001)) + b"</Delete>"
+    st, _, rb = signed(server, "POST", f"/{bucket}", [("delete", "")], body=too_many)
+    assert st == 400 and b"MalformedXML" in rb
+
+
+def test_truncated_body_is_not_stored(server, s3, bucket):
+    s3.put_object(Bucket=bucket, Key="t", Body=b"old value")
+    s = Signed(host_of(server.endpoint), "PUT", f"/{bucket}/t", [], {"content-length": "100000"}, "UNSIGNED-PAYLOAD", AK, SK)
+    u = urllib.parse.urlparse(server.endpoint)
+    sock = socket.create_connection((u.hostname, u.port))
+    head = f"PUT {s.path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in s.headers.items()) + "\r\n"
+    sock.sendall(head.encode() + b"x" * 5000)
+    time.sleep(0.2)
+    sock.close()
+    time.sleep(0.3)
+    assert s3.get_object(Bucket=bucket, Key="t")["Body"].read() == b"old value"
+    assert alive(server)
+
+
+def test_truncated_aws_chunked_body(server, s3, bucket):
+    data = os.urandom(10000)
+    body = unsigned_chunked_body(data, 4096)[:-40]
+    hdrs = {"content-encoding": "aws-chunked", "x-amz-decoded-content-length": str(len(data))}
+    st, _, rb = signed(server, "PUT", f"/{bucket}/tc", headers=hdrs, body=body, payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    assert st == 400, rb
+    st, _, rb = signed(server, "PUT", f"/{bucket}/tc", headers=hdrs, body=b"zz\r\n" + data, payload_hash="STREAMING-UNSIGNED-PAYLOAD-TRAILER")
+    assert st == 400 and b"InvalidRequest" in rb
+    with pytest.raises(ClientError):
+        s3.head_object(Bucket=bucket, Key="tc")
+
+
+def test_declared_length_mismatch_and_limits(server, s3, bucket):
+    st, _, rb = signed(server, "PUT", f"/{bucket}/huge", headers={"content-length": str(6 * 1024**3)}, payload_hash="UNSIGNED-PAYLOAD")
+    assert st == 400 and b"EntityTooLarge" in rb
+    st, _, rb = signed(server, "PUT", f"/{bucket}/meta", headers={"x-amz-meta-big": "v" * 3000}, body=b"x")
+    assert st == 400 and b"MetadataTooLarge" in rb
+    st, _, rb = signed(server, "GET", f"/{bucket}", [("list-type", "2"), ("max-keys", "-1")])
+    assert st == 400 and b"InvalidArgument" in rb
+    st, _, rb = signed(server, "GET", f"/{bucket}", [("list-type", "2"), ("continuation-token", "!!!")])
+    assert st == 400 and b"InvalidArgument" in rb
+    st, _, rb = signed(server, "PATCH", f"/{bucket}/x")
+    assert st == 405 and b"MethodNotAllowed" in rb
+
+
+def test_huge_and_garbage_requests(server):
+    u = urllib.parse.urlparse(server.endpoint)
+    for payload in [
+        b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 200_000 + b"\r\n\r\n",
+        b"GET / HTTP/1.1\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(500)) + b"\r\n",
+        b"\x00\x01\x02 garbage \r\n\r\n",
+        b"GET /%zz%%/bad HTTP/1.1\r\nHost: x\r\n\r\n",
+    ]:
+        sock = socket.create_connection((u.hostname, u.port), timeout=10)
+        try:
+            sock.sendall(payload)
+            resp = sock.recv(4096)
+        except (ConnectionResetError, BrokenPipeError):
+            resp = b""
+        finally:
+            sock.close()
+        assert resp == b"" or resp.startswith(b"HTTP/1.1 4"), resp[:100]
+    assert alive(server)
+
+
+def test_health_metrics_and_request_ids(server, s3, bucket):
+    assert urllib.request.urlopen(server.endpoint + "/health/live").read() == b"ok\n"
+    s3.put_object(Bucket=bucket, Key="m", Body=b"x")
+    metrics = urllib.request.urlopen(server.endpoint + "/metrics").read().decode()
+    assert 'packrat_requests_total{op="PutObject",status="200"}' in metrics
+    assert "packrat_segment_syncs_total" in metrics
+    ids = set()
+    for _ in range(3):
+        with pytest.raises(ClientError) as e:
+            s3.get_object(Bucket=bucket, Key="missing")
+        ids.add(e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-request-id"])
+    assert len(ids) == 3
+
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def test_memory_bounded_for_1gib_put_and_get(workdir):
+    srv = conftest.Server(workdir / "memory").start()
+    c = srv.client()
+    c.create_bucket(Bucket="mem")
+    pid = srv.proc.pid
+    base = rss_kib(pid, "VmRSS")
+    size = 1024 * 1024 * 1024
+    piece = os.urandom(1024 * 1024)
+    s = Signed(host_of(srv.endpoint), "PUT", "/mem/big", [], {"content-length": str(size)}, "UNSIGNED-PAYLOAD", AK, SK)
+    u = urllib.parse.urlparse(srv.endpoint)
+    import http.client
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=300)
+    conn.putrequest("PUT", s.path, skip_host=True, skip_accept_encoding=True)
+    for k, v in s.headers.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    md5 = hashlib.md5()
+    for _ in range(size // len(piece)):
+        conn.send(piece)
+        md5.update(piece)
+    r = conn.getresponse()
+    r.read()
+    assert r.status == 200
+    assert r.getheader("etag") == '"%s"' % md5.hexdigest()
+    g = c.get_object(Bucket="mem", Key="big")
+    got = hashlib.md5()
+    n = 0
+    for block in iter(lambda: g["Body"].read(1024 * 1024), b""):
+        got.update(block)
+        n += len(block)
+    assert n == size and got.hexdigest() == md5.hexdigest()
+    peak = rss_kib(pid, "VmHWM")
+    growth_mib = (peak - base) / 1024
+    print(f"\nserver RSS {base / 1024:.0f} MiB before, peak {peak / 1024:.0f} MiB during a 1 GiB PUT and GET")
+    assert growth_mib < 128, f"server grew by {growth_mib:.0f} MiB for a 1 GiB object"
+    srv.stop()
