@@ -16,7 +16,8 @@ import pytest
 from botocore.config import Config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BIN = os.environ.get("PACKRAT_BIN", str(ROOT / "target" / "debug" / "packrat"))
+TARGET_DIR = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+BIN = os.environ.get("PACKRAT_BIN", str(TARGET_DIR / "debug" / "packrat"))
 ROOT_AK = "PKTESTROOTKEY"
 ROOT_SK = "test-root-secret-0123456789abcdef"
 REGION = "us-east-1"
