@@ -265,3 +265,25 @@ def test_offline_admin_on_stopped_server(workdir):
         assert [b["Name"] for b in carol.list_buckets()["Buckets"]] == ["carol-bucket"]
     finally:
         srv.stop()
+
+
+def test_virtual_host_addressing(workdir):
+    srv = conftest.Server(workdir / "vhost", extra_args=["--domain", "s3.test"]).start()
+    try:
+        srv.client().create_bucket(Bucket="vbucket")
+        port = host_of(srv.endpoint).split(":")[1]
+        host = f"vbucket.s3.test:{port}"
+        body = b"virtual host body"
+        s = Signed(host, "PUT", "/dir/k v", [], {}, hashlib.sha256(body).hexdigest(), AK, SK)
+        st, _, rb = send(srv.endpoint, "PUT", s.path, s.headers, body)
+        assert st == 200, rb
+        s = Signed(host, "GET", "/dir/k v", [], {}, hashlib.sha256(b"").hexdigest(), AK, SK)
+        st, _, rb = send(srv.endpoint, "GET", s.path, s.headers)
+        assert st == 200 and rb == body
+        s = Signed(host, "GET", "/", [("list-type", "2")], {}, hashlib.sha256(b"").hexdigest(), AK, SK)
+        st, _, rb = send(srv.endpoint, "GET", s.path, s.headers)
+        assert st == 200 and b"<Key>dir/k v</Key>" in rb
+        # Path style keeps working next to it.
+        assert srv.client().get_object(Bucket="vbucket", Key="dir/k v")["Body"].read() == body
+    finally:
+        srv.stop()

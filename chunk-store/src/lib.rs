@@ -116,6 +116,10 @@ struct ActiveSegment {
     /// Set when an fsync failed: the page cache of this file can no longer be trusted, so the
     /// next append starts a fresh segment.
     poisoned: bool,
+    /// Every segment with a smaller id is fully durable (synced when it was rotated out). A
+    /// segment abandoned after a failed fsync stays at or above this mark, so a writer still
+    /// waiting on it is told its write failed instead of being acknowledged.
+    durable_below: u64,
 }
 
 /// Statistics for metrics and `admin status`.
@@ -240,6 +244,7 @@ impl ChunkStore {
             path,
             offset: SEGMENT_HEADER_BYTES as u64,
             poisoned: false,
+            durable_below: id,
         })
     }
 
@@ -303,7 +308,10 @@ impl ChunkStore {
                 .sync_data()
                 .map_err(|e| io_err(&active.path, e))?;
         }
-        let next = Self::create_segment(&self.dir, active.id + 1)?;
+        let mut next = Self::create_segment(&self.dir, active.id + 1)?;
+        if active.poisoned {
+            next.durable_below = active.durable_below;
+        }
         *active = next;
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         stats.segments += 1;
@@ -320,9 +328,17 @@ impl ChunkStore {
         }
         let (file, path, written) = {
             let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
-            if ticket.segment_id < active.id {
+            if ticket.segment_id < active.durable_below {
                 // Rotation synced the whole older segment before it switched.
                 return Ok(());
+            }
+            if ticket.segment_id < active.id {
+                return Err(ChunkStoreError::Io {
+                    path: segment_path(&self.dir, ticket.segment_id),
+                    source: std::io::Error::other(
+                        "an fsync of this segment failed; the write is not durable",
+                    ),
+                });
             }
             (
                 active.file.clone(),

@@ -134,6 +134,7 @@ pub async fn handle(
                 S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
             })?;
             let rec = create_key(index, req, false)?;
+            state.engine.forget_access_key(&rec.access_key);
             json(StatusCode::OK, &rec)
         }
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
@@ -150,6 +151,7 @@ pub async fn handle(
                 ));
             }
             index.delete_key(ak)?;
+            state.engine.forget_access_key(ak);
             state.signing_keys.forget(ak);
             json(StatusCode::OK, &KeyInfo::from(&existing))
         }

@@ -18,8 +18,9 @@ use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
 use bytes::{Bytes, BytesMut};
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
-use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
-use std::sync::Arc;
+use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectRecord, RocksIndex};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 /// Size of the records a large object is cut into. Small enough that a ranged read of a large
 /// object reads (and checksums) little more than it needs; large enough that a 5 GiB object
@@ -29,10 +30,57 @@ pub const CHUNK_BYTES: usize = 1024 * 1024;
 /// Number of key-lock stripes serialising check-and-commit of writes to the same key.
 const KEY_LOCK_STRIPES: usize = 1024;
 
+/// Records up to this size are read on the calling (async) thread: a positioned read of a few
+/// KiB from the page cache or NVMe costs less than a trip through the blocking pool. Larger
+/// records go to the blocking pool so a slow disk cannot stall the runtime for long.
+const INLINE_READ_BYTES_MAX: u32 = 64 * 1024;
+
 pub struct Engine {
     pub index: RocksIndex,
     pub chunks: ChunkStore,
     key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Buckets and access keys are read on every request and change rarely; they are cached
+    /// here and every change made through this process invalidates its entry. (Offline admin
+    /// changes happen only while the server is stopped.)
+    bucket_cache: RwLock<CacheMap<BucketRecord>>,
+    key_cache: RwLock<CacheMap<KeyRecord>>,
+}
+
+/// A cache map with a generation count: a value read from the index is only inserted if no
+/// invalidation happened since the read began, so a lookup racing a delete cannot re-insert
+/// the deleted record.
+#[derive(Default)]
+struct CacheMap<V> {
+    map: HashMap<String, V>,
+    generation: u64,
+}
+
+fn cached<V: Clone>(
+    cache: &RwLock<CacheMap<V>>,
+    name: &str,
+    load: impl FnOnce() -> S3Result<Option<V>>,
+) -> S3Result<Option<V>> {
+    let generation = {
+        let c = cache.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = c.map.get(name) {
+            return Ok(Some(v.clone()));
+        }
+        c.generation
+    };
+    let v = load()?;
+    if let Some(v) = &v {
+        let mut c = cache.write().unwrap_or_else(|p| p.into_inner());
+        if c.generation == generation {
+            c.map.insert(name.to_string(), v.clone());
+        }
+    }
+    Ok(v)
+}
+
+fn invalidate<V>(cache: &RwLock<CacheMap<V>>, name: &str) {
+    let mut c = cache.write().unwrap_or_else(|p| p.into_inner());
+    c.map.remove(name);
+    c.generation += 1;
 }
 
 /// What a streamed write produced, before anything is indexed.
@@ -92,7 +140,33 @@ impl Engine {
             key_locks: (0..KEY_LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            bucket_cache: RwLock::new(CacheMap::default()),
+            key_cache: RwLock::new(CacheMap::default()),
         }
+    }
+
+    /// A bucket by name, from the cache or the index.
+    pub fn bucket(&self, name: &str) -> S3Result<Option<BucketRecord>> {
+        cached(&self.bucket_cache, name, || {
+            Ok(self.index.get_bucket(name)?)
+        })
+    }
+
+    /// Must be called after any change to a bucket's record (create, delete, ACL).
+    pub fn forget_bucket(&self, name: &str) {
+        invalidate(&self.bucket_cache, name);
+    }
+
+    /// An access key, from the cache or the index.
+    pub fn access_key(&self, access_key: &str) -> S3Result<Option<KeyRecord>> {
+        cached(&self.key_cache, access_key, || {
+            Ok(self.index.get_key(access_key)?)
+        })
+    }
+
+    /// Must be called after an access key is created, replaced or deleted.
+    pub fn forget_access_key(&self, access_key: &str) {
+        invalidate(&self.key_cache, access_key);
     }
 
     pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
@@ -265,16 +339,16 @@ impl Engine {
             .get(i)
             .ok_or_else(|| S3Error::internal("chunk index out of range", i))?;
         let (rid, idx) = obj.chunk_identity(i);
+        let loc = packrat_chunk_store::RecordLocation {
+            segment_id: c.segment_id,
+            offset: c.offset,
+            len: c.len,
+        };
+        if c.len <= INLINE_READ_BYTES_MAX {
+            return Ok(Bytes::from(self.chunks.read(&loc, &rid, idx)?));
+        }
         let engine = self.clone();
-        blocking(move || {
-            let loc = packrat_chunk_store::RecordLocation {
-                segment_id: c.segment_id,
-                offset: c.offset,
-                len: c.len,
-            };
-            Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))
-        })
-        .await
+        blocking(move || Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))).await
     }
 }
 

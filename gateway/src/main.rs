@@ -4,6 +4,7 @@
 //! manages access keys of a running server (or, with `--data-dir`, of a stopped one).
 
 mod admin;
+mod bench;
 mod config;
 mod engine;
 mod metrics;
@@ -37,6 +38,8 @@ enum Command {
     Serve(ServeArgs),
     /// Administer a server: access keys.
     Admin(AdminArgs),
+    /// Load an S3 endpoint (packrat or any other) and report ops/s, MB/s and latency.
+    Bench(bench::BenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -121,6 +124,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => rt.block_on(serve(args)),
         Command::Admin(args) => rt.block_on(admin(args)),
+        Command::Bench(args) => rt.block_on(bench::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -350,16 +350,12 @@ fn authenticate(
             "The host header must be signed",
         ));
     }
-    let key = state
-        .engine
-        .index
-        .get_key(&claim.access_key)?
-        .ok_or_else(|| {
-            S3Error::new(
-                S3ErrorCode::InvalidAccessKeyId,
-                "The AWS Access Key Id you provided does not exist in our records.",
-            )
-        })?;
+    let key = state.engine.access_key(&claim.access_key)?.ok_or_else(|| {
+        S3Error::new(
+            S3ErrorCode::InvalidAccessKeyId,
+            "The AWS Access Key Id you provided does not exist in our records.",
+        )
+    })?;
     let payload_hash = if presigned {
         sha_header.unwrap_or(sigv4::UNSIGNED_PAYLOAD).to_string()
     } else {
@@ -433,7 +429,7 @@ fn authenticate_sigv2_query(
             "Request has expired",
         ));
     }
-    let key = state.engine.index.get_key(access_key)?.ok_or_else(|| {
+    let key = state.engine.access_key(access_key)?.ok_or_else(|| {
         S3Error::new(
             S3ErrorCode::InvalidAccessKeyId,
             "The AWS Access Key Id you provided does not exist in our records.",

@@ -126,7 +126,7 @@ fn load_bucket(
     name: &str,
     access: Access,
 ) -> S3Result<BucketRecord> {
-    let b = state.engine.index.get_bucket(name)?;
+    let b = state.engine.bucket(name)?;
     match (&req.identity, b) {
         (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
         (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
@@ -376,6 +376,7 @@ async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: 
         }))
     })
     .await?;
+    state.engine.forget_bucket(name);
     match result {
         Ok(_) => Response::builder()
             .header("location", format!("/{name}"))
@@ -412,7 +413,9 @@ async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str
     load_bucket(state, req, name, Access::Write)?;
     let engine = state.engine.clone();
     let n = name.to_string();
-    blocking(move || Ok(engine.index.delete_bucket(&n)?)).await?;
+    let result = blocking(move || Ok(engine.index.delete_bucket(&n)?)).await;
+    state.engine.forget_bucket(name);
+    result?;
     no_content()
 }
 
@@ -448,7 +451,9 @@ async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &st
     };
     b.public_read = public;
     let engine = state.engine.clone();
-    blocking(move || Ok(engine.index.update_bucket(&b)?)).await?;
+    let result = blocking(move || Ok(engine.index.update_bucket(&b)?)).await;
+    state.engine.forget_bucket(name);
+    result?;
     Ok(Response::new(empty()))
 }
 
