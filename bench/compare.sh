@@ -44,6 +44,7 @@ JSON
 mkdir -p "$work/weed"
 "$WEED" server -dir="$work/weed" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
   -master.port=19333 -volume.port=19080 -filer.port=19888 \
+  -master.volumeSizeLimitMB=1024 -volume.max=64 \
   -s3 -s3.port=18333 -s3.config="$work/s3.json" >"$work/weed.log" 2>&1 &
 weed_pid=$!
 pids+=("$weed_pid")

@@ -128,8 +128,11 @@ pub struct ChunkStoreStats {
     pub segments: u64,
     pub active_segment_id: u64,
     pub active_segment_bytes: u64,
+    /// fdatasync calls made by group commit.
     pub syncs: u64,
-    pub synced_appends: u64,
+    /// Records appended; `appends / syncs` is the mean group-commit batch.
+    pub appends: u64,
+    pub appended_bytes: u64,
 }
 
 pub struct ChunkStore {
@@ -285,6 +288,11 @@ impl ChunkStore {
             return Err(io_err(&active.path, e));
         }
         active.offset += record_bytes;
+        {
+            let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+            stats.appends += 1;
+            stats.appended_bytes += record_bytes;
+        }
         Ok((
             RecordLocation {
                 segment_id: active.id,
@@ -435,6 +443,25 @@ impl ChunkStore {
             )));
         }
         Ok(buf)
+    }
+
+    /// Bytes of all segment files on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(parse_segment_name)
+                            .is_some()
+                    })
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .sum()
+            })
+            .unwrap_or(0)
     }
 
     pub fn stats(&self) -> ChunkStoreStats {

@@ -111,7 +111,7 @@ pub async fn handle(
     state: &Arc<AppState>,
     method: &Method,
     raw_path: &str,
-    _query: &[(String, String)],
+    query: &[(String, String)],
     identity: Option<&KeyRecord>,
     mut body: BodyReader,
 ) -> S3Result<Response<RespBody>> {
@@ -136,6 +136,14 @@ pub async fn handle(
             let rec = create_key(index, req, false)?;
             state.engine.forget_access_key(&rec.access_key);
             json(StatusCode::OK, &rec)
+        }
+        (&Method::GET, ("status", "")) => {
+            if query.iter().any(|(k, v)| k == "flush" && v == "true") {
+                let engine = state.engine.clone();
+                crate::engine::blocking(move || Ok(engine.index.flush_and_compact_objects()?))
+                    .await?;
+            }
+            json(StatusCode::OK, &status(&state.engine))
         }
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
             let existing = index.get_key(ak)?.ok_or_else(|| {
@@ -162,6 +170,31 @@ pub async fn handle(
     }
 }
 
+/// What `admin status` reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub index: packrat_index::IndexStats,
+    pub segments: u64,
+    pub active_segment_id: u64,
+    pub segment_disk_bytes: u64,
+    pub appends: u64,
+    pub appended_bytes: u64,
+    pub syncs: u64,
+}
+
+pub fn status(engine: &crate::engine::Engine) -> Status {
+    let st = engine.chunks.stats();
+    Status {
+        index: engine.index.object_stats(),
+        segments: st.segments,
+        active_segment_id: st.active_segment_id,
+        segment_disk_bytes: engine.chunks.disk_bytes(),
+        appends: st.appends,
+        appended_bytes: st.appended_bytes,
+        syncs: st.syncs,
+    }
+}
+
 /// Client side: one signed request to a running server's admin API.
 pub async fn call(
     endpoint: &str,
@@ -180,13 +213,14 @@ pub async fn call(
         .authority()
         .ok_or("the endpoint needs a host, e.g. http://127.0.0.1:9000")?
         .clone();
+    let (path, query) = path.split_once('?').unwrap_or((path, ""));
     let full_path = format!("{ADMIN_PREFIX}{path}");
     let mut headers = http::HeaderMap::new();
     headers.insert("host", authority.as_str().parse().map_err(|_| "bad host")?);
     sigv4::sign_request(
         method.as_str(),
         &full_path,
-        "",
+        query,
         &mut headers,
         &body,
         access_key,
@@ -194,7 +228,11 @@ pub async fn call(
         region,
         chrono::Utc::now(),
     );
-    let uri = format!("http://{authority}{full_path}");
+    let uri = if query.is_empty() {
+        format!("http://{authority}{full_path}")
+    } else {
+        format!("http://{authority}{full_path}?{query}")
+    };
     let mut req = http::Request::builder().method(method).uri(uri);
     for (k, v) in &headers {
         req = req.header(k, v);

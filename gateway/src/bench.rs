@@ -268,16 +268,26 @@ impl Client {
         }
         let resp = conn.send_request(req).await.map_err(|e| e.to_string())?;
         let ok = resp.status().is_success();
-        let body = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
+        // Object bodies are counted and dropped as they arrive (a 1 GiB GET must not be
+        // buffered by the load generator); listings (the requests with a query) and errors
+        // are kept for parsing.
+        let keep = !ok || !query.is_empty();
+        let mut body = resp.into_body();
+        let mut kept = Vec::new();
+        let mut bytes = 0u64;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| e.to_string())?;
+            if let Ok(d) = frame.into_data() {
+                bytes += d.len() as u64;
+                if keep {
+                    kept.extend_from_slice(&d);
+                }
+            }
+        }
         Ok(Outcome {
             ok,
-            bytes: body.len() as u64,
-            body,
+            bytes,
+            body: Bytes::from(kept),
         })
     }
 }
@@ -433,12 +443,13 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         bytes += wb;
         listed += wl;
     }
+    // Measured before the progress task is stopped: it may be asleep for up to a second.
+    let secs = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
-    let _ = progress.await;
+    progress.abort();
     if !args.json {
         eprintln!();
     }
-    let secs = started.elapsed().as_secs_f64();
     let ops = hist.len();
     let errors = done_errs.load(Ordering::Relaxed);
     let cpu1 = args.server_pid.and_then(proc_cpu_ticks);

@@ -4,13 +4,15 @@
 //!    request is bounded whatever the object size), hashing as it goes;
 //! 2. verify every digest the client sent (Content-MD5, flexible checksum, payload SHA-256);
 //!    on a mismatch nothing is indexed and the records are unreachable garbage;
-//! 3. `sync_through` the last record (group commit: concurrent writers share one fdatasync);
-//! 4. under the key's lock, check write conditions and commit the index entry with a synced
-//!    RocksDB write;
-//! 5. only then acknowledge.
+//! 3. under the key's lock, check write conditions, then hand the record ticket and the index
+//!    entry to the committer thread and wait. The committer takes every job queued so far,
+//!    makes their records durable with one `fdatasync` and publishes their index entries in
+//!    one synced RocksDB write batch (group commit: the batch grows with the load, since jobs
+//!    queue while the previous batch syncs);
+//! 4. only then acknowledge.
 //!
-//! A crash before step 4 leaves unreferenced records; a crash after it leaves a complete,
-//! durable object. Reads never see anything that step 4 did not publish.
+//! A crash before the committer's batch write leaves unreferenced records; a crash after it
+//! leaves complete, durable objects. Reads never see anything the committer did not publish.
 
 use crate::s3::body::BodyReader;
 use crate::s3::checksum::{ChecksumAlgorithm, Hasher};
@@ -28,7 +30,22 @@ use std::sync::{Arc, RwLock};
 pub const CHUNK_BYTES: usize = 1024 * 1024;
 
 /// Number of key-lock stripes serialising check-and-commit of writes to the same key.
-const KEY_LOCK_STRIPES: usize = 1024;
+const KEY_LOCK_STRIPES: usize = 4096;
+
+/// Records up to this size are appended on the calling (async) thread: a write of a few KiB
+/// into the page cache is cheaper than a trip through the blocking pool.
+const INLINE_WRITE_BYTES_MAX: usize = 64 * 1024;
+
+/// Bound on the committer's queue (back-pressure for writers) and on one batch.
+const COMMIT_QUEUE_JOBS_MAX: usize = 8192;
+const COMMIT_BATCH_JOBS_MAX: usize = 1024;
+
+/// One write waiting for group commit.
+struct CommitJob {
+    ticket: Option<WriteTicket>,
+    put: Option<(u64, String, ObjectRecord)>,
+    done: tokio::sync::oneshot::Sender<S3Result<()>>,
+}
 
 /// Records up to this size are read on the calling (async) thread: a positioned read of a few
 /// KiB from the page cache or NVMe costs less than a trip through the blocking pool. Larger
@@ -36,8 +53,9 @@ const KEY_LOCK_STRIPES: usize = 1024;
 const INLINE_READ_BYTES_MAX: u32 = 64 * 1024;
 
 pub struct Engine {
-    pub index: RocksIndex,
-    pub chunks: ChunkStore,
+    pub index: Arc<RocksIndex>,
+    pub chunks: Arc<ChunkStore>,
+    commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
     key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Buckets and access keys are read on every request and change rarely; they are cached
     /// here and every change made through this process invalidates its entry. (Offline admin
@@ -87,6 +105,8 @@ fn invalidate<V>(cache: &RwLock<CacheMap<V>>, name: &str) {
 pub struct Written {
     pub record_id: [u8; 16],
     pub chunks: Vec<ChunkRef>,
+    /// Proof of the last append, to be made durable before anything points at the records.
+    pub ticket: Option<WriteTicket>,
     pub size: u64,
     pub md5: [u8; 16],
     /// Raw checksum bytes and, for CRCs, the integer value.
@@ -134,9 +154,20 @@ pub fn etag_matches(condition: &str, etag: &str) -> bool {
 
 impl Engine {
     pub fn new(index: RocksIndex, chunks: ChunkStore) -> Self {
+        let index = Arc::new(index);
+        let chunks = Arc::new(chunks);
+        let (commit_tx, commit_rx) = tokio::sync::mpsc::channel(COMMIT_QUEUE_JOBS_MAX);
+        {
+            let (index, chunks) = (index.clone(), chunks.clone());
+            std::thread::Builder::new()
+                .name("packrat-commit".into())
+                .spawn(move || run_committer(&index, &chunks, commit_rx))
+                .expect("spawning the commit thread");
+        }
         Self {
             index,
             chunks,
+            commit_tx,
             key_locks: (0..KEY_LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -205,28 +236,18 @@ impl Engine {
                 size += p.len() as u64;
                 buf.extend_from_slice(p);
             }
-            // Cut full chunks; at the end, also the remainder (if any). The final chunk is
-            // appended and synced in one blocking call: the common small-object case is then
-            // a single trip to the blocking pool.
+            // Cut full chunks; at the end, also the remainder (if any).
             while buf.len() >= CHUNK_BYTES || (at_end && !buf.is_empty()) {
                 let n = buf.len().min(CHUNK_BYTES);
                 let data = buf.split_to(n).freeze();
                 let idx = chunks.len() as u32;
-                let last = at_end && buf.is_empty();
-                let engine = self.clone();
-                let (loc, ticket) = blocking(move || {
-                    let (loc, t) = engine.chunks.append(record_id, idx, &data)?;
-                    if last {
-                        engine.chunks.sync_through(t)?;
-                    }
-                    Ok((loc, t))
-                })
-                .await?;
-                if last {
-                    last_ticket = None;
+                let (loc, ticket) = if data.len() <= INLINE_WRITE_BYTES_MAX {
+                    self.chunks.append(record_id, idx, &data)?
                 } else {
-                    last_ticket = Some(ticket);
-                }
+                    let engine = self.clone();
+                    blocking(move || Ok(engine.chunks.append(record_id, idx, &data)?)).await?
+                };
+                last_ticket = Some(ticket);
                 chunks.push(ChunkRef {
                     segment_id: loc.segment_id,
                     offset: loc.offset,
@@ -272,25 +293,47 @@ impl Engine {
             }
             _ => None,
         };
-        if let Some(t) = last_ticket {
-            let engine = self.clone();
-            blocking(move || Ok(engine.chunks.sync_through(t)?)).await?;
-        }
         Ok(Written {
             record_id,
             chunks,
+            ticket: last_ticket,
             size,
             md5,
             checksum,
         })
     }
 
-    /// Steps 4 and 5: publish an object under its key once its bytes are durable.
+    /// Queues a job for the committer and waits for its batch to be durable.
+    async fn group_commit(
+        &self,
+        ticket: Option<WriteTicket>,
+        put: Option<(u64, String, ObjectRecord)>,
+    ) -> S3Result<()> {
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.commit_tx
+            .send(CommitJob { ticket, put, done })
+            .await
+            .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
+        wait.await
+            .map_err(|_| S3Error::internal("commit", "the commit thread dropped a job"))?
+    }
+
+    /// Makes appended records durable (for writes whose index entry is not an object, such
+    /// as multipart parts).
+    pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> S3Result<()> {
+        if ticket.is_none() {
+            return Ok(());
+        }
+        self.group_commit(ticket, None).await
+    }
+
+    /// Step 3: publish an object under its key, together with the durability of its records.
     pub async fn commit_object(
         self: &Arc<Self>,
         bucket_id: u64,
         key: &str,
         rec: ObjectRecord,
+        ticket: Option<WriteTicket>,
         cond: &WriteCondition,
     ) -> S3Result<()> {
         let _guard = self.key_lock(bucket_id, key).lock().await;
@@ -320,9 +363,8 @@ impl Engine {
                 }
             }
         }
-        let engine = self.clone();
-        let key = key.to_string();
-        blocking(move || Ok(engine.index.put_object(bucket_id, &key, &rec)?)).await
+        self.group_commit(ticket, Some((bucket_id, key.to_string(), rec)))
+            .await
     }
 
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
@@ -350,6 +392,46 @@ impl Engine {
         let engine = self.clone();
         blocking(move || Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))).await
     }
+}
+
+/// The committer thread: takes every queued job, makes their records durable with one
+/// `sync_through` per distinct segment (the first syncs, the rest are usually covered), then
+/// publishes their index entries in one synced write batch, then answers them all.
+fn run_committer(
+    index: &RocksIndex,
+    chunks: &ChunkStore,
+    mut rx: tokio::sync::mpsc::Receiver<CommitJob>,
+) {
+    let mut jobs: Vec<CommitJob> = Vec::with_capacity(COMMIT_BATCH_JOBS_MAX);
+    while let Some(first) = rx.blocking_recv() {
+        jobs.push(first);
+        while jobs.len() < COMMIT_BATCH_JOBS_MAX {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let result = commit_batch(index, chunks, &jobs);
+        for j in jobs.drain(..) {
+            let _ = j.done.send(result.clone());
+        }
+    }
+}
+
+fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> S3Result<()> {
+    let mut tickets: Vec<WriteTicket> = jobs.iter().filter_map(|j| j.ticket).collect();
+    tickets.sort_unstable();
+    // Newest first: its sync covers every earlier ticket of the same segment, and a ticket in
+    // a segment abandoned after a failed fsync still gets its error.
+    for t in tickets.iter().rev() {
+        chunks.sync_through(*t)?;
+    }
+    let puts: Vec<&(u64, String, ObjectRecord)> =
+        jobs.iter().filter_map(|j| j.put.as_ref()).collect();
+    if !puts.is_empty() {
+        index.put_objects(&puts)?;
+    }
+    Ok(())
 }
 
 /// Streams bytes `[start, end)` of an object, one verified chunk at a time.

@@ -21,6 +21,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+/// mimalloc instead of glibc malloc: profiles of the small-object GET path showed glibc's
+/// malloc and free at about a tenth of the server's CPU time.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "packrat",
@@ -89,6 +94,12 @@ enum AdminCommand {
     /// Access keys: each key is a user with its own buckets.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// Index and segment figures of a running server (JSON).
+    Status {
+        /// Flush and compact the object index first, so on-disk sizes are settled.
+        #[arg(long)]
+        flush: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -251,6 +262,19 @@ async fn shutdown_signal() {
     }
 }
 
+fn root_credentials() -> Result<(String, String), String> {
+    match (
+        std::env::var("PACKRAT_ROOT_ACCESS_KEY"),
+        std::env::var("PACKRAT_ROOT_SECRET_KEY"),
+    ) {
+        (Ok(ak), Ok(sk)) => Ok((ak, sk)),
+        _ => Err(
+            "set PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY to the root credentials"
+                .into(),
+        ),
+    }
+}
+
 fn print_key_table(keys: &[admin::KeyInfo]) {
     println!(
         "{:<24} {:<20} {:<34} ROOT",
@@ -275,7 +299,31 @@ fn print_created(k: &KeyRecord) {
 }
 
 async fn admin(args: AdminArgs) -> Result<(), String> {
-    let AdminCommand::Key(cmd) = args.command;
+    let cmd = match args.command {
+        AdminCommand::Key(cmd) => cmd,
+        AdminCommand::Status { flush } => {
+            let (ak, sk) = root_credentials()?;
+            let path = if flush { "status?flush=true" } else { "status" };
+            let (status, body) = admin::call(
+                &args.endpoint,
+                &args.region,
+                &ak,
+                &sk,
+                Method::GET,
+                path,
+                Vec::new(),
+            )
+            .await?;
+            if !status.is_success() {
+                return Err(format!(
+                    "server answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                ));
+            }
+            println!("{}", String::from_utf8_lossy(&body));
+            return Ok(());
+        }
+    };
     if let Some(dir) = &args.data_dir {
         let index = RocksIndex::open(&index_dir(dir)).map_err(|e| {
             format!(
@@ -317,10 +365,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             }
         };
     }
-    let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY").map_err(
-        |_| "set PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY to the root credentials",
-    )?;
-    let sk = std::env::var("PACKRAT_ROOT_SECRET_KEY").map_err(|_| "set PACKRAT_ROOT_SECRET_KEY")?;
+    let (ak, sk) = root_credentials()?;
     let (method, path, body) = match &cmd {
         KeyCommand::Create {
             name,

@@ -89,11 +89,26 @@ impl Metrics {
             "# TYPE packrat_segment_syncs_total counter\npackrat_segment_syncs_total {}",
             st.syncs
         );
-        if let Some(n) = engine.index.property("rocksdb.estimate-num-keys") {
-            let _ = writeln!(
-                out,
-                "# TYPE packrat_index_objects_estimate gauge\npackrat_index_objects_estimate {n}"
-            );
+        let gauges = [
+            ("counter", "packrat_segment_appends_total", st.appends),
+            (
+                "counter",
+                "packrat_segment_appended_bytes_total",
+                st.appended_bytes,
+            ),
+        ];
+        let ix = engine.index.object_stats();
+        let index_gauges = [
+            (
+                "gauge",
+                "packrat_index_objects_estimate",
+                ix.objects_estimate,
+            ),
+            ("gauge", "packrat_index_sst_bytes", ix.sst_bytes),
+            ("gauge", "packrat_index_memtable_bytes", ix.memtable_bytes),
+        ];
+        for (kind, name, v) in gauges.iter().chain(index_gauges.iter()) {
+            let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
         }
         out
     }

@@ -299,6 +299,20 @@ impl RocksIndex {
         self.put_encoded(CF_OBJECTS, &object_key(bucket_id, key), rec)
     }
 
+    /// Publishes many objects in one synced write batch (the index half of group commit).
+    pub fn put_objects(&self, items: &[&(u64, String, ObjectRecord)]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (bucket_id, key, rec) in items {
+            batch.put_cf(
+                self.cf(CF_OBJECTS),
+                object_key(*bucket_id, key),
+                records::encode(rec),
+            );
+        }
+        self.db.write_opt(batch, &Self::sync_opts())?;
+        Ok(())
+    }
+
     pub fn delete_object(&self, bucket_id: u64, key: &str) -> Result<()> {
         self.db.delete_cf_opt(
             self.cf(CF_OBJECTS),
@@ -533,6 +547,35 @@ impl RocksIndex {
             .ok()
             .flatten()
     }
+
+    /// Figures about the object index, for `admin status` and metrics.
+    pub fn object_stats(&self) -> IndexStats {
+        let p = |n: &str| self.property(n).unwrap_or(0);
+        IndexStats {
+            objects_estimate: p("rocksdb.estimate-num-keys"),
+            sst_bytes: p("rocksdb.total-sst-files-size"),
+            memtable_bytes: p("rocksdb.cur-size-all-mem-tables"),
+            block_cache_bytes: p("rocksdb.block-cache-usage"),
+        }
+    }
+
+    /// Flushes the object memtable into SST files and compacts them, so on-disk figures
+    /// describe settled data (used by benchmarks; never needed for durability, which the WAL
+    /// gives).
+    pub fn flush_and_compact_objects(&self) -> Result<()> {
+        self.db.flush_cf(self.cf(CF_OBJECTS))?;
+        self.db
+            .compact_range_cf(self.cf(CF_OBJECTS), None::<&[u8]>, None::<&[u8]>);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
+pub struct IndexStats {
+    pub objects_estimate: u64,
+    pub sst_bytes: u64,
+    pub memtable_bytes: u64,
+    pub block_cache_bytes: u64,
 }
 
 #[cfg(test)]

@@ -64,18 +64,16 @@ fn iso8601(ms: i64) -> String {
 }
 
 fn http_date(ms: i64) -> String {
-    dt(ms).format("%a, %d %b %Y %H:%M:%S GMT").to_string()
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    httpdate::fmt_http_date(t)
 }
 
+/// Seconds since the epoch of an HTTP date (IMF-fixdate, RFC 850 or asctime form).
 fn parse_http_date(s: &str) -> Option<i64> {
-    DateTime::parse_from_rfc2822(s.trim())
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH)
         .ok()
-        .map(|d| d.timestamp())
-        .or_else(|| {
-            chrono::NaiveDateTime::parse_from_str(s.trim(), "%a, %d %b %Y %H:%M:%S GMT")
-                .ok()
-                .map(|d| d.and_utc().timestamp())
-        })
+        .map(|d| d.as_secs() as i64)
 }
 
 fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
@@ -853,7 +851,10 @@ async fn handle_put_object(
     };
     let etag = rec.etag.clone();
     let cs = rec.checksum.clone();
-    state.engine.commit_object(b.id, key, rec, &cond).await?;
+    state
+        .engine
+        .commit_object(b.id, key, rec, w.ticket, &cond)
+        .await?;
     checksum_headers(Response::builder().header("etag", quoted(&etag)), &cs)
         .body(empty())
         .map_err(|e| S3Error::internal("response", e))
@@ -989,7 +990,10 @@ async fn handle_copy_object(
         x.elem(a.xml_name(), &c.value);
     }
     x.close("CopyObjectResult");
-    state.engine.commit_object(b.id, key, rec, &cond).await?;
+    state
+        .engine
+        .commit_object(b.id, key, rec, w.ticket, &cond)
+        .await?;
     xml_ok(x)
 }
 
@@ -1450,6 +1454,7 @@ async fn handle_upload_part(
             .write_stream(Source::Body(&mut req.body), alg.or(upload_alg), sent, md5)
             .await?
     };
+    state.engine.make_durable(w.ticket).await?;
     let part = PartRecord {
         part_number,
         record_id: w.record_id,
