@@ -20,9 +20,9 @@ trap 'kill $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
 for _ in $(seq 1 60); do curl -sf http://127.0.0.1:19100/health/ready >/dev/null 2>&1 && break; sleep 0.5; done
 ep=http://127.0.0.1:19100
 echo "== loading $N objects of $SIZE"
-"$BIN" bench --endpoint "$ep" --bucket ix --workload get --prepare --ops 0 --keys "$N" --size "$SIZE" --prefix "train/" --concurrency 64 --server-pid $pid | tail -1
+"$BIN" bench --endpoint "$ep" --bucket index-cost --workload get --prepare --ops 0 --keys "$N" --size "$SIZE" --prefix "train/" --concurrency 64 --server-pid $pid | tail -1
 echo "== listing the whole prefix"
-"$BIN" bench --endpoint "$ep" --bucket ix --workload list --prefix "train/" --duration 10m --server-pid $pid
+"$BIN" bench --endpoint "$ep" --bucket index-cost --workload list --prefix "train/" --duration 10m --server-pid $pid
 echo "== index cost"
 status=$("$BIN" admin --endpoint "$ep" status --flush)
 rss_kib=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)

@@ -108,6 +108,7 @@ def test_health_metrics_and_request_ids(server, s3, bucket):
     metrics = urllib.request.urlopen(server.endpoint + "/metrics").read().decode()
     assert 'packrat_requests_total{op="PutObject",status="200"}' in metrics
     assert "packrat_segment_syncs_total" in metrics
+    assert "packrat_commit_batches_total" in metrics and "packrat_bytes_out_total" in metrics
     ids = set()
     for _ in range(3):
         with pytest.raises(ClientError) as e:

@@ -292,6 +292,19 @@ impl Client {
     }
 }
 
+/// The shared payload with the key index and a fresh counter in its first bytes, so every
+/// PUT stores distinct content (distinct ETags; no compression gift to anyone's index).
+fn unique_body(payload: &Bytes, i: u64) -> Bytes {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    if payload.len() < 16 {
+        return payload.clone();
+    }
+    let mut b = bytes::BytesMut::from(&payload[..]);
+    b[..8].copy_from_slice(&i.to_le_bytes());
+    b[8..16].copy_from_slice(&SEQ.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    b.freeze()
+}
+
 fn key_path(bucket: &str, prefix: &str, i: u64) -> String {
     format!(
         "/{bucket}/{}",
@@ -376,7 +389,13 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             Bytes::new(),
         )
         .await?;
-    let _ = created; // exists already, or created now
+    let body = String::from_utf8_lossy(&created.body);
+    if !created.ok
+        && !body.contains("BucketAlreadyOwnedByYou")
+        && !body.contains("BucketAlreadyExists")
+    {
+        return Err(format!("cannot create bucket {}: {body}", args.bucket));
+    }
     let payload = Bytes::from(
         (0..args.size)
             .map(|i| (i * 31 % 251) as u8)
@@ -549,7 +568,7 @@ async fn prepare(client: &Arc<Client>, args: &BenchArgs, payload: Bytes) -> Resu
                         Method::PUT,
                         &key_path(&args.bucket, &args.prefix, i),
                         "",
-                        payload.clone(),
+                        unique_body(&payload, i),
                     )
                     .await?;
                 if !out.ok {
@@ -621,7 +640,7 @@ async fn worker(
                         Method::PUT,
                         &key_path(&args.bucket, &args.prefix, i),
                         "",
-                        payload.clone(),
+                        unique_body(&payload, i),
                     )
                     .await?;
                 (o.ok, args.size * u64::from(o.ok))
@@ -670,7 +689,7 @@ async fn worker(
                             Method::PUT,
                             &key_path(&args.bucket, &args.prefix, i),
                             "",
-                            payload.clone(),
+                            unique_body(&payload, i),
                         )
                         .await?;
                     (o.ok, args.size * u64::from(o.ok))

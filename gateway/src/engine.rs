@@ -40,6 +40,20 @@ const INLINE_WRITE_BYTES_MAX: usize = 64 * 1024;
 const COMMIT_QUEUE_JOBS_MAX: usize = 8192;
 const COMMIT_BATCH_JOBS_MAX: usize = 1024;
 
+/// Upper bounds of the commit-latency histogram buckets, in microseconds.
+pub const COMMIT_LATENCY_BUCKETS_US: [u64; 10] =
+    [50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000, 250_000];
+
+/// Group-commit figures for metrics: batches, jobs per batch, and the time each batch took to
+/// become durable (fdatasync plus the synced index write).
+#[derive(Default)]
+pub struct CommitStats {
+    pub batches: std::sync::atomic::AtomicU64,
+    pub jobs: std::sync::atomic::AtomicU64,
+    pub latency_us_sum: std::sync::atomic::AtomicU64,
+    pub latency_buckets: [std::sync::atomic::AtomicU64; COMMIT_LATENCY_BUCKETS_US.len()],
+}
+
 /// One write waiting for group commit.
 struct CommitJob {
     ticket: Option<WriteTicket>,
@@ -56,6 +70,7 @@ pub struct Engine {
     pub index: Arc<RocksIndex>,
     pub chunks: Arc<ChunkStore>,
     commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
+    pub commit_stats: Arc<CommitStats>,
     key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Buckets and access keys are read on every request and change rarely; they are cached
     /// here and every change made through this process invalidates its entry. (Offline admin
@@ -157,17 +172,19 @@ impl Engine {
         let index = Arc::new(index);
         let chunks = Arc::new(chunks);
         let (commit_tx, commit_rx) = tokio::sync::mpsc::channel(COMMIT_QUEUE_JOBS_MAX);
+        let commit_stats = Arc::new(CommitStats::default());
         {
-            let (index, chunks) = (index.clone(), chunks.clone());
+            let (index, chunks, stats) = (index.clone(), chunks.clone(), commit_stats.clone());
             std::thread::Builder::new()
                 .name("packrat-commit".into())
-                .spawn(move || run_committer(&index, &chunks, commit_rx))
+                .spawn(move || run_committer(&index, &chunks, &stats, commit_rx))
                 .expect("spawning the commit thread");
         }
         Self {
             index,
             chunks,
             commit_tx,
+            commit_stats,
             key_locks: (0..KEY_LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
@@ -400,8 +417,10 @@ impl Engine {
 fn run_committer(
     index: &RocksIndex,
     chunks: &ChunkStore,
+    stats: &CommitStats,
     mut rx: tokio::sync::mpsc::Receiver<CommitJob>,
 ) {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut jobs: Vec<CommitJob> = Vec::with_capacity(COMMIT_BATCH_JOBS_MAX);
     while let Some(first) = rx.blocking_recv() {
         jobs.push(first);
@@ -411,7 +430,17 @@ fn run_committer(
                 Err(_) => break,
             }
         }
+        let started = std::time::Instant::now();
         let result = commit_batch(index, chunks, &jobs);
+        let us = started.elapsed().as_micros() as u64;
+        stats.batches.fetch_add(1, Relaxed);
+        stats.jobs.fetch_add(jobs.len() as u64, Relaxed);
+        stats.latency_us_sum.fetch_add(us, Relaxed);
+        for (i, b) in COMMIT_LATENCY_BUCKETS_US.iter().enumerate() {
+            if us <= *b {
+                stats.latency_buckets[i].fetch_add(1, Relaxed);
+            }
+        }
         for j in jobs.drain(..) {
             let _ = j.done.send(result.clone());
         }

@@ -65,6 +65,9 @@ struct ServeArgs {
     /// Size in bytes at which a segment file is closed and a new one started.
     #[arg(long, env = "PACKRAT_SEGMENT_SIZE", default_value_t = SEGMENT_BYTES_DEFAULT)]
     segment_size: u64,
+    /// Async runtime threads (default: one per core).
+    #[arg(long, env = "PACKRAT_WORKER_THREADS")]
+    worker_threads: Option<usize>,
     /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
     #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
     log: String,
@@ -122,10 +125,15 @@ enum KeyCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(ServeArgs {
+        worker_threads: Some(n),
+        ..
+    }) = &cli.command
     {
+        builder.worker_threads((*n).max(1));
+    }
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("packrat: cannot start the async runtime: {e}");

@@ -22,6 +22,8 @@ struct OpStats {
 #[derive(Default)]
 pub struct Metrics {
     ops: Mutex<BTreeMap<(&'static str, u16), OpStats>>,
+    pub bytes_in: std::sync::atomic::AtomicU64,
+    pub bytes_out: std::sync::atomic::AtomicU64,
 }
 
 impl Metrics {
@@ -97,6 +99,47 @@ impl Metrics {
                 st.appended_bytes,
             ),
         ];
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_bytes_in_total counter\npackrat_bytes_in_total {}",
+            self.bytes_in.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_bytes_out_total counter\npackrat_bytes_out_total {}",
+            self.bytes_out.load(Relaxed)
+        );
+        let cs = &engine.commit_stats;
+        let batches = cs.batches.load(Relaxed);
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_commit_batches_total counter\npackrat_commit_batches_total {batches}"
+        );
+        let _ = writeln!(
+            out,
+            "# TYPE packrat_commit_jobs_total counter\npackrat_commit_jobs_total {}",
+            cs.jobs.load(Relaxed)
+        );
+        out.push_str("# TYPE packrat_commit_duration_seconds histogram\n");
+        for (i, b) in crate::engine::COMMIT_LATENCY_BUCKETS_US.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "packrat_commit_duration_seconds_bucket{{le=\"{}\"}} {}",
+                *b as f64 / 1e6,
+                cs.latency_buckets[i].load(Relaxed)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "packrat_commit_duration_seconds_bucket{{le=\"+Inf\"}} {batches}"
+        );
+        let _ = writeln!(
+            out,
+            "packrat_commit_duration_seconds_sum {}",
+            cs.latency_us_sum.load(Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "packrat_commit_duration_seconds_count {batches}");
         let ix = engine.index.object_stats();
         let index_gauges = [
             (

@@ -122,6 +122,12 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBo
     let request_id = state.next_request_id();
     let method = req.method().clone();
     let is_head = method == Method::HEAD;
+    let bytes_in = req
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
     let (op, result) = route_and_run(&state, req).await;
     let mut resp = match result {
         Ok(r) => r,
@@ -136,6 +142,19 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBo
     state
         .metrics
         .observe(op, resp.status().as_u16(), started.elapsed());
+    {
+        use http_body::Body as _;
+        use std::sync::atomic::Ordering::Relaxed;
+        state.metrics.bytes_in.fetch_add(bytes_in, Relaxed);
+        let out = resp
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .or_else(|| resp.body().size_hint().exact())
+            .unwrap_or(0);
+        state.metrics.bytes_out.fetch_add(out, Relaxed);
+    }
     tracing::debug!(%method, op, status = resp.status().as_u16(), request_id, "request");
     resp
 }
