@@ -161,3 +161,36 @@ def test_memory_bounded_for_1gib_put_and_get(workdir):
     print(f"\nserver RSS {base / 1024:.0f} MiB before, peak {peak / 1024:.0f} MiB during a 1 GiB PUT and GET")
     assert growth_mib < 128, f"server grew by {growth_mib:.0f} MiB for a 1 GiB object"
     srv.stop()
+
+
+def test_connection_limit_and_slow_body(workdir):
+    import socket as sk
+    srv = conftest.Server(workdir / "limits", extra_args=["--max-connections", "2", "--body-idle-timeout", "1"]).start()
+    try:
+        u = urllib.parse.urlparse(srv.endpoint)
+        held = [sk.create_connection((u.hostname, u.port)) for _ in range(2)]
+        time.sleep(0.3)
+        extra = sk.create_connection((u.hostname, u.port), timeout=10)
+        resp = extra.recv(4096)
+        extra.close()
+        assert resp.startswith(b"HTTP/1.1 503") and b"SlowDown" in resp
+        for h in held:
+            h.close()
+        time.sleep(0.3)
+        # Slots free again once the held connections close.
+        assert urllib.request.urlopen(srv.endpoint + "/health/live").read() == b"ok\n"
+        # A client that stops sending mid-body gets RequestTimeout; nothing is stored.
+        c = srv.client()
+        c.create_bucket(Bucket="slow")
+        s = Signed(host_of(srv.endpoint), "PUT", "/slow/k", [], {"content-length": "1000"}, "UNSIGNED-PAYLOAD", AK, SK)
+        sock = sk.create_connection((u.hostname, u.port), timeout=10)
+        head = f"PUT {s.path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in s.headers.items()) + "\r\n"
+        sock.sendall(head.encode() + b"x" * 10)
+        started = time.time()
+        resp = sock.recv(4096)
+        sock.close()
+        assert b"RequestTimeout" in resp and time.time() - started < 5
+        with pytest.raises(ClientError):
+            c.head_object(Bucket="slow", Key="k")
+    finally:
+        srv.stop()

@@ -22,6 +22,10 @@ pub const LIST_KEYS_MAX: usize = 1000;
 pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
 /// Time a client has to send its request head.
 pub const HEADER_READ_TIMEOUT_SECS: u64 = 30;
+/// Longest pause allowed between two pieces of a request body.
+pub const BODY_IDLE_TIMEOUT_SECS: u64 = 30;
+/// Default bound on open client connections; past it new connections get 503 SlowDown.
+pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -29,4 +33,8 @@ pub struct ServeConfig {
     pub region: String,
     /// With a domain, `bucket.domain` hosts select buckets (virtual-host style).
     pub domain: Option<String>,
+    /// Open client connections allowed at once.
+    pub max_connections: usize,
+    /// Longest pause allowed between two pieces of a request body.
+    pub body_idle_timeout_secs: u64,
 }

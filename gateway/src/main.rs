@@ -65,6 +65,13 @@ struct ServeArgs {
     /// Size in bytes at which a segment file is closed and a new one started.
     #[arg(long, env = "PACKRAT_SEGMENT_SIZE", default_value_t = SEGMENT_BYTES_DEFAULT)]
     segment_size: u64,
+    /// Most client connections open at once; more are answered 503 SlowDown and closed.
+    #[arg(long, env = "PACKRAT_MAX_CONNECTIONS", default_value_t = config::CONNECTIONS_MAX_DEFAULT)]
+    max_connections: usize,
+    /// Seconds a client may pause while sending a request body before the request fails
+    /// with RequestTimeout (slow clients cannot hold connections forever).
+    #[arg(long, env = "PACKRAT_BODY_IDLE_TIMEOUT", default_value_t = config::BODY_IDLE_TIMEOUT_SECS)]
+    body_idle_timeout: u64,
     /// Async runtime threads (default: one per core).
     #[arg(long, env = "PACKRAT_WORKER_THREADS")]
     worker_threads: Option<usize>,
@@ -245,6 +252,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         data_dir: args.data_dir.clone(),
         region: args.region,
         domain: args.domain,
+        max_connections: args.max_connections,
+        body_idle_timeout_secs: args.body_idle_timeout.max(1),
     };
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
     println!("packrat: listening on http://{addr}");

@@ -33,6 +33,8 @@ pub struct AppState {
     pub config: ServeConfig,
     pub signing_keys: sigv4::SigningKeyCache,
     pub metrics: Metrics,
+    /// One permit per open client connection (`--max-connections`).
+    pub connections: Arc<tokio::sync::Semaphore>,
     request_counter: AtomicU64,
     request_id_prefix: u32,
 }
@@ -68,11 +70,13 @@ impl S3Request {
 
 impl AppState {
     pub fn new(engine: Arc<Engine>, config: ServeConfig) -> Self {
+        let connections_max = config.max_connections.max(1);
         Self {
             engine,
             config,
             signing_keys: Default::default(),
             metrics: Metrics::default(),
+            connections: Arc::new(tokio::sync::Semaphore::new(connections_max)),
             request_counter: AtomicU64::new(0),
             request_id_prefix: rand::random(),
         }
@@ -96,8 +100,15 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             }
         };
         let _ = stream.set_nodelay(true);
+        let Ok(permit) = state.connections.clone().try_acquire_owned() else {
+            // Over the connection limit: answer 503 SlowDown and close, so the client backs
+            // off instead of hanging in the accept queue.
+            tokio::spawn(refuse_connection(stream));
+            continue;
+        };
         let state = state.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let io = hyper_util::rt::TokioIo::new(stream);
             let svc = hyper::service::service_fn(move |req| {
                 let state = state.clone();
@@ -106,15 +117,30 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(state_header_timeout_secs()))
+                .header_read_timeout(std::time::Duration::from_secs(
+                    crate::config::HEADER_READ_TIMEOUT_SECS,
+                ))
                 .max_buf_size(crate::config::REQUEST_HEAD_BYTES_MAX);
             let _ = builder.serve_connection(io, svc).await;
         });
     }
 }
 
-fn state_header_timeout_secs() -> u64 {
-    crate::config::HEADER_READ_TIMEOUT_SECS
+async fn refuse_connection(mut stream: tokio::net::TcpStream) {
+    use tokio::io::AsyncWriteExt;
+    let (code, status) = S3ErrorCode::SlowDown.parts();
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>The server has too many open connections; please retry.</Message></Error>"
+    );
+    let resp = format!(
+        "HTTP/1.1 {} {}\r\ncontent-type: application/xml\r\ncontent-length: {}\r\nretry-after: 1\r\nconnection: close\r\n\r\n{body}",
+        status.as_u16(),
+        status.canonical_reason().unwrap_or(""),
+        body.len()
+    );
+    let write = stream.write_all(resp.as_bytes());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), write).await;
+    let _ = stream.shutdown().await;
 }
 
 async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBody> {
@@ -253,7 +279,9 @@ async fn route_and_run(
     };
     let (identity, signing, payload_mode) = identity;
     let body_reader = match make_body_reader(&parts.headers, body, payload_mode, signing) {
-        Ok(b) => b,
+        Ok(b) => b.with_idle_timeout(std::time::Duration::from_secs(
+            state.config.body_idle_timeout_secs,
+        )),
         Err(e) => return ("body", Err(e)),
     };
     if raw_path.starts_with(crate::admin::ADMIN_PREFIX) {

@@ -91,6 +91,7 @@ pub struct BodyReader {
     bytes_max: u64,
     pub trailers: Vec<(String, String)>,
     finished: bool,
+    idle_timeout: std::time::Duration,
 }
 
 fn incomplete(msg: &str) -> S3Error {
@@ -134,7 +135,14 @@ impl BodyReader {
             bytes_max,
             trailers: Vec::new(),
             finished: false,
+            idle_timeout: std::time::Duration::from_secs(crate::config::BODY_IDLE_TIMEOUT_SECS),
         }
+    }
+
+    /// Sets the longest pause allowed between two pieces of the body.
+    pub fn with_idle_timeout(mut self, idle_timeout: std::time::Duration) -> Self {
+        self.idle_timeout = idle_timeout;
+        self
     }
 
     /// Reads the next raw frame of the HTTP body; `None` at its end.
@@ -145,7 +153,17 @@ impl BodyReader {
             Some(BodySource::Hyper(b)) => b,
         };
         loop {
-            match body.frame().await {
+            // A client that stops sending mid-body must not hold its connection and task
+            // forever (slowloris): each frame has to arrive within the idle limit.
+            let frame = tokio::time::timeout(self.idle_timeout, body.frame())
+            .await
+            .map_err(|_| {
+                S3Error::new(
+                    S3ErrorCode::RequestTimeout,
+                    "Your socket connection to the server was not read from or written to within the timeout period.",
+                )
+            })?;
+            match frame {
                 None => return Ok(None),
                 Some(Err(e)) => {
                     return Err(incomplete(&format!("the request body was cut short: {e}")));

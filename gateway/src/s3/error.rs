@@ -34,7 +34,9 @@ pub enum S3ErrorCode {
     NotModified,
     PreconditionFailed,
     RequestTimeTooSkewed,
+    RequestTimeout,
     SignatureDoesNotMatch,
+    SlowDown,
     XAmzContentSHA256Mismatch,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
@@ -75,6 +77,8 @@ impl S3ErrorCode {
             NotModified => ("NotModified", StatusCode::NOT_MODIFIED),
             PreconditionFailed => ("PreconditionFailed", StatusCode::PRECONDITION_FAILED),
             RequestTimeTooSkewed => ("RequestTimeTooSkewed", StatusCode::FORBIDDEN),
+            RequestTimeout => ("RequestTimeout", StatusCode::BAD_REQUEST),
+            SlowDown => ("SlowDown", StatusCode::SERVICE_UNAVAILABLE),
             SignatureDoesNotMatch => ("SignatureDoesNotMatch", StatusCode::FORBIDDEN),
             XAmzContentSHA256Mismatch => ("XAmzContentSHA256Mismatch", StatusCode::BAD_REQUEST),
             AuthorizationHeaderMalformed => {
