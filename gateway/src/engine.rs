@@ -403,6 +403,24 @@ impl Engine {
             offset: c.offset,
             len: c.len,
         };
+        if self.chunks.uses_uring() {
+            if let Some(r) = self.chunks.read_cached(&loc, &rid, idx) {
+                return Ok(Bytes::from(r?));
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            self.chunks.read_with(
+                loc,
+                rid,
+                idx,
+                Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            );
+            let data = rx
+                .await
+                .map_err(|_| S3Error::internal("read", "the io_uring thread dropped a read"))??;
+            return Ok(Bytes::from(data));
+        }
         if c.len <= INLINE_READ_BYTES_MAX {
             return Ok(Bytes::from(self.chunks.read(&loc, &rid, idx)?));
         }

@@ -14,7 +14,7 @@ mod server;
 use clap::{Parser, Subcommand};
 use config::ServeConfig;
 use http::Method;
-use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, SEGMENT_BYTES_DEFAULT};
+use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, IoBackend, SEGMENT_BYTES_DEFAULT};
 use packrat_index::{KeyRecord, RocksIndex};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -47,6 +47,13 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum IoBackendArg {
+    Auto,
+    Uring,
+    Pread,
+}
+
 #[derive(clap::Args)]
 struct ServeArgs {
     /// Directory holding the index and the segment files; created if missing.
@@ -72,6 +79,10 @@ struct ServeArgs {
     /// with RequestTimeout (slow clients cannot hold connections forever).
     #[arg(long, env = "PACKRAT_BODY_IDLE_TIMEOUT", default_value_t = config::BODY_IDLE_TIMEOUT_SECS)]
     body_idle_timeout: u64,
+    /// How records are read: io_uring when the kernel allows it (auto), always io_uring, or
+    /// positioned pread calls. The choice is logged at start-up.
+    #[arg(long, env = "PACKRAT_IO_BACKEND", value_enum, default_value = "auto")]
+    io_backend: IoBackendArg,
     /// Async runtime threads (default: one per core).
     #[arg(long, env = "PACKRAT_WORKER_THREADS")]
     worker_threads: Option<usize>,
@@ -240,6 +251,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         args.data_dir.join("segments"),
         ChunkStoreOptions {
             segment_bytes_max: args.segment_size.max(1024 * 1024),
+            io_backend: match args.io_backend {
+                IoBackendArg::Auto => IoBackend::Auto,
+                IoBackendArg::Uring => IoBackend::Uring,
+                IoBackendArg::Pread => IoBackend::Pread,
+            },
         },
     )
     .map_err(|e| e.to_string())?;
