@@ -97,6 +97,20 @@ class Server:
         )
 
 
+def aws_env(**extra):
+    """The environment for aws-cli and example scripts: root credentials, no user config."""
+    env = dict(os.environ)
+    env.update(
+        AWS_ACCESS_KEY_ID=ROOT_AK,
+        AWS_SECRET_ACCESS_KEY=ROOT_SK,
+        AWS_DEFAULT_REGION=REGION,
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        **extra,
+    )
+    return env
+
+
 @pytest.fixture(scope="session")
 def workdir():
     d = tempfile.mkdtemp(prefix="packrat-tests-")

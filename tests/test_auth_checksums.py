@@ -12,7 +12,6 @@ import zlib
 
 import pytest
 from awscrt import checksums
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import conftest

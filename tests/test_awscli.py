@@ -13,14 +13,7 @@ import conftest
 
 
 def aws(server, *args, check=True):
-    env = dict(os.environ)
-    env.update(
-        AWS_ACCESS_KEY_ID=conftest.ROOT_AK,
-        AWS_SECRET_ACCESS_KEY=conftest.ROOT_SK,
-        AWS_DEFAULT_REGION=conftest.REGION,
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-    )
+    env = conftest.aws_env()
     exe = shutil.which("aws") or "aws"
     out = subprocess.run([exe, "--endpoint-url", server.endpoint, *args], env=env, capture_output=True, text=True, timeout=600)
     if check:

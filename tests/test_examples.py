@@ -1,6 +1,5 @@
 """The sdk-examples run against the real server, so the README's examples stay true."""
 
-import os
 import subprocess
 import sys
 
@@ -8,16 +7,7 @@ import conftest
 
 
 def env_for(server):
-    env = dict(os.environ)
-    env.update(
-        PACKRAT_ENDPOINT=server.endpoint,
-        AWS_ACCESS_KEY_ID=conftest.ROOT_AK,
-        AWS_SECRET_ACCESS_KEY=conftest.ROOT_SK,
-        AWS_DEFAULT_REGION=conftest.REGION,
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-    )
-    return env
+    return conftest.aws_env(PACKRAT_ENDPOINT=server.endpoint)
 
 
 def test_boto3_quickstart(server):

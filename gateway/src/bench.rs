@@ -600,6 +600,32 @@ async fn prepare(client: &Arc<Client>, args: &BenchArgs, payload: Bytes) -> Resu
     Ok(())
 }
 
+/// One object operation on key `i`: (success, bytes moved). A GET counts as failed unless
+/// the whole object came back.
+async fn object_op(
+    client: &Client,
+    conn: &mut Conn,
+    args: &BenchArgs,
+    payload: &Bytes,
+    method: Method,
+    i: u64,
+) -> Result<(bool, u64), String> {
+    let body = if method == Method::PUT {
+        unique_body(payload, i)
+    } else {
+        Bytes::new()
+    };
+    let path = key_path(&args.bucket, &args.prefix, i);
+    let o = client
+        .request(conn, method.clone(), &path, "", body)
+        .await?;
+    Ok(match method {
+        Method::PUT => (o.ok, args.size * u64::from(o.ok)),
+        Method::GET => (o.ok && o.bytes == args.size, o.bytes),
+        _ => (o.ok, 0),
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn worker(
     w: usize,
@@ -634,66 +660,38 @@ async fn worker(
             Workload::Put => {
                 let i = put_seq % args.keys.max(1);
                 put_seq += args.concurrency as u64;
-                let o = client
-                    .request(
-                        &mut conn,
-                        Method::PUT,
-                        &key_path(&args.bucket, &args.prefix, i),
-                        "",
-                        unique_body(&payload, i),
-                    )
-                    .await?;
-                (o.ok, args.size * u64::from(o.ok))
+                object_op(&client, &mut conn, &args, &payload, Method::PUT, i).await?
             }
             Workload::Get => {
-                let o = client
-                    .request(
-                        &mut conn,
-                        Method::GET,
-                        &key_path(&args.bucket, &args.prefix, chooser.pick(&mut rng)),
-                        "",
-                        Bytes::new(),
-                    )
-                    .await?;
-                (o.ok && o.bytes == args.size, o.bytes)
+                object_op(
+                    &client,
+                    &mut conn,
+                    &args,
+                    &payload,
+                    Method::GET,
+                    chooser.pick(&mut rng),
+                )
+                .await?
             }
             Workload::Head => {
-                let o = client
-                    .request(
-                        &mut conn,
-                        Method::HEAD,
-                        &key_path(&args.bucket, &args.prefix, chooser.pick(&mut rng)),
-                        "",
-                        Bytes::new(),
-                    )
-                    .await?;
-                (o.ok, 0)
+                object_op(
+                    &client,
+                    &mut conn,
+                    &args,
+                    &payload,
+                    Method::HEAD,
+                    chooser.pick(&mut rng),
+                )
+                .await?
             }
             Workload::Mixed => {
                 let i = chooser.pick(&mut rng);
-                if rng.random::<f64>() < args.read_ratio {
-                    let o = client
-                        .request(
-                            &mut conn,
-                            Method::GET,
-                            &key_path(&args.bucket, &args.prefix, i),
-                            "",
-                            Bytes::new(),
-                        )
-                        .await?;
-                    (o.ok && o.bytes == args.size, o.bytes)
+                let method = if rng.random::<f64>() < args.read_ratio {
+                    Method::GET
                 } else {
-                    let o = client
-                        .request(
-                            &mut conn,
-                            Method::PUT,
-                            &key_path(&args.bucket, &args.prefix, i),
-                            "",
-                            unique_body(&payload, i),
-                        )
-                        .await?;
-                    (o.ok, args.size * u64::from(o.ok))
-                }
+                    Method::PUT
+                };
+                object_op(&client, &mut conn, &args, &payload, method, i).await?
             }
             Workload::List => {
                 let mut q = format!(
