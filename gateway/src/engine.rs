@@ -20,7 +20,7 @@ use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
 use bytes::{Bytes, BytesMut};
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
-use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectRecord, RocksIndex};
+use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, RocksIndex};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -57,7 +57,7 @@ pub struct CommitStats {
 /// One write waiting for group commit.
 struct CommitJob {
     ticket: Option<WriteTicket>,
-    put: Option<(u64, String, ObjectRecord)>,
+    op: Option<ObjectOp>,
     done: tokio::sync::oneshot::Sender<S3Result<()>>,
 }
 
@@ -324,11 +324,11 @@ impl Engine {
     async fn group_commit(
         &self,
         ticket: Option<WriteTicket>,
-        put: Option<(u64, String, ObjectRecord)>,
+        op: Option<ObjectOp>,
     ) -> S3Result<()> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
-            .send(CommitJob { ticket, put, done })
+            .send(CommitJob { ticket, op, done })
             .await
             .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
         wait.await
@@ -380,15 +380,21 @@ impl Engine {
                 }
             }
         }
-        self.group_commit(ticket, Some((bucket_id, key.to_string(), rec)))
-            .await
+        let op = ObjectOp::Put {
+            bucket_id,
+            key: key.to_string(),
+            record: rec,
+        };
+        self.group_commit(ticket, Some(op)).await
     }
 
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
         let _guard = self.key_lock(bucket_id, key).lock().await;
-        let engine = self.clone();
-        let key = key.to_string();
-        blocking(move || Ok(engine.index.delete_object(bucket_id, &key)?)).await
+        let op = ObjectOp::Delete {
+            bucket_id,
+            key: key.to_string(),
+        };
+        self.group_commit(None, Some(op)).await
     }
 
     /// Reads and verifies chunk `i` of an object.
@@ -473,10 +479,9 @@ fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> 
     for t in tickets.iter().rev() {
         chunks.sync_through(*t)?;
     }
-    let puts: Vec<&(u64, String, ObjectRecord)> =
-        jobs.iter().filter_map(|j| j.put.as_ref()).collect();
-    if !puts.is_empty() {
-        index.put_objects(&puts)?;
+    let ops: Vec<&ObjectOp> = jobs.iter().filter_map(|j| j.op.as_ref()).collect();
+    if !ops.is_empty() {
+        index.apply_object_ops(&ops)?;
     }
     Ok(())
 }

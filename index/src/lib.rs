@@ -59,6 +59,20 @@ pub struct RocksIndex {
     bucket_lock: Mutex<()>,
 }
 
+/// A change to the object index, applied in batches by group commit.
+#[derive(Debug, Clone)]
+pub enum ObjectOp {
+    Put {
+        bucket_id: u64,
+        key: String,
+        record: ObjectRecord,
+    },
+    Delete {
+        bucket_id: u64,
+        key: String,
+    },
+}
+
 /// One page of an object listing.
 #[derive(Debug, Default)]
 pub struct ListPage {
@@ -299,15 +313,25 @@ impl RocksIndex {
         self.put_encoded(CF_OBJECTS, &object_key(bucket_id, key), rec)
     }
 
-    /// Publishes many objects in one synced write batch (the index half of group commit).
-    pub fn put_objects(&self, items: &[&(u64, String, ObjectRecord)]) -> Result<()> {
+    /// Applies many object puts and deletes, in order, in one synced write batch (the index
+    /// half of group commit).
+    pub fn apply_object_ops(&self, ops: &[&ObjectOp]) -> Result<()> {
         let mut batch = WriteBatch::default();
-        for (bucket_id, key, rec) in items {
-            batch.put_cf(
-                self.cf(CF_OBJECTS),
-                object_key(*bucket_id, key),
-                records::encode(rec),
-            );
+        for op in ops {
+            match op {
+                ObjectOp::Put {
+                    bucket_id,
+                    key,
+                    record,
+                } => batch.put_cf(
+                    self.cf(CF_OBJECTS),
+                    object_key(*bucket_id, key),
+                    records::encode(record),
+                ),
+                ObjectOp::Delete { bucket_id, key } => {
+                    batch.delete_cf(self.cf(CF_OBJECTS), object_key(*bucket_id, key))
+                }
+            }
         }
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
