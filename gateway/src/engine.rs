@@ -383,7 +383,7 @@ impl Engine {
         let op = ObjectOp::Put {
             bucket_id,
             key: key.to_string(),
-            record: rec,
+            record: Box::new(rec),
         };
         self.group_commit(ticket, Some(op)).await
     }

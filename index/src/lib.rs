@@ -65,7 +65,7 @@ pub enum ObjectOp {
     Put {
         bucket_id: u64,
         key: String,
-        record: ObjectRecord,
+        record: Box<ObjectRecord>,
     },
     Delete {
         bucket_id: u64,
@@ -326,7 +326,7 @@ impl RocksIndex {
                 } => batch.put_cf(
                     self.cf(CF_OBJECTS),
                     object_key(*bucket_id, key),
-                    records::encode(record),
+                    records::encode(record.as_ref()),
                 ),
                 ObjectOp::Delete { bucket_id, key } => {
                     batch.delete_cf(self.cf(CF_OBJECTS), object_key(*bucket_id, key))
