@@ -543,8 +543,14 @@ impl RocksIndex {
                 cf: CF_UPLOADS,
                 reason,
             })?;
+            // The upload key has a 0x00 separator after the object key, so a prefix that
+            // contains NUL can match bytes past the object key: such an entry is not under it.
+            let Some(rest) = rec.key.strip_prefix(prefix) else {
+                it.next();
+                continue;
+            };
             if let Some(d) = delimiter
-                && let Some(pos) = rec.key[prefix.len()..].find(d)
+                && let Some(pos) = rest.find(d)
             {
                 let cp = rec.key[..prefix.len() + pos + d.len()].to_string();
                 match prefix_successor(&object_key(bucket_id, &cp)) {
@@ -654,6 +660,22 @@ mod tests {
             })
             .unwrap();
         assert_ne!(b.id, b2.id, "bucket ids are never reused");
+    }
+
+    #[test]
+    fn upload_listing_with_nul_in_prefix_does_not_panic() {
+        let (_d, i) = idx();
+        i.put_upload(&UploadRecord {
+            upload_id: "u1".into(),
+            bucket_id: 1,
+            key: "a".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        let page = i.list_uploads(1, "a\0", Some("/"), None, None, 10).unwrap();
+        assert!(page.uploads.is_empty());
+        let page = i.list_uploads(1, "a", Some("/"), None, None, 10).unwrap();
+        assert_eq!(page.uploads.len(), 1);
     }
 
     /// The reference model of a listing: a plain filter over a sorted map.
