@@ -80,6 +80,9 @@ def test_declared_length_mismatch_and_limits(server, s3, bucket):
     assert st == 400 and b"InvalidArgument" in rb
     st, _, rb = signed(server, "PATCH", f"/{bucket}/x")
     assert st == 405 and b"MethodNotAllowed" in rb
+    s3.put_object(Bucket=bucket, Key="o", Body=b"x")
+    st, _, rb = signed(server, "GET", f"/{bucket}/o", [("response-content-type", "a\nb")])
+    assert st == 400 and b"InvalidArgument" in rb
 
 
 def test_huge_and_garbage_requests(server):

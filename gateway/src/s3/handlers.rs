@@ -1242,6 +1242,14 @@ async fn handle_get_object(
     if part_number.is_some() && !obj.parts.is_empty() {
         rb = rb.header("x-amz-mp-parts-count", obj.parts.len().to_string());
     }
+    for (k, v) in &req.query {
+        if k.starts_with("response-") && http::HeaderValue::from_str(v).is_err() {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                format!("{k} is not a valid header value"),
+            ));
+        }
+    }
     let override_of = |h: &str| req.q(&format!("response-{h}")).map(str::to_string);
     let ct = override_of("content-type")
         .or_else(|| obj.content_type.clone())
