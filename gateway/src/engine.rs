@@ -17,7 +17,7 @@
 use crate::s3::body::BodyReader;
 use crate::s3::checksum::{ChecksumAlgorithm, Hasher};
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
 use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, RocksIndex};
@@ -238,38 +238,55 @@ impl Engine {
         let record_id: [u8; 16] = rand::random();
         let mut md5 = Md5::new();
         let mut hasher = checksum_alg.map(Hasher::new);
-        let mut buf = BytesMut::new();
+        // One chunk buffer for the whole request, refilled after each append: a fresh 1 MiB
+        // allocation per chunk costs page faults and page clearing on every chunk.
+        let mut buf: Vec<u8> = Vec::new();
         let mut chunks = Vec::new();
         let mut size = 0u64;
         let mut last_ticket: Option<WriteTicket> = None;
         loop {
             let piece = src.next().await?;
             let at_end = piece.is_none();
-            if let Some(p) = &piece {
-                md5.update(p);
-                if let Some(h) = hasher.as_mut() {
-                    h.update(p);
-                }
-                size += p.len() as u64;
-                buf.extend_from_slice(p);
+            let mut rest: &[u8] = piece.as_deref().unwrap_or(&[]);
+            md5.update(rest);
+            if let Some(h) = hasher.as_mut() {
+                h.update(rest);
             }
-            // Cut full chunks; at the end, also the remainder (if any).
-            while buf.len() >= CHUNK_BYTES || (at_end && !buf.is_empty()) {
-                let n = buf.len().min(CHUNK_BYTES);
-                let data = buf.split_to(n).freeze();
+            size += rest.len() as u64;
+            // Fill the buffer up to a chunk; append each full chunk, and at the end the
+            // remainder (if any).
+            loop {
+                let take = (CHUNK_BYTES - buf.len()).min(rest.len());
+                buf.extend_from_slice(&rest[..take]);
+                rest = &rest[take..];
+                let full = buf.len() == CHUNK_BYTES;
+                if !(full || (at_end && rest.is_empty() && !buf.is_empty())) {
+                    break;
+                }
                 let idx = chunks.len() as u32;
-                let (loc, ticket) = if data.len() <= INLINE_WRITE_BYTES_MAX {
-                    self.chunks.append(record_id, idx, &data)?
+                let (loc, ticket) = if buf.len() <= INLINE_WRITE_BYTES_MAX {
+                    self.chunks.append(record_id, idx, &buf)?
                 } else {
                     let engine = self.clone();
-                    blocking(move || Ok(engine.chunks.append(record_id, idx, &data)?)).await?
+                    let data = std::mem::take(&mut buf);
+                    let (appended, data) = blocking(move || {
+                        let r = engine.chunks.append(record_id, idx, &data);
+                        Ok((r, data))
+                    })
+                    .await?;
+                    buf = data;
+                    appended?
                 };
+                buf.clear();
                 last_ticket = Some(ticket);
                 chunks.push(ChunkRef {
                     segment_id: loc.segment_id,
                     offset: loc.offset,
                     len: loc.len,
                 });
+                if rest.is_empty() {
+                    break;
+                }
             }
             if at_end {
                 break;
