@@ -137,9 +137,42 @@ def test_ranges(s3, bucket):
     with pytest.raises(ClientError) as e:
         s3.get_object(Bucket=bucket, Key="r", Range="bytes=1024-")
     assert code(e) == "InvalidRange" and status(e) == 416
-    # Several ranges: S3 answers with the whole object.
-    r = s3.get_object(Bucket=bucket, Key="r", Range="bytes=0-1,5-6")
+    # A syntactically invalid range is ignored, as RFC 9110 says: the whole object, 200.
+    r = s3.get_object(Bucket=bucket, Key="r", Range="bytes=abc")
     assert r["ResponseMetadata"]["HTTPStatusCode"] == 200 and r["Body"].read() == body
+
+
+def parse_byteranges(content_type, payload):
+    boundary = content_type.split("boundary=", 1)[1].encode()
+    parts = []
+    for chunk in payload.split(b"--" + boundary)[1:]:
+        if chunk.startswith(b"--"):
+            break
+        head, _, data = chunk[2:].partition(b"\r\n\r\n")
+        headers = dict(line.split(": ", 1) for line in head.decode().split("\r\n"))
+        parts.append((headers, data[:-2]))  # each part's data ends with CRLF
+    return parts
+
+
+def test_multi_range_get_is_multipart_byteranges(s3, bucket):
+    body = os.urandom(3 * 1024 * 1024 + 5)
+    s3.put_object(Bucket=bucket, Key="mr", Body=body, ContentType="application/x-tar")
+    r = s3.get_object(Bucket=bucket, Key="mr", Range="bytes=0-99,1048570-1048580,-7,999999999-")
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 206
+    ct = r["ContentType"]
+    assert ct.startswith("multipart/byteranges; boundary=")
+    payload = r["Body"].read()
+    assert len(payload) == r["ContentLength"]
+    parts = parse_byteranges(ct, payload)
+    want = [(0, 100), (1048570, 1048581), (len(body) - 7, len(body))]  # the unsatisfiable one is dropped
+    assert len(parts) == len(want)
+    for (headers, data), (a, b) in zip(parts, want):
+        assert headers["Content-Range"] == f"bytes {a}-{b - 1}/{len(body)}"
+        assert headers["Content-Type"] == "application/x-tar"
+        assert data == body[a:b]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="mr", Range="bytes=999999999-,888888888-")
+    assert status(e) == 416
 
 
 def test_conditional_reads(s3, bucket):

@@ -8,6 +8,7 @@ use crate::config;
 use crate::engine::{self, ObjectReader, Source, WriteCondition, blocking};
 use crate::server::{AppState, RespBody, S3Request, empty, full};
 use base64::Engine as _;
+use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::BodyExt;
@@ -1084,44 +1085,93 @@ pub fn resolve_range(header: Option<&str>, size: u64) -> S3Result<Option<(u64, u
         return Ok(None);
     };
     if spec.contains(',') {
-        // Several ranges: S3 answers with the whole object.
+        // Several ranges are served by `multi_ranges` as multipart/byteranges.
         return Ok(None);
     }
-    let Some((a, b)) = spec.split_once('-') else {
+    match resolve_one(spec, size) {
+        RangeOutcome::Invalid => Ok(None),
+        RangeOutcome::Unsatisfiable => Err(unsatisfiable(size)),
+        RangeOutcome::Range(r) => Ok(Some(r)),
+    }
+}
+
+/// Most ranges one multi-range GET may ask for.
+const MULTI_RANGES_MAX: usize = 256;
+
+enum RangeOutcome {
+    Invalid,
+    Unsatisfiable,
+    Range((u64, u64)),
+}
+
+fn unsatisfiable(size: u64) -> S3Error {
+    err(
+        S3ErrorCode::InvalidRange,
+        "The requested range is not satisfiable",
+    )
+    .with_header("content-range", format!("bytes */{size}"))
+}
+
+/// Several ranges (`bytes=0-99,4096-8191`), a packrat extension: `Some` with the satisfiable
+/// ranges in request order when the header names more than one range, all of them valid
+/// (RFC 9110: an invalid range set is ignored, and the whole object is served).
+pub fn multi_ranges(header: Option<&str>, size: u64) -> S3Result<Option<Vec<(u64, u64)>>> {
+    let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
         return Ok(None);
+    };
+    if !spec.contains(',') {
+        return Ok(None);
+    }
+    let specs: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if specs.len() > MULTI_RANGES_MAX {
+        return Err(err(
+            S3ErrorCode::InvalidArgument,
+            format!("at most {MULTI_RANGES_MAX} ranges may be asked for in one request"),
+        ));
+    }
+    let mut ranges = Vec::with_capacity(specs.len());
+    for one in specs {
+        match resolve_one(one, size) {
+            RangeOutcome::Invalid => return Ok(None),
+            RangeOutcome::Unsatisfiable => {}
+            RangeOutcome::Range(r) => ranges.push(r),
+        }
+    }
+    if ranges.is_empty() {
+        return Err(unsatisfiable(size));
+    }
+    Ok(Some(ranges))
+}
+
+/// One `first-last`, `first-` or `-suffix` range spec against an object of `size` bytes.
+fn resolve_one(spec: &str, size: u64) -> RangeOutcome {
+    let Some((a, b)) = spec.split_once('-') else {
+        return RangeOutcome::Invalid;
     };
     let (a, b) = (a.trim(), b.trim());
-    let unsatisfiable = || {
-        err(
-            S3ErrorCode::InvalidRange,
-            "The requested range is not satisfiable",
-        )
-        .with_header("content-range", format!("bytes */{size}"))
-    };
     if a.is_empty() {
-        let Ok(n) = b.parse::<u64>() else {
-            return Ok(None);
+        return match b.parse::<u64>() {
+            Ok(0) => RangeOutcome::Unsatisfiable,
+            Ok(_) if size == 0 => RangeOutcome::Unsatisfiable,
+            Ok(n) => RangeOutcome::Range((size.saturating_sub(n), size)),
+            Err(_) => RangeOutcome::Invalid,
         };
-        if n == 0 {
-            return Err(unsatisfiable());
-        }
-        return Ok(Some((size.saturating_sub(n), size)));
     }
     let Ok(start) = a.parse::<u64>() else {
-        return Ok(None);
+        return RangeOutcome::Invalid;
     };
     let end = if b.is_empty() {
         size
     } else {
         match b.parse::<u64>() {
             Ok(e) if e >= start => (e + 1).min(size),
-            _ => return Ok(None),
+            _ => return RangeOutcome::Invalid,
         }
     };
     if start >= size {
-        return Err(unsatisfiable());
+        return RangeOutcome::Unsatisfiable;
     }
-    Ok(Some((start, end)))
+    RangeOutcome::Range((start, end))
 }
 
 /// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since (RFC 9110
@@ -1222,6 +1272,10 @@ async fn handle_get_object(
         }
         None => resolve_range(req.header("range"), size)?,
     };
+    let multi = match part_number {
+        None => multi_ranges(req.header("range"), size)?,
+        Some(_) => None,
+    };
     let (start, end) = range.unwrap_or((0, size));
     let mut rb = Response::builder()
         .status(if range.is_some() {
@@ -1276,8 +1330,12 @@ async fn handle_get_object(
         .header("x-amz-checksum-mode")
         .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
         && range.is_none()
+        && multi.is_none()
     {
         rb = checksum_headers(rb, &obj.checksum);
+    }
+    if let Some(ranges) = multi {
+        return multi_range_response(state, rb, Arc::new(obj), ranges, head);
     }
     if head {
         return rb
@@ -1302,6 +1360,97 @@ async fn handle_get_object(
             Err(e) => Some((Err(std::io::Error::other(e.message)), r)),
         }
     });
+    let body = http_body_util::StreamBody::new(stream).boxed_unsync();
+    rb.body(body).map_err(|e| S3Error::internal("response", e))
+}
+
+/// Several ranges of one object as `206 multipart/byteranges` (RFC 9110 section 14.6): each
+/// part carries the object's content type and its own Content-Range; parts stream one verified
+/// chunk at a time, in the order asked.
+fn multi_range_response(
+    state: &Arc<AppState>,
+    mut rb: http::response::Builder,
+    obj: Arc<ObjectRecord>,
+    ranges: Vec<(u64, u64)>,
+    head: bool,
+) -> R {
+    let size = obj.size;
+    let boundary = format!("packrat-{}", hex::encode(rand::random::<[u8; 12]>()));
+    let part_type = rb
+        .headers_ref()
+        .and_then(|h| h.get("content-type"))
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("binary/octet-stream")
+        .to_string();
+    enum Piece {
+        Text(Bytes),
+        Range(u64, u64),
+    }
+    let mut pieces = std::collections::VecDeque::new();
+    let mut length = 0u64;
+    for (start, end) in ranges {
+        let head_text = format!(
+            "--{boundary}\r\nContent-Type: {part_type}\r\nContent-Range: bytes {start}-{}/{size}\r\n\r\n",
+            end - 1
+        );
+        length += head_text.len() as u64 + (end - start) + 2;
+        pieces.push_back(Piece::Text(Bytes::from(head_text)));
+        pieces.push_back(Piece::Range(start, end));
+        pieces.push_back(Piece::Text(Bytes::from_static(b"\r\n")));
+    }
+    let tail = format!("--{boundary}--\r\n");
+    length += tail.len() as u64;
+    pieces.push_back(Piece::Text(Bytes::from(tail)));
+    if let Some(h) = rb.headers_mut() {
+        h.remove("content-range");
+        if let Ok(v) =
+            http::HeaderValue::from_str(&format!("multipart/byteranges; boundary={boundary}"))
+        {
+            h.insert("content-type", v);
+        }
+        h.insert("content-length", http::HeaderValue::from(length));
+    }
+    rb = rb.status(StatusCode::PARTIAL_CONTENT);
+    if head {
+        return rb
+            .body(empty())
+            .map_err(|e| S3Error::internal("response", e));
+    }
+    let engine = state.engine.clone();
+    let stream = futures_util::stream::unfold(
+        (pieces, None::<ObjectReader>),
+        move |(mut pieces, mut reader)| {
+            let engine = engine.clone();
+            let obj = obj.clone();
+            async move {
+                loop {
+                    if let Some(r) = reader.as_mut() {
+                        match r.next().await {
+                            Ok(Some(d)) => {
+                                return Some((Ok(http_body::Frame::data(d)), (pieces, reader)));
+                            }
+                            Ok(None) => reader = None,
+                            Err(e) => {
+                                return Some((
+                                    Err(std::io::Error::other(e.message)),
+                                    (pieces, None),
+                                ));
+                            }
+                        }
+                    }
+                    match pieces.pop_front()? {
+                        Piece::Text(t) => {
+                            return Some((Ok(http_body::Frame::data(t)), (pieces, reader)));
+                        }
+                        Piece::Range(start, end) => {
+                            reader =
+                                Some(ObjectReader::new(engine.clone(), obj.clone(), start, end));
+                        }
+                    }
+                }
+            }
+        },
+    );
     let body = http_body_util::StreamBody::new(stream).boxed_unsync();
     rb.body(body).map_err(|e| S3Error::internal("response", e))
 }
@@ -1845,6 +1994,29 @@ mod tests {
         ] {
             assert!(!valid_bucket_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn multi_range_sets() {
+        assert_eq!(multi_ranges(Some("bytes=0-9"), 100).unwrap(), None);
+        assert_eq!(
+            multi_ranges(Some("bytes=0-9, 20-, -5"), 100).unwrap(),
+            Some(vec![(0, 10), (20, 100), (95, 100)])
+        );
+        assert_eq!(
+            multi_ranges(Some("bytes=0-9,200-"), 100).unwrap(),
+            Some(vec![(0, 10)])
+        );
+        assert_eq!(multi_ranges(Some("bytes=0-9,x-"), 100).unwrap(), None);
+        assert_eq!(
+            multi_ranges(Some("bytes=200-,300-"), 100).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
+        let many = format!("bytes={}", vec!["0-0"; 300].join(","));
+        assert_eq!(
+            multi_ranges(Some(&many), 100).unwrap_err().code,
+            S3ErrorCode::InvalidArgument
+        );
     }
 
     #[test]
