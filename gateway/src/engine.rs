@@ -361,6 +361,37 @@ impl Engine {
         self.group_commit(ticket, None).await
     }
 
+    /// Checks `If-None-Match: *` and `If-Match` against the key's current object. Callers hold
+    /// the key's lock until their write commits, so the answer still holds at commit.
+    pub fn check_write_condition(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        cond: &WriteCondition,
+    ) -> S3Result<()> {
+        if !cond.if_none_match_any && cond.if_match.is_none() {
+            return Ok(());
+        }
+        let failed = || {
+            S3Error::new(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            )
+        };
+        let current = self.index.get_object(bucket_id, key)?;
+        if cond.if_none_match_any && current.is_some() {
+            return Err(failed());
+        }
+        match (&cond.if_match, current) {
+            (Some(_), None) => Err(S3Error::new(
+                S3ErrorCode::NoSuchKey,
+                "The specified key does not exist.",
+            )),
+            (Some(m), Some(c)) if !etag_matches(m, &c.etag) => Err(failed()),
+            _ => Ok(()),
+        }
+    }
+
     /// Step 3: publish an object under its key, together with the durability of its records.
     pub async fn commit_object(
         self: &Arc<Self>,
@@ -371,32 +402,7 @@ impl Engine {
         cond: &WriteCondition,
     ) -> S3Result<()> {
         let _guard = self.key_lock(bucket_id, key).lock().await;
-        if cond.if_none_match_any || cond.if_match.is_some() {
-            let current = self.index.get_object(bucket_id, key)?;
-            if cond.if_none_match_any && current.is_some() {
-                return Err(S3Error::new(
-                    S3ErrorCode::PreconditionFailed,
-                    "At least one of the pre-conditions you specified did not hold",
-                ));
-            }
-            if let Some(m) = &cond.if_match {
-                match current {
-                    None => {
-                        return Err(S3Error::new(
-                            S3ErrorCode::NoSuchKey,
-                            "The specified key does not exist.",
-                        ));
-                    }
-                    Some(c) if !etag_matches(m, &c.etag) => {
-                        return Err(S3Error::new(
-                            S3ErrorCode::PreconditionFailed,
-                            "At least one of the pre-conditions you specified did not hold",
-                        ));
-                    }
-                    Some(_) => {}
-                }
-            }
-        }
+        self.check_write_condition(bucket_id, key, cond)?;
         let op = ObjectOp::Put {
             bucket_id,
             key: key.to_string(),

@@ -1805,21 +1805,7 @@ async fn handle_complete_multipart_upload(
             })
             .collect(),
     };
-    if cond.if_none_match_any || cond.if_match.is_some() {
-        let current = state.engine.index.get_object(b.id, key)?;
-        let holds = (!cond.if_none_match_any || current.is_none())
-            && cond.if_match.as_ref().is_none_or(|m| {
-                current
-                    .as_ref()
-                    .is_some_and(|c| engine::etag_matches(m, &c.etag))
-            });
-        if !holds {
-            return Err(err(
-                S3ErrorCode::PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold",
-            ));
-        }
-    }
+    state.engine.check_write_condition(b.id, key, &cond)?;
     let engine = state.engine.clone();
     blocking(move || Ok(engine.index.complete_upload(&upload, &rec)?)).await?;
     let mut x = Xml::new();
