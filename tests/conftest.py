@@ -7,6 +7,7 @@ import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -16,6 +17,8 @@ import pytest
 from botocore.config import Config
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The Python client package (sdk-examples/python) is tested from the source tree.
+sys.path.insert(0, str(ROOT / "sdk-examples" / "python"))
 TARGET_DIR = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 BIN = os.environ.get("PACKRAT_BIN", str(TARGET_DIR / "debug" / "packrat"))
 ROOT_AK = "PKTESTROOTKEY"
@@ -78,6 +81,13 @@ class Server:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+
+    def packrat(self, ak=ROOT_AK, sk=ROOT_SK):
+        """A packrat_client.PackratClient (the extensions' Python client) for this server."""
+        from packrat_client import PackratClient
+
+        return PackratClient(endpoint_url=self.endpoint, region_name=REGION,
+                             aws_access_key_id=ak, aws_secret_access_key=sk)
 
     def client(self, ak=ROOT_AK, sk=ROOT_SK, **config):
         cfg = Config(

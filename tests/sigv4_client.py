@@ -114,3 +114,14 @@ def send(endpoint, method, path, headers, body=b""):
 
 def host_of(endpoint):
     return urllib.parse.urlparse(endpoint).netloc
+
+
+def signed_request(endpoint, method, path, query="", body=b"", headers=None,
+                   ak="PKTESTROOTKEY", sk="test-root-secret-0123456789abcdef"):
+    """Signs (payload hash included) and sends one request; `query` is `a=1&b=` text.
+    Returns (status, headers, body)."""
+    pairs = [tuple(p.split("=", 1)) if "=" in p else (p, "") for p in query.split("&") if p]
+    pairs = [(urllib.parse.unquote(k), urllib.parse.unquote(v)) for k, v in pairs]
+    s = Signed(host_of(endpoint), method, path, pairs, dict(headers or {}),
+               hashlib.sha256(body).hexdigest(), ak, sk)
+    return send(endpoint, method, s.path, s.headers, body)

@@ -24,6 +24,12 @@ pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
 pub const HEADER_READ_TIMEOUT_SECS: u64 = 30;
 /// Longest pause allowed between two pieces of a request body.
 pub const BODY_IDLE_TIMEOUT_SECS: u64 = 30;
+/// Largest batch GET request body (the JSON list of items).
+pub const BATCH_JSON_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// Default bound on items per batch GET and members per extracted TAR (`--batch-items-max`).
+pub const BATCH_ITEMS_MAX_DEFAULT: usize = 100_000;
+/// Default bound on the bytes one batch GET may ask for (`--batch-bytes-max`).
+pub const BATCH_BYTES_MAX_DEFAULT: u64 = 10 * 1024 * 1024 * 1024;
 /// Default bound on open client connections; past it new connections get 503 SlowDown.
 pub const CONNECTIONS_MAX_DEFAULT: usize = 4096;
 
@@ -37,4 +43,8 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Longest pause allowed between two pieces of a request body.
     pub body_idle_timeout_secs: u64,
+    /// Most items in one batch GET, and members in one extracted TAR.
+    pub batch_items_max: usize,
+    /// Most bytes one batch GET may ask for.
+    pub batch_bytes_max: u64,
 }

@@ -57,7 +57,7 @@ pub struct CommitStats {
 /// One write waiting for group commit.
 struct CommitJob {
     ticket: Option<WriteTicket>,
-    op: Option<ObjectOp>,
+    ops: Vec<ObjectOp>,
     done: tokio::sync::oneshot::Sender<S3Result<()>>,
 }
 
@@ -217,11 +217,15 @@ impl Engine {
         invalidate(&self.key_cache, access_key);
     }
 
-    pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
+    fn key_stripe(&self, bucket_id: u64, key: &str) -> usize {
         use std::hash::{Hash, Hasher as _};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (bucket_id, key).hash(&mut h);
-        &self.key_locks[(h.finish() as usize) % KEY_LOCK_STRIPES]
+        (h.finish() as usize) % KEY_LOCK_STRIPES
+    }
+
+    pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
+        &self.key_locks[self.key_stripe(bucket_id, key)]
     }
 
     /// Steps 1 to 3 of the write protocol: stream, hash, append, verify, make durable.
@@ -338,14 +342,10 @@ impl Engine {
     }
 
     /// Queues a job for the committer and waits for its batch to be durable.
-    async fn group_commit(
-        &self,
-        ticket: Option<WriteTicket>,
-        op: Option<ObjectOp>,
-    ) -> S3Result<()> {
+    async fn group_commit(&self, ticket: Option<WriteTicket>, ops: Vec<ObjectOp>) -> S3Result<()> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
-            .send(CommitJob { ticket, op, done })
+            .send(CommitJob { ticket, ops, done })
             .await
             .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
         wait.await
@@ -358,7 +358,7 @@ impl Engine {
         if ticket.is_none() {
             return Ok(());
         }
-        self.group_commit(ticket, None).await
+        self.group_commit(ticket, Vec::new()).await
     }
 
     /// Checks `If-None-Match: *` and `If-Match` against the key's current object. Callers hold
@@ -408,7 +408,37 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(rec),
         };
-        self.group_commit(ticket, Some(op)).await
+        self.group_commit(ticket, vec![op]).await
+    }
+
+    /// Publishes many new objects at once, all or none, in one group-commit job (one synced
+    /// index batch). `ticket` must cover every record they reference. No write conditions;
+    /// each key's lock is taken, in a fixed order, for the duration of the commit.
+    pub async fn commit_objects(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        objects: Vec<(String, ObjectRecord)>,
+        ticket: Option<WriteTicket>,
+    ) -> S3Result<()> {
+        let mut stripes: Vec<usize> = objects
+            .iter()
+            .map(|(k, _)| self.key_stripe(bucket_id, k))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.key_locks[s].lock().await);
+        }
+        let ops = objects
+            .into_iter()
+            .map(|(key, rec)| ObjectOp::Put {
+                bucket_id,
+                key,
+                record: Box::new(rec),
+            })
+            .collect();
+        self.group_commit(ticket, ops).await
     }
 
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
@@ -417,7 +447,7 @@ impl Engine {
             bucket_id,
             key: key.to_string(),
         };
-        self.group_commit(None, Some(op)).await
+        self.group_commit(None, vec![op]).await
     }
 
     /// Reads and verifies chunk `i` of an object.
@@ -502,11 +532,85 @@ fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> 
     for t in tickets.iter().rev() {
         chunks.sync_through(*t)?;
     }
-    let ops: Vec<&ObjectOp> = jobs.iter().filter_map(|j| j.op.as_ref()).collect();
+    let ops: Vec<&ObjectOp> = jobs.iter().flat_map(|j| j.ops.iter()).collect();
     if !ops.is_empty() {
         index.apply_object_ops(&ops)?;
     }
     Ok(())
+}
+
+/// Cuts a stream of bytes into chunk-store records synchronously, on the calling thread: for
+/// callers that produce many small objects from one request (TAR extraction), where a trip
+/// through the blocking pool per object would cost more than the page-cache write.
+pub struct RecordWriter {
+    record_id: [u8; 16],
+    buf: Vec<u8>,
+    chunks: Vec<ChunkRef>,
+    size: u64,
+    md5: Md5,
+}
+
+impl Default for RecordWriter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecordWriter {
+    pub fn new() -> Self {
+        Self {
+            record_id: rand::random(),
+            buf: Vec::new(),
+            chunks: Vec::new(),
+            size: 0,
+            md5: Md5::new(),
+        }
+    }
+
+    fn flush(&mut self, store: &ChunkStore) -> S3Result<Option<WriteTicket>> {
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        let idx = self.chunks.len() as u32;
+        let (loc, ticket) = store.append(self.record_id, idx, &self.buf)?;
+        self.buf.clear();
+        self.chunks.push(ChunkRef {
+            segment_id: loc.segment_id,
+            offset: loc.offset,
+            len: loc.len,
+        });
+        Ok(Some(ticket))
+    }
+
+    /// Adds bytes, appending each full chunk; returns the ticket of the last append, if any.
+    pub fn push(&mut self, store: &ChunkStore, mut data: &[u8]) -> S3Result<Option<WriteTicket>> {
+        self.md5.update(data);
+        self.size += data.len() as u64;
+        let mut ticket = None;
+        while !data.is_empty() {
+            let take = (CHUNK_BYTES - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.buf.len() == CHUNK_BYTES {
+                ticket = self.flush(store)?;
+            }
+        }
+        Ok(ticket)
+    }
+
+    /// Appends the remainder and returns the written object's identity, chunks, size and MD5,
+    /// with the ticket of its last append (`None` if this call appended nothing).
+    pub fn finish(mut self, store: &ChunkStore) -> S3Result<Written> {
+        let ticket = self.flush(store)?;
+        Ok(Written {
+            record_id: self.record_id,
+            chunks: self.chunks,
+            ticket,
+            size: self.size,
+            md5: self.md5.finalize().into(),
+            checksum: None,
+        })
+    }
 }
 
 /// Streams bytes `[start, end)` of an object, one verified chunk at a time.

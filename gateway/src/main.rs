@@ -10,6 +10,7 @@ mod engine;
 mod metrics;
 mod s3;
 mod server;
+mod tar;
 
 use clap::{Parser, Subcommand};
 use config::ServeConfig;
@@ -79,6 +80,12 @@ struct ServeArgs {
     /// with RequestTimeout (slow clients cannot hold connections forever).
     #[arg(long, env = "PACKRAT_BODY_IDLE_TIMEOUT", default_value_t = config::BODY_IDLE_TIMEOUT_SECS)]
     body_idle_timeout: u64,
+    /// Most items in one batch GET (and members in one TAR extracted by batch PUT).
+    #[arg(long, env = "PACKRAT_BATCH_ITEMS_MAX", default_value_t = config::BATCH_ITEMS_MAX_DEFAULT)]
+    batch_items_max: usize,
+    /// Most bytes one batch GET may ask for.
+    #[arg(long, env = "PACKRAT_BATCH_BYTES_MAX", default_value_t = config::BATCH_BYTES_MAX_DEFAULT)]
+    batch_bytes_max: u64,
     /// How records are read: io_uring when the kernel allows it (auto), always io_uring, or
     /// positioned pread calls. The choice is logged at start-up.
     #[arg(long, env = "PACKRAT_IO_BACKEND", value_enum, default_value = "auto")]
@@ -270,6 +277,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         domain: args.domain,
         max_connections: args.max_connections,
         body_idle_timeout_secs: args.body_idle_timeout.max(1),
+        batch_items_max: args.batch_items_max,
+        batch_bytes_max: args.batch_bytes_max,
     };
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
     println!("packrat: listening on http://{addr}");

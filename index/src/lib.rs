@@ -15,8 +15,8 @@
 pub mod records;
 
 pub use records::{
-    BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartExtent, PartRecord, StoredChecksum,
-    UploadRecord,
+    BucketRecord, ChunkRef, KeyRecord, MemberRecord, ObjectRecord, PartExtent, PartRecord,
+    StoredChecksum, TarIndexRecord, UploadRecord,
 };
 
 use rocksdb::{
@@ -48,6 +48,7 @@ const CF_UPLOADS: &str = "uploads";
 const CF_PARTS: &str = "parts";
 const CF_KEYS: &str = "keys";
 const CF_META: &str = "meta";
+const CF_MEMBERS: &str = "members";
 const META_NEXT_BUCKET_ID: &[u8] = b"next_bucket_id";
 
 /// Block cache shared by all column families, sized for point lookups of hot objects.
@@ -153,6 +154,7 @@ impl RocksIndex {
             cf(CF_PARTS, false),
             cf(CF_KEYS, false),
             cf(CF_META, false),
+            cf(CF_MEMBERS, true),
         ];
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Self {
@@ -333,6 +335,67 @@ impl RocksIndex {
                 }
             }
         }
+        self.db.write_opt(batch, &Self::sync_opts())?;
+        Ok(())
+    }
+
+    /// Looks many keys of one bucket up at once (RocksDB's batched multi-get: the lookups
+    /// share block reads and filter probes). Results are in the order of `keys`.
+    pub fn multi_get_objects(
+        &self,
+        bucket_id: u64,
+        keys: &[&str],
+    ) -> Result<Vec<Option<ObjectRecord>>> {
+        let raw: Vec<Vec<u8>> = keys.iter().map(|k| object_key(bucket_id, k)).collect();
+        let cf = self.cf(CF_OBJECTS);
+        self.db
+            .batched_multi_get_cf(cf, raw.iter(), false)
+            .into_iter()
+            .map(|r| match r? {
+                None => Ok(None),
+                Some(v) => records::decode(&v)
+                    .map(Some)
+                    .map_err(|reason| IndexError::Corrupt {
+                        cf: CF_OBJECTS,
+                        reason,
+                    }),
+            })
+            .collect()
+    }
+
+    // ---- TAR member indexes ----
+    //
+    // Keyed by the identity of an object's bytes (its first record id), not by its name: an
+    // overwrite gets a new identity, so a stale index is never consulted. Entries of objects
+    // that no longer exist are garbage until compaction removes them.
+
+    /// The TAR index summary of the object whose bytes have identity `id`, if built.
+    pub fn get_tar_index(&self, id: &[u8; 16]) -> Result<Option<TarIndexRecord>> {
+        self.get_decoded(CF_MEMBERS, id)
+    }
+
+    /// One member of an indexed TAR.
+    pub fn get_member(&self, id: &[u8; 16], name: &str) -> Result<Option<MemberRecord>> {
+        let mut k = id.to_vec();
+        k.extend_from_slice(name.as_bytes());
+        self.get_decoded(CF_MEMBERS, &k)
+    }
+
+    /// Stores a TAR's member index and its summary in one synced batch.
+    pub fn put_tar_index(
+        &self,
+        id: &[u8; 16],
+        summary: &TarIndexRecord,
+        members: &[(String, MemberRecord)],
+    ) -> Result<()> {
+        let cf = self.cf(CF_MEMBERS);
+        let mut batch = WriteBatch::default();
+        for (name, m) in members {
+            let mut k = id.to_vec();
+            k.extend_from_slice(name.as_bytes());
+            batch.put_cf(cf, k, records::encode(m));
+        }
+        batch.put_cf(cf, id, records::encode(summary));
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }

@@ -89,6 +89,22 @@ impl ObjectRecord {
     }
 }
 
+/// The member index of a TAR object: written once, on the first member read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct TarIndexRecord {
+    /// Regular-file members indexed.
+    pub members: u64,
+    /// Why the object is not a readable TAR, if it is not.
+    pub not_a_tar: Option<String>,
+}
+
+/// Where one member's bytes lie inside its TAR object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct MemberRecord {
+    pub offset: u64,
+    pub size: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct BucketRecord {
     /// Never reused, so a recreated bucket never sees its predecessor's leftovers.

@@ -1,5 +1,6 @@
 //! S3 operations: one `handle_<op>` per operation, and `dispatch` choosing among them.
 
+use super::batch;
 use super::checksum::{self, ChecksumAlgorithm};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::sigv4::uri_encode;
@@ -52,7 +53,7 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "session",
 ];
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis()
 }
 
@@ -112,14 +113,14 @@ fn quoted(etag: &str) -> String {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Access {
+pub(crate) enum Access {
     Read,
     Write,
 }
 
 /// Loads a bucket and checks that the caller may use it. Anonymous callers may only read
 /// buckets made public-read; a user touches only its own buckets; the root key touches all.
-fn load_bucket(
+pub(crate) fn load_bucket(
     state: &AppState,
     req: &S3Request,
     name: &str,
@@ -194,10 +195,18 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
                 "ListMultipartUploads",
                 handle_list_multipart_uploads(state, &req, b).await,
             ),
+            Method::GET if req.has_q("stream") => (
+                "EpochStream",
+                batch::handle_epoch_stream(state, &req, b).await,
+            ),
             Method::GET => ("ListObjects", handle_list_objects(state, &req, b).await),
             Method::POST if req.has_q("delete") => (
                 "DeleteObjects",
                 handle_delete_objects(state, &mut req, b).await,
+            ),
+            Method::POST if req.has_q("batch") => (
+                "BatchGet",
+                batch::handle_batch_get(state, &mut req, b).await,
             ),
             _ => (
                 "bucket",
@@ -713,7 +722,7 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
 
 /// The checksum algorithm of a write and the value sent up front (header), if any. A
 /// trailer-announced checksum is verified when the body ends.
-fn requested_checksum(
+pub(crate) fn requested_checksum(
     headers: &HeaderMap,
 ) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
     let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
@@ -749,7 +758,7 @@ fn requested_checksum(
     }
 }
 
-fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
+pub(crate) fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
     match headers.get("content-md5").and_then(|v| v.to_str().ok()) {
         None => Ok(None),
         Some(v) => base64::engine::general_purpose::STANDARD
@@ -815,11 +824,11 @@ async fn handle_put_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    if req.header("x-amz-meta-snowball-auto-extract") == Some("true") {
-        return Err(err(
-            S3ErrorCode::NotImplemented,
-            "Batch PUT (snowball auto-extract) is not implemented yet",
-        ));
+    if req
+        .header("x-amz-meta-snowball-auto-extract")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    {
+        return batch::handle_snowball_put(state, req, b.id, key).await;
     }
     if !req.headers.contains_key("content-length")
         && !req.headers.contains_key("x-amz-decoded-content-length")

@@ -1,6 +1,7 @@
 //! The S3 protocol layer: signatures, bodies, checksums, XML, errors and the handlers. It sees
 //! storage only through [`crate::engine::Engine`] and never names RocksDB or a file.
 
+pub mod batch;
 pub mod body;
 pub mod checksum;
 pub mod error;
