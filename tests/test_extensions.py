@@ -312,3 +312,45 @@ def test_dataset_splits_across_workers_and_ranks(server, dataset):
     assert shard_for_worker(1, 2, 1, 4) == (5, 8)
     with pytest.raises(ValueError):
         shard_for_worker(2, 2, 0, 1)
+
+
+def test_corrupt_record_becomes_an_error_entry_never_wrong_bytes(workdir):
+    srv = Server(workdir / "batch-corrupt").start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="rot")
+        marker = b"ROT-MARKER-" + os.urandom(8).hex().encode()
+        good = {f"k{i}": os.urandom(3000) for i in range(10)}
+        for k, v in good.items():
+            s3.put_object(Bucket="rot", Key=k, Body=v)
+        s3.put_object(Bucket="rot", Key="bad", Body=marker + b"x" * 5000)
+        srv.stop()
+        seg_dir = os.path.join(srv.data_dir, "segments")
+        hits = 0
+        for name in os.listdir(seg_dir):
+            path = os.path.join(seg_dir, name)
+            data = bytearray(open(path, "rb").read())
+            at = data.find(marker)
+            if at >= 0:
+                data[at + len(marker) + 100] ^= 0x01
+                open(path, "wb").write(bytes(data))
+                hits += 1
+        assert hits == 1
+        srv.start()
+        pc = srv.packrat()
+        items = ["k0", "bad", "k1"] + list(good)
+        for order in ("request", "storage"):
+            got = list(pc.batch_get("rot", items, order=order))
+            by = {}
+            for s in got:
+                by.setdefault(s.name, []).append(s)
+            assert by["bad"][0].error[0] == "InternalError"
+            assert "checksum" in by["bad"][0].error[1]
+            for k, v in good.items():
+                assert all(s.data == v for s in by[k])
+        streamed = {s.name: s for s in pc.stream_epoch("rot", "")}
+        assert not streamed["bad"].ok
+        assert all(streamed[k].data == v for k, v in good.items())
+        assert "batch read failed" in open(srv.log_path).read()
+    finally:
+        srv.stop()

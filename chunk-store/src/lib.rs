@@ -509,38 +509,28 @@ impl ChunkStore {
         );
     }
 
-    /// Reads `len` raw bytes of a segment from `offset` with one positioned read (a page-cache
-    /// hit without blocking when possible, else a `pread`): the batch read path merges
-    /// neighbouring records into one such read and verifies each with [`Span::record`]. A
-    /// span cut short by the end of the segment is returned short; records beyond it then fail
-    /// verification. Blocks the calling thread on a cache miss.
-    pub fn read_span(&self, segment_id: u64, offset: u64, len: usize) -> Result<Span> {
+    /// Reads raw bytes of a segment from `offset` into `dst` with one positioned read (a
+    /// page-cache hit without blocking when possible, else a `pread`) and returns how many
+    /// were read: fewer than `dst.len()` only at the end of the segment. The batch read path
+    /// merges neighbouring records into one such read and verifies each with [`Span::record`].
+    /// Blocks the calling thread on a cache miss.
+    pub fn read_span_into(&self, segment_id: u64, offset: u64, dst: &mut [u8]) -> Result<usize> {
         let file = self.reader(segment_id)?;
         let path = segment_path(&self.dir, segment_id);
-        let mut bytes = vec![0u8; len];
-        if let Some(r) = read_if_cached(&file, &mut bytes, offset) {
+        if let Some(r) = read_if_cached(&file, dst, offset) {
             r.map_err(|e| io_err(&path, e))?;
-            return Ok(Span {
-                segment_id,
-                offset,
-                bytes,
-            });
+            return Ok(dst.len());
         }
         let mut filled = 0usize;
-        while filled < len {
-            match file.read_at(&mut bytes[filled..], offset + filled as u64) {
+        while filled < dst.len() {
+            match file.read_at(&mut dst[filled..], offset + filled as u64) {
                 Ok(0) => break,
                 Ok(n) => filled += n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(io_err(&path, e)),
             }
         }
-        bytes.truncate(filled);
-        Ok(Span {
-            segment_id,
-            offset,
-            bytes,
-        })
+        Ok(filled)
     }
 
     /// Bytes of all segment files on disk.
@@ -687,24 +677,24 @@ fn verify_record(
     Ok(buf)
 }
 
-/// A run of bytes read from one segment by [`ChunkStore::read_span`]: several neighbouring
-/// records in one read. Each record in it is verified when it is taken out with
-/// [`Span::record`].
+/// A run of bytes read from one segment by [`ChunkStore::read_span_into`]: several
+/// neighbouring records in one read, in any byte container (an owned buffer, or a slice of a
+/// larger one). Each record in it is verified when it is taken out with [`Span::record`].
 #[derive(Debug)]
-pub struct Span {
+pub struct Span<B = Vec<u8>> {
     pub segment_id: u64,
     /// Offset in the segment of `bytes[0]`.
     pub offset: u64,
-    pub bytes: Vec<u8>,
+    pub bytes: B,
 }
 
-impl Span {
+impl<B: AsRef<[u8]>> Span<B> {
     /// Whether the whole record at `loc` (header and payload) lies inside this span.
     pub fn covers(&self, loc: &RecordLocation) -> bool {
         loc.segment_id == self.segment_id
             && loc.offset >= self.offset
             && loc.offset + RECORD_HEADER_BYTES as u64 + u64::from(loc.len)
-                <= self.offset + self.bytes.len() as u64
+                <= self.offset + self.bytes.as_ref().len() as u64
     }
 
     /// The verified payload of the record at `loc`, borrowed from the span: header magic,
@@ -724,9 +714,9 @@ impl Span {
         if !self.covers(loc) {
             return Err(corrupt("record extends past the end of the segment".into()));
         }
+        let bytes = self.bytes.as_ref();
         let at = (loc.offset - self.offset) as usize;
-        let header =
-            decode_record_header(&self.bytes[at..at + RECORD_HEADER_BYTES]).map_err(corrupt)?;
+        let header = decode_record_header(&bytes[at..at + RECORD_HEADER_BYTES]).map_err(corrupt)?;
         if header.object_id != *object_id || header.chunk_index != chunk_index {
             return Err(corrupt("record belongs to another object".into()));
         }
@@ -736,8 +726,7 @@ impl Span {
                 header.payload_len, loc.len
             )));
         }
-        let payload =
-            &self.bytes[at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + loc.len as usize];
+        let payload = &bytes[at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + loc.len as usize];
         let crc = crc32c(payload);
         if crc != header.payload_crc32c {
             return Err(corrupt(format!(
@@ -840,20 +829,33 @@ mod tests {
         let first = locs[0].0;
         let last = locs[19].0;
         let end = last.offset + RECORD_HEADER_BYTES as u64 + u64::from(last.len);
-        let span = s
-            .read_span(
-                first.segment_id,
-                first.offset,
-                (end - first.offset) as usize,
-            )
-            .unwrap();
+        let read = |offset: u64, len: usize| {
+            let mut bytes = vec![0u8; len];
+            let n = s
+                .read_span_into(first.segment_id, offset, &mut bytes)
+                .unwrap();
+            bytes.truncate(n);
+            Span {
+                segment_id: first.segment_id,
+                offset,
+                bytes,
+            }
+        };
+        let span = read(first.offset, (end - first.offset) as usize);
         for (i, (loc, data)) in locs.iter().enumerate() {
             assert!(span.covers(loc));
             assert_eq!(span.record(loc, &[3; 16], i as u32).unwrap(), &data[..]);
         }
+        // A borrowed span works the same.
+        let borrowed = Span {
+            segment_id: span.segment_id,
+            offset: span.offset,
+            bytes: &span.bytes[..],
+        };
+        assert!(borrowed.record(&locs[4].0, &[3; 16], 4).is_ok());
         // Wrong identity, and a record beyond the span, are refused.
         assert!(span.record(&locs[1].0, &[3; 16], 0).is_err());
-        let short = s.read_span(first.segment_id, first.offset, 50).unwrap();
+        let short = read(first.offset, 50);
         assert!(short.record(&locs[0].0, &[3; 16], 0).is_err());
         // A flipped payload byte inside the span is caught.
         let mut bad = span;
@@ -865,8 +867,7 @@ mod tests {
         ));
         assert!(bad.record(&locs[6].0, &[3; 16], 6).is_ok());
         // Reading past the end of the segment returns a short span.
-        let tail = s.read_span(first.segment_id, end - 10, 4096).unwrap();
-        assert_eq!(tail.bytes.len(), 10);
+        assert_eq!(read(end - 10, 4096).bytes.len(), 10);
     }
 
     #[test]

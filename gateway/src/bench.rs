@@ -26,6 +26,12 @@ pub enum Workload {
     List,
     /// GETs and PUTs of existing keys, `--read-ratio` of them GETs.
     Mixed,
+    /// packrat batch GET: each operation fetches `--batch-size` random keys in one request
+    /// (`--batch-order request|storage`); samples are the TAR entries received.
+    Batch,
+    /// packrat epoch streams: each connection streams shard i of `--concurrency` of the
+    /// prefix once (one whole epoch in all); samples are the TAR entries received.
+    Stream,
 }
 
 #[derive(clap::Args, Clone)]
@@ -83,6 +89,12 @@ pub struct BenchArgs {
     /// A label for this run in the output (e.g. the server's name).
     #[arg(long, default_value = "")]
     pub label: String,
+    /// Keys per batch GET request (batch workload).
+    #[arg(long, default_value_t = 1000)]
+    pub batch_size: usize,
+    /// Order of a batch GET's answer: request or storage (batch workload).
+    #[arg(long, default_value = "request")]
+    pub batch_order: String,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -235,6 +247,10 @@ struct Outcome {
     ok: bool,
     bytes: u64,
     body: Bytes,
+    /// TAR entries and their payload bytes, when the answer was parsed as a TAR.
+    samples: u64,
+    sample_bytes: u64,
+    sample_errors: u64,
 }
 
 impl Client {
@@ -245,6 +261,21 @@ impl Client {
         path: &str,
         query: &str,
         body: Bytes,
+    ) -> Result<Outcome, String> {
+        self.request_tar(conn, method, path, query, body, false)
+            .await
+    }
+
+    /// A request whose successful answer is, if `tar`, parsed as a TAR stream as it arrives
+    /// (entries counted, nothing kept).
+    async fn request_tar(
+        &self,
+        conn: &mut Conn,
+        method: Method,
+        path: &str,
+        query: &str,
+        body: Bytes,
+        tar: bool,
     ) -> Result<Outcome, String> {
         let payload = if body.is_empty() {
             sigv4::EMPTY_SHA256
@@ -271,10 +302,13 @@ impl Client {
         // Object bodies are counted and dropped as they arrive (a 1 GiB GET must not be
         // buffered by the load generator); listings (the requests with a query) and errors
         // are kept for parsing.
-        let keep = !ok || !query.is_empty();
+        let parse = tar && ok;
+        let keep = !ok || (!query.is_empty() && !parse);
         let mut body = resp.into_body();
         let mut kept = Vec::new();
         let mut bytes = 0u64;
+        let mut parser = crate::tar::TarParser::new();
+        let (mut samples, mut sample_bytes, mut sample_errors) = (0u64, 0u64, 0u64);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| e.to_string())?;
             if let Ok(d) = frame.into_data() {
@@ -282,12 +316,40 @@ impl Client {
                 if keep {
                     kept.extend_from_slice(&d);
                 }
+                if parse {
+                    parser
+                        .push(&d, &mut |ev| {
+                            match ev {
+                                crate::tar::TarEvent::File { name, size, .. } => {
+                                    if name.starts_with("__error__/") {
+                                        sample_errors += 1;
+                                    } else {
+                                        samples += 1;
+                                        sample_bytes += size;
+                                    }
+                                }
+                                crate::tar::TarEvent::Data(_)
+                                | crate::tar::TarEvent::FileEnd
+                                | crate::tar::TarEvent::Skipped { .. } => {}
+                            }
+                            Ok::<(), crate::tar::TarError>(())
+                        })
+                        .map_err(|e| format!("bad TAR answer: {e}"))?;
+                }
             }
+        }
+        if parse {
+            parser
+                .finish()
+                .map_err(|e| format!("bad TAR answer: {e}"))?;
         }
         Ok(Outcome {
             ok,
             bytes,
             body: Bytes::from(kept),
+            samples,
+            sample_bytes,
+            sample_errors,
         })
     }
 }
@@ -332,6 +394,10 @@ pub struct Report {
     pub server_rss_mib: Option<f64>,
     pub server_rss_peak_mib: Option<f64>,
     pub keys_listed: Option<u64>,
+    /// Batch and stream workloads: TAR entries (samples) received, per second, and their
+    /// payload MB/s (`mb_per_sec` is then the same payload figure).
+    pub samples: Option<u64>,
+    pub samples_per_sec: Option<f64>,
 }
 
 fn proc_cpu_ticks(pid: u32) -> Option<u64> {
@@ -500,6 +566,9 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             .and_then(|p| proc_status_kib(p, "VmHWM:"))
             .map(|k| k as f64 / 1024.0),
         keys_listed: (args.workload == Workload::List).then_some(listed),
+        samples: matches!(args.workload, Workload::Batch | Workload::Stream).then_some(listed),
+        samples_per_sec: matches!(args.workload, Workload::Batch | Workload::Stream)
+            .then_some(listed as f64 / secs),
     };
     if args.json {
         println!(
@@ -545,6 +614,9 @@ fn print_report(r: &Report) {
     }
     if let Some(n) = r.keys_listed {
         println!("listed        {n} keys");
+    }
+    if let (Some(n), Some(rate)) = (r.samples, r.samples_per_sec) {
+        println!("samples       {n} received, {rate:.0} samples/s (MB/s above is their payload)");
     }
 }
 
@@ -692,6 +764,58 @@ async fn worker(
                     Method::PUT
                 };
                 object_op(&client, &mut conn, &args, &payload, method, i).await?
+            }
+            Workload::Batch => {
+                use std::fmt::Write as _;
+                let mut items = String::with_capacity(args.batch_size * 40 + 64);
+                items.push_str("{\"items\":[");
+                for j in 0..args.batch_size {
+                    if j > 0 {
+                        items.push(',');
+                    }
+                    let i = chooser.pick(&mut rng);
+                    let _ = write!(items, "{{\"key\":\"{}{i:08}\"}}", args.prefix);
+                }
+                let _ = write!(items, "],\"order\":\"{}\"}}", args.batch_order);
+                let o = client
+                    .request_tar(
+                        &mut conn,
+                        Method::POST,
+                        &format!("/{}", args.bucket),
+                        "batch=",
+                        Bytes::from(items),
+                        true,
+                    )
+                    .await?;
+                listed += o.samples;
+                let complete = o.samples == args.batch_size as u64 && o.sample_errors == 0;
+                (o.ok && complete, o.sample_bytes)
+            }
+            Workload::Stream => {
+                let q = format!(
+                    "prefix={}&seed=1&shard={w}%2F{}&stream=",
+                    sigv4::uri_encode(args.prefix.as_bytes(), false),
+                    args.concurrency.max(1)
+                );
+                let o = client
+                    .request_tar(
+                        &mut conn,
+                        Method::GET,
+                        &format!("/{}", args.bucket),
+                        &q,
+                        Bytes::new(),
+                        true,
+                    )
+                    .await?;
+                listed += o.samples;
+                hist.record(t.elapsed().as_micros().max(1) as u64)
+                    .map_err(|e| e.to_string())?;
+                bytes += o.sample_bytes;
+                if !o.ok || o.sample_errors > 0 {
+                    done_errs.fetch_add(1, Ordering::Relaxed);
+                }
+                // One stream per connection is the whole of its shard's epoch.
+                break;
             }
             Workload::List => {
                 let mut q = format!(

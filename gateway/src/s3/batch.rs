@@ -22,7 +22,7 @@ use crate::config;
 use crate::engine::{Engine, ObjectReader, RecordWriter, blocking};
 use crate::server::{AppState, RespBody, S3Request};
 use crate::tar::{self, TarError, TarEvent, TarParser};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
@@ -199,23 +199,45 @@ fn error_entry(name: &str, code: &'static str, message: String) -> Entry {
 
 /// The output side of a TAR stream: entries are written into a buffer that goes to the
 /// connection in frames, through a small queue (the bound on memory ahead of the client).
+/// Frame and span buffers are reused from request-local pools, so a long stream does not
+/// churn the allocator (buffers freed on other threads are slow to return to the system).
 struct Out {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
-    buf: Vec<u8>,
+    buf: BytesMut,
+    /// Frames sent, kept so their buffers can be reused once the connection has written them.
+    sent: std::collections::VecDeque<Bytes>,
+    /// The buffer each window's span reads land in, reused window after window.
+    window_buf: Vec<u8>,
     abort_on_error: bool,
     /// Set once the client is gone or the stream was cut: nothing more is produced.
     stopped: bool,
 }
 
+/// Frame buffers kept for reuse.
+const FRAME_POOL: usize = FRAMES_QUEUED + 4;
+
 impl Out {
+    /// A cleared frame buffer: the oldest sent frame's, if the connection is done with it.
+    fn fresh_buffer(&mut self) -> BytesMut {
+        let reusable =
+            self.sent.len() >= FRAME_POOL || self.sent.front().is_some_and(|b| b.is_unique());
+        if reusable
+            && let Some(old) = self.sent.pop_front()
+            && let Ok(mut b) = old.try_into_mut()
+        {
+            b.clear();
+            return b;
+        }
+        BytesMut::with_capacity(FRAME_BYTES + 64 * 1024)
+    }
+
     async fn flush(&mut self) {
         if self.buf.is_empty() || self.stopped {
             return;
         }
-        let frame = Bytes::from(std::mem::replace(
-            &mut self.buf,
-            Vec::with_capacity(FRAME_BYTES + 64 * 1024),
-        ));
+        let next = self.fresh_buffer();
+        let frame = std::mem::replace(&mut self.buf, next).freeze();
+        self.sent.push_back(frame.clone());
         if self.tx.send(Ok(frame)).await.is_err() {
             self.stopped = true;
         }
@@ -242,7 +264,9 @@ impl Out {
         if let Some(t) = &e.tag {
             extra.push(("packrat.tag", t));
         }
-        tar::write_entry_header(&mut self.buf, &e.name, size, mtime_ms / 1000, &extra);
+        let mut h = Vec::with_capacity(3 * tar::BLOCK);
+        tar::write_entry_header(&mut h, &e.name, size, mtime_ms / 1000, &extra);
+        self.buf.extend_from_slice(&h);
     }
 
     fn pad(&mut self, size: u64) {
@@ -257,13 +281,9 @@ impl Out {
         if let Some(t) = &e.tag {
             extra.push(("packrat.tag", t.as_str()));
         }
-        tar::write_entry_header(
-            &mut self.buf,
-            &name,
-            body.len() as u64,
-            now_ms() / 1000,
-            &extra,
-        );
+        let mut h = Vec::with_capacity(3 * tar::BLOCK);
+        tar::write_entry_header(&mut h, &name, body.len() as u64, now_ms() / 1000, &extra);
+        self.buf.extend_from_slice(&h);
         self.buf.extend_from_slice(body.as_bytes());
         self.pad(body.len() as u64);
         self.maybe_flush().await;
@@ -290,13 +310,13 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             wanted.push((i, p.location(c)));
         }
     }
-    let spans: Vec<Arc<S3Result<Span>>> = if wanted.is_empty() {
-        Vec::new()
+    let (buf, spans, span_of) = if wanted.is_empty() {
+        (std::mem::take(&mut out.window_buf), Vec::new(), Vec::new())
     } else {
         let e2 = engine.clone();
+        let buf = std::mem::take(&mut out.window_buf);
         let wanted2 = wanted.clone();
-        let read = blocking(move || Ok(read_spans(&e2, &wanted2))).await;
-        match read {
+        match blocking(move || Ok(read_spans(&e2, &wanted2, buf))).await {
             Ok(v) => v,
             Err(e) => {
                 out.cut(e.message).await;
@@ -304,11 +324,12 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             }
         }
     };
-    // entry index -> span
-    let mut span_of: HashMap<usize, usize> = HashMap::with_capacity(wanted.len());
-    for (n, (i, _)) in wanted.iter().enumerate() {
-        span_of.insert(*i, n);
-    }
+    // entry index -> span index
+    let span_of: HashMap<usize, usize> = wanted
+        .iter()
+        .zip(&span_of)
+        .map(|((i, _), s)| (*i, *s))
+        .collect();
     for (i, e) in window.iter().enumerate() {
         if out.stopped {
             return;
@@ -333,8 +354,16 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             let (c, chunk_start) = p.single_chunk().expect("planned as single-chunk");
             let (rid, idx) = p.obj.chunk_identity(c);
             let loc = p.location(c);
-            let payload = match spans[n].as_ref() {
-                Ok(span) => span.record(&loc, &rid, idx).map_err(S3Error::from),
+            let span;
+            let payload = match &spans[n] {
+                Ok(slot) => {
+                    span = Span {
+                        segment_id: slot.segment_id,
+                        offset: slot.offset,
+                        bytes: &buf[slot.at..slot.at + slot.len],
+                    };
+                    span.record(&loc, &rid, idx).map_err(S3Error::from)
+                }
                 Err(err) => Err(err.clone()),
             };
             match payload {
@@ -379,55 +408,77 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
         }
         out.pad(size);
     }
+    // Kept for the next window unless an unusual window made it much larger than usual.
+    if buf.capacity() <= 4 * WINDOW_BYTES_MAX as usize {
+        out.window_buf = buf;
+    }
 }
 
-/// Reads the spans covering the records `wanted` (entry, location): records sorted by disk
-/// position, neighbours (at most [`SPAN_GAP_BYTES_MAX`] apart) merged into one read of at most
-/// [`SPAN_BYTES_MAX`]. Returns, for each wanted record in order, its span (shared by all the
-/// records it covers).
-fn read_spans(engine: &Engine, wanted: &[(usize, RecordLocation)]) -> Vec<Arc<S3Result<Span>>> {
+/// Where one span of a window landed in the window's buffer.
+struct SpanSlot {
+    segment_id: u64,
+    /// Offset in the segment of the span's first byte.
+    offset: u64,
+    /// Position and length (as read) in the window buffer.
+    at: usize,
+    len: usize,
+}
+
+/// Reads the spans covering the records `wanted` (entry, location) into `buf`, one after the
+/// other: records sorted by disk position; a record joins the previous span when the gap
+/// between them is at most [`SPAN_GAP_BYTES_MAX`] and at most the record's own size (or 4 KiB),
+/// so the bytes read and thrown away never exceed about the bytes wanted, and a span stays
+/// under [`SPAN_BYTES_MAX`]. Returns the buffer, the spans, and for each wanted record in
+/// order the index of its span.
+fn read_spans(
+    engine: &Engine,
+    wanted: &[(usize, RecordLocation)],
+    mut buf: Vec<u8>,
+) -> (Vec<u8>, Vec<S3Result<SpanSlot>>, Vec<usize>) {
     let mut order: Vec<usize> = (0..wanted.len()).collect();
     order.sort_unstable_by_key(|&i| (wanted[i].1.segment_id, wanted[i].1.offset));
-    let rec_end = |l: &RecordLocation| {
-        l.offset + packrat_chunk_store::RECORD_HEADER_BYTES as u64 + u64::from(l.len)
-    };
-    let mut result: Vec<Option<Arc<S3Result<Span>>>> = vec![None; wanted.len()];
-    let mut group: Vec<usize> = Vec::new();
-    let (mut seg, mut start, mut end) = (0u64, 0u64, 0u64);
-    let mut read_group = |group: &mut Vec<usize>, seg: u64, start: u64, end: u64| {
-        if group.is_empty() {
-            return;
-        }
-        let span = Arc::new(
-            engine
-                .chunks
-                .read_span(seg, start, (end - start) as usize)
-                .map_err(S3Error::from),
-        );
-        for g in group.drain(..) {
-            result[g] = Some(span.clone());
-        }
-    };
+    let rec_len =
+        |l: &RecordLocation| packrat_chunk_store::RECORD_HEADER_BYTES as u64 + u64::from(l.len);
+    // Plan: (segment, start, end) per span.
+    let mut plans: Vec<(u64, u64, u64)> = Vec::new();
+    let mut span_of = vec![0usize; wanted.len()];
     for n in order {
         let loc = wanted[n].1;
-        let fits = !group.is_empty()
-            && seg == loc.segment_id
-            && loc.offset >= start
-            && loc.offset <= end + SPAN_GAP_BYTES_MAX
-            && rec_end(&loc).max(end) - start <= SPAN_BYTES_MAX;
-        if fits {
-            end = end.max(rec_end(&loc));
-        } else {
-            read_group(&mut group, seg, start, end);
-            (seg, start, end) = (loc.segment_id, loc.offset, rec_end(&loc));
+        let end_of = loc.offset + rec_len(&loc);
+        match plans.last_mut() {
+            Some((seg, start, end))
+                if *seg == loc.segment_id
+                    && loc.offset >= *start
+                    && loc.offset <= *end + SPAN_GAP_BYTES_MAX.min(rec_len(&loc).max(4096))
+                    && end_of.max(*end) - *start <= SPAN_BYTES_MAX =>
+            {
+                *end = (*end).max(end_of);
+            }
+            _ => plans.push((loc.segment_id, loc.offset, end_of)),
         }
-        group.push(n);
+        span_of[n] = plans.len() - 1;
     }
-    read_group(&mut group, seg, start, end);
-    result
-        .into_iter()
-        .map(|r| r.expect("every wanted record is in a span"))
-        .collect()
+    let total: u64 = plans.iter().map(|(_, a, b)| b - a).sum();
+    buf.clear();
+    buf.resize(total as usize, 0);
+    let mut at = 0usize;
+    let mut spans = Vec::with_capacity(plans.len());
+    for (seg, start, end) in plans {
+        let len = (end - start) as usize;
+        let read = engine
+            .chunks
+            .read_span_into(seg, start, &mut buf[at..at + len])
+            .map_err(S3Error::from)
+            .map(|n| SpanSlot {
+                segment_id: seg,
+                offset: start,
+                at,
+                len: n,
+            });
+        spans.push(read);
+        at += len;
+    }
+    (buf, spans, span_of)
 }
 
 impl Out {
@@ -463,7 +514,9 @@ fn output() -> (
     (
         Out {
             tx,
-            buf: Vec::with_capacity(FRAME_BYTES + 64 * 1024),
+            buf: BytesMut::with_capacity(FRAME_BYTES + 64 * 1024),
+            sent: Default::default(),
+            window_buf: Vec::new(),
             abort_on_error: false,
             stopped: false,
         },
