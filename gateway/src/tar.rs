@@ -21,22 +21,50 @@ pub const END_OF_ARCHIVE: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
 const USTAR_SIZE_MAX: u64 = 0o77777777777;
 
 fn octal(field: &mut [u8], value: u64) {
-    // `width - 1` digits and a NUL terminator, as GNU tar and Python write.
+    // `width - 1` digits and a NUL terminator, as GNU tar and Python write; digits beyond the
+    // field's width are dropped (callers keep values in range). Written by hand: this runs
+    // several times per entry on the batch read path, where `format!` showed in profiles.
     let digits = field.len() - 1;
-    let s = format!("{value:0digits$o}");
-    let s = &s.as_bytes()[s.len().saturating_sub(digits)..];
-    field[..digits].copy_from_slice(s);
+    let mut v = value;
+    for i in (0..digits).rev() {
+        field[i] = b'0' + (v & 7) as u8;
+        v >>= 3;
+    }
     field[digits] = 0;
+}
+
+fn push_decimal(out: &mut Vec<u8>, mut v: usize) {
+    let mut digits = [0u8; 20];
+    let mut n = 0;
+    loop {
+        digits[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.extend(digits[..n].iter().rev());
+}
+
+fn decimal_len(v: usize) -> usize {
+    let mut n = 1;
+    let mut v = v / 10;
+    while v > 0 {
+        n += 1;
+        v /= 10;
+    }
+    n
 }
 
 fn pax_record(out: &mut Vec<u8>, key: &str, value: &str) {
     // "<len> <key>=<value>\n", where <len> counts the whole record including its own digits.
     let body = key.len() + value.len() + 3; // space, '=', newline
     let mut len = body + 1;
-    while len != body + len.to_string().len() {
-        len = body + len.to_string().len();
+    while len != body + decimal_len(len) {
+        len = body + decimal_len(len);
     }
-    out.extend_from_slice(len.to_string().as_bytes());
+    push_decimal(out, len);
     out.push(b' ');
     out.extend_from_slice(key.as_bytes());
     out.push(b'=');
@@ -68,37 +96,47 @@ fn ustar_header(name: &[u8], size: u64, mtime: i64, typeflag: u8) -> [u8; BLOCK]
 /// time in Unix seconds, and extra pax records) to `out`. The caller then appends the data and
 /// [`padding`]`(size)` zero bytes.
 pub fn write_entry_header(
-    out: &mut Vec<u8>,
+    out: &mut impl bytes::BufMut,
     name: &str,
     size: u64,
     mtime: i64,
     extra: &[(&str, &str)],
 ) {
-    let mut records = Vec::with_capacity(64);
     let short = name.is_ascii() && name.len() <= 100 && !name.is_empty();
-    if !short {
-        pax_record(&mut records, "path", name);
-    }
-    if size > USTAR_SIZE_MAX {
-        pax_record(&mut records, "size", &size.to_string());
-    }
-    for (k, v) in extra {
-        pax_record(&mut records, k, v);
-    }
     // ustar name field: the name itself when it fits, else a stand-in (the pax `path` rules).
-    let ustar_name: Vec<u8> = if short {
-        name.as_bytes().to_vec()
+    let stand_in: Vec<u8>;
+    let ustar_name: &[u8] = if short {
+        name.as_bytes()
     } else {
-        name.bytes().filter(u8::is_ascii).take(100).collect()
+        stand_in = name.bytes().filter(u8::is_ascii).take(100).collect();
+        &stand_in
     };
-    if !records.is_empty() {
-        let mut pax_name = b"PaxHeader/".to_vec();
-        pax_name.extend(ustar_name.iter().take(90));
-        out.extend_from_slice(&ustar_header(&pax_name, records.len() as u64, mtime, b'x'));
-        out.extend_from_slice(&records);
-        out.resize(out.len() + padding(records.len() as u64), 0);
+    let needs_pax = !short || size > USTAR_SIZE_MAX || !extra.is_empty();
+    if needs_pax {
+        let mut records = Vec::with_capacity(128);
+        if !short {
+            pax_record(&mut records, "path", name);
+        }
+        if size > USTAR_SIZE_MAX {
+            pax_record(&mut records, "size", &size.to_string());
+        }
+        for (k, v) in extra {
+            pax_record(&mut records, k, v);
+        }
+        let mut pax_name = [0u8; 100];
+        pax_name[..10].copy_from_slice(b"PaxHeader/");
+        let n = ustar_name.len().min(90);
+        pax_name[10..10 + n].copy_from_slice(&ustar_name[..n]);
+        out.put_slice(&ustar_header(
+            &pax_name[..10 + n],
+            records.len() as u64,
+            mtime,
+            b'x',
+        ));
+        out.put_slice(&records);
+        out.put_bytes(0, padding(records.len() as u64));
     }
-    out.extend_from_slice(&ustar_header(&ustar_name, size, mtime, b'0'));
+    out.put_slice(&ustar_header(ustar_name, size, mtime, b'0'));
 }
 
 /// What the parser reports while it walks an archive.
@@ -541,6 +579,20 @@ mod tests {
                 let o = *offset as usize;
                 assert_eq!(&bytes[o..o + want.len()], *want);
             }
+        }
+    }
+
+    #[test]
+    fn octal_and_decimal_helpers() {
+        let mut f = [0u8; 8];
+        octal(&mut f, 0o644);
+        assert_eq!(&f, b"0000644\0");
+        let mut out = Vec::new();
+        for v in [0usize, 9, 10, 99, 100, 12345] {
+            out.clear();
+            push_decimal(&mut out, v);
+            assert_eq!(out, v.to_string().as_bytes());
+            assert_eq!(decimal_len(v), v.to_string().len());
         }
     }
 

@@ -42,6 +42,9 @@ const WINDOW_BYTES_MAX: u64 = 8 * 1024 * 1024;
 const SPAN_GAP_BYTES_MAX: u64 = 64 * 1024;
 /// Largest single span read.
 const SPAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// Payloads at least this large go to the connection as slices of the read buffer; smaller
+/// ones are copied into frames (fewer, larger writes).
+const ZERO_COPY_BYTES_MIN: u64 = 32 * 1024;
 /// Output is sent to the client in frames of about this size.
 const FRAME_BYTES: usize = 1024 * 1024;
 /// Frames buffered between the reader task and the connection.
@@ -257,16 +260,18 @@ impl Out {
     }
 
     fn header(&mut self, e: &Entry, size: u64, mtime_ms: i64, etag: Option<&str>) {
-        let mut extra: Vec<(&str, &str)> = Vec::with_capacity(2);
+        let mut pairs = [("", ""); 2];
+        let mut n = 0;
         if let Some(t) = etag {
-            extra.push(("packrat.etag", t));
+            pairs[n] = ("packrat.etag", t);
+            n += 1;
         }
         if let Some(t) = &e.tag {
-            extra.push(("packrat.tag", t));
+            pairs[n] = ("packrat.tag", t);
+            n += 1;
         }
-        let mut h = Vec::with_capacity(3 * tar::BLOCK);
-        tar::write_entry_header(&mut h, &e.name, size, mtime_ms / 1000, &extra);
-        self.buf.extend_from_slice(&h);
+        let extra = &pairs[..n];
+        tar::write_entry_header(&mut self.buf, &e.name, size, mtime_ms / 1000, extra);
     }
 
     fn pad(&mut self, size: u64) {
@@ -281,9 +286,13 @@ impl Out {
         if let Some(t) = &e.tag {
             extra.push(("packrat.tag", t.as_str()));
         }
-        let mut h = Vec::with_capacity(3 * tar::BLOCK);
-        tar::write_entry_header(&mut h, &name, body.len() as u64, now_ms() / 1000, &extra);
-        self.buf.extend_from_slice(&h);
+        tar::write_entry_header(
+            &mut self.buf,
+            &name,
+            body.len() as u64,
+            now_ms() / 1000,
+            &extra,
+        );
         self.buf.extend_from_slice(body.as_bytes());
         self.pad(body.len() as u64);
         self.maybe_flush().await;
@@ -324,6 +333,8 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             }
         }
     };
+    // Shared, so large payloads can go to the connection as slices of it (no copy).
+    let buf = Bytes::from(buf);
     // entry index -> span index
     let span_of: HashMap<usize, usize> = wanted
         .iter()
@@ -371,7 +382,18 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
                     let from = (p.start - chunk_start) as usize;
                     let to = (p.end - chunk_start) as usize;
                     out.header(e, size, p.obj.last_modified_ms, Some(&p.obj.etag));
-                    out.buf.extend_from_slice(&data[from..to]);
+                    if size >= ZERO_COPY_BYTES_MIN {
+                        // Sent as a slice of the window buffer: no copy into a frame.
+                        let at = data.as_ptr() as usize - buf.as_ptr() as usize;
+                        let payload = buf.slice(at + from..at + to);
+                        out.flush().await;
+                        if out.stopped || out.tx.send(Ok(payload)).await.is_err() {
+                            out.stopped = true;
+                            return;
+                        }
+                    } else {
+                        out.buf.extend_from_slice(&data[from..to]);
+                    }
                     out.pad(size);
                     out.maybe_flush().await;
                 }
@@ -408,9 +430,13 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
         }
         out.pad(size);
     }
-    // Kept for the next window unless an unusual window made it much larger than usual.
-    if buf.capacity() <= 4 * WINDOW_BYTES_MAX as usize {
-        out.window_buf = buf;
+    // Kept for the next window if the connection is done with every slice of it, unless an
+    // unusual window made it much larger than usual.
+    drop(spans);
+    if let Ok(b) = buf.try_into_mut()
+        && b.capacity() <= 4 * WINDOW_BYTES_MAX as usize
+    {
+        out.window_buf = Vec::from(b);
     }
 }
 
@@ -459,8 +485,11 @@ fn read_spans(
         span_of[n] = plans.len() - 1;
     }
     let total: u64 = plans.iter().map(|(_, a, b)| b - a).sum();
-    buf.clear();
-    buf.resize(total as usize, 0);
+    // Grown (and zeroed) only when a window needs more than any before; every byte used is
+    // overwritten by a read.
+    if buf.len() < total as usize {
+        buf.resize(total as usize, 0);
+    }
     let mut at = 0usize;
     let mut spans = Vec::with_capacity(plans.len());
     for (seg, start, end) in plans {
