@@ -7,6 +7,7 @@ import io
 import json
 import os
 import random
+import subprocess
 import tarfile
 import urllib.request
 
@@ -336,6 +337,10 @@ def test_corrupt_record_becomes_an_error_entry_never_wrong_bytes(workdir):
                 open(path, "wb").write(bytes(data))
                 hits += 1
         assert hits == 1
+        # The offline check finds the rotted record and names its object.
+        out = subprocess.run([conftest.BIN, "admin", "--data-dir", srv.data_dir, "verify"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1 and 'object "bad"' in out.stdout and "crc32c" in out.stdout, out.stdout
         srv.start()
         pc = srv.packrat()
         items = ["k0", "bad", "k1"] + list(good)

@@ -742,6 +742,60 @@ pub fn crc32c(data: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
 }
 
+/// Read-only access to the segment files of a data directory, for offline tools (`packrat
+/// admin verify`): unlike [`ChunkStore::open`] it creates nothing and never writes.
+pub struct SegmentReader {
+    dir: PathBuf,
+    files: HashMap<u64, File>,
+}
+
+impl SegmentReader {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Self {
+            dir: dir.into(),
+            files: HashMap::new(),
+        }
+    }
+
+    /// The segment files present: (id, size in bytes), by id.
+    pub fn segments(&self) -> Result<Vec<(u64, u64)>> {
+        let mut out = Vec::new();
+        let entries = std::fs::read_dir(&self.dir).map_err(|e| io_err(&self.dir, e))?;
+        for e in entries {
+            let e = e.map_err(|e| io_err(&self.dir, e))?;
+            if let Some(id) = e.file_name().to_str().and_then(parse_segment_name) {
+                let len = e.metadata().map_err(|err| io_err(&e.path(), err))?.len();
+                out.push((id, len));
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Reads and verifies one record exactly as [`ChunkStore::read`] does.
+    pub fn read(
+        &mut self,
+        loc: &RecordLocation,
+        object_id: &[u8; 16],
+        chunk_index: u32,
+    ) -> Result<Vec<u8>> {
+        let path = segment_path(&self.dir, loc.segment_id);
+        let file = match self.files.entry(loc.segment_id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => match File::open(&path) {
+                Ok(f) => v.insert(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(ChunkStoreError::MissingSegment(loc.segment_id));
+                }
+                Err(e) => return Err(io_err(&path, e)),
+            },
+        };
+        let mut buf = vec![0u8; RECORD_HEADER_BYTES + loc.len as usize];
+        let read = file.read_exact_at(&mut buf, loc.offset);
+        verify_record(loc, read.map(|()| buf), object_id, chunk_index, &path)
+    }
+}
+
 /// The outcome of scanning a segment file from the start.
 #[derive(Debug, Default)]
 pub struct SegmentScan {

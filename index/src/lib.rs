@@ -363,6 +363,60 @@ impl RocksIndex {
             .collect()
     }
 
+    /// Visits every object of every bucket in index order (bucket id, key): for offline
+    /// verification. Objects whose bucket no longer exists are visited too.
+    pub fn for_each_object(
+        &self,
+        mut f: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
+    ) -> Result<()> {
+        self.for_each_decoded(CF_OBJECTS, |k, rec: ObjectRecord| {
+            if k.len() < 8 {
+                return Err(IndexError::Corrupt {
+                    cf: CF_OBJECTS,
+                    reason: "object key shorter than its bucket id".into(),
+                });
+            }
+            let bucket_id = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
+            let key = std::str::from_utf8(&k[8..]).map_err(|_| IndexError::Corrupt {
+                cf: CF_OBJECTS,
+                reason: "key is not UTF-8".into(),
+            })?;
+            f(bucket_id, key, rec)
+        })
+    }
+
+    /// Visits every uploaded part of every multipart upload in progress.
+    pub fn for_each_part(&self, mut f: impl FnMut(&str, PartRecord) -> Result<()>) -> Result<()> {
+        self.for_each_decoded(CF_PARTS, |k, rec: PartRecord| {
+            let upload = k.split(|&b| b == 0).next().unwrap_or(&[]);
+            f(&String::from_utf8_lossy(upload), rec)
+        })
+    }
+
+    /// Bucket ids in use (for spotting objects of deleted buckets).
+    pub fn bucket_ids(&self) -> Result<std::collections::HashSet<u64>> {
+        Ok(self.list_buckets()?.into_iter().map(|b| b.id).collect())
+    }
+
+    fn for_each_decoded<T: serde::de::DeserializeOwned>(
+        &self,
+        cf: &'static str,
+        mut f: impl FnMut(&[u8], T) -> Result<()>,
+    ) -> Result<()> {
+        let mut it = self.db.raw_iterator_cf(self.cf(cf));
+        it.seek_to_first();
+        while it.valid() {
+            let (Some(k), Some(v)) = (it.key(), it.value()) else {
+                break;
+            };
+            let rec: T = records::decode(v).map_err(|reason| IndexError::Corrupt { cf, reason })?;
+            f(k, rec)?;
+            it.next();
+        }
+        it.status()?;
+        Ok(())
+    }
+
     // ---- TAR member indexes ----
     //
     // Keyed by the identity of an object's bytes (its first record id), not by its name: an

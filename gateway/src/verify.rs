@@ -1,0 +1,177 @@
+//! `packrat admin verify`: an offline check that the index and the segments agree, on a
+//! stopped server's data directory. Every chunk of every object and of every uploaded part is
+//! read and verified (record identity, length, crc32c); object sizes must equal the sum of their
+//! chunks; objects must belong to an existing bucket. It also measures live and dead bytes per
+//! segment (what compaction would reclaim). It never writes.
+
+use packrat_chunk_store::{
+    RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, SegmentReader,
+};
+use packrat_index::{ChunkRef, RocksIndex};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::time::Instant;
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub objects: u64,
+    pub object_bytes: u64,
+    pub parts: u64,
+    pub records_checked: u64,
+    pub segments: u64,
+    pub segment_bytes: u64,
+    /// Bytes of records some object or part references (headers included).
+    pub live_bytes: u64,
+    /// Segment bytes nothing references: overwritten or deleted data, torn tails, aborted
+    /// writes (what compaction reclaims).
+    pub dead_bytes: u64,
+    /// Objects whose bucket no longer exists.
+    pub orphaned_objects: u64,
+    /// Every problem found, one line each (at most 1000 kept).
+    pub problems: Vec<String>,
+    pub problem_count: u64,
+}
+
+impl Report {
+    fn problem(&mut self, p: String) {
+        self.problem_count += 1;
+        if self.problems.len() < 1000 {
+            self.problems.push(p);
+        }
+    }
+}
+
+struct Checker {
+    segments: SegmentReader,
+    live: BTreeMap<u64, u64>,
+    report: Report,
+    started: Instant,
+    last_progress: Instant,
+    quiet: bool,
+}
+
+impl Checker {
+    fn chunks(&mut self, what: &str, ids: &[([u8; 16], u32)], chunks: &[ChunkRef]) {
+        for (c, (rid, idx)) in chunks.iter().zip(ids) {
+            let loc = RecordLocation {
+                segment_id: c.segment_id,
+                offset: c.offset,
+                len: c.len,
+            };
+            self.report.records_checked += 1;
+            *self.live.entry(c.segment_id).or_default() +=
+                RECORD_HEADER_BYTES as u64 + u64::from(c.len);
+            if let Err(e) = self.segments.read(&loc, rid, *idx) {
+                self.report.problem(format!("{what}: chunk {idx}: {e}"));
+            }
+        }
+        if !self.quiet && self.last_progress.elapsed().as_secs() >= 1 {
+            self.last_progress = Instant::now();
+            eprint!(
+                "\rverifying: {} objects, {} parts, {} records, {:.0} s   ",
+                self.report.objects,
+                self.report.parts,
+                self.report.records_checked,
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+pub fn run(
+    index: &RocksIndex,
+    segments_dir: &std::path::Path,
+    quiet: bool,
+) -> Result<Report, String> {
+    let mut ck = Checker {
+        segments: SegmentReader::new(segments_dir),
+        live: BTreeMap::new(),
+        report: Report::default(),
+        started: Instant::now(),
+        last_progress: Instant::now(),
+        quiet,
+    };
+    let buckets: HashSet<u64> = index.bucket_ids().map_err(|e| e.to_string())?;
+    index
+        .for_each_object(|bucket_id, key, obj| {
+            ck.report.objects += 1;
+            ck.report.object_bytes += obj.size;
+            let what = format!("object {key:?} (bucket id {bucket_id})");
+            if !buckets.contains(&bucket_id) {
+                ck.report.orphaned_objects += 1;
+                ck.report
+                    .problem(format!("{what}: its bucket does not exist"));
+            }
+            let sum: u64 = obj.chunks.iter().map(|c| u64::from(c.len)).sum();
+            if sum != obj.size {
+                ck.report.problem(format!(
+                    "{what}: size {} but chunks hold {sum} bytes",
+                    obj.size
+                ));
+            }
+            let ids: Vec<([u8; 16], u32)> = (0..obj.chunks.len())
+                .map(|i| obj.chunk_identity(i))
+                .collect();
+            ck.chunks(&what, &ids, &obj.chunks);
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    index
+        .for_each_part(|upload_id, part| {
+            ck.report.parts += 1;
+            let what = format!("upload {upload_id} part {}", part.part_number);
+            let ids: Vec<([u8; 16], u32)> = (0..part.chunks.len())
+                .map(|i| (part.record_id, i as u32))
+                .collect();
+            ck.chunks(&what, &ids, &part.chunks);
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    let segs = ck.segments.segments().map_err(|e| e.to_string())?;
+    let present: HashSet<u64> = segs.iter().map(|(id, _)| *id).collect();
+    for (id, len) in &segs {
+        ck.report.segments += 1;
+        ck.report.segment_bytes += len;
+        let live = ck.live.get(id).copied().unwrap_or(0);
+        ck.report.live_bytes += live;
+        ck.report.dead_bytes += len.saturating_sub(SEGMENT_HEADER_BYTES as u64 + live);
+    }
+    for id in ck.live.keys() {
+        if !present.contains(id) {
+            ck.report.problem(format!(
+                "segment {id} is referenced by the index but missing"
+            ));
+        }
+    }
+    if !quiet {
+        eprintln!();
+    }
+    Ok(ck.report)
+}
+
+pub fn print(r: &Report) {
+    println!(
+        "objects       {} ({} bytes), {} uploaded parts, {} records verified",
+        r.objects, r.object_bytes, r.parts, r.records_checked
+    );
+    println!(
+        "segments      {} ({} bytes): {} live, {} dead ({:.1}%)",
+        r.segments,
+        r.segment_bytes,
+        r.live_bytes,
+        r.dead_bytes,
+        if r.segment_bytes > 0 {
+            r.dead_bytes as f64 * 100.0 / r.segment_bytes as f64
+        } else {
+            0.0
+        }
+    );
+    if r.problem_count == 0 {
+        println!("result        OK: the index and the segments agree");
+    } else {
+        println!("result        {} PROBLEMS:", r.problem_count);
+        for p in &r.problems {
+            println!("  {p}");
+        }
+    }
+}
