@@ -163,7 +163,10 @@ def verify(client, bucket, acked, deleted, uncertain):
 
 def test_kill9_under_concurrent_put_load(workdir):
     # Small segments so the crash cycles also cross segment rotations.
-    srv = conftest.Server(workdir / "crash", extra_args=["--segment-size", str(4 * 1024 * 1024)]).start()
+    # Background compaction every second, so kills also land in the middle of moves.
+    srv = conftest.Server(workdir / "crash", extra_args=[
+        "--segment-size", str(4 * 1024 * 1024), "--compact-interval", "1", "--compact-threshold", "0.7",
+    ]).start()
     srv.client().create_bucket(Bucket="crash")
     all_acked, all_deleted, all_uncertain = {}, set(), set()
     rnd = random.Random(7)
@@ -203,6 +206,9 @@ def test_kill9_under_concurrent_put_load(workdir):
         listed |= {o["Key"] for o in page.get("Contents", [])}
     assert set(all_acked) - all_uncertain <= listed
     assert not (listed & (all_deleted - all_uncertain))
+    log = open(srv.log_path).read()
+    runs = log.count("compaction finished")
+    print(f"\ncompaction runs completed during the test: {runs}")
     print(f"\ncrash test: {CRASH_CYCLES} kill -9 cycles, {total_acked} acknowledged writes, "
           f"{len(all_acked)} objects verified, {len(all_deleted)} acknowledged deletes verified; "
           f"acknowledged operations: {ops}\nlast offline verify:\n{last_verify}")

@@ -165,6 +165,9 @@ pub struct ChunkStore {
     readers: RwLock<HashMap<u64, Arc<File>>>,
     stats: Mutex<ChunkStoreStats>,
     uring: Option<uring::UringReader>,
+    /// Segments removed by compaction whose open handles are kept a while (see
+    /// [`ChunkStore::retire_segment`]), with the time their handle may be closed.
+    retired: Mutex<Vec<(u64, std::time::Instant)>>,
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -240,6 +243,7 @@ impl ChunkStore {
             }),
             active: Mutex::new(active),
             readers: RwLock::new(HashMap::new()),
+            retired: Mutex::new(Vec::new()),
             dir,
             options,
         };
@@ -407,6 +411,75 @@ impl ChunkStore {
         let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
         stats.syncs += 1;
         Ok(())
+    }
+
+    /// The segments no longer written to (every one but the active one), with their sizes,
+    /// by id.
+    pub fn sealed_segments(&self) -> Result<Vec<(u64, u64)>> {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner()).id;
+        let mut out = Vec::new();
+        for id in Self::list_segments(&self.dir)? {
+            if id < active {
+                let path = segment_path(&self.dir, id);
+                let len = std::fs::metadata(&path)
+                    .map_err(|e| io_err(&path, e))?
+                    .len();
+                out.push((id, len));
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    /// Removes a sealed segment that nothing references any more (compaction moved its live
+    /// records). The file is unlinked now (its space returns once the last handle closes), but
+    /// this store keeps a handle open for `grace`, so a read that looked the old location up just
+    /// before the index changed still succeeds. The active segment is never removed.
+    pub fn retire_segment(&self, segment_id: u64, grace: std::time::Duration) -> Result<()> {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner()).id;
+        if segment_id >= active {
+            return Err(ChunkStoreError::Io {
+                path: segment_path(&self.dir, segment_id),
+                source: std::io::Error::other("the active segment cannot be retired"),
+            });
+        }
+        // Opened (and cached) before the unlink, so in-flight readers keep working.
+        self.reader(segment_id)?;
+        let path = segment_path(&self.dir, segment_id);
+        std::fs::remove_file(&path).map_err(|e| io_err(&path, e))?;
+        sync_dir(&self.dir)?;
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((segment_id, std::time::Instant::now() + grace));
+        let mut stats = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        stats.segments = stats.segments.saturating_sub(1);
+        drop(stats);
+        self.reap_retired();
+        Ok(())
+    }
+
+    /// Closes the handles of retired segments whose grace period is over.
+    pub fn reap_retired(&self) {
+        let now = std::time::Instant::now();
+        let mut expired = Vec::new();
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(id, until)| {
+                if *until <= now {
+                    expired.push(*id);
+                    false
+                } else {
+                    true
+                }
+            });
+        if !expired.is_empty() {
+            let mut readers = self.readers.write().unwrap_or_else(|p| p.into_inner());
+            for id in expired {
+                readers.remove(&id);
+            }
+        }
     }
 
     fn reader(&self, segment_id: u64) -> Result<Arc<File>> {

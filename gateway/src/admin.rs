@@ -145,6 +145,24 @@ pub async fn handle(
             }
             json(StatusCode::OK, &status(&state.engine))
         }
+        (&Method::POST, ("compact", "")) => {
+            let threshold = match query.iter().find(|(k, _)| k == "threshold") {
+                None => state.config.compact_threshold,
+                Some((_, v)) => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|t| (0.0..=1.0).contains(t))
+                    .ok_or_else(|| {
+                        S3Error::new(
+                            S3ErrorCode::InvalidArgument,
+                            "threshold must be a number from 0 to 1",
+                        )
+                    })?,
+            };
+            let grace = std::time::Duration::from_secs(state.config.compact_grace_secs);
+            let report = crate::compact::compact(&state.engine, threshold, grace).await?;
+            json(StatusCode::OK, &report)
+        }
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
             let existing = index.get_key(ak)?.ok_or_else(|| {
                 S3Error::new(
@@ -180,6 +198,8 @@ pub struct Status {
     pub appends: u64,
     pub appended_bytes: u64,
     pub syncs: u64,
+    /// Live and dead segment bytes as of the last compaction scan (none yet: null).
+    pub space: Option<crate::compact::Space>,
 }
 
 pub fn status(engine: &crate::engine::Engine) -> Status {
@@ -192,6 +212,7 @@ pub fn status(engine: &crate::engine::Engine) -> Status {
         appends: st.appends,
         appended_bytes: st.appended_bytes,
         syncs: st.syncs,
+        space: *engine.last_space.lock().unwrap_or_else(|p| p.into_inner()),
     }
 }
 

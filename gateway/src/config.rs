@@ -47,4 +47,8 @@ pub struct ServeConfig {
     pub batch_items_max: usize,
     /// Most bytes one batch GET may ask for.
     pub batch_bytes_max: u64,
+    /// Sealed segments with a smaller live share than this are compacted.
+    pub compact_threshold: f64,
+    /// Seconds a compacted segment stays readable through open handles.
+    pub compact_grace_secs: u64,
 }

@@ -77,6 +77,33 @@ pub struct Engine {
     /// changes happen only while the server is stopped.)
     bucket_cache: RwLock<CacheMap<BucketRecord>>,
     key_cache: RwLock<CacheMap<KeyRecord>>,
+    /// One compaction at a time (`compact.rs`).
+    pub compaction: tokio::sync::Mutex<()>,
+    /// Writes between their first append and their index commit: token -> the active segment
+    /// when they started. Compaction never removes a segment at or above the smallest.
+    inflight: Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, u64>)>>,
+    /// Live and dead bytes as of the last compaction scan, for `admin status`.
+    pub last_space: std::sync::Mutex<Option<crate::compact::Space>>,
+}
+
+/// Keeps a write's segments safe from compaction until dropped (see [`Engine::pin_write`]).
+pub struct WritePin {
+    registry: Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, u64>)>>,
+    token: u64,
+}
+
+impl Drop for WritePin {
+    fn drop(&mut self) {
+        let mut g = self.registry.lock().unwrap_or_else(|p| p.into_inner());
+        g.1.remove(&self.token);
+    }
+}
+
+/// Chunks of one object moved by compaction: (chunk position, old location, new location).
+pub struct Relocation {
+    pub bucket_id: u64,
+    pub key: String,
+    pub moved: Vec<(usize, ChunkRef, ChunkRef)>,
 }
 
 /// A cache map with a generation count: a value read from the index is only inserted if no
@@ -118,6 +145,9 @@ fn invalidate<V>(cache: &RwLock<CacheMap<V>>, name: &str) {
 
 /// What a streamed write produced, before anything is indexed.
 pub struct Written {
+    /// Keeps the records' segments from compaction until the caller has indexed them (drop
+    /// `Written` only after the commit).
+    pub _pin: Option<WritePin>,
     pub record_id: [u8; 16],
     pub chunks: Vec<ChunkRef>,
     /// Proof of the last append, to be made durable before anything points at the records.
@@ -190,7 +220,30 @@ impl Engine {
                 .collect(),
             bucket_cache: RwLock::new(CacheMap::default()),
             key_cache: RwLock::new(CacheMap::default()),
+            compaction: tokio::sync::Mutex::new(()),
+            inflight: Default::default(),
+            last_space: std::sync::Mutex::new(None),
         }
+    }
+
+    /// Registers a write that is about to append records; hold the pin until its index entry
+    /// is committed (or the write failed). See [`inflight_floor`](Self::inflight_floor).
+    pub fn pin_write(&self) -> WritePin {
+        let active = self.chunks.stats().active_segment_id;
+        let mut g = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 += 1;
+        let token = g.0;
+        g.1.insert(token, active);
+        WritePin {
+            registry: self.inflight.clone(),
+            token,
+        }
+    }
+
+    /// The smallest segment an unfinished write may have appended to (`u64::MAX` if none).
+    pub fn inflight_floor(&self) -> u64 {
+        let g = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
+        g.1.values().copied().min().unwrap_or(u64::MAX)
     }
 
     /// A bucket by name, from the cache or the index.
@@ -239,6 +292,7 @@ impl Engine {
         expected_checksum: Option<Vec<u8>>,
         content_md5: Option<[u8; 16]>,
     ) -> S3Result<Written> {
+        let pin = self.pin_write();
         let record_id: [u8; 16] = rand::random();
         let mut md5 = Md5::new();
         let mut hasher = checksum_alg.map(Hasher::new);
@@ -332,6 +386,7 @@ impl Engine {
             _ => None,
         };
         Ok(Written {
+            _pin: Some(pin),
             record_id,
             chunks,
             ticket: last_ticket,
@@ -439,6 +494,55 @@ impl Engine {
             })
             .collect();
         self.group_commit(ticket, ops).await
+    }
+
+    /// Points objects at the new copies of their moved chunks, made durable by `ticket`: under
+    /// each key's lock, an object is updated only if every moved chunk is still where it was
+    /// (compare-and-set), so a write or delete that happened meanwhile always wins. Returns
+    /// (objects updated, objects that had changed and were left alone).
+    pub async fn commit_relocations(
+        self: &Arc<Self>,
+        relocations: Vec<Relocation>,
+        ticket: Option<WriteTicket>,
+    ) -> S3Result<(u64, u64)> {
+        let mut stripes: Vec<usize> = relocations
+            .iter()
+            .map(|r| self.key_stripe(r.bucket_id, &r.key))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.key_locks[s].lock().await);
+        }
+        let (mut updated, mut changed) = (0u64, 0u64);
+        let mut ops = Vec::with_capacity(relocations.len());
+        for r in relocations {
+            let current = self.index.get_object(r.bucket_id, &r.key)?;
+            let Some(mut obj) = current else {
+                changed += 1;
+                continue;
+            };
+            if !r
+                .moved
+                .iter()
+                .all(|(i, old, _)| obj.chunks.get(*i) == Some(old))
+            {
+                changed += 1;
+                continue;
+            }
+            for (i, _, new) in &r.moved {
+                obj.chunks[*i] = *new;
+            }
+            updated += 1;
+            ops.push(ObjectOp::Put {
+                bucket_id: r.bucket_id,
+                key: r.key,
+                record: Box::new(obj),
+            });
+        }
+        self.group_commit(ticket, ops).await?;
+        Ok((updated, changed))
     }
 
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
@@ -603,6 +707,7 @@ impl RecordWriter {
     pub fn finish(mut self, store: &ChunkStore) -> S3Result<Written> {
         let ticket = self.flush(store)?;
         Ok(Written {
+            _pin: None,
             record_id: self.record_id,
             chunks: self.chunks,
             ticket,

@@ -5,6 +5,7 @@
 
 mod admin;
 mod bench;
+mod compact;
 mod config;
 mod engine;
 mod metrics;
@@ -87,6 +88,16 @@ struct ServeArgs {
     /// Most bytes one batch GET may ask for.
     #[arg(long, env = "PACKRAT_BATCH_BYTES_MAX", default_value_t = config::BATCH_BYTES_MAX_DEFAULT)]
     batch_bytes_max: u64,
+    /// Seconds between background compaction runs (0: only `packrat admin compact`).
+    #[arg(long, env = "PACKRAT_COMPACT_INTERVAL", default_value_t = 600)]
+    compact_interval: u64,
+    /// Sealed segments whose live bytes are below this share (0 to 1) are compacted.
+    #[arg(long, env = "PACKRAT_COMPACT_THRESHOLD", default_value_t = 0.5)]
+    compact_threshold: f64,
+    /// Seconds a compacted segment stays readable (through open handles) for reads that looked
+    /// up its old location just before the move.
+    #[arg(long, env = "PACKRAT_COMPACT_GRACE", default_value_t = 600)]
+    compact_grace: u64,
     /// How records are read: io_uring when the kernel allows it (auto), always io_uring, or
     /// positioned pread calls. The choice is logged at start-up.
     #[arg(long, env = "PACKRAT_IO_BACKEND", value_enum, default_value = "auto")]
@@ -128,6 +139,14 @@ enum AdminCommand {
         /// Flush and compact the object index first, so on-disk sizes are settled.
         #[arg(long)]
         flush: bool,
+    },
+    /// Compact now: sealed segments whose live share is below the threshold have their live
+    /// records moved and are removed. Prints what was done (JSON).
+    Compact {
+        /// Live share (0 to 1) under which a segment is compacted (default: the server's
+        /// --compact-threshold).
+        #[arg(long)]
+        threshold: Option<f64>,
     },
     /// Check offline (on a stopped server's --data-dir) that the index and the segments
     /// agree: every chunk of every object and part is read and verified. Reports live and
@@ -288,7 +307,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         body_idle_timeout_secs: args.body_idle_timeout.max(1),
         batch_items_max: args.batch_items_max,
         batch_bytes_max: args.batch_bytes_max,
+        compact_threshold: args.compact_threshold.clamp(0.0, 1.0),
+        compact_grace_secs: args.compact_grace,
     };
+    if args.compact_interval > 0 {
+        compact::spawn_background(
+            engine.clone(),
+            std::time::Duration::from_secs(args.compact_interval),
+            config.compact_threshold,
+            std::time::Duration::from_secs(config.compact_grace_secs),
+        );
+    }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
     println!("packrat: listening on http://{addr}");
     let state = Arc::new(server::AppState::new(engine, config));
@@ -376,16 +405,33 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             }
             return Ok(());
         }
-        AdminCommand::Status { flush } => {
+        AdminCommand::Status { .. } | AdminCommand::Compact { .. } => {
             let (ak, sk) = root_credentials()?;
-            let path = if flush { "status?flush=true" } else { "status" };
+            let (method, path) = match args.command {
+                AdminCommand::Status { flush: true } => {
+                    (Method::GET, "status?flush=true".to_string())
+                }
+                AdminCommand::Compact { threshold: Some(t) } => {
+                    eprintln!(
+                        "compacting (this reads and rewrites live records; it may take a while)..."
+                    );
+                    (Method::POST, format!("compact?threshold={t}"))
+                }
+                AdminCommand::Compact { threshold: None } => {
+                    eprintln!(
+                        "compacting (this reads and rewrites live records; it may take a while)..."
+                    );
+                    (Method::POST, "compact".to_string())
+                }
+                _ => (Method::GET, "status".to_string()),
+            };
             let (status, body) = admin::call(
                 &args.endpoint,
                 &args.region,
                 &ak,
                 &sk,
-                Method::GET,
-                path,
+                method,
+                &path,
                 Vec::new(),
             )
             .await?;

@@ -92,40 +92,43 @@ pub fn run(
         quiet,
     };
     let buckets: HashSet<u64> = index.bucket_ids().map_err(|e| e.to_string())?;
+    let ck_cell = std::cell::RefCell::new(&mut ck);
     index
-        .for_each_object(|bucket_id, key, obj| {
-            ck.report.objects += 1;
-            ck.report.object_bytes += obj.size;
-            let what = format!("object {key:?} (bucket id {bucket_id})");
-            if !buckets.contains(&bucket_id) {
-                ck.report.orphaned_objects += 1;
-                ck.report
-                    .problem(format!("{what}: its bucket does not exist"));
-            }
-            let sum: u64 = obj.chunks.iter().map(|c| u64::from(c.len)).sum();
-            if sum != obj.size {
-                ck.report.problem(format!(
-                    "{what}: size {} but chunks hold {sum} bytes",
-                    obj.size
-                ));
-            }
-            let ids: Vec<([u8; 16], u32)> = (0..obj.chunks.len())
-                .map(|i| obj.chunk_identity(i))
-                .collect();
-            ck.chunks(&what, &ids, &obj.chunks);
-            Ok(())
-        })
-        .map_err(|e| e.to_string())?;
-    index
-        .for_each_part(|upload_id, part| {
-            ck.report.parts += 1;
-            let what = format!("upload {upload_id} part {}", part.part_number);
-            let ids: Vec<([u8; 16], u32)> = (0..part.chunks.len())
-                .map(|i| (part.record_id, i as u32))
-                .collect();
-            ck.chunks(&what, &ids, &part.chunks);
-            Ok(())
-        })
+        .scan_references(
+            |bucket_id, key, obj| {
+                let mut ck = ck_cell.borrow_mut();
+                ck.report.objects += 1;
+                ck.report.object_bytes += obj.size;
+                let what = format!("object {key:?} (bucket id {bucket_id})");
+                if !buckets.contains(&bucket_id) {
+                    ck.report.orphaned_objects += 1;
+                    ck.report
+                        .problem(format!("{what}: its bucket does not exist"));
+                }
+                let sum: u64 = obj.chunks.iter().map(|c| u64::from(c.len)).sum();
+                if sum != obj.size {
+                    ck.report.problem(format!(
+                        "{what}: size {} but chunks hold {sum} bytes",
+                        obj.size
+                    ));
+                }
+                let ids: Vec<([u8; 16], u32)> = (0..obj.chunks.len())
+                    .map(|i| obj.chunk_identity(i))
+                    .collect();
+                ck.chunks(&what, &ids, &obj.chunks);
+                Ok(())
+            },
+            |upload_id, part| {
+                let mut ck = ck_cell.borrow_mut();
+                ck.report.parts += 1;
+                let what = format!("upload {upload_id} part {}", part.part_number);
+                let ids: Vec<([u8; 16], u32)> = (0..part.chunks.len())
+                    .map(|i| (part.record_id, i as u32))
+                    .collect();
+                ck.chunks(&what, &ids, &part.chunks);
+                Ok(())
+            },
+        )
         .map_err(|e| e.to_string())?;
     let segs = ck.segments.segments().map_err(|e| e.to_string())?;
     let present: HashSet<u64> = segs.iter().map(|(id, _)| *id).collect();

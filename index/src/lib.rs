@@ -363,13 +363,17 @@ impl RocksIndex {
             .collect()
     }
 
-    /// Visits every object of every bucket in index order (bucket id, key): for offline
-    /// verification. Objects whose bucket no longer exists are visited too.
-    pub fn for_each_object(
+    /// Visits every object of every bucket in index order (bucket id, key), then every uploaded
+    /// part of every multipart upload in progress, all as of one consistent snapshot (so a
+    /// CompleteMultipartUpload, which turns parts into an object atomically, is seen entirely
+    /// before or entirely after). Objects whose bucket no longer exists are visited too.
+    pub fn scan_references(
         &self,
-        mut f: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
+        mut object: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
+        mut part: impl FnMut(&str, PartRecord) -> Result<()>,
     ) -> Result<()> {
-        self.for_each_decoded(CF_OBJECTS, |k, rec: ObjectRecord| {
+        let snapshot = self.db.snapshot();
+        self.for_each_decoded(&snapshot, CF_OBJECTS, |k, rec: ObjectRecord| {
             if k.len() < 8 {
                 return Err(IndexError::Corrupt {
                     cf: CF_OBJECTS,
@@ -381,16 +385,20 @@ impl RocksIndex {
                 cf: CF_OBJECTS,
                 reason: "key is not UTF-8".into(),
             })?;
-            f(bucket_id, key, rec)
+            object(bucket_id, key, rec)
+        })?;
+        self.for_each_decoded(&snapshot, CF_PARTS, |k, rec: PartRecord| {
+            let upload = k.split(|&b| b == 0).next().unwrap_or(&[]);
+            part(&String::from_utf8_lossy(upload), rec)
         })
     }
 
-    /// Visits every uploaded part of every multipart upload in progress.
-    pub fn for_each_part(&self, mut f: impl FnMut(&str, PartRecord) -> Result<()>) -> Result<()> {
-        self.for_each_decoded(CF_PARTS, |k, rec: PartRecord| {
-            let upload = k.split(|&b| b == 0).next().unwrap_or(&[]);
-            f(&String::from_utf8_lossy(upload), rec)
-        })
+    /// Visits every object (see [`scan_references`](Self::scan_references)).
+    pub fn for_each_object(
+        &self,
+        object: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
+    ) -> Result<()> {
+        self.scan_references(object, |_, _| Ok(()))
     }
 
     /// Bucket ids in use (for spotting objects of deleted buckets).
@@ -400,10 +408,11 @@ impl RocksIndex {
 
     fn for_each_decoded<T: serde::de::DeserializeOwned>(
         &self,
+        snapshot: &rocksdb::Snapshot<'_>,
         cf: &'static str,
         mut f: impl FnMut(&[u8], T) -> Result<()>,
     ) -> Result<()> {
-        let mut it = self.db.raw_iterator_cf(self.cf(cf));
+        let mut it = snapshot.raw_iterator_cf(self.cf(cf));
         it.seek_to_first();
         while it.valid() {
             let (Some(k), Some(v)) = (it.key(), it.value()) else {

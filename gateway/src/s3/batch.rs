@@ -1059,6 +1059,8 @@ pub async fn handle_snowball_put(
     key: &str,
 ) -> R {
     let prefix = snowball_prefix(req, key);
+    // Keeps the members' segments from compaction until they are indexed.
+    let _pin = state.engine.pin_write();
     let (alg, sent) = requested_checksum(&req.headers)?;
     let want_md5 = content_md5(&req.headers)?;
     let mut md5 = Md5::new();

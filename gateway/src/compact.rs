@@ -1,0 +1,289 @@
+//! Compaction: reclaims the space of overwritten and deleted objects.
+//!
+//! Segments are append-only, so an overwrite or a delete leaves the old records in place as
+//! dead bytes. Compaction picks sealed segments whose live share has fallen below a threshold,
+//! copies their live records to the active segment (same record identity, so every check on
+//! read still holds), makes the copies durable, points the objects at them with a
+//! compare-and-set under each key's lock (a write or delete that raced the move always wins),
+//! checks that nothing references the old segments any more, and only then removes them.
+//!
+//! A crash at any point leaves either the old references (the copies are garbage) or the new
+//! ones (the old segment is garbage until the next run): nothing is lost either way.
+
+use crate::engine::{Engine, Relocation, blocking};
+use crate::s3::error::{S3Error, S3Result};
+use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
+use packrat_index::ChunkRef;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Objects moved per commit (one fsync and one index batch for all of them)...
+const BATCH_OBJECTS: usize = 256;
+/// ...or this many bytes of records, whichever comes first.
+const BATCH_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Live and dead bytes of the segments, as of a compaction scan.
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
+pub struct Space {
+    pub segment_bytes: u64,
+    pub live_bytes: u64,
+    pub dead_bytes: u64,
+    /// Unix ms of the scan.
+    pub measured_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CompactReport {
+    pub objects_scanned: u64,
+    pub sealed_segments: u64,
+    /// Segments below the threshold, chosen for compaction.
+    pub segments_chosen: u64,
+    /// Segments removed.
+    pub segments_removed: u64,
+    /// Chosen segments kept because an in-progress multipart upload's parts live there, or
+    /// something still referenced them after the move (a failed read, say).
+    pub segments_kept: u64,
+    pub records_moved: u64,
+    pub bytes_moved: u64,
+    pub objects_moved: u64,
+    /// Objects overwritten or deleted while being moved (their new version won).
+    pub objects_changed_meanwhile: u64,
+    pub bytes_reclaimed: u64,
+    pub before: Space,
+    pub seconds: f64,
+}
+
+/// An object's chunks in chosen segments: (bucket id, key, [(position, location, record id,
+/// chunk index)]).
+type ToMove = (u64, String, Vec<(usize, ChunkRef, [u8; 16], u32)>);
+
+fn record_bytes(c: &ChunkRef) -> u64 {
+    RECORD_HEADER_BYTES as u64 + u64::from(c.len)
+}
+
+/// Bytes referenced per segment, and the segments holding in-progress multipart parts.
+fn scan_live(engine: &Engine) -> S3Result<(HashMap<u64, u64>, HashSet<u64>, u64)> {
+    let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
+    let mut part_segments = HashSet::new();
+    let mut objects = 0u64;
+    engine.index.scan_references(
+        |_, _, obj| {
+            objects += 1;
+            let mut live = live.borrow_mut();
+            for c in &obj.chunks {
+                *live.entry(c.segment_id).or_default() += record_bytes(c);
+            }
+            Ok(())
+        },
+        |_, part| {
+            let mut live = live.borrow_mut();
+            for c in &part.chunks {
+                *live.entry(c.segment_id).or_default() += record_bytes(c);
+                part_segments.insert(c.segment_id);
+            }
+            Ok(())
+        },
+    )?;
+    Ok((live.into_inner(), part_segments, objects))
+}
+
+/// Compacts every sealed segment whose live bytes are below `threshold` (0 to 1) of its
+/// record bytes. Removed segments stay readable through open handles for `grace`.
+pub async fn compact(
+    engine: &Arc<Engine>,
+    threshold: f64,
+    grace: Duration,
+) -> S3Result<CompactReport> {
+    let _one_at_a_time = engine.compaction.lock().await;
+    let started = Instant::now();
+    let mut report = CompactReport::default();
+    let e = engine.clone();
+    let (sealed, live, part_segments, objects) = blocking(move || {
+        let sealed = e.chunks.sealed_segments()?;
+        let (live, parts, objects) = scan_live(&e)?;
+        Ok((sealed, live, parts, objects))
+    })
+    .await?;
+    report.objects_scanned = objects;
+    report.sealed_segments = sealed.len() as u64;
+    let all_bytes = engine.chunks.disk_bytes();
+    let live_total: u64 = live.values().sum();
+    report.before = Space {
+        segment_bytes: all_bytes,
+        live_bytes: live_total,
+        dead_bytes: all_bytes.saturating_sub(live_total),
+        measured_ms: chrono::Utc::now().timestamp_millis(),
+    };
+    *engine.last_space.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.before);
+    // Segments holding records of writes not yet indexed are off limits (they would look
+    // unreferenced). Every in-flight write registered before its first append, with the then
+    // active segment, so every segment it can write to is at or above the floor.
+    let floor = engine.inflight_floor();
+    let mut victims: HashMap<u64, u64> = HashMap::new(); // id -> file size
+    for (id, size) in sealed.iter().filter(|(id, _)| *id < floor) {
+        let records = size.saturating_sub(SEGMENT_HEADER_BYTES as u64);
+        let l = live.get(id).copied().unwrap_or(0);
+        if (l as f64) < threshold * records as f64 {
+            report.segments_chosen += 1;
+            if part_segments.contains(id) {
+                report.segments_kept += 1;
+            } else {
+                victims.insert(*id, *size);
+            }
+        }
+    }
+    if victims.is_empty() {
+        report.seconds = started.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+
+    // Every object with a chunk in a victim, and which chunks.
+    let e = engine.clone();
+    let v: HashSet<u64> = victims.keys().copied().collect();
+    let to_move: Vec<ToMove> = blocking(move || {
+        let mut out = Vec::new();
+        e.index.for_each_object(|bucket_id, key, obj| {
+            let moved: Vec<_> = obj
+                .chunks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| v.contains(&c.segment_id))
+                .map(|(i, c)| {
+                    let (rid, idx) = obj.chunk_identity(i);
+                    (i, *c, rid, idx)
+                })
+                .collect();
+            if !moved.is_empty() {
+                out.push((bucket_id, key.to_string(), moved));
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    })
+    .await?;
+
+    // Copy in batches: read and verify each record, append it to the active segment, then
+    // one durable commit per batch.
+    let mut batch: Vec<ToMove> = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut pending = to_move.into_iter().peekable();
+    while pending.peek().is_some() || !batch.is_empty() {
+        while let Some(next) = pending.peek() {
+            if batch.len() >= BATCH_OBJECTS || batch_bytes >= BATCH_BYTES {
+                break;
+            }
+            batch_bytes += next
+                .2
+                .iter()
+                .map(|(_, c, _, _)| record_bytes(c))
+                .sum::<u64>();
+            batch.push(pending.next().expect("peeked"));
+        }
+        let work = std::mem::take(&mut batch);
+        batch_bytes = 0;
+        let e = engine.clone();
+        let (relocations, ticket, moved, bytes) = blocking(move || {
+            let mut relocations = Vec::with_capacity(work.len());
+            let mut ticket: Option<WriteTicket> = None;
+            let (mut moved, mut bytes) = (0u64, 0u64);
+            for (bucket_id, key, chunks) in work {
+                let mut r = Relocation {
+                    bucket_id,
+                    key,
+                    moved: Vec::with_capacity(chunks.len()),
+                };
+                let mut ok = true;
+                for (i, c, rid, idx) in chunks {
+                    let loc = RecordLocation {
+                        segment_id: c.segment_id,
+                        offset: c.offset,
+                        len: c.len,
+                    };
+                    let data = match e.chunks.read(&loc, &rid, idx) {
+                        Ok(d) => d,
+                        Err(err) => {
+                            // Not moved: its segment is kept (the final check finds the
+                            // reference), and the read error stays visible to clients.
+                            tracing::error!(key = %r.key, error = %err, "compaction cannot read a live record; its segment is kept");
+                            ok = false;
+                            break;
+                        }
+                    };
+                    let (new, t) = e.chunks.append(rid, idx, &data)?;
+                    ticket = Some(ticket.map_or(t, |old| old.max(t)));
+                    moved += 1;
+                    bytes += record_bytes(&c);
+                    r.moved.push((
+                        i,
+                        c,
+                        ChunkRef {
+                            segment_id: new.segment_id,
+                            offset: new.offset,
+                            len: new.len,
+                        },
+                    ));
+                }
+                if ok {
+                    relocations.push(r);
+                }
+            }
+            Ok((relocations, ticket, moved, bytes))
+        })
+        .await?;
+        let (updated, changed) = engine.commit_relocations(relocations, ticket).await?;
+        report.records_moved += moved;
+        report.bytes_moved += bytes;
+        report.objects_moved += updated;
+        report.objects_changed_meanwhile += changed;
+    }
+
+    // Nothing may reference a segment that is about to go: checked against the index as it
+    // is now, after every move committed.
+    let e = engine.clone();
+    let (live_after, parts_after, _) = blocking(move || scan_live(&e)).await?;
+    let floor = engine.inflight_floor();
+    for (id, size) in victims {
+        if live_after.get(&id).copied().unwrap_or(0) > 0 || parts_after.contains(&id) || id >= floor
+        {
+            report.segments_kept += 1;
+            continue;
+        }
+        let e = engine.clone();
+        match blocking(move || Ok(e.chunks.retire_segment(id, grace)?)).await {
+            Ok(()) => {
+                report.segments_removed += 1;
+                report.bytes_reclaimed += size;
+            }
+            Err(err) => {
+                tracing::error!(segment = id, error = %err.message, "cannot remove a compacted segment");
+                report.segments_kept += 1;
+            }
+        }
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    tracing::info!(
+        segments_removed = report.segments_removed,
+        bytes_reclaimed = report.bytes_reclaimed,
+        records_moved = report.records_moved,
+        objects_changed_meanwhile = report.objects_changed_meanwhile,
+        seconds = report.seconds,
+        "compaction finished"
+    );
+    Ok(report)
+}
+
+/// Runs compaction every `interval` in the background (errors are logged, never fatal).
+pub fn spawn_background(engine: Arc<Engine>, interval: Duration, threshold: f64, grace: Duration) {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            engine.chunks.reap_retired();
+            if let Err(e) = compact(&engine, threshold, grace).await {
+                let e: S3Error = e;
+                tracing::error!(error = %e.message, "background compaction failed");
+            }
+        }
+    });
+}
