@@ -32,6 +32,9 @@ pub enum Workload {
     /// packrat epoch streams: each connection streams shard i of `--concurrency` of the
     /// prefix once (one whole epoch in all); samples are the TAR entries received.
     Stream,
+    /// A soak: 60% GET, 25% PUT, 10% DELETE, 5% LIST (one 100-key page) of random keys. A GET
+    /// of a key deleted meanwhile (404) is expected; any other failure is an error.
+    Soak,
 }
 
 #[derive(clap::Args, Clone)]
@@ -245,6 +248,7 @@ struct Client {
 
 struct Outcome {
     ok: bool,
+    status: u16,
     bytes: u64,
     body: Bytes,
     /// TAR entries and their payload bytes, when the answer was parsed as a TAR.
@@ -298,6 +302,7 @@ impl Client {
             *conn = connect(&self.addr).await?;
         }
         let resp = conn.send_request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status().as_u16();
         let ok = resp.status().is_success();
         // Object bodies are counted and dropped as they arrive (a 1 GiB GET must not be
         // buffered by the load generator); listings (the requests with a query) and errors
@@ -345,6 +350,7 @@ impl Client {
         }
         Ok(Outcome {
             ok,
+            status,
             bytes,
             body: Bytes::from(kept),
             samples,
@@ -764,6 +770,39 @@ async fn worker(
                     Method::PUT
                 };
                 object_op(&client, &mut conn, &args, &payload, method, i).await?
+            }
+            Workload::Soak => {
+                let i = chooser.pick(&mut rng);
+                let r = rng.random::<f64>();
+                let path = key_path(&args.bucket, &args.prefix, i);
+                if r < 0.60 {
+                    let o = client
+                        .request(&mut conn, Method::GET, &path, "", Bytes::new())
+                        .await?;
+                    ((o.ok && o.bytes == args.size) || o.status == 404, o.bytes)
+                } else if r < 0.85 {
+                    object_op(&client, &mut conn, &args, &payload, Method::PUT, i).await?
+                } else if r < 0.95 {
+                    let o = client
+                        .request(&mut conn, Method::DELETE, &path, "", Bytes::new())
+                        .await?;
+                    (o.ok, 0)
+                } else {
+                    let q = format!(
+                        "list-type=2&max-keys=100&prefix={}",
+                        sigv4::uri_encode(args.prefix.as_bytes(), false)
+                    );
+                    let o = client
+                        .request(
+                            &mut conn,
+                            Method::GET,
+                            &format!("/{}", args.bucket),
+                            &q,
+                            Bytes::new(),
+                        )
+                        .await?;
+                    (o.ok, o.bytes)
+                }
             }
             Workload::Batch => {
                 use std::fmt::Write as _;

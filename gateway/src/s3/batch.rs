@@ -1242,4 +1242,27 @@ mod tests {
         assert!(member_key("p/", "./").is_err());
         assert!(member_key("p/", "a\0b").is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+        /// Batch request bodies and item ranges of any shape: parsed or refused, never a panic;
+        /// a resolved range always lies inside the object.
+        #[test]
+        fn batch_inputs_never_panic(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            range in "(bytes=)?[-0-9,]{0,30}|\\PC{0,30}",
+            len in 0u64..1_000_000,
+            shard in "\\PC{0,12}",
+        ) {
+            let _ = serde_json::from_slice::<BatchRequest>(&body);
+            if let Ok(r) = parse_item_range(&range)
+                && let Some((a, b)) = resolve_item_range(r, len)
+            {
+                proptest::prop_assert!(a < b && b <= len);
+            }
+            if let Some((i, n)) = parse_shard(&shard) {
+                proptest::prop_assert!(i < n);
+            }
+        }
+    }
 }

@@ -538,4 +538,35 @@ mod tests {
             S3ErrorCode::InvalidRequest
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Hostile aws-chunked bodies, cut anywhere, in every mode: an error or bytes, never
+        /// a panic or a hang.
+        #[test]
+        fn chunked_decoder_never_panics(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            cut in 0usize..600,
+            len in 0u64..700,
+            mode in 0u8..5,
+        ) {
+            let mode = match mode {
+                0 => PayloadMode::StreamingUnsignedTrailer,
+                1 => PayloadMode::Unsigned,
+                2 => PayloadMode::Sha256("0".repeat(64)),
+                3 => PayloadMode::StreamingSigned { trailer: true },
+                _ => PayloadMode::StreamingSigned { trailer: false },
+            };
+            let cut = cut.min(body.len());
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let signing = matches!(mode, PayloadMode::StreamingSigned { .. }).then(|| ChunkSigning {
+                signing_key: [7; 32],
+                amz_date: "20130524T000000Z".into(),
+                scope: "20130524/us-east-1/s3/aws4_request".into(),
+                seed_signature: "0".repeat(64),
+            });
+            let mut r = reader(&[&body[..cut], &body[cut..]], mode, signing, len);
+            let _ = rt.block_on(drain(&mut r));
+        }
+    }
 }

@@ -2048,4 +2048,20 @@ mod tests {
             S3ErrorCode::InvalidRange
         );
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Range headers of any shape against any size: a range, none, or an S3 error.
+        #[test]
+        fn range_parsers_never_panic(h in "(bytes=)?[-0-9, ]{0,40}|\\PC{0,40}", size in 0u64..u64::MAX) {
+            if let Ok(Some((a, b))) = resolve_range(Some(&h), size) {
+                proptest::prop_assert!(a <= b && b <= size);
+            }
+            if let Ok(Some(v)) = multi_ranges(Some(&h), size) {
+                for (a, b) in v {
+                    proptest::prop_assert!(a < b && b <= size);
+                }
+            }
+        }
+    }
 }

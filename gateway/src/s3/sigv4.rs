@@ -684,4 +684,24 @@ mod tests {
         assert!(check_time(&claim("20240101T000000Z", Some(10)), t + 5).is_ok());
         assert!(check_time(&claim("20240101T000000Z", Some(10)), t + 11).is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+        /// Authorization headers, presigned queries, query strings and dates of any shape are
+        /// refused or parsed, never a panic.
+        #[test]
+        fn auth_parsers_never_panic(
+            value in "\\PC{0,300}",
+            raw_query in "[a-zA-Z0-9%=&-_.~/+ ]{0,200}",
+            pairs in proptest::collection::vec(("X-Amz-[A-Za-z]{0,12}|\\PC{0,10}", "\\PC{0,80}"), 0..8),
+        ) {
+            let _ = parse_authorization(&value, &HeaderMap::new());
+            let _ = parse_authorization(&format!("AWS4-HMAC-SHA256 {value}"), &HeaderMap::new());
+            let _ = parse_presigned(&pairs);
+            let _ = parse_query(&raw_query);
+            let _ = canonical_query(&raw_query, true);
+            let _ = parse_amz_date(&value);
+            let _ = percent_decode(&value);
+        }
+    }
 }

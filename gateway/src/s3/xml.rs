@@ -159,4 +159,19 @@ mod tests {
         assert!(parse::<Delete>(b"<Delete><Object>").is_err());
         assert!(parse::<CompleteMultipartUpload>(b"not xml").is_err());
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+        /// Any body is MalformedXML or a parsed document, never a panic.
+        #[test]
+        fn xml_bodies_never_panic(body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400), text in "\\PC{0,300}") {
+            let _ = parse::<Delete>(&body);
+            let _ = parse::<CompleteMultipartUpload>(&body);
+            let _ = parse::<CreateBucketConfiguration>(&body);
+            let wrapped = format!("<Delete><Object><Key>{text}</Key></Object></Delete>");
+            let _ = parse::<Delete>(wrapped.as_bytes());
+            let wrapped = format!("<CompleteMultipartUpload><Part><PartNumber>{text}</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>");
+            let _ = parse::<CompleteMultipartUpload>(wrapped.as_bytes());
+        }
+    }
 }
