@@ -168,8 +168,37 @@ def test_memory_bounded_for_1gib_put_and_get(workdir):
 
 def test_connection_limit_and_slow_body(workdir):
     import socket as sk
-    srv = conftest.Server(workdir / "limits", extra_args=["--max-connections", "2", "--body-idle-timeout", "1"]).start()
+    srv = conftest.Server(workdir / "limits", extra_args=[
+        "--max-connections", "2", "--body-idle-timeout", "1",
+        "--header-timeout", "1", "--max-headers", "20", "--max-header-bytes", "8192",
+    ]).start()
     try:
+        u = urllib.parse.urlparse(srv.endpoint)
+        # Header limits: too many headers or too large a head get 431, and the server goes on.
+        for payload in [b"GET / HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(30)) + b"\r\n",
+                        b"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 10_000 + b"\r\n\r\n"]:
+            sock = sk.create_connection((u.hostname, u.port), timeout=10)
+            sock.sendall(payload)
+            resp = sock.recv(4096)
+            sock.close()
+            assert resp.startswith(b"HTTP/1.1 431"), resp[:100]
+        # Slowloris: a head trickled in for longer than --header-timeout is cut off.
+        sock = sk.create_connection((u.hostname, u.port), timeout=10)
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        sock.settimeout(0.3)
+        started = time.time()
+        cut = False
+        while not cut and time.time() - started < 8:
+            try:
+                sock.sendall(b"X-Slow: y\r\n")
+                data = sock.recv(4096)
+                cut = data == b"" or data.startswith(b"HTTP/1.1 4")
+            except sk.timeout:
+                continue
+            except (ConnectionResetError, BrokenPipeError):
+                cut = True
+        sock.close()
+        assert cut and time.time() - started < 4, time.time() - started
         u = urllib.parse.urlparse(srv.endpoint)
         held = [sk.create_connection((u.hostname, u.port)) for _ in range(2)]
         time.sleep(0.3)

@@ -18,9 +18,12 @@ pub const XML_BODY_BYTES_MAX: usize = 2 * 1024 * 1024;
 pub const DELETE_OBJECTS_KEYS_MAX: usize = 1000;
 /// Most entries in one listing page.
 pub const LIST_KEYS_MAX: usize = 1000;
-/// Largest request head (request line plus headers) hyper buffers.
+/// Default largest request head (request line plus headers) (`--max-header-bytes`).
 pub const REQUEST_HEAD_BYTES_MAX: usize = 64 * 1024;
-/// Time a client has to send its request head.
+/// Default most headers in one request (`--max-headers`).
+pub const REQUEST_HEADERS_MAX: usize = 100;
+/// Default time a client has to send its request head (`--header-timeout`); it also bounds
+/// how long a connection may sit idle between requests.
 pub const HEADER_READ_TIMEOUT_SECS: u64 = 30;
 /// Longest pause allowed between two pieces of a request body.
 pub const BODY_IDLE_TIMEOUT_SECS: u64 = 30;
@@ -43,6 +46,10 @@ pub struct ServeConfig {
     pub max_connections: usize,
     /// Longest pause allowed between two pieces of a request body.
     pub body_idle_timeout_secs: u64,
+    /// Largest request head, most headers, and the time allowed to send the head.
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub header_timeout_secs: u64,
     /// Most items in one batch GET, and members in one extracted TAR.
     pub batch_items_max: usize,
     /// Most bytes one batch GET may ask for.

@@ -82,6 +82,16 @@ struct ServeArgs {
     /// with RequestTimeout (slow clients cannot hold connections forever).
     #[arg(long, env = "PACKRAT_BODY_IDLE_TIMEOUT", default_value_t = config::BODY_IDLE_TIMEOUT_SECS)]
     body_idle_timeout: u64,
+    /// Largest request head (request line and headers) in bytes; larger heads get 431.
+    #[arg(long, env = "PACKRAT_MAX_HEADER_BYTES", default_value_t = config::REQUEST_HEAD_BYTES_MAX)]
+    max_header_bytes: usize,
+    /// Most headers in one request; more get 431.
+    #[arg(long, env = "PACKRAT_MAX_HEADERS", default_value_t = config::REQUEST_HEADERS_MAX)]
+    max_headers: usize,
+    /// Seconds a client has to send a request head (slowloris protection); also the longest a
+    /// keep-alive connection may wait idle for its next request.
+    #[arg(long, env = "PACKRAT_HEADER_TIMEOUT", default_value_t = config::HEADER_READ_TIMEOUT_SECS)]
+    header_timeout: u64,
     /// Most items in one batch GET (and members in one TAR extracted by batch PUT).
     #[arg(long, env = "PACKRAT_BATCH_ITEMS_MAX", default_value_t = config::BATCH_ITEMS_MAX_DEFAULT)]
     batch_items_max: usize,
@@ -307,6 +317,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         body_idle_timeout_secs: args.body_idle_timeout.max(1),
         batch_items_max: args.batch_items_max,
         batch_bytes_max: args.batch_bytes_max,
+        max_header_bytes: args.max_header_bytes.max(8192),
+        max_headers: args.max_headers.max(16),
+        header_timeout_secs: args.header_timeout.max(1),
         compact_threshold: args.compact_threshold.clamp(0.0, 1.0),
         compact_grace_secs: args.compact_grace,
     };

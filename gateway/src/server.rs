@@ -107,6 +107,11 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             continue;
         };
         let state = state.clone();
+        let (header_timeout, max_headers, max_header_bytes) = (
+            state.config.header_timeout_secs,
+            state.config.max_headers,
+            state.config.max_header_bytes,
+        );
         tokio::spawn(async move {
             let _permit = permit;
             let io = hyper_util::rt::TokioIo::new(stream);
@@ -117,10 +122,9 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             let mut builder = hyper::server::conn::http1::Builder::new();
             builder
                 .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(
-                    crate::config::HEADER_READ_TIMEOUT_SECS,
-                ))
-                .max_buf_size(crate::config::REQUEST_HEAD_BYTES_MAX);
+                .header_read_timeout(std::time::Duration::from_secs(header_timeout))
+                .max_headers(max_headers)
+                .max_buf_size(max_header_bytes);
             let _ = builder.serve_connection(io, svc).await;
         });
     }
