@@ -226,3 +226,50 @@ def test_connection_limit_and_slow_body(workdir):
             c.head_object(Bucket="slow", Key="k")
     finally:
         srv.stop()
+
+
+def test_traversal_keys_stay_keys_and_secrets_stay_out_of_logs(workdir):
+    """Keys are index entries, never file paths: traversal-looking keys are stored and listed
+    as keys and create nothing outside (or inside) the data directory's two subdirectories.
+    With debug logging, no secret, signature or signing key appears in the log."""
+    root = workdir / "traversal"
+    root.mkdir()
+    srv = conftest.Server(root / "data").start()
+    env_log = srv.log_path
+    try:
+        srv.stop()
+        os.environ["PACKRAT_LOG"] = "debug"
+        try:
+            srv.start()
+        finally:
+            os.environ.pop("PACKRAT_LOG", None)
+        c = srv.client()
+        c.create_bucket(Bucket="trav")
+        keys = ["../../../../etc/passwd", "a/../../b", "/abs/path", "..", ".", "seg-0000000000000001.pkr",
+                "index/CURRENT", "x" * 1024, "nul\u0001ctl", "\\..\\windows"]
+        for k in keys:
+            c.put_object(Bucket="trav", Key=k, Body=k.encode())
+        listed = {o["Key"] for o in c.list_objects_v2(Bucket="trav")["Contents"]}
+        assert listed == set(keys)
+        for k in keys:
+            assert c.get_object(Bucket="trav", Key=k)["Body"].read() == k.encode()
+        # Nothing but the index and the segments, and no file named after a key anywhere.
+        assert sorted(p.name for p in (root / "data").iterdir()) == ["index", "segments"]
+        assert sorted(p.name for p in root.iterdir()) == ["data"] or all(
+            p.name in ("data", "data.log") for p in root.iterdir())
+        for p in (root / "data" / "segments").iterdir():
+            assert p.name.startswith("seg-") and p.name.endswith(".pkr") and len(p.name) == len("seg-0000000000000001.pkr")
+        # A request with a wrong secret, and presigned URLs, are logged without secrets.
+        bad = srv.client(sk="wrong-secret-zzzzzzzz")
+        with pytest.raises(ClientError):
+            bad.list_objects_v2(Bucket="trav")
+        url = srv.client(signature_version="s3v4").generate_presigned_url(
+            "get_object", Params={"Bucket": "trav", "Key": ".."}, ExpiresIn=60)
+        urllib.request.urlopen(url).read()
+        signature = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["X-Amz-Signature"][0]
+    finally:
+        srv.stop()
+    log = open(env_log).read()
+    assert "DEBUG" in log, "the server should have logged at debug level"
+    for secret in (SK, "wrong-secret-zzzzzzzz", signature):
+        assert secret not in log, f"a secret leaked into the log: {secret[:6]}..."
