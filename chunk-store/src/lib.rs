@@ -125,6 +125,87 @@ impl Default for ChunkStoreOptions {
     }
 }
 
+/// Fault injection for tests (`packrat serve --fault-injection`): every segment file operation
+/// consults this switchboard first. In normal operation all switches are off and the cost is one
+/// relaxed atomic load per operation.
+#[derive(Debug, Default)]
+pub struct Faults {
+    write: std::sync::atomic::AtomicU8,
+    sync: std::sync::atomic::AtomicU8,
+    read: std::sync::atomic::AtomicU8,
+    /// Operations failed on purpose so far.
+    pub injected: std::sync::atomic::AtomicU64,
+}
+
+/// What an injected fault does to the operation it hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    #[default]
+    None,
+    /// The operation fails with EIO.
+    Eio,
+    /// The operation fails with ENOSPC (writes only).
+    Enospc,
+    /// Half of the record is written, then the write fails with EIO (writes only).
+    Torn,
+}
+
+impl Fault {
+    fn code(self) -> u8 {
+        match self {
+            Fault::None => 0,
+            Fault::Eio => 1,
+            Fault::Enospc => 2,
+            Fault::Torn => 3,
+        }
+    }
+
+    fn from_code(c: u8) -> Self {
+        match c {
+            1 => Fault::Eio,
+            2 => Fault::Enospc,
+            3 => Fault::Torn,
+            _ => Fault::None,
+        }
+    }
+}
+
+impl Faults {
+    pub fn set(&self, write: Fault, sync: Fault, read: Fault) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.write.store(write.code(), Relaxed);
+        self.sync.store(sync.code(), Relaxed);
+        self.read.store(read.code(), Relaxed);
+    }
+
+    /// (write, sync, read) as set now.
+    pub fn get(&self) -> (Fault, Fault, Fault) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (
+            Fault::from_code(self.write.load(Relaxed)),
+            Fault::from_code(self.sync.load(Relaxed)),
+            Fault::from_code(self.read.load(Relaxed)),
+        )
+    }
+
+    fn hit(&self, which: &std::sync::atomic::AtomicU8) -> Fault {
+        let f = Fault::from_code(which.load(std::sync::atomic::Ordering::Relaxed));
+        if f != Fault::None {
+            self.injected
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        f
+    }
+}
+
+fn injected_error(f: Fault) -> std::io::Error {
+    match f {
+        Fault::Enospc => std::io::Error::from_raw_os_error(libc::ENOSPC),
+        _ => std::io::Error::from_raw_os_error(libc::EIO),
+    }
+}
+
 /// Completion callback of [`ChunkStore::read_with`].
 pub type RecordDone = Box<dyn FnOnce(Result<Vec<u8>>) + Send>;
 
@@ -168,6 +249,7 @@ pub struct ChunkStore {
     /// Segments removed by compaction whose open handles are kept a while (see
     /// [`ChunkStore::retire_segment`]), with the time their handle may be closed.
     retired: Mutex<Vec<(u64, std::time::Instant)>>,
+    faults: Faults,
 }
 
 fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -244,6 +326,7 @@ impl ChunkStore {
             active: Mutex::new(active),
             readers: RwLock::new(HashMap::new()),
             retired: Mutex::new(Vec::new()),
+            faults: Faults::default(),
             dir,
             options,
         };
@@ -323,6 +406,19 @@ impl ChunkStore {
             self.rotate(&mut active)?;
         }
         let offset = active.offset;
+        match self.faults.hit(&self.faults.write) {
+            Fault::None => {}
+            Fault::Torn => {
+                // Half the record reaches the file, as in a write cut short by a crash or a
+                // failing disk; the offset is not advanced, so the next record overwrites it.
+                let half = (RECORD_HEADER_BYTES + payload.len()) / 2;
+                let mut rec = header.to_vec();
+                rec.extend_from_slice(payload);
+                let _ = active.file.write_all_at(&rec[..half], offset);
+                return Err(io_err(&active.path, injected_error(Fault::Eio)));
+            }
+            f => return Err(io_err(&active.path, injected_error(f))),
+        }
         if let Err(e) = write_all_vectored_at(&active.file, &header, payload, offset) {
             // A failed write may have left part of the record in the file; the offset is not
             // advanced past it, and the next record overwrites it.
@@ -398,7 +494,11 @@ impl ChunkStore {
                 },
             )
         };
-        if let Err(e) = file.sync_data() {
+        let synced = match self.faults.hit(&self.faults.sync) {
+            Fault::None => file.sync_data(),
+            f => Err(injected_error(f)),
+        };
+        if let Err(e) = synced {
             // After a failed fsync the kernel may have dropped dirty pages: nothing in this
             // segment past the last durable point may be trusted, so appends move on.
             let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
@@ -482,7 +582,18 @@ impl ChunkStore {
         }
     }
 
+    /// The fault-injection switchboard (see [`Faults`]).
+    pub fn faults(&self) -> &Faults {
+        &self.faults
+    }
+
     fn reader(&self, segment_id: u64) -> Result<Arc<File>> {
+        if let f @ (Fault::Eio | Fault::Enospc | Fault::Torn) = self.faults.hit(&self.faults.read) {
+            return Err(io_err(
+                &segment_path(&self.dir, segment_id),
+                injected_error(f),
+            ));
+        }
         if let Some(f) = self
             .readers
             .read()

@@ -145,6 +145,49 @@ pub async fn handle(
             }
             json(StatusCode::OK, &status(&state.engine))
         }
+        (&Method::GET | &Method::PUT, ("faults", "")) if state.config.fault_injection => {
+            use packrat_chunk_store::Fault;
+            #[derive(Serialize, Deserialize, Default)]
+            #[serde(deny_unknown_fields, default)]
+            struct Faults {
+                write: Fault,
+                sync: Fault,
+                read: Fault,
+                index_write: Fault,
+                injected: u64,
+            }
+            let chunks = &state.engine.chunks;
+            if method == Method::PUT {
+                let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
+                let f: Faults = serde_json::from_slice(&raw).map_err(|e| {
+                    S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
+                })?;
+                chunks.faults().set(f.write, f.sync, f.read);
+                index.fail_writes.store(
+                    f.index_write != Fault::None,
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                tracing::warn!(write = ?f.write, sync = ?f.sync, read = ?f.read, index_write = ?f.index_write, "faults set");
+            }
+            let (write, sync, read) = chunks.faults().get();
+            json(
+                StatusCode::OK,
+                &Faults {
+                    write,
+                    sync,
+                    read,
+                    index_write: if index.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
+                        Fault::Eio
+                    } else {
+                        Fault::None
+                    },
+                    injected: chunks
+                        .faults()
+                        .injected
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                },
+            )
+        }
         (&Method::POST, ("compact", "")) => {
             let threshold = match query.iter().find(|(k, _)| k == "threshold") {
                 None => state.config.compact_threshold,

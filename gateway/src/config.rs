@@ -58,4 +58,6 @@ pub struct ServeConfig {
     pub compact_threshold: f64,
     /// Seconds a compacted segment stays readable through open handles.
     pub compact_grace_secs: u64,
+    /// Enables `PUT /_packrat/admin/faults` (tests only).
+    pub fault_injection: bool,
 }

@@ -108,6 +108,9 @@ struct ServeArgs {
     /// up its old location just before the move.
     #[arg(long, env = "PACKRAT_COMPACT_GRACE", default_value_t = 600)]
     compact_grace: u64,
+    /// Tests only: lets the root key inject disk faults through the admin API.
+    #[arg(long, hide = true)]
+    fault_injection: bool,
     /// How records are read: io_uring when the kernel allows it (auto), always io_uring, or
     /// positioned pread calls. The choice is logged at start-up.
     #[arg(long, env = "PACKRAT_IO_BACKEND", value_enum, default_value = "auto")]
@@ -322,7 +325,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         header_timeout_secs: args.header_timeout.max(1),
         compact_threshold: args.compact_threshold.clamp(0.0, 1.0),
         compact_grace_secs: args.compact_grace,
+        fault_injection: args.fault_injection,
     };
+    if config.fault_injection {
+        tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
+    }
     if args.compact_interval > 0 {
         compact::spawn_background(
             engine.clone(),

@@ -38,6 +38,8 @@ pub enum IndexError {
     NoSuchBucket,
     #[error("bucket is not empty")]
     BucketNotEmpty,
+    #[error("injected index write failure (fault injection)")]
+    Injected,
 }
 
 pub type Result<T> = std::result::Result<T, IndexError>;
@@ -56,6 +58,8 @@ const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
 pub struct RocksIndex {
     db: DB,
+    /// Fault injection for tests: when set, every write fails before reaching RocksDB.
+    pub fail_writes: std::sync::atomic::AtomicBool,
     /// Serialises bucket creation and deletion (name uniqueness, id allocation, emptiness).
     bucket_lock: Mutex<()>,
 }
@@ -159,6 +163,7 @@ impl RocksIndex {
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Self {
             db,
+            fail_writes: Default::default(),
             bucket_lock: Mutex::new(()),
         })
     }
@@ -168,6 +173,13 @@ impl RocksIndex {
         self.db
             .cf_handle(name)
             .expect("column family created at open")
+    }
+
+    fn write_gate(&self) -> Result<()> {
+        if self.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(IndexError::Injected);
+        }
+        Ok(())
     }
 
     fn sync_opts() -> WriteOptions {
@@ -195,6 +207,7 @@ impl RocksIndex {
         key: &[u8],
         value: &T,
     ) -> Result<()> {
+        self.write_gate()?;
         self.db
             .put_cf_opt(self.cf(cf), key, records::encode(value), &Self::sync_opts())?;
         Ok(())
@@ -256,6 +269,7 @@ impl RocksIndex {
             (next + 1).to_le_bytes(),
         );
         batch.put_cf(self.cf(CF_BUCKETS), name, records::encode(&rec));
+        self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(rec)
     }
@@ -335,6 +349,7 @@ impl RocksIndex {
                 }
             }
         }
+        self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }
@@ -459,6 +474,7 @@ impl RocksIndex {
             batch.put_cf(cf, k, records::encode(m));
         }
         batch.put_cf(cf, id, records::encode(summary));
+        self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }
@@ -604,6 +620,7 @@ impl RocksIndex {
     pub fn abort_upload(&self, rec: &UploadRecord) -> Result<()> {
         let mut batch = WriteBatch::default();
         self.delete_upload_into(&mut batch, rec)?;
+        self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }
@@ -618,6 +635,7 @@ impl RocksIndex {
             object_key(upload.bucket_id, &upload.key),
             records::encode(object),
         );
+        self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }

@@ -140,7 +140,7 @@ impl From<packrat_index::IndexError> for S3Error {
                 S3ErrorCode::BucketNotEmpty,
                 "The bucket you tried to delete is not empty",
             ),
-            E::Rocks(_) | E::Corrupt { .. } => S3Error::internal("index error", e),
+            E::Rocks(_) | E::Corrupt { .. } | E::Injected => S3Error::internal("index error", e),
         }
     }
 }
