@@ -220,6 +220,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Binds the listening socket with an accept backlog sized for `--max-connections` (the kernel
+/// caps it at `net.core.somaxconn`). With tokio's default of 1024, a burst of thousands of new
+/// connections overflows the accept queue; Linux then drops the handshake's last ACK, the client
+/// believes it is connected, and its first request is retransmitted with backoff: seconds of
+/// latency that no server metric shows (seen in the 4,000-connection soak).
+fn listen(addr: SocketAddr, max_connections: usize) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    let backlog = u32::try_from(max_connections.clamp(1024, 65_535)).unwrap_or(65_535);
+    socket.listen(backlog)
+}
+
 fn index_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("index")
 }
@@ -308,8 +325,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     let engine = Arc::new(engine::Engine::new(index, chunks));
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
+    let listener = listen(args.listen, args.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let config = ServeConfig {
