@@ -19,5 +19,8 @@ cargo build --workspace
 step "cargo test (unit, property and Rust AWS SDK tests)"
 cargo test --workspace
 
+step "fuzz smoke run (cargo-fuzz, every target for \${PACKRAT_FUZZ_SECONDS:-20} s)"
+bash scripts/fuzz.sh
+
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"
 python3 -m pytest -q tests "$@"

@@ -124,6 +124,8 @@ impl S3Error {
     }
 }
 
+// Not in fuzz builds, which compile this file on its own without the index (and RocksDB).
+#[cfg(not(fuzzing))]
 impl From<packrat_index::IndexError> for S3Error {
     fn from(e: packrat_index::IndexError) -> Self {
         use packrat_index::IndexError as E;

@@ -3,6 +3,7 @@
 use super::batch;
 use super::checksum::{self, ChecksumAlgorithm};
 use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::range::{multi_ranges, resolve_range};
 use super::sigv4::uri_encode;
 use super::xml::{self, Xml};
 use crate::config;
@@ -1085,103 +1086,6 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
 }
 
 // ---------------------------------------------------------------- reads
-
-/// A parsed single `Range` header, resolved against the object size: `[start, end)`.
-/// `Ok(None)` means serve the whole object (no header, or one S3 ignores).
-pub fn resolve_range(header: Option<&str>, size: u64) -> S3Result<Option<(u64, u64)>> {
-    let Some(h) = header else { return Ok(None) };
-    let Some(spec) = h.trim().strip_prefix("bytes=") else {
-        return Ok(None);
-    };
-    if spec.contains(',') {
-        // Several ranges are served by `multi_ranges` as multipart/byteranges.
-        return Ok(None);
-    }
-    match resolve_one(spec, size) {
-        RangeOutcome::Invalid => Ok(None),
-        RangeOutcome::Unsatisfiable => Err(unsatisfiable(size)),
-        RangeOutcome::Range(r) => Ok(Some(r)),
-    }
-}
-
-/// Most ranges one multi-range GET may ask for.
-const MULTI_RANGES_MAX: usize = 256;
-
-enum RangeOutcome {
-    Invalid,
-    Unsatisfiable,
-    Range((u64, u64)),
-}
-
-fn unsatisfiable(size: u64) -> S3Error {
-    err(
-        S3ErrorCode::InvalidRange,
-        "The requested range is not satisfiable",
-    )
-    .with_header("content-range", format!("bytes */{size}"))
-}
-
-/// Several ranges (`bytes=0-99,4096-8191`), a packrat extension: `Some` with the satisfiable
-/// ranges in request order when the header names more than one range, all of them valid
-/// (RFC 9110: an invalid range set is ignored, and the whole object is served).
-pub fn multi_ranges(header: Option<&str>, size: u64) -> S3Result<Option<Vec<(u64, u64)>>> {
-    let Some(spec) = header.and_then(|h| h.trim().strip_prefix("bytes=")) else {
-        return Ok(None);
-    };
-    if !spec.contains(',') {
-        return Ok(None);
-    }
-    let specs: Vec<&str> = spec.split(',').map(str::trim).collect();
-    if specs.len() > MULTI_RANGES_MAX {
-        return Err(err(
-            S3ErrorCode::InvalidArgument,
-            format!("at most {MULTI_RANGES_MAX} ranges may be asked for in one request"),
-        ));
-    }
-    let mut ranges = Vec::with_capacity(specs.len());
-    for one in specs {
-        match resolve_one(one, size) {
-            RangeOutcome::Invalid => return Ok(None),
-            RangeOutcome::Unsatisfiable => {}
-            RangeOutcome::Range(r) => ranges.push(r),
-        }
-    }
-    if ranges.is_empty() {
-        return Err(unsatisfiable(size));
-    }
-    Ok(Some(ranges))
-}
-
-/// One `first-last`, `first-` or `-suffix` range spec against an object of `size` bytes.
-fn resolve_one(spec: &str, size: u64) -> RangeOutcome {
-    let Some((a, b)) = spec.split_once('-') else {
-        return RangeOutcome::Invalid;
-    };
-    let (a, b) = (a.trim(), b.trim());
-    if a.is_empty() {
-        return match b.parse::<u64>() {
-            Ok(0) => RangeOutcome::Unsatisfiable,
-            Ok(_) if size == 0 => RangeOutcome::Unsatisfiable,
-            Ok(n) => RangeOutcome::Range((size.saturating_sub(n), size)),
-            Err(_) => RangeOutcome::Invalid,
-        };
-    }
-    let Ok(start) = a.parse::<u64>() else {
-        return RangeOutcome::Invalid;
-    };
-    let end = if b.is_empty() {
-        size
-    } else {
-        match b.parse::<u64>() {
-            Ok(e) if e >= start => (e + 1).min(size),
-            _ => return RangeOutcome::Invalid,
-        }
-    };
-    if start >= size {
-        return RangeOutcome::Unsatisfiable;
-    }
-    RangeOutcome::Range((start, end))
-}
 
 /// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since (RFC 9110
 /// order, as S3 applies them).

@@ -2,9 +2,11 @@
 //! storage only through [`crate::engine::Engine`] and never names RocksDB or a file.
 
 pub mod batch;
+pub mod batch_request;
 pub mod body;
 pub mod checksum;
 pub mod error;
 pub mod handlers;
+pub mod range;
 pub mod sigv4;
 pub mod xml;

@@ -1,0 +1,27 @@
+//! Batch GET bodies, item ranges and shard specs: parsed or refused, never a panic; a resolved
+//! item range always lies inside the object.
+#![no_main]
+
+#[allow(dead_code)]
+#[path = "../../gateway/src/s3/batch_request.rs"]
+mod batch_request;
+
+use batch_request as br;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = serde_json::from_slice::<br::BatchRequest>(data);
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let len = data.len() as u64 * 97;
+    if let Ok(r) = br::parse_item_range(text)
+        && let Some((a, b)) = br::resolve_item_range(r, len)
+    {
+        assert!(a < b && b <= len);
+    }
+    if let Some((i, n)) = br::parse_shard(text) {
+        assert!(i < n);
+    }
+    let _ = br::key_hash(text);
+});
