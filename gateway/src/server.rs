@@ -209,42 +209,6 @@ pub fn error_response(e: &S3Error, request_id: &str, is_head: bool) -> Response<
         .unwrap_or_else(|_| Response::new(empty()))
 }
 
-/// Splits the target into bucket and key (path style, or virtual-host style when a domain is
-/// configured and the Host names a bucket under it).
-fn split_target(
-    config: &ServeConfig,
-    headers: &HeaderMap,
-    raw_path: &str,
-) -> S3Result<(Option<String>, Option<String>)> {
-    let decode = |s: &str| -> S3Result<String> {
-        String::from_utf8(sigv4::percent_decode(s)).map_err(|_| {
-            S3Error::new(
-                S3ErrorCode::InvalidArgument,
-                "The object key is not valid UTF-8",
-            )
-        })
-    };
-    let path = raw_path.strip_prefix('/').unwrap_or(raw_path);
-    if let Some(domain) = &config.domain {
-        let host = headers
-            .get("host")
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or("");
-        let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
-        if let Some(bucket) = host.strip_suffix(&format!(".{domain}")) {
-            let key = (!path.is_empty()).then(|| decode(path)).transpose()?;
-            return Ok((Some(bucket.to_string()), key));
-        }
-    }
-    if path.is_empty() {
-        return Ok((None, None));
-    }
-    let (b, k) = path.split_once('/').unwrap_or((path, ""));
-    let bucket = decode(b)?;
-    let key = (!k.is_empty()).then(|| decode(k)).transpose()?;
-    Ok((Some(bucket), key))
-}
-
 async fn route_and_run(
     state: &Arc<AppState>,
     req: Request<Incoming>,
@@ -300,7 +264,11 @@ async fn route_and_run(
         .await;
         return ("admin", r);
     }
-    let (bucket, key) = match split_target(&state.config, &parts.headers, &raw_path) {
+    let (bucket, key) = match crate::s3::route::split_target(
+        state.config.domain.as_deref(),
+        &parts.headers,
+        &raw_path,
+    ) {
         Ok(t) => t,
         Err(e) => return ("route", Err(e)),
     };

@@ -8,5 +8,6 @@ pub mod checksum;
 pub mod error;
 pub mod handlers;
 pub mod range;
+pub mod route;
 pub mod sigv4;
 pub mod xml;
