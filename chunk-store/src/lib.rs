@@ -840,7 +840,26 @@ fn verify_record(
         }
         Err(e) => return Err(io_err(path, e)),
     };
-    let header = decode_record_header(&buf[..RECORD_HEADER_BYTES]).map_err(corrupt)?;
+    check_record(&buf, loc, object_id, chunk_index)?;
+    buf.drain(..RECORD_HEADER_BYTES);
+    Ok(buf)
+}
+
+/// Verifies one whole record (header then payload, exactly `RECORD_HEADER_BYTES + loc.len`
+/// bytes): magic, version and header crc, the expected identity and length, and the payload
+/// crc32c. Returns the payload. Every read path ends here.
+fn check_record<'a>(
+    record: &'a [u8],
+    loc: &RecordLocation,
+    object_id: &[u8; 16],
+    chunk_index: u32,
+) -> Result<&'a [u8]> {
+    let corrupt = |reason: String| ChunkStoreError::Corrupt {
+        segment_id: loc.segment_id,
+        offset: loc.offset,
+        reason,
+    };
+    let header = decode_record_header(&record[..RECORD_HEADER_BYTES]).map_err(corrupt)?;
     if header.object_id != *object_id || header.chunk_index != chunk_index {
         return Err(corrupt("record belongs to another object".into()));
     }
@@ -850,15 +869,15 @@ fn verify_record(
             header.payload_len, loc.len
         )));
     }
-    buf.drain(..RECORD_HEADER_BYTES);
-    let crc = crc32c(&buf);
+    let payload = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + loc.len as usize];
+    let crc = crc32c(payload);
     if crc != header.payload_crc32c {
         return Err(corrupt(format!(
             "payload crc32c {crc:08x} != stored {:08x}",
             header.payload_crc32c
         )));
     }
-    Ok(buf)
+    Ok(payload)
 }
 
 /// A run of bytes read from one segment by [`ChunkStore::read_span_into`]: several
@@ -898,27 +917,9 @@ impl<B: AsRef<[u8]>> Span<B> {
         if !self.covers(loc) {
             return Err(corrupt("record extends past the end of the segment".into()));
         }
-        let bytes = self.bytes.as_ref();
         let at = (loc.offset - self.offset) as usize;
-        let header = decode_record_header(&bytes[at..at + RECORD_HEADER_BYTES]).map_err(corrupt)?;
-        if header.object_id != *object_id || header.chunk_index != chunk_index {
-            return Err(corrupt("record belongs to another object".into()));
-        }
-        if header.payload_len != loc.len {
-            return Err(corrupt(format!(
-                "length {} does not match the index ({})",
-                header.payload_len, loc.len
-            )));
-        }
-        let payload = &bytes[at + RECORD_HEADER_BYTES..at + RECORD_HEADER_BYTES + loc.len as usize];
-        let crc = crc32c(payload);
-        if crc != header.payload_crc32c {
-            return Err(corrupt(format!(
-                "payload crc32c {crc:08x} != stored {:08x}",
-                header.payload_crc32c
-            )));
-        }
-        Ok(payload)
+        let end = at + RECORD_HEADER_BYTES + loc.len as usize;
+        check_record(&self.bytes.as_ref()[at..end], loc, object_id, chunk_index)
     }
 }
 

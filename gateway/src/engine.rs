@@ -277,6 +277,22 @@ impl Engine {
         (h.finish() as usize) % KEY_LOCK_STRIPES
     }
 
+    /// Takes the locks of many keys at once, stripe by stripe in ascending order (so two
+    /// multi-key writers never deadlock, and a single-key writer waits for at most one).
+    async fn lock_keys<'k>(
+        &self,
+        keys: impl Iterator<Item = (u64, &'k str)>,
+    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+        let mut stripes: Vec<usize> = keys.map(|(b, k)| self.key_stripe(b, k)).collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for s in stripes {
+            guards.push(self.key_locks[s].lock().await);
+        }
+        guards
+    }
+
     pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
         &self.key_locks[self.key_stripe(bucket_id, key)]
     }
@@ -475,16 +491,9 @@ impl Engine {
         objects: Vec<(String, ObjectRecord)>,
         ticket: Option<WriteTicket>,
     ) -> S3Result<()> {
-        let mut stripes: Vec<usize> = objects
-            .iter()
-            .map(|(k, _)| self.key_stripe(bucket_id, k))
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for s in stripes {
-            guards.push(self.key_locks[s].lock().await);
-        }
+        let _guards = self
+            .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
+            .await;
         let ops = objects
             .into_iter()
             .map(|(key, rec)| ObjectOp::Put {
@@ -505,16 +514,9 @@ impl Engine {
         relocations: Vec<Relocation>,
         ticket: Option<WriteTicket>,
     ) -> S3Result<(u64, u64)> {
-        let mut stripes: Vec<usize> = relocations
-            .iter()
-            .map(|r| self.key_stripe(r.bucket_id, &r.key))
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for s in stripes {
-            guards.push(self.key_locks[s].lock().await);
-        }
+        let _guards = self
+            .lock_keys(relocations.iter().map(|r| (r.bucket_id, r.key.as_str())))
+            .await;
         let (mut updated, mut changed) = (0u64, 0u64);
         let mut ops = Vec::with_capacity(relocations.len());
         for r in relocations {
