@@ -445,7 +445,7 @@ impl RocksIndex {
     //
     // Keyed by the identity of an object's bytes (its first record id), not by its name: an
     // overwrite gets a new identity, so a stale index is never consulted. Entries of objects
-    // that no longer exist are garbage until compaction removes them.
+    // that no longer exist are garbage that nothing removes yet (a known gap).
 
     /// The TAR index summary of the object whose bytes have identity `id`, if built.
     pub fn get_tar_index(&self, id: &[u8; 16]) -> Result<Option<TarIndexRecord>> {
