@@ -170,16 +170,15 @@ pub async fn compact(
     let mut batch_bytes = 0u64;
     let mut pending = to_move.into_iter().peekable();
     while pending.peek().is_some() || !batch.is_empty() {
-        while let Some(next) = pending.peek() {
-            if batch.len() >= BATCH_OBJECTS || batch_bytes >= BATCH_BYTES {
-                break;
-            }
+        while let Some(next) =
+            pending.next_if(|_| batch.len() < BATCH_OBJECTS && batch_bytes < BATCH_BYTES)
+        {
             batch_bytes += next
                 .2
                 .iter()
                 .map(|(_, c, _, _)| record_bytes(c))
                 .sum::<u64>();
-            batch.push(pending.next().expect("peeked"));
+            batch.push(next);
         }
         let work = std::mem::take(&mut batch);
         batch_bytes = 0;

@@ -389,14 +389,14 @@ impl RocksIndex {
     ) -> Result<()> {
         let snapshot = self.db.snapshot();
         self.for_each_decoded(&snapshot, CF_OBJECTS, |k, rec: ObjectRecord| {
-            if k.len() < 8 {
+            let Some((bucket_id, key)) = k.split_first_chunk::<8>() else {
                 return Err(IndexError::Corrupt {
                     cf: CF_OBJECTS,
                     reason: "object key shorter than its bucket id".into(),
                 });
-            }
-            let bucket_id = u64::from_be_bytes(k[..8].try_into().expect("8 bytes"));
-            let key = std::str::from_utf8(&k[8..]).map_err(|_| IndexError::Corrupt {
+            };
+            let bucket_id = u64::from_be_bytes(*bucket_id);
+            let key = std::str::from_utf8(key).map_err(|_| IndexError::Corrupt {
                 cf: CF_OBJECTS,
                 reason: "key is not UTF-8".into(),
             })?;

@@ -229,17 +229,26 @@ impl Out {
             self.flush().await;
         }
     }
+
+    /// Ends the archive after an abort (the error entry is already written).
+    async fn stopped_by_abort(&mut self) {
+        self.finish().await;
+        self.stopped = true;
+    }
 }
 
 /// Reads and emits one window of entries in the given order.
 async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
-    // Plan the span reads of every entry that lies inside one record.
+    // Plan the span reads of every entry that lies inside one record: (entry, chunk, chunk's
+    // first byte in the object) and where that record is.
+    let mut planned: Vec<(usize, usize, u64)> = Vec::new();
     let mut wanted: Vec<(usize, RecordLocation)> = Vec::new();
     for (i, e) in window.iter().enumerate() {
         if let Ok(p) = &e.body
             && p.end > p.start
-            && let Some((c, _)) = p.single_chunk()
+            && let Some((c, chunk_start)) = p.single_chunk()
         {
+            planned.push((i, c, chunk_start));
             wanted.push((i, p.location(c)));
         }
     }
@@ -248,8 +257,7 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
     } else {
         let e2 = engine.clone();
         let buf = std::mem::take(&mut out.window_buf);
-        let wanted2 = wanted.clone();
-        match blocking(move || Ok(read_spans(&e2, &wanted2, buf))).await {
+        match blocking(move || Ok(read_spans(&e2, &wanted, buf))).await {
             Ok(v) => v,
             Err(e) => {
                 out.cut(e.message).await;
@@ -259,12 +267,11 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
     };
     // Shared, so large payloads can go to the connection as slices of it (no copy).
     let buf = Bytes::from(buf);
-    // entry index -> span index
-    let span_of: HashMap<usize, usize> = wanted
-        .iter()
-        .zip(&span_of)
-        .map(|((i, _), s)| (*i, *s))
-        .collect();
+    // entry index -> (span index, chunk, chunk start)
+    let mut span_read: Vec<Option<(usize, usize, u64)>> = vec![None; window.len()];
+    for ((i, c, chunk_start), n) in planned.into_iter().zip(span_of) {
+        span_read[i] = Some((n, c, chunk_start));
+    }
     for (i, e) in window.iter().enumerate() {
         if out.stopped {
             return;
@@ -285,8 +292,7 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             out.maybe_flush().await;
             continue;
         }
-        if let Some(&n) = span_of.get(&i) {
-            let (c, chunk_start) = p.single_chunk().expect("planned as single-chunk");
+        if let Some((n, c, chunk_start)) = span_read[i] {
             let (rid, idx) = p.obj.chunk_identity(c);
             let loc = p.location(c);
             let span;
@@ -434,14 +440,6 @@ fn read_spans(
     (buf, spans, span_of)
 }
 
-impl Out {
-    /// Ends the archive after an abort (the error entry is already written).
-    async fn stopped_by_abort(&mut self) {
-        self.finish().await;
-        self.stopped = true;
-    }
-}
-
 fn tar_response(
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
     extra: &[(&str, String)],
@@ -552,19 +550,16 @@ async fn tar_index(engine: &Arc<Engine>, key: &str, obj: &Arc<ObjectRecord>) -> 
         members.clear();
     }
     let result = summary.not_a_tar.clone();
+    let count = summary.members;
     {
         let engine = engine.clone();
         blocking(move || Ok(engine.index.put_tar_index(&id, &summary, &members)?)).await?;
     }
-    tracing::info!(key, members = %summary_count(&result), "indexed TAR members");
+    tracing::info!(key, members = count, not_a_tar = ?result, "indexed TAR members");
     match result {
         Some(why) => Err(not_tar(&why)),
         None => Ok(id),
     }
-}
-
-fn summary_count(r: &Option<String>) -> &'static str {
-    if r.is_some() { "not a TAR" } else { "ok" }
 }
 
 pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname: &str) -> R {
