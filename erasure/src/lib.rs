@@ -128,6 +128,59 @@ pub fn reconstruct(layout: &Layout, shards: &mut [Option<Vec<u8>>]) -> Result<()
     Ok(())
 }
 
+/// A codec for streaming work on equal-length pieces of shards (a stripe row of a segment
+/// being sealed, or the blocks around a damaged record): byte `j` of every piece belongs to the
+/// same code word, so any range of the shards can be encoded or rebuilt on its own.
+pub struct Codec {
+    rs: ReedSolomon,
+    k: usize,
+    m: usize,
+}
+
+impl Codec {
+    pub fn new(k: usize, m: usize) -> Result<Self> {
+        if k == 0 || m == 0 || k + m > SHARDS_MAX {
+            return Err(ErasureError::BadLayout { k, m });
+        }
+        let rs = ReedSolomon::new(k, m).map_err(|_| ErasureError::BadLayout { k, m })?;
+        Ok(Self { rs, k, m })
+    }
+
+    /// Computes the `m` parity pieces (the last `m` of `pieces`) from the first `k`.
+    pub fn encode(&self, pieces: &mut [Vec<u8>]) -> Result<()> {
+        self.check(pieces.len())?;
+        self.rs
+            .encode(pieces)
+            .map_err(|e| ErasureError::Codec(format!("{e:?}")))
+    }
+
+    /// Rebuilds every missing piece (`None`) from any `k` present ones of equal length.
+    pub fn reconstruct(&self, pieces: &mut [Option<Vec<u8>>]) -> Result<()> {
+        self.check(pieces.len())?;
+        let have = pieces.iter().filter(|s| s.is_some()).count();
+        if have < self.k {
+            return Err(ErasureError::TooFewShards { have, k: self.k });
+        }
+        if have == pieces.len() {
+            return Ok(());
+        }
+        self.rs
+            .reconstruct(pieces)
+            .map_err(|e| ErasureError::Codec(format!("{e:?}")))
+    }
+
+    fn check(&self, n: usize) -> Result<()> {
+        if n == self.k + self.m {
+            Ok(())
+        } else {
+            Err(ErasureError::BadLayout {
+                k: self.k,
+                m: self.m,
+            })
+        }
+    }
+}
+
 fn codec(layout: &Layout) -> Result<ReedSolomon> {
     ReedSolomon::new(layout.k, layout.m).map_err(|_| ErasureError::BadLayout {
         k: layout.k,
@@ -176,6 +229,41 @@ mod tests {
             reconstruct(&l, &mut shards),
             Err(ErasureError::TooFewShards { have: 3, k: 4 })
         );
+    }
+
+    #[test]
+    fn codec_pieces_match_whole_shard_encoding() {
+        let l = Layout::new(4, 2, 10_000).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 + 7) as u8).collect();
+        let full = encode(&l, &data).unwrap();
+        let c = Codec::new(4, 2).unwrap();
+        // Any sub-range of the shards encodes and rebuilds on its own.
+        let (a, b) = (100, 1_300);
+        let mut pieces: Vec<Vec<u8>> = (0..6)
+            .map(|i| {
+                if i < 4 {
+                    full[i][a..b].to_vec()
+                } else {
+                    vec![0; b - a]
+                }
+            })
+            .collect();
+        c.encode(&mut pieces).unwrap();
+        for i in 0..6 {
+            assert_eq!(pieces[i], full[i][a..b]);
+        }
+        let mut opt: Vec<Option<Vec<u8>>> = pieces.iter().cloned().map(Some).collect();
+        opt[1] = None;
+        opt[4] = None;
+        c.reconstruct(&mut opt).unwrap();
+        assert_eq!(opt[1].as_deref(), Some(&full[1][a..b]));
+        opt[0] = None;
+        opt[2] = None;
+        opt[3] = None;
+        assert!(matches!(
+            c.reconstruct(&mut opt),
+            Err(ErasureError::TooFewShards { .. })
+        ));
     }
 
     proptest! {

@@ -206,6 +206,17 @@ pub async fn handle(
             let report = crate::compact::compact(&state.engine, threshold, grace).await?;
             json(StatusCode::OK, &report)
         }
+        (&Method::POST, ("scrub", "")) => {
+            if !state.engine.chunks.has_redundancy() {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidArgument,
+                    "scrub needs erasure coding (serve with --disk ... --ec K+M)",
+                ));
+            }
+            crate::ec::start_scrub(&state.engine, None);
+            json(StatusCode::OK, &state.engine.scrub.progress())
+        }
+        (&Method::GET, ("scrub", "")) => json(StatusCode::OK, &state.engine.scrub.progress()),
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
             let existing = index.get_key(ak)?.ok_or_else(|| {
                 S3Error::new(
@@ -237,12 +248,20 @@ pub struct Status {
     pub index: packrat_index::IndexStats,
     pub segments: u64,
     pub active_segment_id: u64,
+    pub active_segment_bytes: u64,
     pub segment_disk_bytes: u64,
     pub appends: u64,
     pub appended_bytes: u64,
     pub syncs: u64,
     /// Live and dead segment bytes as of the last compaction scan (none yet: null).
     pub space: Option<crate::compact::Space>,
+    /// Erasure coding: disks, capacity and segments per state (null without --ec).
+    pub erasure: Option<packrat_chunk_store::EcStatus>,
+    pub degraded_reads: u64,
+    pub unrecoverable_reads: u64,
+    pub segments_encoded: u64,
+    pub shards_rebuilt: u64,
+    pub shard_faults_found: u64,
 }
 
 pub fn status(engine: &crate::engine::Engine) -> Status {
@@ -251,11 +270,96 @@ pub fn status(engine: &crate::engine::Engine) -> Status {
         index: engine.index.object_stats(),
         segments: st.segments,
         active_segment_id: st.active_segment_id,
+        active_segment_bytes: st.active_segment_bytes,
         segment_disk_bytes: engine.chunks.disk_bytes(),
         appends: st.appends,
         appended_bytes: st.appended_bytes,
         syncs: st.syncs,
         space: *engine.last_space.lock().unwrap_or_else(|p| p.into_inner()),
+        erasure: engine.chunks.ec_status(),
+        degraded_reads: st.degraded_reads,
+        unrecoverable_reads: st.unrecoverable_reads,
+        segments_encoded: st.segments_encoded,
+        shards_rebuilt: st.shards_rebuilt,
+        shard_faults_found: st.shard_faults_found,
+    }
+}
+
+/// Client side of `packrat admin scrub`: starts a scrub (or joins the one running), shows a
+/// progress bar until it ends, then prints what it found and fixed. Fails if a segment could
+/// not be repaired.
+pub async fn run_scrub(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+) -> Result<(), String> {
+    let ask = |method: Method| async move {
+        let (status, body) = call(
+            endpoint,
+            region,
+            access_key,
+            secret_key,
+            method,
+            "scrub",
+            Vec::new(),
+        )
+        .await?;
+        if !status.is_success() {
+            return Err(format!(
+                "server answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        serde_json::from_slice::<crate::ec::ScrubProgress>(&body)
+            .map_err(|e| format!("unexpected answer from the server: {e}"))
+    };
+    // A report already there belongs to an earlier scrub: wait for a new one.
+    let before = ask(Method::GET).await?;
+    let mut p = ask(Method::POST).await?;
+    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "scrub [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let mut seen_running = p.running;
+    loop {
+        bar.set_length(p.total_bytes.max(1));
+        bar.set_position(p.done_bytes);
+        if !p.running && (seen_running || p.report.is_some() && before.report.is_none()) {
+            break;
+        }
+        seen_running |= p.running;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        p = ask(Method::GET).await?;
+    }
+    bar.finish();
+    if let Some(e) = p.error {
+        return Err(format!("scrub failed: {e}"));
+    }
+    let r = p.report.ok_or("the server kept no scrub report")?;
+    println!(
+        "checked {} segments ({} shards, {} bytes): {} shards missing, {} corrupt; {} rebuilt; {} sealed segments encoded",
+        r.segments_checked,
+        r.shards_checked,
+        r.bytes_checked,
+        r.shards_missing,
+        r.shards_corrupt,
+        r.shards_rebuilt,
+        r.segments_sealed
+    );
+    if r.unrepairable.is_empty() {
+        println!("full redundancy: every encoded segment has all its shards");
+        Ok(())
+    } else {
+        Err(format!(
+            "{} segments could not be repaired (fewer than k good shards, or no healthy disk \
+             to rebuild on): {:?}",
+            r.unrepairable.len(),
+            r.unrepairable
+        ))
     }
 }
 

@@ -84,6 +84,8 @@ pub struct Engine {
     inflight: Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, u64>)>>,
     /// Live and dead bytes as of the last compaction scan, for `admin status`.
     pub last_space: std::sync::Mutex<Option<crate::compact::Space>>,
+    /// The erasure-coding scrub in progress, or the last one (`ec.rs`).
+    pub scrub: crate::ec::ScrubJob,
 }
 
 /// Keeps a write's segments safe from compaction until dropped (see [`Engine::pin_write`]).
@@ -223,6 +225,7 @@ impl Engine {
             compaction: tokio::sync::Mutex::new(()),
             inflight: Default::default(),
             last_space: std::sync::Mutex::new(None),
+            scrub: Default::default(),
         }
     }
 
@@ -569,6 +572,32 @@ impl Engine {
             len: c.len,
         };
         if self.chunks.uses_uring() {
+            let fast = self.read_chunk_fast(loc, rid, idx).await;
+            if fast.is_err() && self.chunks.has_redundancy() {
+                // The fast path reads one place only; the full read falls back on the other
+                // copies or rebuilds from the other shards (blocking, so off the runtime).
+                let engine = self.clone();
+                return blocking(move || Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?)))
+                    .await;
+            }
+            return fast;
+        }
+        if c.len <= INLINE_READ_BYTES_MAX && !self.chunks.has_redundancy() {
+            return Ok(Bytes::from(self.chunks.read(&loc, &rid, idx)?));
+        }
+        let engine = self.clone();
+        blocking(move || Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))).await
+    }
+
+    /// The io_uring path of [`read_chunk`](Self::read_chunk): a page-cache hit on this
+    /// thread, else one read through the ring.
+    async fn read_chunk_fast(
+        &self,
+        loc: packrat_chunk_store::RecordLocation,
+        rid: [u8; 16],
+        idx: u32,
+    ) -> S3Result<Bytes> {
+        {
             if let Some(r) = self.chunks.read_cached(&loc, &rid, idx) {
                 return Ok(Bytes::from(r?));
             }
@@ -584,13 +613,8 @@ impl Engine {
             let data = rx
                 .await
                 .map_err(|_| S3Error::internal("read", "the io_uring thread dropped a read"))??;
-            return Ok(Bytes::from(data));
+            Ok(Bytes::from(data))
         }
-        if c.len <= INLINE_READ_BYTES_MAX {
-            return Ok(Bytes::from(self.chunks.read(&loc, &rid, idx)?));
-        }
-        let engine = self.clone();
-        blocking(move || Ok(Bytes::from(engine.chunks.read(&loc, &rid, idx)?))).await
     }
 }
 

@@ -7,6 +7,7 @@ mod admin;
 mod bench;
 mod compact;
 mod config;
+mod ec;
 mod engine;
 mod metrics;
 mod s3;
@@ -108,6 +109,25 @@ struct ServeArgs {
     /// up its old location just before the move.
     #[arg(long, env = "PACKRAT_COMPACT_GRACE", default_value_t = 600)]
     compact_grace: u64,
+    /// A data disk (directory or mount point) for segments; repeat for several. With one,
+    /// segments live there instead of under --data-dir (the index stays in --data-dir).
+    /// Several need --ec.
+    #[arg(long = "disk", env = "PACKRAT_DISKS", value_delimiter = ',')]
+    disks: Vec<PathBuf>,
+    /// Erasure coding across the --disk directories as K+M (for example 4+2 on six disks):
+    /// open segments are mirrored on M+1 disks, sealed ones are Reed-Solomon encoded into K
+    /// data and M parity shards on distinct disks. Any M disks may be lost.
+    #[arg(long, env = "PACKRAT_EC", value_parser = parse_ec)]
+    ec: Option<(usize, usize)>,
+    /// Seconds after which an open segment that received no writes is sealed (and encoded).
+    #[arg(long, env = "PACKRAT_SEAL_IDLE", default_value_t = 300)]
+    seal_idle: u64,
+    /// Seconds between background scrubs of every shard (0: only `packrat admin scrub`).
+    #[arg(long, env = "PACKRAT_SCRUB_INTERVAL", default_value_t = 7 * 86_400)]
+    scrub_interval: u64,
+    /// Bytes per second a background scrub may read (admin scrub runs at full speed).
+    #[arg(long, env = "PACKRAT_SCRUB_RATE", default_value_t = 64 * 1024 * 1024)]
+    scrub_rate: u64,
     /// Tests only: lets the root key inject disk faults through the admin API.
     #[arg(long, hide = true)]
     fault_injection: bool,
@@ -121,6 +141,25 @@ struct ServeArgs {
     /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
     #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
     log: String,
+}
+
+/// `K+M` of --ec.
+fn parse_ec(s: &str) -> Result<(usize, usize), String> {
+    let (k, m) = s
+        .split_once('+')
+        .ok_or_else(|| format!("--ec wants K+M, like 4+2, not {s:?}"))?;
+    let k: usize = k
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad K in --ec {s:?}"))?;
+    let m: usize = m
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad M in --ec {s:?}"))?;
+    if k == 0 || m == 0 || k + m > 256 {
+        return Err(format!("--ec {s}: need K >= 1, M >= 1 and K+M <= 256"));
+    }
+    Ok((k, m))
 }
 
 #[derive(clap::Args)]
@@ -161,6 +200,10 @@ enum AdminCommand {
         #[arg(long)]
         threshold: Option<f64>,
     },
+    /// Verify every erasure-coded shard of a running server (header and block checksums),
+    /// rebuild missing and corrupt shards onto healthy disks, and encode sealed segments still
+    /// held as copies. Shows progress and prints what was found and fixed.
+    Scrub,
     /// Check offline (on a stopped server's --data-dir) that the index and the segments
     /// agree: every chunk of every object and part is read and verified. Reports live and
     /// dead bytes; exits with status 1 if anything is wrong.
@@ -168,6 +211,12 @@ enum AdminCommand {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// The server's --disk directories (with --ec).
+        #[arg(long = "disk", value_delimiter = ',')]
+        disks: Vec<PathBuf>,
+        /// The server's --ec K+M.
+        #[arg(long, value_parser = parse_ec)]
+        ec: Option<(usize, usize)>,
     },
 }
 
@@ -312,9 +361,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         )
     })?;
     ensure_root_key(&index)?;
+    let segments_dir = match (args.disks.as_slice(), args.ec) {
+        ([], Some(_)) => return Err("--ec needs --disk directories (at least K+M)".into()),
+        ([], None) => args.data_dir.join("segments"),
+        ([one], None) => one.join("segments"),
+        (_, None) => {
+            return Err("several --disk directories need --ec K+M (for example --ec 4+2)".into());
+        }
+        (_, Some(_)) => args.data_dir.join("segments"),
+    };
     let chunks = ChunkStore::open(
-        args.data_dir.join("segments"),
+        segments_dir,
         ChunkStoreOptions {
+            disks: args.disks.clone(),
+            ec: args.ec,
             segment_bytes_max: args.segment_size.max(1024 * 1024),
             io_backend: match args.io_backend {
                 IoBackendArg::Auto => IoBackend::Auto,
@@ -352,6 +412,15 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             std::time::Duration::from_secs(args.compact_interval),
             config.compact_threshold,
             std::time::Duration::from_secs(config.compact_grace_secs),
+        );
+    }
+    if let Some((k, m)) = args.ec {
+        tracing::info!(k, m, disks = args.disks.len(), "erasure coding on");
+        ec::spawn_background(
+            engine.clone(),
+            std::time::Duration::from_secs(args.seal_idle),
+            std::time::Duration::from_secs(args.scrub_interval),
+            args.scrub_rate,
         );
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
@@ -417,7 +486,7 @@ fn print_created(k: &KeyRecord) {
 async fn admin(args: AdminArgs) -> Result<(), String> {
     let cmd = match args.command {
         AdminCommand::Key(cmd) => cmd,
-        AdminCommand::Verify { json } => {
+        AdminCommand::Verify { json, disks, ec } => {
             let dir = args.data_dir.as_ref().ok_or(
                 "verify works offline: stop the server and pass its --data-dir".to_string(),
             )?;
@@ -427,7 +496,11 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                     dir.display()
                 )
             })?;
-            let report = verify::run(&index, &dir.join("segments"), json)?;
+            let segments = match disks.as_slice() {
+                [one] if ec.is_none() => one.join("segments"),
+                _ => dir.join("segments"),
+            };
+            let report = verify::run(&index, &segments, &disks, ec, json)?;
             if json {
                 println!(
                     "{}",
@@ -440,6 +513,10 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 std::process::exit(1);
             }
             return Ok(());
+        }
+        AdminCommand::Scrub => {
+            let (ak, sk) = root_credentials()?;
+            return admin::run_scrub(&args.endpoint, &args.region, &ak, &sk).await;
         }
         AdminCommand::Status { .. } | AdminCommand::Compact { .. } => {
             let (ak, sk) = root_credentials()?;

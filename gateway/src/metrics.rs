@@ -98,6 +98,24 @@ impl Metrics {
                 "packrat_segment_appended_bytes_total",
                 st.appended_bytes,
             ),
+            ("counter", "packrat_degraded_reads_total", st.degraded_reads),
+            (
+                "counter",
+                "packrat_unrecoverable_reads_total",
+                st.unrecoverable_reads,
+            ),
+            (
+                "counter",
+                "packrat_segments_encoded_total",
+                st.segments_encoded,
+            ),
+            ("counter", "packrat_bytes_encoded_total", st.bytes_encoded),
+            ("counter", "packrat_shards_rebuilt_total", st.shards_rebuilt),
+            (
+                "counter",
+                "packrat_shard_faults_total",
+                st.shard_faults_found,
+            ),
         ];
         use std::sync::atomic::Ordering::Relaxed;
         let _ = writeln!(

@@ -5,7 +5,7 @@
 //! segment (what compaction would reclaim). It never writes.
 
 use packrat_chunk_store::{
-    RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, SegmentReader,
+    ChunkStore, ChunkStoreOptions, RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES,
 };
 use packrat_index::{ChunkRef, RocksIndex};
 use serde::Serialize;
@@ -27,6 +27,10 @@ pub struct Report {
     pub dead_bytes: u64,
     /// Objects whose bucket no longer exists.
     pub orphaned_objects: u64,
+    /// Erasure coding: records read from another copy or rebuilt from other shards, and
+    /// segments missing a copy or shard (all still correct; `admin scrub` restores them).
+    pub degraded_reads: u64,
+    pub segments_degraded: u64,
     /// Every problem found, one line each (at most 1000 kept).
     pub problems: Vec<String>,
     pub problem_count: u64,
@@ -42,7 +46,7 @@ impl Report {
 }
 
 struct Checker {
-    segments: SegmentReader,
+    segments: ChunkStore,
     live: BTreeMap<u64, u64>,
     report: Report,
     started: Instant,
@@ -78,13 +82,26 @@ impl Checker {
     }
 }
 
+/// `segments_dir` is the single-disk segment directory; with `ec`, the segments are on
+/// `disks` instead (read with the same fallback on copies and shards as the server's).
 pub fn run(
     index: &RocksIndex,
     segments_dir: &std::path::Path,
+    disks: &[std::path::PathBuf],
+    ec: Option<(usize, usize)>,
     quiet: bool,
 ) -> Result<Report, String> {
+    let segments = ChunkStore::open_read_only(
+        segments_dir,
+        ChunkStoreOptions {
+            disks: disks.to_vec(),
+            ec,
+            ..Default::default()
+        },
+    )
+    .map_err(|e| format!("cannot open the segments: {e}"))?;
     let mut ck = Checker {
-        segments: SegmentReader::new(segments_dir),
+        segments,
         live: BTreeMap::new(),
         report: Report::default(),
         started: Instant::now(),
@@ -130,7 +147,7 @@ pub fn run(
             },
         )
         .map_err(|e| e.to_string())?;
-    let segs = ck.segments.segments().map_err(|e| e.to_string())?;
+    let segs = ck.segments.sealed_segments().map_err(|e| e.to_string())?;
     let present: HashSet<u64> = segs.iter().map(|(id, _)| *id).collect();
     for (id, len) in &segs {
         ck.report.segments += 1;
@@ -145,6 +162,11 @@ pub fn run(
                 "segment {id} is referenced by the index but missing"
             ));
         }
+    }
+    let st = ck.segments.stats();
+    ck.report.degraded_reads = st.degraded_reads;
+    if let Some(ec) = ck.segments.ec_status() {
+        ck.report.segments_degraded = ec.segments_degraded;
     }
     if !quiet {
         eprintln!();
@@ -169,6 +191,12 @@ pub fn print(r: &Report) {
             0.0
         }
     );
+    if r.degraded_reads > 0 || r.segments_degraded > 0 {
+        println!(
+            "redundancy    {} segments degraded, {} records read from redundancy (run admin scrub)",
+            r.segments_degraded, r.degraded_reads
+        );
+    }
     if r.problem_count == 0 {
         println!("result        OK: the index and the segments agree");
     } else {

@@ -296,7 +296,8 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             let (rid, idx) = p.obj.chunk_identity(c);
             let loc = p.location(c);
             let span;
-            let payload = match &spans[n] {
+            let reread;
+            let mut payload = match &spans[n] {
                 Ok(slot) => {
                     span = Span {
                         segment_id: slot.segment_id,
@@ -307,12 +308,20 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
                 }
                 Err(err) => Err(err.clone()),
             };
+            let from_window = payload.is_ok();
+            if !from_window && engine.chunks.has_redundancy() {
+                // The merged read takes one place only; the record read falls back on the
+                // other copies or rebuilds from the other shards.
+                let e2 = engine.clone();
+                reread = blocking(move || Ok(e2.chunks.read(&loc, &rid, idx)?)).await;
+                payload = reread.as_deref().map_err(Clone::clone);
+            }
             match payload {
                 Ok(data) => {
                     let from = (p.start - chunk_start) as usize;
                     let to = (p.end - chunk_start) as usize;
                     out.header(e, size, p.obj.last_modified_ms, Some(&p.obj.etag));
-                    if size >= ZERO_COPY_BYTES_MIN {
+                    if size >= ZERO_COPY_BYTES_MIN && from_window {
                         // Sent as a slice of the window buffer: no copy into a frame.
                         let at = data.as_ptr() as usize - buf.as_ptr() as usize;
                         let payload = buf.slice(at + from..at + to);

@@ -165,7 +165,17 @@ impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
                     "Stored data failed checksum verification and was not served.",
                 )
             }
-            E::Io { .. } | E::RecordTooLarge(_) => S3Error::internal("chunk store error", e),
+            E::Unrecoverable { .. } => {
+                tracing::error!(error = %e, "object data lost beyond the erasure code's reach");
+                S3Error::new(
+                    S3ErrorCode::InternalError,
+                    "The object's data is on more failed disks than the erasure code can rebuild \
+                     from; it was not served. Other objects are unaffected.",
+                )
+            }
+            E::Io { .. } | E::RecordTooLarge(_) | E::Config(_) => {
+                S3Error::internal("chunk store error", e)
+            }
         }
     }
 }

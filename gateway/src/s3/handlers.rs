@@ -1266,6 +1266,30 @@ async fn handle_get_object(
             .body(full(data))
             .map_err(|e| S3Error::internal("response", e));
     }
+    // With erasure coding, a body whose bytes sit on more lost disks than the code can
+    // rebuild from is refused before the headers go out (a catalog check, no I/O): the client
+    // gets a clean 500 instead of a cut stream.
+    if state.engine.chunks.has_redundancy() {
+        let mut at = 0u64;
+        for c in &obj.chunks {
+            let chunk_end = at + u64::from(c.len);
+            if chunk_end > start && at < end {
+                let loc = packrat_chunk_store::RecordLocation {
+                    segment_id: c.segment_id,
+                    offset: c.offset,
+                    len: c.len,
+                };
+                if !state.engine.chunks.can_read(&loc) {
+                    return Err(packrat_chunk_store::ChunkStoreError::Unrecoverable {
+                        segment_id: c.segment_id,
+                        reason: "too few shards left".into(),
+                    }
+                    .into());
+                }
+            }
+            at = chunk_end;
+        }
+    }
     let stream = futures_util::stream::unfold(reader, |mut r| async move {
         match r.next().await {
             Ok(Some(d)) => Some((Ok(http_body::Frame::data(d)), r)),
