@@ -51,13 +51,13 @@ bench() { # label args...
 }
 loads() { # config
   local c=$1 big=$((KEYS / 10))
-  bench "$c PUT 64KiB" --bucket b --workload put --size 64KiB --keys "$KEYS" --ops "$KEYS" --prefix s/ --concurrency 16 --duration 30m
-  bench "$c PUT 1MiB" --bucket b --workload put --size 1MiB --keys "$big" --ops "$big" --prefix l/ --concurrency 8 --duration 30m
+  bench "$c PUT 64KiB" --bucket ecb --workload put --size 64KiB --keys "$KEYS" --ops "$KEYS" --prefix s/ --concurrency 16 --duration 30m
+  bench "$c PUT 1MiB" --bucket ecb --workload put --size 1MiB --keys "$big" --ops "$big" --prefix l/ --concurrency 8 --duration 30m
 }
 gets() { # label
   local c=$1 big=$((KEYS / 10))
-  bench "$c GET 64KiB" --bucket b --workload get --size 64KiB --keys "$KEYS" --prefix s/ --concurrency 64 --duration "$DURATION"
-  bench "$c GET 1MiB" --bucket b --workload get --size 1MiB --keys "$big" --prefix l/ --concurrency 16 --duration "$DURATION"
+  bench "$c GET 64KiB" --bucket ecb --workload get --size 64KiB --keys "$KEYS" --prefix s/ --concurrency 64 --duration "$DURATION"
+  bench "$c GET 1MiB" --bucket ecb --workload get --size 1MiB --keys "$big" --prefix l/ --concurrency 16 --duration "$DURATION"
 }
 
 echo "== single disk" >&2

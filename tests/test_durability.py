@@ -161,11 +161,23 @@ def verify(client, bucket, acked, deleted, uncertain):
             client.head_object(Bucket=bucket, Key=key)
 
 
-def test_kill9_under_concurrent_put_load(workdir):
+@pytest.mark.parametrize("layout", ["single-disk", "ec-4+2"])
+def test_kill9_under_concurrent_put_load(workdir, layout):
     # Small segments so the crash cycles also cross segment rotations.
     # Background compaction every second, so kills also land in the middle of moves.
-    srv = conftest.Server(workdir / "crash", extra_args=[
+    # With erasure coding on six disk directories, segments idle for a second are sealed and
+    # encoded, so kills also land in the middle of seals.
+    cycles = CRASH_CYCLES if layout == "single-disk" else max(1, CRASH_CYCLES // 2)
+    data = workdir / f"crash-{layout}"
+    ec_args = []
+    if layout.startswith("ec"):
+        data.mkdir()
+        ec_args = ["--ec", "4+2"]
+        for i in range(6):
+            ec_args += ["--disk", str(data / f"disk{i}")]
+    srv = conftest.Server(data / "data" if ec_args else data, extra_args=[
         "--segment-size", str(4 * 1024 * 1024), "--compact-interval", "1", "--compact-threshold", "0.7",
+        *ec_args, *(["--seal-idle", "1"] if ec_args else []),
     ]).start()
     srv.client().create_bucket(Bucket="crash")
     all_acked, all_deleted, all_uncertain = {}, set(), set()
@@ -173,7 +185,7 @@ def test_kill9_under_concurrent_put_load(workdir):
     total_acked = 0
     ops = {}
     last_verify = ""
-    for cycle in range(CRASH_CYCLES):
+    for cycle in range(cycles):
         load = Load(srv, "crash", cycle)
         load.start()
         time.sleep(rnd.uniform(0.4, 1.2))
@@ -181,7 +193,7 @@ def test_kill9_under_concurrent_put_load(workdir):
         load.join()
         # Offline, before the restart: the index and the segments agree (no acknowledged
         # object points at a torn or missing record).
-        out = subprocess.run([conftest.BIN, "admin", "--data-dir", srv.data_dir, "verify"],
+        out = subprocess.run([conftest.BIN, "admin", "--data-dir", srv.data_dir, "verify", *ec_args],
                              capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stdout + out.stderr
         last_verify = out.stdout
@@ -198,7 +210,7 @@ def test_kill9_under_concurrent_put_load(workdir):
         c = srv.client()
         # Everything acknowledged in this cycle reads back intact right after the restart.
         verify(c, "crash", {k: v for k, v in load.acked.items() if k not in load.deleted}, load.deleted, all_uncertain)
-    assert total_acked > CRASH_CYCLES * 20, "the load generator acknowledged too little to mean anything"
+    assert total_acked > cycles * 20, "the load generator acknowledged too little to mean anything"
     c = srv.client()
     verify(c, "crash", all_acked, all_deleted, all_uncertain)
     listed = set()
@@ -209,7 +221,9 @@ def test_kill9_under_concurrent_put_load(workdir):
     log = open(srv.log_path).read()
     runs = log.count("compaction finished")
     print(f"\ncompaction runs completed during the test: {runs}")
-    print(f"\ncrash test: {CRASH_CYCLES} kill -9 cycles, {total_acked} acknowledged writes, "
+    if ec_args:
+        print(f"segments encoded during the test: {log.count('segment encoded into shards')}")
+    print(f"\ncrash test ({layout}): {cycles} kill -9 cycles, {total_acked} acknowledged writes, "
           f"{len(all_acked)} objects verified, {len(all_deleted)} acknowledged deletes verified; "
           f"acknowledged operations: {ops}\nlast offline verify:\n{last_verify}")
     srv.stop()

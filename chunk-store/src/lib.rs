@@ -384,6 +384,8 @@ pub struct ChunkStore {
     maintenance: Mutex<()>,
     /// Opened by [`ChunkStore::open_read_only`].
     read_only: bool,
+    /// Set while too few disks are healthy to encode (logged once).
+    seal_blocked: std::sync::atomic::AtomicBool,
     faults: Faults,
 }
 
@@ -531,6 +533,7 @@ impl ChunkStore {
             faults: Faults::default(),
             ec: options.ec,
             read_only,
+            seal_blocked: Default::default(),
             disks,
             options,
         };
@@ -703,7 +706,28 @@ impl ChunkStore {
         Ok(chosen)
     }
 
+    /// Creates segment `id` on its disks; with erasure coding a disk that fails is marked
+    /// failed and the segment is placed on the next healthy ones.
     fn create_segment(&self, id: u64) -> Result<ActiveSegment> {
+        loop {
+            match self.try_create_segment(id) {
+                Err(e) if self.ec.is_some() && !matches!(e, ChunkStoreError::NoSpace { .. }) => {
+                    // `try_create_segment` marked the disk at fault; `pick_disks` fails once
+                    // too few healthy ones are left, which ends this loop.
+                    tracing::warn!(segment = id, error = %e, "segment creation failed; retrying on other disks");
+                    if self
+                        .pick_disks(id, self.ec.map_or(1, |(_, m)| m + 1), &[])
+                        .is_err()
+                    {
+                        return Err(e);
+                    }
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn try_create_segment(&self, id: u64) -> Result<ActiveSegment> {
         let want = self.ec.map_or(1, |(_, m)| m + 1);
         let on = if self.ec.is_some() {
             self.pick_disks(id, want, &[])?
@@ -742,7 +766,7 @@ impl ChunkStore {
                     path,
                 }),
                 Err(e) => {
-                    if self.ec.is_some() {
+                    if self.ec.is_some() && !matches!(e, ChunkStoreError::NoSpace { .. }) {
                         self.disks[d].fail(&e);
                     }
                     for c in &copies {
@@ -1375,6 +1399,16 @@ impl ChunkStore {
         Err(last_err.unwrap_or(ChunkStoreError::MissingSegment(segment_id)))
     }
 
+    /// Logical segment bytes: every segment's length as written (headers and records), once,
+    /// whatever its redundancy on disk.
+    pub fn segment_bytes(&self) -> u64 {
+        let active = self.active.lock().unwrap_or_else(|p| p.into_inner()).offset;
+        self.sealed_segments()
+            .map(|s| s.iter().map(|(_, len)| len).sum::<u64>())
+            .unwrap_or(0)
+            + active
+    }
+
     /// Bytes of all segment and shard files on disk.
     pub fn disk_bytes(&self) -> u64 {
         let mut total = 0;
@@ -1450,6 +1484,23 @@ impl ChunkStore {
                 Placement::Shards { .. } => None,
             })
             .collect();
+        let usable = self.disks.iter().filter(|d| d.usable()).count();
+        if !pending.is_empty() && usable < k + m {
+            // Sealed segments stay mirrored (M+1 copies) until enough disks are back.
+            if !self
+                .seal_blocked
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::error!(
+                    usable,
+                    needed = k + m,
+                    "too few healthy disks to encode sealed segments; they stay mirrored"
+                );
+            }
+            return Ok(0);
+        }
+        self.seal_blocked
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         let mut sealed = 0;
         for (id, on) in pending {
             match self.seal_one(id, &on, k, m) {
@@ -2260,6 +2311,32 @@ mod tests {
         let (loc, t) = s.append([6; 16], 0, b"after").unwrap();
         s.sync_through(t).unwrap();
         assert_eq!(s.read(&loc, &[6; 16], 0).unwrap(), b"after");
+    }
+
+    #[test]
+    fn a_disk_that_fails_is_avoided_for_new_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks: Vec<PathBuf> = (0..6).map(|i| dir.path().join(format!("d{i}"))).collect();
+        let s = ec_store(&disks, 1 << 20);
+        // Disk 3 breaks: its segment directory becomes a file, so creating a segment there
+        // fails (ENOTDIR).
+        std::fs::remove_dir_all(disks[3].join("segments")).unwrap();
+        std::fs::write(disks[3].join("segments"), b"broken").unwrap();
+        let mut locs = Vec::new();
+        for i in 0..60u32 {
+            let (loc, t) = s.append([9; 16], i, &payload(i)).unwrap();
+            s.sync_through(t).unwrap();
+            locs.push(loc);
+        }
+        let st = s.ec_status().unwrap();
+        assert!(!st.disks[3].online, "{st:?}");
+        assert!(s.stats().segments > 5);
+        // Sealing places shards on the five healthy disks only if it can: 4+2 needs six, so
+        // the sealed segments stay mirrored, and readable.
+        s.seal_due(None).unwrap();
+        for (i, loc) in locs.iter().enumerate() {
+            assert_eq!(s.read(loc, &[9; 16], i as u32).unwrap(), payload(i as u32));
+        }
     }
 
     #[test]

@@ -723,7 +723,6 @@ async fn worker(
     let mut conn = connect(&client.addr).await?;
     let (mut bytes, mut listed) = (0u64, 0u64);
     let mut token: Option<String> = None;
-    let mut put_seq = w as u64;
     loop {
         if stop.load(Ordering::Relaxed) || started.elapsed() >= args.duration {
             break;
@@ -736,8 +735,9 @@ async fn worker(
         let t = Instant::now();
         let (ok, b) = match args.workload {
             Workload::Put => {
-                let i = put_seq % args.keys.max(1);
-                put_seq += args.concurrency as u64;
+                // The run's operation number: with `--ops` equal to `--keys`, every key is
+                // written exactly once, whatever the connections' speeds.
+                let i = n % args.keys.max(1);
                 object_op(&client, &mut conn, &args, &payload, Method::PUT, i).await?
             }
             Workload::Get => {

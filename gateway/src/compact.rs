@@ -108,7 +108,8 @@ pub async fn compact(
     .await?;
     report.objects_scanned = objects;
     report.sealed_segments = sealed.len() as u64;
-    let all_bytes = engine.chunks.disk_bytes();
+    // Logical bytes (each segment once): with erasure coding the files on disk hold more.
+    let all_bytes = engine.chunks.segment_bytes();
     let live_total: u64 = live.values().sum();
     report.before = Space {
         segment_bytes: all_bytes,
