@@ -29,9 +29,13 @@ REGION = "us-east-1"
 class Server:
     """One packrat process over a data directory; can be stopped, killed and restarted."""
 
-    def __init__(self, data_dir, extra_args=()):
+    def __init__(self, data_dir, extra_args=(), extra_env=None, sticky_port=False):
         self.data_dir = str(data_dir)
         self.extra_args = list(extra_args)
+        self.extra_env = dict(extra_env or {})
+        # Restart on the port of the first start (for a server other processes point at).
+        self.sticky_port = sticky_port
+        self.listen = "127.0.0.1:0"
         self.proc = None
         self.endpoint = None
         self.log_path = os.path.join(os.path.dirname(self.data_dir), os.path.basename(self.data_dir) + ".log")
@@ -41,9 +45,10 @@ class Server:
         env["PACKRAT_ROOT_ACCESS_KEY"] = ROOT_AK
         env["PACKRAT_ROOT_SECRET_KEY"] = ROOT_SK
         env.setdefault("PACKRAT_LOG", "info")
+        env.update(self.extra_env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--data-dir", self.data_dir, "--listen", "127.0.0.1:0", *self.extra_args],
+            [BIN, "serve", "--data-dir", self.data_dir, "--listen", self.listen, *self.extra_args],
             stdout=subprocess.PIPE,
             stderr=log,
             env=env,
@@ -61,6 +66,8 @@ class Server:
                 for line in buf.decode(errors="replace").splitlines():
                     if "listening on http://" in line:
                         self.endpoint = line.split("listening on ", 1)[1].strip()
+                        if self.sticky_port:
+                            self.listen = self.endpoint.split("://", 1)[1]
                         return self
             if self.proc.poll() is not None:
                 break

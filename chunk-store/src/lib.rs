@@ -1399,6 +1399,20 @@ impl ChunkStore {
         Err(last_err.unwrap_or(ChunkStoreError::MissingSegment(segment_id)))
     }
 
+    /// Seals the active segment now if it holds records (a new one takes over), so that
+    /// compaction may reclaim its dead records. Returns whether it did.
+    pub fn seal_active(&self) -> Result<bool> {
+        if self.read_only {
+            return Ok(false);
+        }
+        let mut active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if active.offset <= SEGMENT_HEADER_BYTES as u64 {
+            return Ok(false);
+        }
+        self.rotate(&mut active)?;
+        Ok(true)
+    }
+
     /// Logical segment bytes: every segment's length as written (headers and records), once,
     /// whatever its redundancy on disk.
     pub fn segment_bytes(&self) -> u64 {
@@ -2103,6 +2117,84 @@ impl<B: AsRef<[u8]>> Span<B> {
 
 pub fn crc32c(data: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
+/// Writes one standalone segment file (segment header, then records) outside the store's own
+/// directories: the tier mover builds the segments it sends to slower tiers with it, in the
+/// same format, so their records verify exactly like local ones.
+pub struct SegmentFileWriter {
+    file: File,
+    path: PathBuf,
+    id: u64,
+    offset: u64,
+}
+
+impl SegmentFileWriter {
+    pub fn create(path: &Path, id: u64) -> Result<Self> {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| io_err(path, e))?;
+        let header = SegmentHeader {
+            segment_id: id,
+            created_unix_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+        };
+        file.write_all_at(&header.encode(), 0)
+            .map_err(|e| io_err(path, e))?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            id,
+            offset: SEGMENT_HEADER_BYTES as u64,
+        })
+    }
+
+    /// Bytes written so far (the segment's length).
+    pub fn len(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.offset <= SEGMENT_HEADER_BYTES as u64
+    }
+
+    pub fn append(
+        &mut self,
+        object_id: [u8; 16],
+        chunk_index: u32,
+        payload: &[u8],
+    ) -> Result<RecordLocation> {
+        let len = u32::try_from(payload.len())
+            .ok()
+            .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
+            .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
+        let header = RecordHeader {
+            object_id,
+            chunk_index,
+            payload_len: len,
+            payload_crc32c: crc32c(payload),
+        }
+        .encode();
+        write_all_vectored_at(&self.file, &header, payload, self.offset)
+            .map_err(|e| io_err(&self.path, e))?;
+        let loc = RecordLocation {
+            segment_id: self.id,
+            offset: self.offset,
+            len,
+        };
+        self.offset += RECORD_HEADER_BYTES as u64 + u64::from(len);
+        Ok(loc)
+    }
+
+    /// Makes the file durable and returns its length.
+    pub fn finish(self) -> Result<u64> {
+        self.file.sync_all().map_err(|e| io_err(&self.path, e))?;
+        Ok(self.offset)
+    }
 }
 
 /// The outcome of scanning a segment file from the start.

@@ -217,6 +217,23 @@ pub async fn handle(
             json(StatusCode::OK, &state.engine.scrub.progress())
         }
         (&Method::GET, ("scrub", "")) => json(StatusCode::OK, &state.engine.scrub.progress()),
+        (&Method::GET, ("tier", "")) => {
+            json(StatusCode::OK, &crate::tier::status(&state.engine).await?)
+        }
+        (&Method::POST, ("tier", "run")) => {
+            let days = match query.iter().find(|(k, _)| k == "days_ahead") {
+                None => 0,
+                Some((_, v)) => v.parse::<u32>().map_err(|_| {
+                    S3Error::new(
+                        S3ErrorCode::InvalidArgument,
+                        "days_ahead must be a whole number of days",
+                    )
+                })?,
+            };
+            crate::tier::start_run(&state.engine, days);
+            json(StatusCode::OK, &state.engine.tiers.progress())
+        }
+        (&Method::GET, ("tier", "run")) => json(StatusCode::OK, &state.engine.tiers.progress()),
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
             let existing = index.get_key(ak)?.ok_or_else(|| {
                 S3Error::new(
@@ -283,6 +300,79 @@ pub fn status(engine: &crate::engine::Engine) -> Status {
         shards_rebuilt: st.shards_rebuilt,
         shard_faults_found: st.shard_faults_found,
     }
+}
+
+/// Client side of `packrat admin tier run`: starts a run (or joins the one going), shows a
+/// progress bar of the bytes to move, then prints the report.
+pub async fn run_tier(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+    days_ahead: u32,
+) -> Result<(), String> {
+    let ask = |method: Method, path: String| async move {
+        let (status, body) = call(
+            endpoint,
+            region,
+            access_key,
+            secret_key,
+            method,
+            &path,
+            Vec::new(),
+        )
+        .await?;
+        if !status.is_success() {
+            return Err(format!(
+                "server answered {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        serde_json::from_slice::<crate::tier::RunProgress>(&body)
+            .map_err(|e| format!("unexpected answer from the server: {e}"))
+    };
+    let before = ask(Method::GET, "tier/run".into()).await?;
+    let mut p = ask(Method::POST, format!("tier/run?days_ahead={days_ahead}")).await?;
+    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "tier run [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
+        )
+        .map_err(|e| e.to_string())?,
+    );
+    let mut seen_running = p.running;
+    let before_report = before.report.as_ref().map(|r| r.seconds.to_bits());
+    loop {
+        bar.set_length(p.total_bytes.max(1));
+        bar.set_position(p.done_bytes);
+        let new_report =
+            p.report.as_ref().map(|r| r.seconds.to_bits()) != before_report || p.error.is_some();
+        if !p.running && (seen_running || new_report) {
+            break;
+        }
+        seen_running |= p.running;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        p = ask(Method::GET, "tier/run".into()).await?;
+    }
+    bar.finish();
+    if let Some(e) = p.error {
+        return Err(format!("tier run failed: {e}"));
+    }
+    let r = p.report.ok_or("the server kept no report")?;
+    println!(
+        "lifecycle: {} transitions, {} expirations, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
+        r.lifecycle_transitions,
+        r.lifecycle_expirations,
+        r.uploads_aborted,
+        r.objects_moved,
+        r.bytes_moved,
+        r.segments_written,
+        r.objects_skipped,
+        r.segments_removed,
+        r.nvme_bytes_reclaimed,
+        r.seconds
+    );
+    Ok(())
 }
 
 /// Client side of `packrat admin scrub`: starts a scrub (or joins the one running), shows a

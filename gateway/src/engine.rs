@@ -86,6 +86,8 @@ pub struct Engine {
     pub last_space: std::sync::Mutex<Option<crate::compact::Space>>,
     /// The erasure-coding scrub in progress, or the last one (`ec.rs`).
     pub scrub: crate::ec::ScrubJob,
+    /// Storage tiers and the catalog of segments that live on them (`tier.rs`).
+    pub tiers: Arc<crate::tier::Tiers>,
 }
 
 /// Keeps a write's segments safe from compaction until dropped (see [`Engine::pin_write`]).
@@ -200,7 +202,7 @@ pub fn etag_matches(condition: &str, etag: &str) -> bool {
 }
 
 impl Engine {
-    pub fn new(index: RocksIndex, chunks: ChunkStore) -> Self {
+    pub fn new(index: RocksIndex, chunks: ChunkStore, tiers: crate::tier::Tiers) -> Self {
         let index = Arc::new(index);
         let chunks = Arc::new(chunks);
         let (commit_tx, commit_rx) = tokio::sync::mpsc::channel(COMMIT_QUEUE_JOBS_MAX);
@@ -226,6 +228,7 @@ impl Engine {
             inflight: Default::default(),
             last_space: std::sync::Mutex::new(None),
             scrub: Default::default(),
+            tiers: Arc::new(tiers),
         }
     }
 
@@ -550,6 +553,62 @@ impl Engine {
         Ok((updated, changed))
     }
 
+    /// Deletes an object only if it is still the version `record_id` (the lifecycle worker's
+    /// expirations never remove a newer write). Returns whether it was deleted.
+    pub async fn delete_if_unchanged(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        record_id: [u8; 16],
+    ) -> S3Result<bool> {
+        let _guard = self.key_lock(bucket_id, key).lock().await;
+        match self.index.get_object(bucket_id, key)? {
+            Some(o) if o.record_id == record_id => {}
+            _ => return Ok(false),
+        }
+        let op = ObjectOp::Delete {
+            bucket_id,
+            key: key.to_string(),
+        };
+        self.group_commit(None, vec![op]).await?;
+        Ok(true)
+    }
+
+    /// Sets an object's storage class if it is still the version `record_id` (lifecycle
+    /// transitions). Its bytes move on the tier worker's next pass.
+    pub async fn set_storage_class_if_unchanged(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        record_id: [u8; 16],
+        class: &str,
+    ) -> S3Result<bool> {
+        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let Some(mut obj) = self.index.get_object(bucket_id, key)? else {
+            return Ok(false);
+        };
+        if obj.record_id != record_id {
+            return Ok(false);
+        }
+        obj.storage_class = (class != "STANDARD").then(|| class.to_string());
+        let op = ObjectOp::Put {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(obj),
+        };
+        self.group_commit(None, vec![op]).await?;
+        Ok(true)
+    }
+
+    /// Raw bytes of a segment for the batch reader, local or on a tier (blocking; call from a
+    /// blocking thread).
+    pub fn read_span_into(&self, segment_id: u64, offset: u64, dst: &mut [u8]) -> S3Result<usize> {
+        if crate::tier::is_tier_segment(segment_id) {
+            return self.tiers.read_range_blocking(segment_id, offset, dst);
+        }
+        Ok(self.chunks.read_span_into(segment_id, offset, dst)?)
+    }
+
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
         let _guard = self.key_lock(bucket_id, key).lock().await;
         let op = ObjectOp::Delete {
@@ -571,6 +630,9 @@ impl Engine {
             offset: c.offset,
             len: c.len,
         };
+        if crate::tier::is_tier_segment(c.segment_id) {
+            return self.tiers.read_record(loc, rid, idx).await;
+        }
         if self.chunks.uses_uring() {
             let fast = self.read_chunk_fast(loc, rid, idx).await;
             if fast.is_err() && self.chunks.has_redundancy() {

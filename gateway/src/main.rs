@@ -13,6 +13,7 @@ mod metrics;
 mod s3;
 mod server;
 mod tar;
+mod tier;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -128,6 +129,25 @@ struct ServeArgs {
     /// Bytes per second a background scrub may read (admin scrub runs at full speed).
     #[arg(long, env = "PACKRAT_SCRUB_RATE", default_value_t = 64 * 1024 * 1024)]
     scrub_rate: u64,
+    /// A storage tier for objects of an S3 storage class, as CLASS=dir:/path (a directory on
+    /// slower disks) or CLASS=s3://bucket/prefix?endpoint=URL&region=R (any S3 service;
+    /// credentials from PACKRAT_TIER_<CLASS>_ACCESS_KEY_ID / _SECRET_ACCESS_KEY, else
+    /// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY). Repeat for several tiers.
+    #[arg(long = "tier", env = "PACKRAT_TIERS", value_delimiter = ';')]
+    tiers: Vec<packrat_tiering::TierSpec>,
+    /// Seconds between tier worker runs (lifecycle rules and pending moves); 0: only
+    /// `packrat admin tier run`.
+    #[arg(long, env = "PACKRAT_TIER_INTERVAL", default_value_t = 3600)]
+    tier_interval: u64,
+    /// Bytes per second a tier move may copy (0: unthrottled).
+    #[arg(long, env = "PACKRAT_TIER_RATE", default_value_t = 200 * 1024 * 1024)]
+    tier_rate: u64,
+    /// Size of the segments built for a tier.
+    #[arg(long, env = "PACKRAT_TIER_SEGMENT_SIZE", default_value_t = 256 * 1024 * 1024)]
+    tier_segment_size: u64,
+    /// Bytes of tiered data cached in memory for reads.
+    #[arg(long, env = "PACKRAT_TIER_CACHE_BYTES", default_value_t = 256 * 1024 * 1024)]
+    tier_cache_bytes: u64,
     /// Tests only: lets the root key inject disk faults through the admin API.
     #[arg(long, hide = true)]
     fault_injection: bool,
@@ -200,6 +220,9 @@ enum AdminCommand {
         #[arg(long)]
         threshold: Option<f64>,
     },
+    /// Storage tiers: status, and running the tier worker now.
+    #[command(subcommand)]
+    Tier(TierCommand),
     /// Verify every erasure-coded shard of a running server (header and block checksums),
     /// rebuild missing and corrupt shards onto healthy disks, and encode sealed segments still
     /// held as copies. Shows progress and prints what was found and fixed.
@@ -217,6 +240,19 @@ enum AdminCommand {
         /// The server's --ec K+M.
         #[arg(long, value_parser = parse_ec)]
         ec: Option<(usize, usize)>,
+    },
+}
+
+#[derive(Subcommand)]
+enum TierCommand {
+    /// Objects and bytes per tier, segments on each tier, objects waiting to move (JSON).
+    Status,
+    /// Apply lifecycle rules and pending storage-class changes now: move what must move,
+    /// with a progress bar, then print what was done.
+    Run {
+        /// Evaluate lifecycle rules as if this many days had passed (tests, previews).
+        #[arg(long, default_value_t = 0)]
+        days_ahead: u32,
     },
 }
 
@@ -384,7 +420,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    let engine = Arc::new(engine::Engine::new(index, chunks));
+    let tiers = tier::Tiers::open(
+        tier::TierOptions {
+            specs: args.tiers.clone(),
+            cache_bytes: args.tier_cache_bytes,
+            segment_bytes: args.tier_segment_size,
+            rate: args.tier_rate,
+        },
+        &args.data_dir,
+        &index,
+    )?;
+    let engine = Arc::new(engine::Engine::new(index, chunks, tiers));
     let listener = listen(args.listen, args.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -412,6 +458,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             std::time::Duration::from_secs(args.compact_interval),
             config.compact_threshold,
             std::time::Duration::from_secs(config.compact_grace_secs),
+        );
+    }
+    if !engine.tiers.is_empty() && args.tier_interval > 0 {
+        tier::spawn_background(
+            engine.clone(),
+            std::time::Duration::from_secs(args.tier_interval),
         );
     }
     if let Some((k, m)) = args.ec {
@@ -513,6 +565,31 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 std::process::exit(1);
             }
             return Ok(());
+        }
+        AdminCommand::Tier(TierCommand::Status) => {
+            let (ak, sk) = root_credentials()?;
+            let (status, body) = admin::call(
+                &args.endpoint,
+                &args.region,
+                &ak,
+                &sk,
+                Method::GET,
+                "tier",
+                Vec::new(),
+            )
+            .await?;
+            if !status.is_success() {
+                return Err(format!(
+                    "server answered {status}: {}",
+                    String::from_utf8_lossy(&body)
+                ));
+            }
+            println!("{}", String::from_utf8_lossy(&body));
+            return Ok(());
+        }
+        AdminCommand::Tier(TierCommand::Run { days_ahead }) => {
+            let (ak, sk) = root_credentials()?;
+            return admin::run_tier(&args.endpoint, &args.region, &ak, &sk, days_ahead).await;
         }
         AdminCommand::Scrub => {
             let (ak, sk) = root_credentials()?;

@@ -117,6 +117,11 @@ impl Metrics {
                 st.shard_faults_found,
             ),
         ];
+        let tier_counters = engine.tiers.metrics();
+        let gauges: Vec<(&str, &str, u64)> = gauges
+            .into_iter()
+            .chain(tier_counters.iter().map(|(n, v)| ("counter", *n, *v)))
+            .collect();
         use std::sync::atomic::Ordering::Relaxed;
         let _ = writeln!(
             out,

@@ -309,7 +309,10 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
                 Err(err) => Err(err.clone()),
             };
             let from_window = payload.is_ok();
-            if !from_window && engine.chunks.has_redundancy() {
+            if !from_window
+                && engine.chunks.has_redundancy()
+                && !crate::tier::is_tier_segment(loc.segment_id)
+            {
                 // The merged read takes one place only; the record read falls back on the
                 // other copies or rebuilds from the other shards.
                 let e2 = engine.clone();
@@ -434,9 +437,7 @@ fn read_spans(
     for (seg, start, end) in plans {
         let len = (end - start) as usize;
         let read = engine
-            .chunks
             .read_span_into(seg, start, &mut buf[at..at + len])
-            .map_err(S3Error::from)
             .map(|n| SpanSlot {
                 segment_id: seg,
                 offset: start,

@@ -21,6 +21,7 @@ pub enum S3ErrorCode {
     InvalidPartOrder,
     InvalidRange,
     InvalidRequest,
+    InvalidStorageClass,
     InsufficientStorage,
     KeyTooLongError,
     MalformedXML,
@@ -30,12 +31,14 @@ pub enum S3ErrorCode {
     MissingContentLength,
     NoSuchBucket,
     NoSuchKey,
+    NoSuchLifecycleConfiguration,
     NoSuchUpload,
     NotImplemented,
     NotModified,
     PreconditionFailed,
     RequestTimeTooSkewed,
     RequestTimeout,
+    ServiceUnavailable,
     SignatureDoesNotMatch,
     SlowDown,
     XAmzContentSHA256Mismatch,
@@ -65,6 +68,7 @@ impl S3ErrorCode {
             InvalidPartOrder => ("InvalidPartOrder", StatusCode::BAD_REQUEST),
             InvalidRange => ("InvalidRange", StatusCode::RANGE_NOT_SATISFIABLE),
             InvalidRequest => ("InvalidRequest", StatusCode::BAD_REQUEST),
+            InvalidStorageClass => ("InvalidStorageClass", StatusCode::BAD_REQUEST),
             InsufficientStorage => ("InsufficientStorage", StatusCode::INSUFFICIENT_STORAGE),
             KeyTooLongError => ("KeyTooLongError", StatusCode::BAD_REQUEST),
             MalformedXML => ("MalformedXML", StatusCode::BAD_REQUEST),
@@ -74,6 +78,7 @@ impl S3ErrorCode {
             MissingContentLength => ("MissingContentLength", StatusCode::LENGTH_REQUIRED),
             NoSuchBucket => ("NoSuchBucket", StatusCode::NOT_FOUND),
             NoSuchKey => ("NoSuchKey", StatusCode::NOT_FOUND),
+            NoSuchLifecycleConfiguration => ("NoSuchLifecycleConfiguration", StatusCode::NOT_FOUND),
             NoSuchUpload => ("NoSuchUpload", StatusCode::NOT_FOUND),
             NotImplemented => ("NotImplemented", StatusCode::NOT_IMPLEMENTED),
             NotModified => ("NotModified", StatusCode::NOT_MODIFIED),
@@ -81,6 +86,7 @@ impl S3ErrorCode {
             RequestTimeTooSkewed => ("RequestTimeTooSkewed", StatusCode::FORBIDDEN),
             RequestTimeout => ("RequestTimeout", StatusCode::BAD_REQUEST),
             SlowDown => ("SlowDown", StatusCode::SERVICE_UNAVAILABLE),
+            ServiceUnavailable => ("ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE),
             SignatureDoesNotMatch => ("SignatureDoesNotMatch", StatusCode::FORBIDDEN),
             XAmzContentSHA256Mismatch => ("XAmzContentSHA256Mismatch", StatusCode::BAD_REQUEST),
             AuthorizationHeaderMalformed => {
@@ -143,6 +149,31 @@ impl From<packrat_index::IndexError> for S3Error {
                 "The bucket you tried to delete is not empty",
             ),
             E::Rocks(_) | E::Corrupt { .. } | E::Injected => S3Error::internal("index error", e),
+        }
+    }
+}
+
+impl From<packrat_tiering::TierError> for S3Error {
+    fn from(e: packrat_tiering::TierError) -> Self {
+        use packrat_tiering::TierError as E;
+        match e {
+            E::Unavailable { .. } => {
+                tracing::warn!(error = %e, "tier unavailable");
+                S3Error::new(
+                    S3ErrorCode::ServiceUnavailable,
+                    format!(
+                        "The object is on a storage tier that cannot be reached now ({e}); retry later."
+                    ),
+                )
+            }
+            E::NotFound { .. } | E::Mismatch { .. } => {
+                tracing::error!(error = %e, "tiered data missing or wrong; not served");
+                S3Error::new(
+                    S3ErrorCode::InternalError,
+                    "The object's data on its storage tier is missing or failed verification; it was not served.",
+                )
+            }
+            E::Config(_) => S3Error::internal("tier configuration", e),
         }
     }
 }
@@ -216,6 +247,13 @@ mod tests {
             (S3ErrorCode::NotImplemented, "NotImplemented", 501),
             (S3ErrorCode::InsufficientStorage, "InsufficientStorage", 507),
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
+            (S3ErrorCode::InvalidStorageClass, "InvalidStorageClass", 400),
+            (S3ErrorCode::ServiceUnavailable, "ServiceUnavailable", 503),
+            (
+                S3ErrorCode::NoSuchLifecycleConfiguration,
+                "NoSuchLifecycleConfiguration",
+                404,
+            ),
             (
                 S3ErrorCode::XAmzContentSHA256Mismatch,
                 "XAmzContentSHA256Mismatch",

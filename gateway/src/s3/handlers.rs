@@ -27,7 +27,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "tagging",
     "policy",
     "cors",
-    "lifecycle",
     "versioning",
     "versions",
     "website",
@@ -176,6 +175,18 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
             ),
         },
         (Some(b), None) => match m {
+            Method::PUT if req.has_q("lifecycle") => (
+                "PutBucketLifecycleConfiguration",
+                handle_put_lifecycle(state, &mut req, b).await,
+            ),
+            Method::GET if req.has_q("lifecycle") => (
+                "GetBucketLifecycleConfiguration",
+                handle_get_lifecycle(state, &req, b).await,
+            ),
+            Method::DELETE if req.has_q("lifecycle") => (
+                "DeleteBucketLifecycle",
+                handle_delete_lifecycle(state, &req, b).await,
+            ),
             Method::PUT if req.has_q("acl") => {
                 ("PutBucketAcl", handle_put_bucket_acl(state, &req, b).await)
             }
@@ -487,6 +498,69 @@ async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &st
     xml_ok(x)
 }
 
+// ---------------------------------------------------------------- lifecycle
+
+/// Reads a small XML request body, checking Content-MD5 and a flexible checksum if sent.
+async fn read_xml_body(req: &mut S3Request) -> S3Result<Vec<u8>> {
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    if let Some(want) = content_md5(&req.headers)?
+        && <[u8; 16]>::from(Md5::digest(&body)) != want
+    {
+        return Err(err(
+            S3ErrorCode::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ));
+    }
+    let (alg, sent) = requested_checksum(&req.headers)?;
+    if let (Some(alg), Some(sent)) = (alg, sent) {
+        let mut h = checksum::Hasher::new(alg);
+        h.update(&body);
+        if h.finish().0 != sent {
+            return Err(err(
+                S3ErrorCode::BadDigest,
+                "The checksum you specified did not match what we received.",
+            ));
+        }
+    }
+    Ok(body)
+}
+
+async fn handle_put_lifecycle(state: &Arc<AppState>, req: &mut S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let rules = super::lifecycle::parse(&body, &crate::tier::is_tier_class)?;
+    let engine = state.engine.clone();
+    blocking(move || crate::tier::put_lifecycle(&engine.index, b.id, &rules)).await?;
+    Ok(Response::new(empty()))
+}
+
+async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Read)?;
+    let engine = state.engine.clone();
+    let rules = blocking(move || crate::tier::get_lifecycle(&engine.index, b.id)).await?;
+    let Some(rules) = rules else {
+        return Err(err(
+            S3ErrorCode::NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist",
+        ));
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(full(super::lifecycle::to_xml(&rules)))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+async fn handle_delete_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let engine = state.engine.clone();
+    blocking(move || crate::tier::delete_lifecycle(&engine.index, b.id)).await?;
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+
 // ---------------------------------------------------------------- listing
 
 fn parse_max(req: &S3Request, name: &str) -> S3Result<usize> {
@@ -703,10 +777,13 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
         .and_then(|v| v.to_str().ok())
     {
         None | Some("STANDARD") => None,
+        Some(c) if crate::tier::is_tier_class(c) => Some(c.to_string()),
         Some(c) => {
             return Err(err(
-                S3ErrorCode::NotImplemented,
-                format!("packrat has only the STANDARD storage class so far, not {c}"),
+                S3ErrorCode::InvalidStorageClass,
+                format!(
+                    "The storage class {c} is not configured on this server: STANDARD, or a tier given with packrat serve --tier CLASS=..."
+                ),
             ));
         }
     };
@@ -972,24 +1049,44 @@ async fn handle_copy_object(
             .as_ref()
             .and_then(|c| ChecksumAlgorithm::parse(&c.algorithm).ok()),
     };
-    let size = src.size;
-    let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
-    let w = state
-        .engine
-        .write_stream(Source::Object(reader), alg, None, None)
-        .await?;
-    let rec = ObjectRecord {
-        record_id: w.record_id,
-        size: w.size,
-        etag: hex::encode(w.md5),
-        last_modified_ms: now_ms(),
-        content_type: meta.content_type,
-        headers: meta.headers,
-        user_meta: meta.user_meta,
-        checksum: stored_checksum(&w.checksum),
-        storage_class: meta.storage_class,
-        chunks: w.chunks,
-        parts: Vec::new(),
+    let self_copy = sb == bname && sk == key;
+    let (rec, ticket) = if self_copy
+        && (alg.is_none()
+            || src.checksum.as_ref().map(|c| c.algorithm.as_str()) == alg.map(|a| a.name()))
+    {
+        // A copy onto itself changes only attributes (metadata, storage class): the object
+        // keeps its bytes where they are, and a new class moves them on the tier worker's
+        // next pass.
+        let rec = ObjectRecord {
+            last_modified_ms: now_ms(),
+            content_type: meta.content_type,
+            headers: meta.headers,
+            user_meta: meta.user_meta,
+            storage_class: meta.storage_class,
+            ..src
+        };
+        (rec, None)
+    } else {
+        let size = src.size;
+        let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
+        let w = state
+            .engine
+            .write_stream(Source::Object(reader), alg, None, None)
+            .await?;
+        let rec = ObjectRecord {
+            record_id: w.record_id,
+            size: w.size,
+            etag: hex::encode(w.md5),
+            last_modified_ms: now_ms(),
+            content_type: meta.content_type,
+            headers: meta.headers,
+            user_meta: meta.user_meta,
+            checksum: stored_checksum(&w.checksum),
+            storage_class: meta.storage_class,
+            chunks: w.chunks,
+            parts: Vec::new(),
+        };
+        (rec, w.ticket)
     };
     let mut x = Xml::new();
     x.root("CopyObjectResult");
@@ -1003,7 +1100,7 @@ async fn handle_copy_object(
     x.close("CopyObjectResult");
     state
         .engine
-        .commit_object(b.id, key, rec, w.ticket, &cond)
+        .commit_object(b.id, key, rec, ticket, &cond)
         .await?;
     xml_ok(x)
 }
@@ -1016,26 +1113,7 @@ async fn handle_delete_object(state: &Arc<AppState>, req: &S3Request, bname: &st
 
 async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname: &str) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
-    if let Some(want) = content_md5(&req.headers)?
-        && <[u8; 16]>::from(Md5::digest(&body)) != want
-    {
-        return Err(err(
-            S3ErrorCode::BadDigest,
-            "The Content-MD5 you specified did not match what we received.",
-        ));
-    }
-    let (alg, sent) = requested_checksum(&req.headers)?;
-    if let (Some(alg), Some(sent)) = (alg, sent) {
-        let mut h = checksum::Hasher::new(alg);
-        h.update(&body);
-        if h.finish().0 != sent {
-            return Err(err(
-                S3ErrorCode::BadDigest,
-                "The checksum you specified did not match what we received.",
-            ));
-        }
-    }
+    let body = read_xml_body(req).await?;
     let d: xml::Delete = xml::parse(&body)?;
     if d.objects.len() > config::DELETE_OBJECTS_KEYS_MAX {
         return Err(err(
@@ -1273,7 +1351,7 @@ async fn handle_get_object(
         let mut at = 0u64;
         for c in &obj.chunks {
             let chunk_end = at + u64::from(c.len);
-            if chunk_end > start && at < end {
+            if chunk_end > start && at < end && !crate::tier::is_tier_segment(c.segment_id) {
                 let loc = packrat_chunk_store::RecordLocation {
                     segment_id: c.segment_id,
                     offset: c.offset,

@@ -7,6 +7,7 @@ pub mod body;
 pub mod checksum;
 pub mod error;
 pub mod handlers;
+pub mod lifecycle;
 pub mod range;
 pub mod route;
 pub mod sigv4;

@@ -1,0 +1,467 @@
+//! Bucket lifecycle configurations: the `?lifecycle` XML (Put/Get/DeleteBucketLifecycleConfiguration),
+//! the rules as stored, and what a rule does to one object at a given time. Applying the
+//! rules is the tier worker's job (`tier.rs`).
+
+use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::xml::Xml;
+use serde::{Deserialize, Serialize};
+
+/// S3's limit on rules per configuration.
+pub const RULES_MAX: usize = 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Rule {
+    pub id: String,
+    pub enabled: bool,
+    pub prefix: String,
+    pub size_greater_than: Option<u64>,
+    pub size_less_than: Option<u64>,
+    pub transitions: Vec<Transition>,
+    pub expiration: Option<When>,
+    /// AbortIncompleteMultipartUpload: days after initiation.
+    pub abort_incomplete_days: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Transition {
+    pub when: When,
+    pub storage_class: String,
+}
+
+/// Days after the object's creation, or a date (unix ms, and the text as sent).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum When {
+    Days(u32),
+    Date(i64, String),
+}
+
+impl When {
+    fn reached(&self, created_ms: i64, now_ms: i64) -> bool {
+        match self {
+            When::Days(d) => now_ms - created_ms >= i64::from(*d) * 86_400_000,
+            When::Date(ms, _) => now_ms >= *ms,
+        }
+    }
+
+    /// For choosing among several transitions that apply: the latest one wins.
+    fn order_key(&self) -> i64 {
+        match self {
+            When::Days(d) => i64::from(*d) * 86_400_000,
+            When::Date(ms, _) => *ms,
+        }
+    }
+}
+
+/// What the rules say about one object now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Keep,
+    Expire,
+    /// Move to this storage class.
+    Transition(String),
+}
+
+/// Relative coldness of storage classes: transitions only ever go colder.
+pub fn class_rank(class: &str) -> u8 {
+    match class {
+        "STANDARD" => 0,
+        "REDUCED_REDUNDANCY" | "INTELLIGENT_TIERING" => 1,
+        "STANDARD_IA" | "ONEZONE_IA" => 2,
+        "GLACIER_IR" => 3,
+        "GLACIER" => 4,
+        "DEEP_ARCHIVE" => 5,
+        _ => 0,
+    }
+}
+
+impl Rule {
+    fn matches(&self, key: &str, size: u64) -> bool {
+        self.enabled
+            && key.starts_with(&self.prefix)
+            && self.size_greater_than.is_none_or(|g| size > g)
+            && self.size_less_than.is_none_or(|l| size < l)
+    }
+}
+
+/// The action of the first matching rule that acts, S3-style: expiration wins over
+/// transition; among transitions the latest reached one applies, and only to a colder class.
+pub fn evaluate(
+    rules: &[Rule],
+    key: &str,
+    size: u64,
+    created_ms: i64,
+    class: &str,
+    now_ms: i64,
+) -> Action {
+    let mut best: Option<&Transition> = None;
+    for r in rules.iter().filter(|r| r.matches(key, size)) {
+        if r.expiration
+            .as_ref()
+            .is_some_and(|w| w.reached(created_ms, now_ms))
+        {
+            return Action::Expire;
+        }
+        for t in r
+            .transitions
+            .iter()
+            .filter(|t| t.when.reached(created_ms, now_ms))
+        {
+            if best.is_none_or(|b| t.when.order_key() > b.when.order_key()) {
+                best = Some(t);
+            }
+        }
+    }
+    match best {
+        Some(t) if class_rank(&t.storage_class) > class_rank(class) => {
+            Action::Transition(t.storage_class.clone())
+        }
+        _ => Action::Keep,
+    }
+}
+
+// ---- XML ----
+
+#[derive(Debug, Deserialize)]
+struct ConfigXml {
+    #[serde(rename = "Rule", default)]
+    rules: Vec<RuleXml>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RuleXml {
+    #[serde(rename = "ID")]
+    id: Option<String>,
+    #[serde(rename = "Status")]
+    status: String,
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(rename = "Filter")]
+    filter: Option<FilterXml>,
+    #[serde(rename = "Transition", default)]
+    transitions: Vec<TransitionXml>,
+    #[serde(rename = "Expiration")]
+    expiration: Option<ExpirationXml>,
+    #[serde(rename = "AbortIncompleteMultipartUpload")]
+    abort: Option<AbortXml>,
+    #[serde(rename = "NoncurrentVersionTransition", default)]
+    noncurrent_transitions: Vec<serde::de::IgnoredAny>,
+    #[serde(rename = "NoncurrentVersionExpiration")]
+    noncurrent_expiration: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct FilterXml {
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(rename = "Tag")]
+    tag: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "And")]
+    and: Option<AndXml>,
+    #[serde(rename = "ObjectSizeGreaterThan")]
+    size_gt: Option<u64>,
+    #[serde(rename = "ObjectSizeLessThan")]
+    size_lt: Option<u64>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(default)]
+struct AndXml {
+    #[serde(rename = "Prefix")]
+    prefix: Option<String>,
+    #[serde(rename = "Tag")]
+    tags: Vec<serde::de::IgnoredAny>,
+    #[serde(rename = "ObjectSizeGreaterThan")]
+    size_gt: Option<u64>,
+    #[serde(rename = "ObjectSizeLessThan")]
+    size_lt: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TransitionXml {
+    #[serde(rename = "Days")]
+    days: Option<u32>,
+    #[serde(rename = "Date")]
+    date: Option<String>,
+    #[serde(rename = "StorageClass")]
+    storage_class: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ExpirationXml {
+    #[serde(rename = "Days")]
+    days: Option<u32>,
+    #[serde(rename = "Date")]
+    date: Option<String>,
+    #[serde(rename = "ExpiredObjectDeleteMarker")]
+    delete_marker: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(Debug, Deserialize)]
+struct AbortXml {
+    #[serde(rename = "DaysAfterInitiation")]
+    days: u32,
+}
+
+fn invalid(msg: impl Into<String>) -> S3Error {
+    S3Error::new(S3ErrorCode::InvalidArgument, msg)
+}
+
+fn when(days: Option<u32>, date: Option<String>, what: &str) -> S3Result<When> {
+    match (days, date) {
+        (Some(0), _) => Err(invalid(format!(
+            "'Days' in the {what} action must be a positive integer"
+        ))),
+        (Some(d), None) => Ok(When::Days(d)),
+        (None, Some(text)) => {
+            let t = chrono::DateTime::parse_from_rfc3339(text.trim())
+                .map_err(|_| invalid(format!("'Date' in the {what} action must be an ISO 8601 date, e.g. 2026-12-01T00:00:00Z")))?;
+            Ok(When::Date(t.timestamp_millis(), text))
+        }
+        _ => Err(invalid(format!(
+            "the {what} action needs exactly one of 'Days' and 'Date'"
+        ))),
+    }
+}
+
+/// Parses and validates a lifecycle configuration. `is_tier` says whether a storage class is
+/// configured on this server (transitions to any other class are refused).
+pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>> {
+    let cfg: ConfigXml = super::xml::parse(body)?;
+    if cfg.rules.is_empty() {
+        return Err(S3Error::new(
+            S3ErrorCode::MalformedXML,
+            "A lifecycle configuration needs at least one Rule.",
+        ));
+    }
+    if cfg.rules.len() > RULES_MAX {
+        return Err(invalid(format!(
+            "at most {RULES_MAX} rules per configuration"
+        )));
+    }
+    let mut rules = Vec::with_capacity(cfg.rules.len());
+    let mut ids = std::collections::HashSet::new();
+    for (n, r) in cfg.rules.into_iter().enumerate() {
+        let enabled = match r.status.as_str() {
+            "Enabled" => true,
+            "Disabled" => false,
+            _ => {
+                return Err(S3Error::new(
+                    S3ErrorCode::MalformedXML,
+                    "Rule Status must be Enabled or Disabled.",
+                ));
+            }
+        };
+        if !r.noncurrent_transitions.is_empty() || r.noncurrent_expiration.is_some() {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "Noncurrent-version actions need versioning, which packrat does not support.",
+            ));
+        }
+        let f = r.filter.unwrap_or_default();
+        let a = f.and.unwrap_or_default();
+        if f.tag.is_some() || !a.tags.is_empty() {
+            return Err(S3Error::new(
+                S3ErrorCode::NotImplemented,
+                "Tag filters in lifecycle rules need object tagging, which packrat does not support yet; filter by prefix or size.",
+            ));
+        }
+        let prefix = r.prefix.or(f.prefix).or(a.prefix).unwrap_or_default();
+        let mut transitions = Vec::new();
+        for t in r.transitions {
+            if !is_tier(&t.storage_class) {
+                return Err(S3Error::new(
+                    S3ErrorCode::InvalidStorageClass,
+                    format!(
+                        "Transition to {} is not possible: it is not a storage class configured on this server (packrat serve --tier CLASS=...).",
+                        t.storage_class
+                    ),
+                ));
+            }
+            transitions.push(Transition {
+                when: when(t.days, t.date, "Transition")?,
+                storage_class: t.storage_class,
+            });
+        }
+        let expiration = match r.expiration {
+            Some(e) if e.days.is_none() && e.date.is_none() && e.delete_marker.is_some() => None,
+            Some(e) => Some(when(e.days, e.date, "Expiration")?),
+            None => None,
+        };
+        let abort_incomplete_days = r.abort.map(|a| a.days);
+        if transitions.is_empty() && expiration.is_none() && abort_incomplete_days.is_none() {
+            return Err(invalid(
+                "Each rule needs at least one action (Transition, Expiration or AbortIncompleteMultipartUpload).",
+            ));
+        }
+        let id = r.id.unwrap_or_else(|| format!("rule-{}", n + 1));
+        if id.len() > 255 || !ids.insert(id.clone()) {
+            return Err(invalid(
+                "Rule IDs must be unique and at most 255 characters.",
+            ));
+        }
+        rules.push(Rule {
+            id,
+            enabled,
+            prefix,
+            size_greater_than: f.size_gt.or(a.size_gt),
+            size_less_than: f.size_lt.or(a.size_lt),
+            transitions,
+            expiration,
+            abort_incomplete_days,
+        });
+    }
+    Ok(rules)
+}
+
+/// The configuration as GetBucketLifecycleConfiguration returns it.
+pub fn to_xml(rules: &[Rule]) -> String {
+    let mut x = Xml::new();
+    x.root("LifecycleConfiguration");
+    let when = |x: &mut Xml, w: &When| match w {
+        When::Days(d) => x.elem("Days", &d.to_string()),
+        When::Date(_, text) => x.elem("Date", text),
+    };
+    for r in rules {
+        x.open("Rule");
+        x.elem("ID", &r.id);
+        x.open("Filter");
+        let sized = r.size_greater_than.is_some() || r.size_less_than.is_some();
+        if sized {
+            x.open("And");
+        }
+        x.elem("Prefix", &r.prefix);
+        if let Some(g) = r.size_greater_than {
+            x.elem("ObjectSizeGreaterThan", &g.to_string());
+        }
+        if let Some(l) = r.size_less_than {
+            x.elem("ObjectSizeLessThan", &l.to_string());
+        }
+        if sized {
+            x.close("And");
+        }
+        x.close("Filter");
+        x.elem("Status", if r.enabled { "Enabled" } else { "Disabled" });
+        for t in &r.transitions {
+            x.open("Transition");
+            when(&mut x, &t.when);
+            x.elem("StorageClass", &t.storage_class);
+            x.close("Transition");
+        }
+        if let Some(e) = &r.expiration {
+            x.open("Expiration");
+            when(&mut x, e);
+            x.close("Expiration");
+        }
+        if let Some(d) = r.abort_incomplete_days {
+            x.open("AbortIncompleteMultipartUpload");
+            x.elem("DaysAfterInitiation", &d.to_string());
+            x.close("AbortIncompleteMultipartUpload");
+        }
+        x.close("Rule");
+    }
+    x.close("LifecycleConfiguration");
+    x.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiers(c: &str) -> bool {
+        c == "STANDARD_IA" || c == "GLACIER_IR"
+    }
+
+    #[test]
+    fn parse_evaluate_and_render() {
+        let body = br#"<LifecycleConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+          <Rule><ID>cold</ID><Filter><Prefix>train/</Prefix></Filter><Status>Enabled</Status>
+            <Transition><Days>30</Days><StorageClass>STANDARD_IA</StorageClass></Transition>
+            <Transition><Days>90</Days><StorageClass>GLACIER_IR</StorageClass></Transition>
+          </Rule>
+          <Rule><Filter><And><Prefix>tmp/</Prefix><ObjectSizeGreaterThan>10</ObjectSizeGreaterThan></And></Filter>
+            <Status>Enabled</Status><Expiration><Days>7</Days></Expiration>
+            <AbortIncompleteMultipartUpload><DaysAfterInitiation>2</DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule>
+          <Rule><ID>off</ID><Filter/><Status>Disabled</Status><Expiration><Date>2020-01-01T00:00:00Z</Date></Expiration></Rule>
+        </LifecycleConfiguration>"#;
+        let rules = parse(body, &tiers).unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[1].id, "rule-2");
+        assert_eq!(rules[1].size_greater_than, Some(10));
+        let day = 86_400_000i64;
+        let ev = |key: &str, size: u64, age_days: i64, class: &str| {
+            evaluate(&rules, key, size, 0, class, age_days * day)
+        };
+        assert_eq!(ev("train/a", 5, 10, "STANDARD"), Action::Keep);
+        assert_eq!(
+            ev("train/a", 5, 31, "STANDARD"),
+            Action::Transition("STANDARD_IA".into())
+        );
+        assert_eq!(
+            ev("train/a", 5, 100, "STANDARD"),
+            Action::Transition("GLACIER_IR".into())
+        );
+        assert_eq!(ev("train/a", 5, 100, "GLACIER_IR"), Action::Keep);
+        assert_eq!(
+            ev("train/a", 5, 31, "GLACIER_IR"),
+            Action::Keep,
+            "never warmer"
+        );
+        assert_eq!(ev("tmp/x", 50, 8, "STANDARD"), Action::Expire);
+        assert_eq!(ev("tmp/x", 5, 8, "STANDARD"), Action::Keep, "size filter");
+        assert_eq!(
+            ev("other", 50, 10_000, "STANDARD"),
+            Action::Keep,
+            "disabled rule"
+        );
+        // Round trip through the XML GetBucketLifecycleConfiguration returns.
+        let again = parse(to_xml(&rules).as_bytes(), &tiers).unwrap();
+        assert_eq!(again, rules);
+    }
+
+    #[test]
+    fn bad_configurations_are_refused() {
+        let p = |b: &str| parse(b.as_bytes(), &tiers).map_err(|e| e.code);
+        assert_eq!(
+            p("<LifecycleConfiguration/>"),
+            Err(S3ErrorCode::MalformedXML)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Status>On</Status><Expiration><Days>1</Days></Expiration></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::MalformedXML)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Status>Enabled</Status><Transition><Days>1</Days><StorageClass>GLACIER</StorageClass></Transition></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::InvalidStorageClass)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Status>Enabled</Status><Expiration><Days>0</Days></Expiration></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Status>Enabled</Status></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::InvalidArgument)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Status>Enabled</Status><Expiration><Days>3</Days></Expiration></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::NotImplemented)
+        );
+        assert_eq!(
+            p(
+                "<LifecycleConfiguration><Rule><Status>Enabled</Status><Expiration><Date>soon</Date></Expiration></Rule></LifecycleConfiguration>"
+            ),
+            Err(S3ErrorCode::InvalidArgument)
+        );
+        assert_eq!(p("not xml"), Err(S3ErrorCode::MalformedXML));
+    }
+}

