@@ -97,6 +97,11 @@ impl FromStr for TierSpec {
             if bucket.is_empty() {
                 return Err(format!("--tier {class}: s3:// needs a bucket"));
             }
+            if query.contains("endpoint=https") {
+                return Err(format!(
+                    "--tier {class}: HTTPS endpoints are not supported yet (this build speaks plain HTTP to S3 tiers)"
+                ));
+            }
             let mut prefix = prefix.to_string();
             if !prefix.is_empty() && !prefix.ends_with('/') {
                 prefix.push('/');
@@ -618,6 +623,7 @@ mod tests {
         assert!("GLACIER=ftp://x".parse::<TierSpec>().is_err());
         assert!("GLACIER".parse::<TierSpec>().is_err());
         assert!("GLACIER=s3://b?bogus=1".parse::<TierSpec>().is_err());
+        assert!("GLACIER=s3://b?endpoint=https://s3.example".parse::<TierSpec>().is_err());
     }
 
     #[tokio::test]
