@@ -301,7 +301,11 @@ def test_kill9_during_a_move_then_it_resumes(workdir):
         env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK, PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK)
         mover = subprocess.Popen([conftest.BIN, "admin", "--endpoint", srv.endpoint, "tier", "run"],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        time.sleep(3.5)
+        # Kill as soon as part of the move has been switched over (a few seconds in).
+        deadline = time.time() + 60
+        while tier_status(srv)["pending_objects"] == 2000 and time.time() < deadline:
+            time.sleep(0.2)
+        time.sleep(0.5)
         srv.kill9()
         mover.wait(timeout=60)
         srv.start()

@@ -419,6 +419,29 @@ mod tests {
         assert_eq!(again, rules);
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Any body, and any text inside a well-formed rule, is an S3 error or a parsed
+        /// configuration, never a panic.
+        #[test]
+        fn lifecycle_bodies_never_panic(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..400),
+            text in "\\PC{0,60}",
+        ) {
+            let _ = parse(&body, &tiers);
+            for xml in [
+                format!("<LifecycleConfiguration><Rule><Status>Enabled</Status><Expiration><Days>{text}</Days></Expiration></Rule></LifecycleConfiguration>"),
+                format!("<LifecycleConfiguration><Rule><Status>Enabled</Status><Expiration><Date>{text}</Date></Expiration></Rule></LifecycleConfiguration>"),
+                format!("<LifecycleConfiguration><Rule><ID>{text}</ID><Filter><Prefix>{text}</Prefix></Filter><Status>Enabled</Status><Transition><Days>1</Days><StorageClass>{text}</StorageClass></Transition></Rule></LifecycleConfiguration>"),
+            ] {
+                if let Ok(rules) = parse(xml.as_bytes(), &tiers) {
+                    let _ = evaluate(&rules, &text, 1, 0, "STANDARD", i64::MAX / 2);
+                    let _ = to_xml(&rules);
+                }
+            }
+        }
+    }
+
     #[test]
     fn bad_configurations_are_refused() {
         let p = |b: &str| parse(b.as_bytes(), &tiers).map_err(|e| e.code);
