@@ -623,7 +623,11 @@ mod tests {
         assert!("GLACIER=ftp://x".parse::<TierSpec>().is_err());
         assert!("GLACIER".parse::<TierSpec>().is_err());
         assert!("GLACIER=s3://b?bogus=1".parse::<TierSpec>().is_err());
-        assert!("GLACIER=s3://b?endpoint=https://s3.example".parse::<TierSpec>().is_err());
+        assert!(
+            "GLACIER=s3://b?endpoint=https://s3.example"
+                .parse::<TierSpec>()
+                .is_err()
+        );
     }
 
     #[tokio::test]
