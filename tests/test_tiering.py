@@ -323,3 +323,24 @@ def test_kill9_during_a_move_then_it_resumes(workdir):
         assert get_all(srv, "data", expected) == 2000
     finally:
         srv.stop()
+
+
+def test_lifecycle_expiration_without_tiers(server, s3, bucket):
+    """Expiration rules work on a server with no tiers; transitions are refused there."""
+    for i in range(30):
+        s3.put_object(Bucket=bucket, Key=f"logs/{i:02d}", Body=b"x" * 100)
+    s3.put_object(Bucket=bucket, Key="keep/me", Body=b"y")
+    with pytest.raises(ClientError) as e:
+        s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+            {"ID": "t", "Filter": {"Prefix": ""}, "Status": "Enabled",
+             "Transitions": [{"Days": 1, "StorageClass": "STANDARD_IA"}]}]})
+    assert e.value.response["Error"]["Code"] == "InvalidStorageClass"
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+        {"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 3}}]})
+    out = admin(server, "tier", "run")
+    assert "0 expirations" in out.stdout, out.stdout
+    out = admin(server, "tier", "run", "--days-ahead", "4")
+    assert "30 expirations" in out.stdout, out.stdout
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == ["keep/me"]
+    assert tier_status(server)["tiers"] == []

@@ -460,7 +460,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             std::time::Duration::from_secs(config.compact_grace_secs),
         );
     }
-    if !engine.tiers.is_empty() && args.tier_interval > 0 {
+    if args.tier_interval > 0 {
         tier::spawn_background(
             engine.clone(),
             std::time::Duration::from_secs(args.tier_interval),

@@ -430,10 +430,15 @@ async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) 
 }
 
 async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Access::Write)?;
     let engine = state.engine.clone();
     let n = name.to_string();
-    let result = blocking(move || Ok(engine.index.delete_bucket(&n)?)).await;
+    let result = blocking(move || {
+        engine.index.delete_bucket(&n)?;
+        // Bucket ids are never reused; its lifecycle configuration goes with it.
+        crate::tier::delete_lifecycle(&engine.index, b.id)
+    })
+    .await;
     state.engine.forget_bucket(name);
     result?;
     no_content()
