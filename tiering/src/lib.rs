@@ -97,11 +97,6 @@ impl FromStr for TierSpec {
             if bucket.is_empty() {
                 return Err(format!("--tier {class}: s3:// needs a bucket"));
             }
-            if query.contains("endpoint=https") {
-                return Err(format!(
-                    "--tier {class}: HTTPS endpoints are not supported yet (this build speaks plain HTTP to S3 tiers)"
-                ));
-            }
             let mut prefix = prefix.to_string();
             if !prefix.is_empty() && !prefix.ends_with('/') {
                 prefix.push('/');
@@ -230,8 +225,22 @@ impl Tier {
                         None,
                         "packrat-tier",
                     ))
-                    .force_path_style(true)
-                    .http_client(aws_smithy_http_client::Builder::new().build_http());
+                    .force_path_style(true);
+                // Plain HTTP for http:// endpoints (a LAN service, another packrat); rustls
+                // with the system's root certificates for https:// and for AWS itself.
+                b = if endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://"))
+                {
+                    b.http_client(aws_smithy_http_client::Builder::new().build_http())
+                } else {
+                    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
+                    b.http_client(
+                        aws_smithy_http_client::Builder::new()
+                            .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
+                            .build_https(),
+                    )
+                };
                 if let Some(e) = endpoint {
                     b = b.endpoint_url(e);
                 }
@@ -626,8 +635,31 @@ mod tests {
         assert!(
             "GLACIER=s3://b?endpoint=https://s3.example"
                 .parse::<TierSpec>()
-                .is_err()
+                .is_ok()
         );
+    }
+
+    #[tokio::test]
+    async fn https_and_http_s3_tiers_build_clients() {
+        let creds = || {
+            Some(S3Credentials {
+                access_key: "a".into(),
+                secret_key: "b".into(),
+            })
+        };
+        for spec in [
+            "GLACIER_IR=s3://b/p?endpoint=https://s3.eu-west-1.amazonaws.com&region=eu-west-1",
+            "GLACIER_IR=s3://b/p?region=us-east-1",
+            "GLACIER_IR=s3://b/p?endpoint=http://127.0.0.1:1",
+        ] {
+            let t = Tier::open(&spec.parse().unwrap(), creds()).unwrap();
+            assert!(t.describe().starts_with("s3://b/p/"));
+        }
+        // No credentials: a clear configuration error.
+        assert!(matches!(
+            Tier::open(&"GLACIER_IR=s3://b".parse().unwrap(), None),
+            Err(TierError::Config(_))
+        ));
     }
 
     #[tokio::test]
