@@ -311,54 +311,16 @@ pub async fn run_tier(
     secret_key: &str,
     days_ahead: u32,
 ) -> Result<(), String> {
-    let ask = |method: Method, path: String| async move {
-        let (status, body) = call(
-            endpoint,
-            region,
-            access_key,
-            secret_key,
-            method,
-            &path,
-            Vec::new(),
-        )
-        .await?;
-        if !status.is_success() {
-            return Err(format!(
-                "server answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        serde_json::from_slice::<crate::tier::RunProgress>(&body)
-            .map_err(|e| format!("unexpected answer from the server: {e}"))
-    };
-    let before = ask(Method::GET, "tier/run".into()).await?;
-    let mut p = ask(Method::POST, format!("tier/run?days_ahead={days_ahead}")).await?;
-    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "tier run [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let mut seen_running = p.running;
-    let before_report = before.report.as_ref().map(|r| r.seconds.to_bits());
-    loop {
-        bar.set_length(p.total_bytes.max(1));
-        bar.set_position(p.done_bytes);
-        let new_report =
-            p.report.as_ref().map(|r| r.seconds.to_bits()) != before_report || p.error.is_some();
-        if !p.running && (seen_running || new_report) {
-            break;
-        }
-        seen_running |= p.running;
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        p = ask(Method::GET, "tier/run".into()).await?;
-    }
-    bar.finish();
-    if let Some(e) = p.error {
-        return Err(format!("tier run failed: {e}"));
-    }
-    let r = p.report.ok_or("the server kept no report")?;
+    let r: crate::tier::RunReport = crate::job::follow(
+        endpoint,
+        region,
+        access_key,
+        secret_key,
+        "tier run",
+        &format!("tier/run?days_ahead={days_ahead}"),
+        "tier/run",
+    )
+    .await?;
     println!(
         "lifecycle: {} transitions, {} expirations, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
         r.lifecycle_transitions,
@@ -384,52 +346,10 @@ pub async fn run_scrub(
     access_key: &str,
     secret_key: &str,
 ) -> Result<(), String> {
-    let ask = |method: Method| async move {
-        let (status, body) = call(
-            endpoint,
-            region,
-            access_key,
-            secret_key,
-            method,
-            "scrub",
-            Vec::new(),
-        )
-        .await?;
-        if !status.is_success() {
-            return Err(format!(
-                "server answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
-        serde_json::from_slice::<crate::ec::ScrubProgress>(&body)
-            .map_err(|e| format!("unexpected answer from the server: {e}"))
-    };
-    // A report already there belongs to an earlier scrub: wait for a new one.
-    let before = ask(Method::GET).await?;
-    let mut p = ask(Method::POST).await?;
-    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(
-            "scrub [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})",
-        )
-        .map_err(|e| e.to_string())?,
-    );
-    let mut seen_running = p.running;
-    loop {
-        bar.set_length(p.total_bytes.max(1));
-        bar.set_position(p.done_bytes);
-        if !p.running && (seen_running || p.report.is_some() && before.report.is_none()) {
-            break;
-        }
-        seen_running |= p.running;
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        p = ask(Method::GET).await?;
-    }
-    bar.finish();
-    if let Some(e) = p.error {
-        return Err(format!("scrub failed: {e}"));
-    }
-    let r = p.report.ok_or("the server kept no scrub report")?;
+    let r: packrat_chunk_store::ScrubReport = crate::job::follow(
+        endpoint, region, access_key, secret_key, "scrub", "scrub", "scrub",
+    )
+    .await?;
     println!(
         "checked {} segments ({} shards, {} bytes): {} shards missing, {} corrupt; {} rebuilt; {} sealed segments encoded",
         r.segments_checked,

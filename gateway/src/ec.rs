@@ -5,62 +5,27 @@
 
 use crate::engine::Engine;
 use packrat_chunk_store::ScrubReport;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// The scrub in progress, or the last one.
-#[derive(Default)]
-pub struct ScrubJob {
-    running: AtomicBool,
-    done_bytes: AtomicU64,
-    total_bytes: AtomicU64,
-    last: Mutex<Option<Result<ScrubReport, String>>>,
-}
-
-/// What `GET /_packrat/admin/scrub` answers.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct ScrubProgress {
-    pub running: bool,
-    pub done_bytes: u64,
-    pub total_bytes: u64,
-    /// The report of the last scrub that finished.
-    pub report: Option<ScrubReport>,
-    pub error: Option<String>,
-}
-
-impl ScrubJob {
-    pub fn progress(&self) -> ScrubProgress {
-        let last = self.last.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        ScrubProgress {
-            running: self.running.load(Relaxed),
-            done_bytes: self.done_bytes.load(Relaxed),
-            total_bytes: self.total_bytes.load(Relaxed),
-            report: last.as_ref().and_then(|r| r.as_ref().ok().cloned()),
-            error: last.and_then(|r| r.err()),
-        }
-    }
-}
+pub type ScrubJob = crate::job::Job<ScrubReport>;
 
 /// Starts a scrub unless one is running; `rate` bounds its reading (bytes per second).
 /// Returns whether this call started it.
 pub fn start_scrub(engine: &Arc<Engine>, rate: Option<u64>) -> bool {
-    if engine.scrub.running.swap(true, Relaxed) {
+    if !engine.scrub.try_start() {
         return false;
     }
     let engine = engine.clone();
     tokio::task::spawn_blocking(move || {
         let job = &engine.scrub;
-        job.done_bytes.store(0, Relaxed);
-        job.total_bytes.store(0, Relaxed);
         let started = std::time::Instant::now();
         let result = engine
             .chunks
             .scrub(rate, &|done, total| {
-                job.done_bytes.store(done, Relaxed);
-                job.total_bytes.store(total, Relaxed);
+                job.set_done(done);
+                job.set_total(total);
             })
             .map_err(|e| e.to_string());
         match &result {
@@ -77,8 +42,7 @@ pub fn start_scrub(engine: &Arc<Engine>, rate: Option<u64>) -> bool {
             ),
             Err(e) => tracing::error!(error = %e, "scrub failed"),
         }
-        *job.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-        job.running.store(false, Relaxed);
+        job.finish(result);
     });
     true
 }

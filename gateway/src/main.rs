@@ -9,6 +9,7 @@ mod compact;
 mod config;
 mod ec;
 mod engine;
+mod job;
 mod metrics;
 mod s3;
 mod server;

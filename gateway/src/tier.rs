@@ -31,8 +31,8 @@ use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 /// Ids of segments that live on a tier start here; local segments never reach it.
@@ -78,22 +78,8 @@ pub struct RunReport {
     pub seconds: f64,
 }
 
-#[derive(Default)]
-struct RunJob {
-    running: AtomicBool,
-    done_bytes: AtomicU64,
-    total_bytes: AtomicU64,
-    last: Mutex<Option<Result<RunReport, String>>>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct RunProgress {
-    pub running: bool,
-    pub done_bytes: u64,
-    pub total_bytes: u64,
-    pub report: Option<RunReport>,
-    pub error: Option<String>,
-}
+/// What `GET /_packrat/admin/tier/run` answers.
+pub type RunProgress = crate::job::Progress<RunReport>;
 
 #[derive(Default)]
 struct Counters {
@@ -111,7 +97,7 @@ pub struct Tiers {
     staging: PathBuf,
     segment_bytes: u64,
     rate: u64,
-    job: RunJob,
+    job: crate::job::Job<RunReport>,
     counters: Counters,
     /// One run at a time.
     running: tokio::sync::Mutex<()>,
@@ -207,7 +193,7 @@ impl Tiers {
             staging,
             segment_bytes: opts.segment_bytes.max(1 << 20),
             rate: opts.rate,
-            job: RunJob::default(),
+            job: Default::default(),
             counters: Counters::default(),
             running: tokio::sync::Mutex::new(()),
         })
@@ -286,19 +272,7 @@ impl Tiers {
     }
 
     pub fn progress(&self) -> RunProgress {
-        let last = self
-            .job
-            .last
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        RunProgress {
-            running: self.job.running.load(Relaxed),
-            done_bytes: self.job.done_bytes.load(Relaxed),
-            total_bytes: self.job.total_bytes.load(Relaxed),
-            report: last.as_ref().and_then(|r| r.as_ref().ok().cloned()),
-            error: last.and_then(|r| r.err()),
-        }
+        self.job.progress()
     }
 
     pub fn metrics(&self) -> [(&'static str, u64); 5] {
@@ -521,14 +495,12 @@ pub async fn status(engine: &Arc<Engine>) -> S3Result<TierStatus> {
 
 /// Starts a run unless one is going; the result lands in the progress report.
 pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
-    if engine.tiers.job.running.swap(true, Relaxed) {
+    if !engine.tiers.job.try_start() {
         return false;
     }
     let engine = engine.clone();
     tokio::spawn(async move {
         let t = &engine.tiers;
-        t.job.done_bytes.store(0, Relaxed);
-        t.job.total_bytes.store(0, Relaxed);
         let r = run(&engine, days_ahead).await.map_err(|e| e.message);
         match &r {
             Ok(rep) => tracing::info!(
@@ -542,8 +514,7 @@ pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
             ),
             Err(e) => tracing::error!(error = %e, "tier run failed"),
         }
-        *t.job.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
-        t.job.running.store(false, Relaxed);
+        t.job.finish(r);
     });
     true
 }
@@ -597,7 +568,7 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> S3Result<RunReport> {
     })
     .await?;
     let total: u64 = pending.iter().map(|p| p.bytes).sum();
-    tiers.job.total_bytes.store(total, Relaxed);
+    tiers.job.set_total(total);
     let mut by_dest: BTreeMap<Option<String>, Vec<Pending>> = BTreeMap::new();
     for p in pending {
         by_dest.entry(p.to.clone()).or_default().push(p);
@@ -774,7 +745,7 @@ async fn move_to_tier(
                     len: loc.len,
                 },
             ));
-            tiers.job.done_bytes.fetch_add(u64::from(c.len), Relaxed);
+            tiers.job.add_done(u64::from(c.len));
             throttle.account(u64::from(c.len)).await;
         }
         if !moved.is_empty() {
@@ -882,11 +853,7 @@ async fn move_to_nvme(
                     len: loc.len,
                 },
             ));
-            engine
-                .tiers
-                .job
-                .done_bytes
-                .fetch_add(u64::from(c.len), Relaxed);
+            engine.tiers.job.add_done(u64::from(c.len));
             throttle.account(u64::from(c.len)).await;
         }
         let bytes: u64 = moved.iter().map(|(_, _, n)| u64::from(n.len)).sum();
