@@ -373,6 +373,35 @@ pub async fn run_scrub(
     }
 }
 
+/// [`call`] without a body, for an answer that must be a success: its body, or the server's
+/// error as a message.
+pub async fn call_ok(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+    method: Method,
+    path: &str,
+) -> Result<Vec<u8>, String> {
+    let (status, body) = call(
+        endpoint,
+        region,
+        access_key,
+        secret_key,
+        method,
+        path,
+        Vec::new(),
+    )
+    .await?;
+    if !status.is_success() {
+        return Err(format!(
+            "server answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(body)
+}
+
 /// Client side: one signed request to a running server's admin API.
 pub async fn call(
     endpoint: &str,

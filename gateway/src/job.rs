@@ -97,22 +97,8 @@ pub async fn follow<R: DeserializeOwned>(
 ) -> Result<R, String> {
     use http::Method;
     let ask = |method: Method, path: String| async move {
-        let (status, body) = crate::admin::call(
-            endpoint,
-            region,
-            access_key,
-            secret_key,
-            method,
-            &path,
-            Vec::new(),
-        )
-        .await?;
-        if !status.is_success() {
-            return Err(format!(
-                "server answered {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
-        }
+        let body =
+            crate::admin::call_ok(endpoint, region, access_key, secret_key, method, &path).await?;
         serde_json::from_slice::<Progress<R>>(&body)
             .map_err(|e| format!("unexpected answer from the server: {e}"))
     };

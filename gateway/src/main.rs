@@ -567,27 +567,6 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             }
             return Ok(());
         }
-        AdminCommand::Tier(TierCommand::Status) => {
-            let (ak, sk) = root_credentials()?;
-            let (status, body) = admin::call(
-                &args.endpoint,
-                &args.region,
-                &ak,
-                &sk,
-                Method::GET,
-                "tier",
-                Vec::new(),
-            )
-            .await?;
-            if !status.is_success() {
-                return Err(format!(
-                    "server answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                ));
-            }
-            println!("{}", String::from_utf8_lossy(&body));
-            return Ok(());
-        }
         AdminCommand::Tier(TierCommand::Run { days_ahead }) => {
             let (ak, sk) = root_credentials()?;
             return admin::run_tier(&args.endpoint, &args.region, &ak, &sk, days_ahead).await;
@@ -596,9 +575,12 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             let (ak, sk) = root_credentials()?;
             return admin::run_scrub(&args.endpoint, &args.region, &ak, &sk).await;
         }
-        AdminCommand::Status { .. } | AdminCommand::Compact { .. } => {
+        AdminCommand::Status { .. }
+        | AdminCommand::Compact { .. }
+        | AdminCommand::Tier(TierCommand::Status) => {
             let (ak, sk) = root_credentials()?;
             let (method, path) = match args.command {
+                AdminCommand::Tier(TierCommand::Status) => (Method::GET, "tier".to_string()),
                 AdminCommand::Status { flush: true } => {
                     (Method::GET, "status?flush=true".to_string())
                 }
@@ -616,22 +598,8 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 }
                 _ => (Method::GET, "status".to_string()),
             };
-            let (status, body) = admin::call(
-                &args.endpoint,
-                &args.region,
-                &ak,
-                &sk,
-                method,
-                &path,
-                Vec::new(),
-            )
-            .await?;
-            if !status.is_success() {
-                return Err(format!(
-                    "server answered {status}: {}",
-                    String::from_utf8_lossy(&body)
-                ));
-            }
+            let body =
+                admin::call_ok(&args.endpoint, &args.region, &ak, &sk, method, &path).await?;
             println!("{}", String::from_utf8_lossy(&body));
             return Ok(());
         }
