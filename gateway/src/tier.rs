@@ -931,3 +931,29 @@ pub fn spawn_background(engine: Arc<Engine>, interval: Duration) {
         }
     });
 }
+
+/// Tier failures as S3 errors (kept here so the S3 layer itself does not depend on tiers).
+impl From<packrat_tiering::TierError> for S3Error {
+    fn from(e: packrat_tiering::TierError) -> Self {
+        use packrat_tiering::TierError as E;
+        match e {
+            E::Unavailable { .. } => {
+                tracing::warn!(error = %e, "tier unavailable");
+                S3Error::new(
+                    S3ErrorCode::ServiceUnavailable,
+                    format!(
+                        "The object is on a storage tier that cannot be reached now ({e}); retry later."
+                    ),
+                )
+            }
+            E::NotFound { .. } | E::Mismatch { .. } => {
+                tracing::error!(error = %e, "tiered data missing or wrong; not served");
+                S3Error::new(
+                    S3ErrorCode::InternalError,
+                    "The object's data on its storage tier is missing or failed verification; it was not served.",
+                )
+            }
+            E::Config(_) => S3Error::internal("tier configuration", e),
+        }
+    }
+}
