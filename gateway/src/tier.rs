@@ -166,8 +166,11 @@ impl Tiers {
                 let _ = std::fs::remove_file(e.path());
             }
         }
-        std::fs::create_dir_all(&staging)
-            .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
+        if !tiers.is_empty() {
+            // Only a server with tiers builds tier segments (and has this directory).
+            std::fs::create_dir_all(&staging)
+                .map_err(|e| format!("cannot create {}: {e}", staging.display()))?;
+        }
         let mut catalog = HashMap::new();
         for (k, v) in index
             .scan_meta(META_SEGMENT.as_bytes())
