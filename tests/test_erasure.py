@@ -185,7 +185,10 @@ def test_erasure_coding_survives_lost_and_corrupt_disks(workdir):
         assert (ok, lost) == (len(expected), 0)
         check_ranges_and_batch(srv, expected, sizes_by_key)
         st = status(srv)
-        assert st["degraded_reads"] > 0 and st["erasure"]["segments_degraded"] > 0, st
+        # Degraded segments are repaired in the background within a second of a read finding
+        # them: either some are still degraded, or shards were already rebuilt.
+        assert st["degraded_reads"] > 0, st
+        assert st["erasure"]["segments_degraded"] > 0 or st["shards_rebuilt"] > 0, st
 
         # Repair restores full redundancy (the two directories were recreated empty).
         out = admin(srv, "scrub")
