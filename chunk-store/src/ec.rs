@@ -260,21 +260,25 @@ impl ShardSet {
         Ok((at, rebuilt))
     }
 
-    /// Rebuilds body bytes `[from, to)` of shard `t` from the other shards, using only
-    /// blocks whose crc verifies.
-    pub fn rebuild(&self, t: usize, from: u64, to: u64) -> Result<Vec<u8>> {
+    /// Every shard's body bytes `[from, to)` (block-aligned `from`), rebuilt from up to `k`
+    /// shards not in `skip` whose blocks in that range verify. The shards in `skip` (and any
+    /// other missing one) come back rebuilt.
+    fn reconstruct_range(
+        &self,
+        skip: &[usize],
+        from: u64,
+        to: u64,
+    ) -> Result<Vec<Option<Vec<u8>>>> {
         let s = self.shard_len();
-        let b0 = from / SHARD_BLOCK_BYTES * SHARD_BLOCK_BYTES;
-        let b1 = (to.div_ceil(SHARD_BLOCK_BYTES) * SHARD_BLOCK_BYTES).min(s);
         let mut pieces: Vec<Option<Vec<u8>>> = vec![None; self.files.len()];
         let mut have = 0;
         for (i, f) in self.files.iter().enumerate() {
-            if i == t || have == self.layout.k {
+            if skip.contains(&i) || have == self.layout.k {
                 continue;
             }
             let Some(f) = f else { continue };
             let mut buf = Vec::new();
-            match read_verified(f, s, b0, b1, &mut buf) {
+            match read_verified(f, s, from, to, &mut buf) {
                 Ok(()) => {
                     pieces[i] = Some(buf);
                     have += 1;
@@ -293,6 +297,16 @@ impl ShardSet {
                 segment_id: self.id,
                 reason: e.to_string(),
             })?;
+        Ok(pieces)
+    }
+
+    /// Rebuilds body bytes `[from, to)` of shard `t` from the other shards, using only
+    /// blocks whose crc verifies.
+    pub fn rebuild(&self, t: usize, from: u64, to: u64) -> Result<Vec<u8>> {
+        let s = self.shard_len();
+        let b0 = from / SHARD_BLOCK_BYTES * SHARD_BLOCK_BYTES;
+        let b1 = (to.div_ceil(SHARD_BLOCK_BYTES) * SHARD_BLOCK_BYTES).min(s);
+        let mut pieces = self.reconstruct_range(&[t], b0, b1)?;
         let bytes = pieces[t].take().unwrap_or_default();
         let a = (from - b0) as usize;
         let b = (to - b0) as usize;
@@ -340,25 +354,7 @@ impl ShardSet {
         let mut row = 0;
         while row < s {
             let end = (row + ROW_BYTES).min(s);
-            let mut pieces: Vec<Option<Vec<u8>>> = vec![None; self.files.len()];
-            let mut have = 0;
-            for (i, f) in self.files.iter().enumerate() {
-                if targets.contains(&i) || have == self.layout.k {
-                    continue;
-                }
-                let Some(f) = f else { continue };
-                let mut buf = Vec::new();
-                if read_verified(f, s, row, end, &mut buf).is_ok() {
-                    pieces[i] = Some(buf);
-                    have += 1;
-                }
-            }
-            self.codec
-                .reconstruct(&mut pieces)
-                .map_err(|e| ChunkStoreError::Unrecoverable {
-                    segment_id: self.id,
-                    reason: e.to_string(),
-                })?;
+            let pieces = self.reconstruct_range(targets, row, end)?;
             for (w, &t) in writers.iter_mut().zip(targets) {
                 let bytes = pieces[t].as_deref().unwrap_or_default();
                 w.write_row(row, bytes)?;

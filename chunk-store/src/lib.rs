@@ -800,17 +800,7 @@ impl ChunkStore {
         chunk_index: u32,
         payload: &[u8],
     ) -> Result<(RecordLocation, WriteTicket)> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
-            .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
-        let header = RecordHeader {
-            object_id,
-            chunk_index,
-            payload_len: len,
-            payload_crc32c: crc32c(payload),
-        }
-        .encode();
+        let (len, header) = record_header(object_id, chunk_index, payload)?;
         let record_bytes = RECORD_HEADER_BYTES as u64 + u64::from(len);
         if self.read_only {
             return Err(ChunkStoreError::Config(
@@ -1937,6 +1927,27 @@ fn fs_space(path: &Path) -> Option<(u64, u64)> {
     Some((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
 }
 
+/// The payload length and encoded header of a record (refusing oversized payloads): the one
+/// place both the store's appends and standalone segment files build records.
+fn record_header(
+    object_id: [u8; 16],
+    chunk_index: u32,
+    payload: &[u8],
+) -> Result<(u32, [u8; RECORD_HEADER_BYTES])> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
+        .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
+    let header = RecordHeader {
+        object_id,
+        chunk_index,
+        payload_len: len,
+        payload_crc32c: crc32c(payload),
+    }
+    .encode();
+    Ok((len, header))
+}
+
 /// Writes `header` then `payload` at `offset` with `pwritev`, so the record is not first
 /// copied into one buffer (for 1 MiB chunks that copy, and the fresh pages it touched, cost
 /// more CPU than the write itself).
@@ -2168,17 +2179,7 @@ impl SegmentFileWriter {
         chunk_index: u32,
         payload: &[u8],
     ) -> Result<RecordLocation> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
-            .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
-        let header = RecordHeader {
-            object_id,
-            chunk_index,
-            payload_len: len,
-            payload_crc32c: crc32c(payload),
-        }
-        .encode();
+        let (len, header) = record_header(object_id, chunk_index, payload)?;
         write_all_vectored_at(&self.file, &header, payload, self.offset)
             .map_err(|e| io_err(&self.path, e))?;
         let loc = RecordLocation {
