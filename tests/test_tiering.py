@@ -344,3 +344,42 @@ def test_lifecycle_expiration_without_tiers(server, s3, bucket):
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert keys == ["keep/me"]
     assert tier_status(server)["tiers"] == []
+
+
+def test_an_unreadable_object_is_left_in_place_and_the_move_goes_on(workdir):
+    root = workdir / "tier-rot"
+    root.mkdir()
+    srv = Server(root / "data", ["--tier", f"STANDARD_IA=dir:{root / 'hdd'}",
+                                 "--tier-interval", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="data")
+        items = [(f"k/{i:03d}", i, 3000) for i in range(50)]
+        expected = put_many(srv, "data", items, storage_class="STANDARD_IA")
+        marker = b"ROT-" + os.urandom(8).hex().encode()
+        s3.put_object(Bucket="data", Key="rotten", Body=marker + b"x" * 4000, StorageClass="STANDARD_IA")
+        srv.stop()
+        hits = 0
+        seg_dir = os.path.join(srv.data_dir, "segments")
+        for name in os.listdir(seg_dir):
+            path = os.path.join(seg_dir, name)
+            data = bytearray(open(path, "rb").read())
+            at = data.find(marker)
+            if at >= 0:
+                data[at + len(marker) + 10] ^= 0x01
+                open(path, "wb").write(bytes(data))
+                hits += 1
+        assert hits == 1
+        srv.start()
+        s3 = srv.client()
+        out = admin(srv, "tier", "run")
+        assert "moved 50 objects" in out.stdout and "1 unreadable" in out.stdout, out.stdout
+        st = tier_status(srv)
+        assert st["tiers"][0]["objects"] == 50 and st["pending_objects"] == 1, st
+        assert get_all(srv, "data", expected) == 50
+        with pytest.raises(ClientError) as e:
+            s3.get_object(Bucket="data", Key="rotten")["Body"].read()
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+        assert "could not be read; it stays where it is" in open(srv.log_path).read()
+    finally:
+        srv.stop()

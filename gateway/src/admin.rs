@@ -322,7 +322,7 @@ pub async fn run_tier(
     )
     .await?;
     println!(
-        "lifecycle: {} transitions, {} expirations, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
+        "lifecycle: {} transitions, {} expirations, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unreadable (left in place, see the server log); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
         r.lifecycle_transitions,
         r.lifecycle_expirations,
         r.uploads_aborted,
@@ -330,6 +330,7 @@ pub async fn run_tier(
         r.bytes_moved,
         r.segments_written,
         r.objects_skipped,
+        r.objects_unreadable,
         r.segments_removed,
         r.nvme_bytes_reclaimed,
         r.seconds

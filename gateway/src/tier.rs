@@ -72,6 +72,10 @@ pub struct RunReport {
     pub bytes_moved: u64,
     /// Objects that changed (overwritten, deleted) while being moved: left as they are.
     pub objects_skipped: u64,
+    /// Objects with a record that failed to read (corrupt or lost): left where they are, and
+    /// logged; the run goes on with the others.
+    #[serde(default)]
+    pub objects_unreadable: u64,
     pub segments_written: u64,
     pub segments_removed: u64,
     pub nvme_bytes_reclaimed: u64,
@@ -700,6 +704,18 @@ async fn apply_lifecycle(engine: &Arc<Engine>, now: i64, report: &mut RunReport)
     Ok(())
 }
 
+/// Whether a failed read is about one object (a corrupt or missing record: skip it and go
+/// on) rather than a whole tier being unreachable (stop the run; the next one retries).
+fn affects_one_object(e: &S3Error) -> bool {
+    e.code != S3ErrorCode::ServiceUnavailable
+}
+
+fn unreadable(p: &Pending, e: &S3Error, report: &mut RunReport) {
+    tracing::error!(bucket_id = p.bucket_id, key = %p.key, error = %e.message,
+        "tier move: an object could not be read; it stays where it is");
+    report.objects_unreadable += 1;
+}
+
 async fn move_to_tier(
     engine: &Arc<Engine>,
     tier: &Arc<Tier>,
@@ -710,7 +726,7 @@ async fn move_to_tier(
     let tiers = &engine.tiers;
     let mut current: Option<(u64, SegmentFileWriter, PathBuf)> = None;
     let mut relocations: Vec<Relocation> = Vec::new();
-    for p in objs {
+    'objects: for p in objs {
         let mut moved = Vec::new();
         for (i, c) in p.obj.chunks.iter().enumerate() {
             if chunk_tier(tiers, c).as_deref() == Some(tier.class.as_str()) {
@@ -733,7 +749,15 @@ async fn move_to_tier(
                 )?;
                 current = Some((id, w, path));
             }
-            let data = engine.read_chunk(&p.obj, i).await?;
+            let data = match engine.read_chunk(&p.obj, i).await {
+                Ok(d) => d,
+                Err(e) if affects_one_object(&e) => {
+                    // Records already copied for it stay in the tier segment, unreferenced.
+                    unreadable(&p, &e, report);
+                    continue 'objects;
+                }
+                Err(e) => return Err(e),
+            };
             let (rid, idx) = p.obj.chunk_identity(i);
             let Some((_, w, _)) = current.as_mut() else {
                 continue;
@@ -834,7 +858,7 @@ async fn move_to_nvme(
     report: &mut RunReport,
     throttle: &mut Throttle,
 ) -> S3Result<()> {
-    for p in objs {
+    'objects: for p in objs {
         let pin = engine.pin_write();
         let mut moved = Vec::new();
         let mut ticket = None;
@@ -842,7 +866,14 @@ async fn move_to_nvme(
             if !is_tier_segment(c.segment_id) {
                 continue;
             }
-            let data = engine.read_chunk(&p.obj, i).await?;
+            let data = match engine.read_chunk(&p.obj, i).await {
+                Ok(d) => d,
+                Err(e) if affects_one_object(&e) => {
+                    unreadable(&p, &e, report);
+                    continue 'objects;
+                }
+                Err(e) => return Err(e),
+            };
             let (rid, idx) = p.obj.chunk_identity(i);
             let e = engine.clone();
             let (loc, t) = blocking(move || Ok(e.chunks.append(rid, idx, &data)?)).await?;
