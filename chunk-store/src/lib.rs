@@ -95,6 +95,24 @@ pub struct RecordLocation {
     pub len: u32,
 }
 
+/// One record for [`ChunkStore::read_records_into`] to read and verify: its location and
+/// identity, and where in the caller's buffer its payload goes (`dst..dst + loc.len`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRead {
+    pub loc: RecordLocation,
+    pub object_id: [u8; 16],
+    pub chunk_index: u32,
+    pub dst: usize,
+}
+
+/// Records at most this far apart in a file share one vectored read (the gap is read into a
+/// discard buffer).
+pub const SCATTER_GAP_BYTES_MAX: u64 = 4096;
+/// Largest single vectored read of [`ChunkStore::read_records_into`]...
+const SCATTER_RUN_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// ...and most pieces in it (Linux accepts 1024).
+const SCATTER_IOVECS_MAX: usize = 512;
+
 /// Proof of an append, to be passed to [`ChunkStore::sync_through`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct WriteTicket {
@@ -1389,6 +1407,128 @@ impl ChunkStore {
         Err(last_err.unwrap_or(ChunkStoreError::MissingSegment(segment_id)))
     }
 
+    /// Reads whole records straight into the caller's buffer: the payload of `reads[i]` goes
+    /// to `buf[dst..dst + len]`, and the result says whether it is there, verified. Records
+    /// that are neighbours in one file (gaps of at most [`SCATTER_GAP_BYTES_MAX`]) share one
+    /// vectored read that scatters headers aside, payloads into place and gap bytes into a
+    /// discard buffer, so a run of records costs one syscall and one copy, out of the page
+    /// cache into `buf`. Every record is checked as [`read`](Self::read) checks it; one that
+    /// cannot be read this way (a shard piece, an I/O error, a failed check) is read again
+    /// with `read`, which falls back on redundancy. Blocks on a page-cache miss.
+    ///
+    /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
+    pub fn read_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<Result<()>> {
+        let mut by_dst: Vec<(usize, usize)> = reads
+            .iter()
+            .map(|r| (r.dst, r.dst + r.loc.len as usize))
+            .collect();
+        by_dst.sort_unstable();
+        for w in by_dst.windows(2) {
+            assert!(w[0].1 <= w[1].0, "record slots overlap");
+        }
+        if let Some(last) = by_dst.last() {
+            assert!(last.1 <= buf.len(), "record slot outside the buffer");
+        }
+        // Where each record is: (record, file, offset of its header in the file).
+        let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
+        let mut retry: Vec<usize> = Vec::new();
+        for (i, r) in reads.iter().enumerate() {
+            match self.direct(&r.loc) {
+                Ok(Some((file, at))) => placed.push((i, file, at)),
+                _ => retry.push(i),
+            }
+        }
+        placed.sort_unstable_by_key(|(_, f, at)| (Arc::as_ptr(f) as usize, *at));
+        let mut headers = vec![[0u8; RECORD_HEADER_BYTES]; reads.len()];
+        let mut discard = vec![0u8; SCATTER_GAP_BYTES_MAX as usize];
+        let rec_len = |i: usize| RECORD_HEADER_BYTES as u64 + u64::from(reads[i].loc.len);
+        let mut iov: Vec<libc::iovec> = Vec::with_capacity(SCATTER_IOVECS_MAX);
+        let mut run = 0usize;
+        while run < placed.len() {
+            // The run: placed[run..end], one file, each record at most a small gap after the
+            // previous one's end.
+            let (_, file, start) = &placed[run];
+            let mut end = run + 1;
+            let mut run_end = start + rec_len(placed[run].0);
+            while end < placed.len() {
+                let (i, f, at) = &placed[end];
+                let fits = Arc::ptr_eq(f, file)
+                    && *at >= run_end
+                    && at - run_end <= SCATTER_GAP_BYTES_MAX
+                    && at + rec_len(*i) - start <= SCATTER_RUN_BYTES_MAX
+                    && (end - run) * 3 + 3 <= SCATTER_IOVECS_MAX;
+                if !fits {
+                    break;
+                }
+                run_end = at + rec_len(*i);
+                end += 1;
+            }
+            iov.clear();
+            let mut at_end = *start;
+            for (i, _, at) in &placed[run..end] {
+                let gap = (at - at_end) as usize;
+                if gap > 0 {
+                    iov.push(libc::iovec {
+                        iov_base: discard.as_mut_ptr().cast(),
+                        iov_len: gap,
+                    });
+                }
+                iov.push(libc::iovec {
+                    iov_base: headers[*i].as_mut_ptr().cast(),
+                    iov_len: RECORD_HEADER_BYTES,
+                });
+                let len = reads[*i].loc.len as usize;
+                if len > 0 {
+                    iov.push(libc::iovec {
+                        // In bounds: asserted above.
+                        iov_base: buf[reads[*i].dst..].as_mut_ptr().cast(),
+                        iov_len: len,
+                    });
+                }
+                at_end = at + rec_len(*i);
+            }
+            let wanted = (run_end - start) as usize;
+            // SAFETY: every iovec points into `buf`, `headers` or `discard`, all exclusively
+            // borrowed by this function and not otherwise touched until the call returns.
+            let got = unsafe { preadv_full(file, &mut iov, *start) };
+            for (i, _, _) in &placed[run..end] {
+                let ok = matches!(got, Ok(n) if n == wanted)
+                    && self.check_scattered(&reads[*i], &headers[*i], buf).is_ok();
+                if !ok {
+                    retry.push(*i);
+                }
+            }
+            run = end;
+        }
+        let mut results: Vec<Result<()>> = (0..reads.len()).map(|_| Ok(())).collect();
+        for i in retry {
+            let r = &reads[i];
+            results[i] = self
+                .read(&r.loc, &r.object_id, r.chunk_index)
+                .map(|payload| buf[r.dst..r.dst + payload.len()].copy_from_slice(&payload));
+        }
+        results
+    }
+
+    fn check_scattered(
+        &self,
+        r: &RecordRead,
+        header: &[u8; RECORD_HEADER_BYTES],
+        buf: &[u8],
+    ) -> std::result::Result<(), String> {
+        let h = decode_record_header(header)?;
+        if h.object_id != r.object_id || h.chunk_index != r.chunk_index {
+            return Err("record belongs to another object".into());
+        }
+        if h.payload_len != r.loc.len {
+            return Err("length does not match the index".into());
+        }
+        if crc32c(&buf[r.dst..r.dst + r.loc.len as usize]) != h.payload_crc32c {
+            return Err("payload crc32c mismatch".into());
+        }
+        Ok(())
+    }
+
     /// Seals the active segment now if it holds records (a new one takes over), so that
     /// compaction may reclaim its dead records. Returns whether it did.
     pub fn seal_active(&self) -> Result<bool> {
@@ -1951,6 +2091,64 @@ fn record_header(
 /// Writes `header` then `payload` at `offset` with `pwritev`, so the record is not first
 /// copied into one buffer (for 1 MiB chunks that copy, and the fresh pages it touched, cost
 /// more CPU than the write itself).
+/// Fills the buffers of `iov` from `file` at `offset`, in order, and returns the bytes read:
+/// fewer than asked only at the end of the file. First without blocking (a page-cache hit),
+/// then blocking for whatever was not cached. `iov` is consumed (advanced) as it fills.
+///
+/// # Safety
+///
+/// Every iovec must point at memory valid for writes of its length, not accessed through any
+/// other path for the duration of the call.
+unsafe fn preadv_full(file: &File, iov: &mut [libc::iovec], offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::io::AsRawFd;
+    let mut first = 0usize;
+    let mut done = 0usize;
+    let mut flags = libc::RWF_NOWAIT;
+    while first < iov.len() {
+        let at = i64::try_from(offset + done as u64)
+            .map_err(|_| std::io::Error::other("offset past i64"))?;
+        let count = (iov.len() - first).min(1024) as libc::c_int;
+        // SAFETY: the caller guarantees the iovecs; `first..first + count` is in bounds.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), iov[first..].as_ptr(), count, at, flags) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
+                    if flags != 0 =>
+                {
+                    flags = 0;
+                    continue;
+                }
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            if flags != 0 {
+                // Nothing cached: read the rest blocking.
+                flags = 0;
+                continue;
+            }
+            break;
+        }
+        let mut n = n as usize;
+        done += n;
+        while n > 0 && first < iov.len() {
+            let take = n.min(iov[first].iov_len);
+            iov[first].iov_len -= take;
+            // SAFETY: advancing within the same buffer by at most its remaining length.
+            iov[first].iov_base = unsafe { iov[first].iov_base.cast::<u8>().add(take) }.cast();
+            n -= take;
+            if iov[first].iov_len == 0 {
+                first += 1;
+            }
+        }
+        // A short non-blocking read stops at the first uncached page: go on blocking.
+        flags = 0;
+    }
+    Ok(done)
+}
+
 fn write_all_vectored_at(
     file: &File,
     header: &[u8],
@@ -2481,6 +2679,66 @@ mod tests {
         // Only one shard and no copy: the segment is beyond repair, and says so.
         let r = s.read(&locs[0], &[7; 16], 0);
         assert!(r.is_err() || r.unwrap() == payload(0));
+    }
+
+    #[test]
+    fn scattered_reads_place_and_verify_each_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 1 << 30);
+        let mut recs = Vec::new();
+        for i in 0..60u32 {
+            // Sizes from empty to 9 KiB, so some neighbours sit more than a gap apart.
+            let data = vec![i as u8 ^ 0x5a; (i as usize * 157) % 9000];
+            let (loc, t) = s.append([7; 16], i, &data).unwrap();
+            s.sync_through(t).unwrap();
+            recs.push((loc, data));
+            if i == 30 {
+                assert!(s.seal_active().unwrap());
+            }
+        }
+        // Every other record is skipped between 10 and 20 (gaps inside runs); the slots are
+        // laid out in reverse order with 3 sentinel bytes between them.
+        let mut reads = Vec::new();
+        let mut at = 0usize;
+        for (i, (loc, _)) in recs.iter().enumerate().rev() {
+            if (10..20).contains(&i) && i % 2 == 1 {
+                continue;
+            }
+            reads.push(RecordRead {
+                loc: *loc,
+                object_id: [7; 16],
+                chunk_index: i as u32,
+                dst: at,
+            });
+            at += loc.len as usize + 3;
+        }
+        let mut buf = vec![0xeeu8; at];
+        let results = s.read_records_into(&reads, &mut buf);
+        assert!(results.iter().all(Result::is_ok));
+        for r in &reads {
+            let data = &recs[r.chunk_index as usize].1;
+            assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
+            assert_eq!(&buf[r.dst + data.len()..r.dst + data.len() + 3], &[0xee; 3]);
+        }
+        // A flipped payload byte on disk fails that record only.
+        let (bad, _) = recs[12];
+        let file = OpenOptions::new()
+            .write(true)
+            .open(s.seg_path(bad.segment_id))
+            .unwrap();
+        let at = bad.offset + RECORD_HEADER_BYTES as u64 + 5;
+        file.write_all_at(&[0xff], at).unwrap();
+        let results = s.read_records_into(&reads, &mut buf);
+        for (r, res) in reads.iter().zip(&results) {
+            if r.chunk_index == 12 {
+                assert!(
+                    matches!(res, Err(ChunkStoreError::Corrupt { .. })),
+                    "{res:?}"
+                );
+            } else {
+                assert!(res.is_ok());
+            }
+        }
     }
 
     #[test]

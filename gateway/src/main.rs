@@ -32,6 +32,16 @@ use std::sync::Arc;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// No transparent huge pages for this process. The allocator hands freed memory back to the
+/// system and takes fresh memory again as requests come and go; with huge pages every such
+/// fault zeroed 2 MiB, which profiles of batch GETs of 4 KiB samples showed at 3 to 5% of the
+/// server's CPU (and 30% more resident memory). With 4 KiB pages only what is touched is
+/// zeroed. Best effort: a kernel without the control keeps its default.
+fn no_huge_pages() {
+    // SAFETY: prctl with PR_SET_THP_DISABLE takes plain integers and touches no memory of ours.
+    let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
+}
+
 #[derive(Parser)]
 #[command(
     name = "packrat",
@@ -276,6 +286,7 @@ enum KeyCommand {
 }
 
 fn main() -> ExitCode {
+    no_huge_pages();
     let cli = Cli::parse();
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Command::Serve(ServeArgs {

@@ -9,11 +9,14 @@
 //! - batch PUT, a TAR sent by PutObject with `x-amz-meta-snowball-auto-extract: true`, which
 //!   becomes one object per member, committed together.
 //!
-//! Reads are planned in windows: every entry of a window whose bytes lie inside one record is
-//! read through spans (neighbouring records merged into one positioned read, in disk order,
-//! each record then checksum-verified), and the window is emitted in the order asked. Larger
-//! entries stream chunk by chunk. Memory per request is bounded by the window, whatever the
-//! number of items or bytes in the batch.
+//! Reads are planned in windows, emitted in the order asked. Small entries that are whole
+//! records (the usual sample) are read straight into their place in the output frame: the
+//! frame's TAR headers are written first, then one vectored read per run of neighbouring
+//! records scatters the payloads into place, and each is checksum-verified there. Other entries
+//! that lie inside one record are read through spans (neighbouring records merged into one
+//! positioned read into a window buffer, each record then verified; large payloads go out as
+//! slices of that buffer). Entries spanning records stream chunk by chunk. Memory per request
+//! is bounded by the window and the frames, whatever the number of items or bytes in the batch.
 
 use super::batch_request::{
     BatchRequest, OnError, Order, key_hash, parse_item_range, parse_shard, resolve_item_range,
@@ -30,7 +33,7 @@ use bytes::{Bytes, BytesMut};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
-use packrat_chunk_store::{RecordLocation, Span};
+use packrat_chunk_store::{RecordLocation, RecordRead, Span};
 use packrat_index::{MemberRecord, ObjectRecord, TarIndexRecord};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -146,14 +149,16 @@ const FRAME_POOL: usize = FRAMES_QUEUED + 4;
 impl Out {
     /// A cleared frame buffer: the oldest sent frame's, if the connection is done with it.
     fn fresh_buffer(&mut self) -> BytesMut {
-        let reusable =
-            self.sent.len() >= FRAME_POOL || self.sent.front().is_some_and(|b| b.is_unique());
-        if reusable
-            && let Some(old) = self.sent.pop_front()
+        if let Some(i) = self.sent.iter().position(|b| b.is_unique())
+            && let Some(old) = self.sent.remove(i)
             && let Ok(mut b) = old.try_into_mut()
         {
             b.clear();
             return b;
+        }
+        if self.sent.len() >= FRAME_POOL {
+            // Still being written: the connection frees it when done.
+            self.sent.pop_front();
         }
         BytesMut::with_capacity(FRAME_BYTES + 64 * 1024)
     }
@@ -237,8 +242,115 @@ impl Out {
     }
 }
 
-/// Reads and emits one window of entries in the given order.
+/// The chunk of an entry that is one whole small record on local disk (not a range of it,
+/// not on a tier): such a payload is read straight into its place in the output frame. Small
+/// means below [`ZERO_COPY_BYTES_MIN`]: larger payloads go out as slices of the span buffer,
+/// never copied into frames, so they gain nothing here.
+fn whole_record(e: &Entry) -> Option<usize> {
+    let p = e.body.as_ref().ok()?;
+    let (c, chunk_start) = p.single_chunk()?;
+    let chunk = p.obj.chunks[c];
+    let whole = p.start == chunk_start && p.end == chunk_start + u64::from(chunk.len);
+    let small = chunk.len > 0 && u64::from(chunk.len) < ZERO_COPY_BYTES_MIN;
+    (whole && small && !crate::tier::is_tier_segment(chunk.segment_id)).then_some(c)
+}
+
+/// Reads and emits one window of entries in the given order: runs of whole records through
+/// [`emit_scattered`], everything else through [`emit_spans`].
 async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
+    let mut whole: Vec<(Entry, usize)> = Vec::new();
+    let mut other: Vec<Entry> = Vec::new();
+    for e in window {
+        if out.stopped {
+            return;
+        }
+        match whole_record(&e) {
+            Some(c) => {
+                if !other.is_empty() {
+                    emit_spans(engine, std::mem::take(&mut other), out).await;
+                }
+                whole.push((e, c));
+            }
+            None => {
+                if !whole.is_empty() {
+                    emit_scattered(engine, std::mem::take(&mut whole), out).await;
+                }
+                other.push(e);
+            }
+        }
+    }
+    if !whole.is_empty() {
+        emit_scattered(engine, whole, out).await;
+    }
+    if !other.is_empty() {
+        emit_spans(engine, other, out).await;
+    }
+}
+
+/// Emits entries that are whole records (entry, its chunk) a frame at a time: the frame is
+/// laid out first (TAR headers written, each payload's place reserved), then every record is
+/// read straight into its place, neighbours on disk sharing one vectored read, and verified.
+/// One copy out of the page cache, none between buffers. If any record fails, the frame is
+/// laid out again through [`emit_spans`], which reports the failure as an error entry.
+async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out: &mut Out) {
+    let mut entries = entries.into_iter();
+    loop {
+        let base = out.buf.len();
+        let mut group = Vec::new();
+        let mut reads = Vec::new();
+        while group.is_empty() || out.buf.len() < FRAME_BYTES {
+            let Some((e, c)) = entries.next() else { break };
+            let Ok(p) = &e.body else {
+                unreachable!("whole_record only admits entries with a body")
+            };
+            let size = p.end - p.start;
+            out.header(&e, size, p.obj.last_modified_ms, Some(&p.obj.etag));
+            let dst = out.buf.len();
+            out.buf.resize(dst + size as usize + tar::padding(size), 0);
+            let (object_id, chunk_index) = p.obj.chunk_identity(c);
+            reads.push(RecordRead {
+                loc: p.location(c),
+                object_id,
+                chunk_index,
+                dst,
+            });
+            group.push(e);
+        }
+        if group.is_empty() {
+            return;
+        }
+        let buf = std::mem::take(&mut out.buf);
+        let e2 = engine.clone();
+        let read = blocking(move || {
+            let mut buf = buf;
+            let results = e2.chunks.read_records_into(&reads, &mut buf);
+            Ok((buf, results.iter().all(Result::is_ok)))
+        })
+        .await;
+        match read {
+            Ok((buf, all_ok)) => {
+                out.buf = buf;
+                if !all_ok {
+                    out.buf.truncate(base);
+                    emit_spans(engine, group, out).await;
+                }
+            }
+            Err(e) => {
+                out.cut(e.message).await;
+                return;
+            }
+        }
+        out.maybe_flush().await;
+        if out.stopped {
+            return;
+        }
+    }
+}
+
+/// Reads and emits entries in the given order: every entry that lies inside one record is
+/// read through spans (merged neighbouring reads into one buffer, then each record verified
+/// and copied out); larger entries stream chunk by chunk.
+async fn emit_spans(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
     // Plan the span reads of every entry that lies inside one record: (entry, chunk, chunk's
     // first byte in the object) and where that record is.
     let mut planned: Vec<(usize, usize, u64)> = Vec::new();
