@@ -1418,6 +1418,33 @@ impl ChunkStore {
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
     pub fn read_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<Result<()>> {
+        let ok = self.scatter(reads, buf, true);
+        reads
+            .iter()
+            .zip(ok)
+            .map(|(r, ok)| {
+                if ok {
+                    return Ok(());
+                }
+                let payload = self.read(&r.loc, &r.object_id, r.chunk_index)?;
+                buf[r.dst..r.dst + payload.len()].copy_from_slice(&payload);
+                Ok(())
+            })
+            .collect()
+    }
+
+    /// Like [`read_records_into`](Self::read_records_into), but only from the page cache and
+    /// never blocking, so it may run on an async worker thread: true if every record was read
+    /// and verified; false if any was not (not cached, not directly readable, or failing a
+    /// check), and then the caller uses `read_records_into`, which reads them all again.
+    pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+        self.scatter(reads, buf, false).into_iter().all(|ok| ok)
+    }
+
+    /// The scattered reads of [`read_records_into`](Self::read_records_into): whether each
+    /// record was read and verified in place. Without `wait`, reads that would block are
+    /// abandoned (and reported false).
+    fn scatter(&self, reads: &[RecordRead], buf: &mut [u8], wait: bool) -> Vec<bool> {
         let mut by_dst: Vec<(usize, usize)> = reads
             .iter()
             .map(|r| (r.dst, r.dst + r.loc.len as usize))
@@ -1429,13 +1456,14 @@ impl ChunkStore {
         if let Some(last) = by_dst.last() {
             assert!(last.1 <= buf.len(), "record slot outside the buffer");
         }
+        let mut ok = vec![false; reads.len()];
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
-        let mut retry: Vec<usize> = Vec::new();
         for (i, r) in reads.iter().enumerate() {
             match self.direct(&r.loc) {
                 Ok(Some((file, at))) => placed.push((i, file, at)),
-                _ => retry.push(i),
+                _ if wait => {}
+                _ => return ok,
             }
         }
         placed.sort_unstable_by_key(|(_, f, at)| (Arc::as_ptr(f) as usize, *at));
@@ -1490,24 +1518,17 @@ impl ChunkStore {
             let wanted = (run_end - start) as usize;
             // SAFETY: every iovec points into `buf`, `headers` or `discard`, all exclusively
             // borrowed by this function and not otherwise touched until the call returns.
-            let got = unsafe { preadv_full(file, &mut iov, *start) };
+            let got = unsafe { preadv_full(file, &mut iov, *start, wait) };
+            if !wait && !matches!(got, Ok(n) if n == wanted) {
+                return ok;
+            }
             for (i, _, _) in &placed[run..end] {
-                let ok = matches!(got, Ok(n) if n == wanted)
+                ok[*i] = matches!(got, Ok(n) if n == wanted)
                     && self.check_scattered(&reads[*i], &headers[*i], buf).is_ok();
-                if !ok {
-                    retry.push(*i);
-                }
             }
             run = end;
         }
-        let mut results: Vec<Result<()>> = (0..reads.len()).map(|_| Ok(())).collect();
-        for i in retry {
-            let r = &reads[i];
-            results[i] = self
-                .read(&r.loc, &r.object_id, r.chunk_index)
-                .map(|payload| buf[r.dst..r.dst + payload.len()].copy_from_slice(&payload));
-        }
-        results
+        ok
     }
 
     fn check_scattered(
@@ -2092,14 +2113,20 @@ fn record_header(
 /// copied into one buffer (for 1 MiB chunks that copy, and the fresh pages it touched, cost
 /// more CPU than the write itself).
 /// Fills the buffers of `iov` from `file` at `offset`, in order, and returns the bytes read:
-/// fewer than asked only at the end of the file. First without blocking (a page-cache hit),
-/// then blocking for whatever was not cached. `iov` is consumed (advanced) as it fills.
+/// fewer than asked at the end of the file, or (without `wait`) where the page cache ends.
+/// First without blocking (a page-cache hit), then, with `wait`, blocking for whatever was not
+/// cached. `iov` is consumed (advanced) as it fills.
 ///
 /// # Safety
 ///
 /// Every iovec must point at memory valid for writes of its length, not accessed through any
 /// other path for the duration of the call.
-unsafe fn preadv_full(file: &File, iov: &mut [libc::iovec], offset: u64) -> std::io::Result<usize> {
+unsafe fn preadv_full(
+    file: &File,
+    iov: &mut [libc::iovec],
+    offset: u64,
+    wait: bool,
+) -> std::io::Result<usize> {
     use std::os::unix::io::AsRawFd;
     let mut first = 0usize;
     let mut done = 0usize;
@@ -2117,6 +2144,9 @@ unsafe fn preadv_full(file: &File, iov: &mut [libc::iovec], offset: u64) -> std:
                 Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
                     if flags != 0 =>
                 {
+                    if !wait {
+                        return Ok(done);
+                    }
                     flags = 0;
                     continue;
                 }
@@ -2124,7 +2154,7 @@ unsafe fn preadv_full(file: &File, iov: &mut [libc::iovec], offset: u64) -> std:
             }
         }
         if n == 0 {
-            if flags != 0 {
+            if flags != 0 && wait {
                 // Nothing cached: read the rest blocking.
                 flags = 0;
                 continue;
@@ -2143,7 +2173,11 @@ unsafe fn preadv_full(file: &File, iov: &mut [libc::iovec], offset: u64) -> std:
                 first += 1;
             }
         }
-        // A short non-blocking read stops at the first uncached page: go on blocking.
+        // A short non-blocking read stops at the first uncached page: go on blocking, if
+        // allowed.
+        if !wait && first < iov.len() {
+            return Ok(done);
+        }
         flags = 0;
     }
     Ok(done)
@@ -2712,9 +2746,13 @@ mod tests {
             });
             at += loc.len as usize + 3;
         }
+        // Just written, so in the page cache: the non-blocking variant reads them all too.
+        let mut cached = vec![0xeeu8; at];
+        assert!(s.read_cached_records_into(&reads, &mut cached));
         let mut buf = vec![0xeeu8; at];
         let results = s.read_records_into(&reads, &mut buf);
         assert!(results.iter().all(Result::is_ok));
+        assert_eq!(buf, cached);
         for r in &reads {
             let data = &recs[r.chunk_index as usize].1;
             assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
@@ -2728,6 +2766,7 @@ mod tests {
             .unwrap();
         let at = bad.offset + RECORD_HEADER_BYTES as u64 + 5;
         file.write_all_at(&[0xff], at).unwrap();
+        assert!(!s.read_cached_records_into(&reads, &mut buf));
         let results = s.read_records_into(&reads, &mut buf);
         for (r, res) in reads.iter().zip(&results) {
             if r.chunk_index == 12 {

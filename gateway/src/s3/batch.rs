@@ -319,6 +319,18 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
         if group.is_empty() {
             return;
         }
+        // From the page cache on this thread when every record is there (no hand-off to a
+        // blocking thread); else all again on a blocking thread, which may wait for the disk.
+        if engine
+            .chunks
+            .read_cached_records_into(&reads, &mut out.buf[..])
+        {
+            out.maybe_flush().await;
+            if out.stopped {
+                return;
+            }
+            continue;
+        }
         let buf = std::mem::take(&mut out.buf);
         let e2 = engine.clone();
         let read = blocking(move || {
