@@ -488,6 +488,32 @@ impl Engine {
         self.group_commit(ticket, vec![op]).await
     }
 
+    /// Changes an object's attributes (metadata, storage class, tags), never its bytes, under
+    /// its key lock: `edit` gets the record as it is now, so a write that landed meanwhile is
+    /// edited rather than undone, and chunk locations are never taken from an older read.
+    /// Returns the record as written; NoSuchKey if the object is gone.
+    pub async fn update_object(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        cond: &WriteCondition,
+        edit: impl FnOnce(&mut ObjectRecord),
+    ) -> S3Result<ObjectRecord> {
+        let _guard = self.key_lock(bucket_id, key).lock().await;
+        self.check_write_condition(bucket_id, key, cond)?;
+        let mut rec = self.index.get_object(bucket_id, key)?.ok_or_else(|| {
+            S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
+        })?;
+        edit(&mut rec);
+        let op = ObjectOp::Put {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(rec.clone()),
+        };
+        self.group_commit(None, vec![op]).await?;
+        Ok(rec)
+    }
+
     /// Publishes many new objects at once, all or none, in one group-commit job (one synced
     /// index batch). `ticket` must cover every record they reference. No write conditions;
     /// each key's lock is taken, in a fixed order, for the duration of the commit.

@@ -644,7 +644,15 @@ async fn apply_lifecycle(engine: &Arc<Engine>, now: i64, report: &mut RunReport)
         e.index.for_each_object(|bucket_id, key, obj| {
             if let Some(rules) = cfg.get(&bucket_id) {
                 let class = obj.storage_class.as_deref().unwrap_or("STANDARD");
-                let a = lifecycle::evaluate(rules, key, obj.size, obj.last_modified_ms, class, now);
+                let a = lifecycle::evaluate(
+                    rules,
+                    key,
+                    obj.size,
+                    &obj.tags,
+                    obj.last_modified_ms,
+                    class,
+                    now,
+                );
                 if a != Action::Keep {
                     out.push((bucket_id, key.to_string(), obj.record_id, a));
                 }

@@ -193,11 +193,7 @@ impl RocksIndex {
         w
     }
 
-    fn get_decoded<T: serde::de::DeserializeOwned>(
-        &self,
-        cf: &'static str,
-        key: &[u8],
-    ) -> Result<Option<T>> {
+    fn get_decoded<T: records::Record>(&self, cf: &'static str, key: &[u8]) -> Result<Option<T>> {
         match self.db.get_pinned_cf(self.cf(cf), key)? {
             None => Ok(None),
             Some(v) => records::decode(&v)
@@ -206,7 +202,7 @@ impl RocksIndex {
         }
     }
 
-    fn put_encoded<T: serde::Serialize>(
+    fn put_encoded<T: records::Record>(
         &self,
         cf: &'static str,
         key: &[u8],
@@ -426,7 +422,7 @@ impl RocksIndex {
         Ok(self.list_buckets()?.into_iter().map(|b| b.id).collect())
     }
 
-    fn for_each_decoded<T: serde::de::DeserializeOwned>(
+    fn for_each_decoded<T: records::Record>(
         &self,
         snapshot: &rocksdb::Snapshot<'_>,
         cf: &'static str,

@@ -2,25 +2,73 @@
 //! the record (varint integers, length-prefixed strings), so records stay compact: a small
 //! object's entry is its ETag, sizes, one chunk location and a few bytes of framing.
 //!
-//! Version 1 is the only version so far. A change to any struct here is a new version whose
-//! decoder still reads version 1 (kept side by side as `mod v1`, `mod v2`).
+//! Versions: 1 for every record; an object's entry is version 2 when the object has tags
+//! (version 1 followed by the tags), so untagged entries keep the version-1 bytes and older
+//! builds still read them. A change to any struct here is a new version whose decoder still
+//! reads the older ones.
 
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT_V1: u8 = 1;
+pub const FORMAT_V2: u8 = 2;
 
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![FORMAT_V1];
-    // Encoding plain structs into a Vec cannot fail.
-    out.extend(postcard::to_stdvec(value).expect("postcard encodes plain structs"));
-    out
+/// An index value: how it is encoded, and every version of it that can be decoded.
+pub trait Record: Serialize + for<'a> Deserialize<'a> {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![FORMAT_V1];
+        // Encoding plain structs into a Vec cannot fail.
+        out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
+        out
+    }
+
+    fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+            v => Err(format!("unknown index record version {v}")),
+        }
+    }
 }
 
-pub fn decode<T: for<'a> Deserialize<'a>>(bytes: &[u8]) -> Result<T, String> {
+pub fn encode<T: Record>(value: &T) -> Vec<u8> {
+    value.encode()
+}
+
+pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
     match bytes.split_first() {
-        Some((&FORMAT_V1, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
-        Some((v, _)) => Err(format!("unknown index record version {v}")),
+        Some((&v, rest)) => T::decode_version(v, rest),
         None => Err("empty index record".into()),
+    }
+}
+
+impl Record for TarIndexRecord {}
+impl Record for MemberRecord {}
+impl Record for BucketRecord {}
+impl Record for KeyRecord {}
+impl Record for UploadRecord {}
+impl Record for PartRecord {}
+
+impl Record for ObjectRecord {
+    fn encode(&self) -> Vec<u8> {
+        let tagged = !self.tags.is_empty();
+        let mut out = vec![if tagged { FORMAT_V2 } else { FORMAT_V1 }];
+        out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
+        if tagged {
+            out.extend(postcard::to_stdvec(&self.tags).expect("postcard encodes plain structs"));
+        }
+        out
+    }
+
+    fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+            FORMAT_V2 => {
+                let (mut rec, tags): (ObjectRecord, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                rec.tags = postcard::from_bytes(tags).map_err(|e| e.to_string())?;
+                Ok(rec)
+            }
+            v => Err(format!("unknown index record version {v}")),
+        }
     }
 }
 
@@ -69,6 +117,10 @@ pub struct ObjectRecord {
     /// Empty for a single PUT. For a multipart object, the parts in order: part j owns the
     /// next `chunk_count` chunks, whose records carry `record_id` and indices from 0.
     pub parts: Vec<PartExtent>,
+    /// Object tags (key, value), in the order set. Not part of the version-1 bytes: encoded
+    /// after them, in a version-2 entry, when there are any.
+    #[serde(skip)]
+    pub tags: Vec<(String, String)>,
 }
 
 impl ObjectRecord {
@@ -185,6 +237,30 @@ mod tests {
         );
         assert_eq!(decode::<ObjectRecord>(&b).unwrap(), rec);
         assert!(b.len() < 40, "small entries stay small: {} bytes", b.len());
+    }
+
+    #[test]
+    fn tagged_objects_are_version_2_and_untagged_stay_version_1() {
+        let mut rec = ObjectRecord {
+            record_id: [1; 16],
+            size: 4096,
+            etag: "ab".into(),
+            ..Default::default()
+        };
+        let v1 = encode(&rec);
+        assert_eq!(v1[0], FORMAT_V1);
+        rec.tags = vec![
+            ("project".into(), "x".into()),
+            ("split".into(), "train".into()),
+        ];
+        let v2 = encode(&rec);
+        assert_eq!(v2[0], FORMAT_V2);
+        // Version 2 is version 1's bytes, then the tags.
+        assert_eq!(&v2[1..v1.len()], &v1[1..]);
+        assert_eq!(decode::<ObjectRecord>(&v2).unwrap(), rec);
+        assert!(decode::<ObjectRecord>(&v2[..v2.len() - 1]).is_err());
+        // A version-2 entry is refused for records that have no version 2.
+        assert!(decode::<UploadRecord>(&[FORMAT_V2, 0]).is_err());
     }
 
     #[test]

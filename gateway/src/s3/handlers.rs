@@ -5,6 +5,7 @@ use super::checksum::{self, ChecksumAlgorithm};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::range::{multi_ranges, resolve_range};
 use super::sigv4::uri_encode;
+use super::tagging::{self, Tags};
 use super::xml::{self, Xml};
 use crate::config;
 use crate::engine::{self, ObjectReader, Source, WriteCondition, blocking};
@@ -143,7 +144,13 @@ fn need_identity(req: &S3Request) -> S3Result<&packrat_index::KeyRecord> {
 }
 
 pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
-    if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
+    // Object tagging is implemented; bucket tagging is not.
+    let object_tagging = |s: &&&str| **s == "tagging" && req.key.is_some();
+    if let Some(sub) = UNSUPPORTED_SUBRESOURCES
+        .iter()
+        .filter(|s| !object_tagging(s))
+        .find(|s| req.has_q(s))
+    {
         return (
             "unsupported",
             Err(err(
@@ -229,6 +236,18 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
             ),
         },
         (Some(b), Some(k)) => match m {
+            Method::GET if req.has_q("tagging") => (
+                "GetObjectTagging",
+                handle_get_object_tagging(state, &req, b, k).await,
+            ),
+            Method::PUT if req.has_q("tagging") => (
+                "PutObjectTagging",
+                handle_put_object_tagging(state, &mut req, b, k).await,
+            ),
+            Method::DELETE if req.has_q("tagging") => (
+                "DeleteObjectTagging",
+                handle_delete_object_tagging(state, &req, b, k).await,
+            ),
             Method::PUT
                 if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") =>
             {
@@ -729,7 +748,13 @@ struct ObjectMeta {
     headers: Vec<(String, String)>,
     user_meta: Vec<(String, String)>,
     storage_class: Option<String>,
+    /// From `x-amz-tagging`.
+    tags: Tags,
 }
+
+/// Where CreateMultipartUpload keeps the `x-amz-tagging` it was sent, among the upload's
+/// stored headers, until CompleteMultipartUpload gives the tags to the object.
+const UPLOAD_TAGGING_HEADER: &str = "x-amz-tagging";
 
 const STORED_HEADERS: [&str; 5] = [
     "content-encoding",
@@ -792,6 +817,15 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
             ));
         }
     };
+    let tags = match headers.get("x-amz-tagging") {
+        None => Tags::new(),
+        Some(v) => tagging::parse_header(v.to_str().map_err(|_| {
+            err(
+                S3ErrorCode::InvalidTag,
+                "The x-amz-tagging header must be URL-encoded ASCII",
+            )
+        })?)?,
+    };
     Ok(ObjectMeta {
         content_type: headers
             .get("content-type")
@@ -800,6 +834,7 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
         headers: stored,
         user_meta,
         storage_class,
+        tags,
     })
 }
 
@@ -941,6 +976,7 @@ async fn handle_put_object(
         storage_class: meta.storage_class,
         chunks: w.chunks,
         parts: Vec::new(),
+        tags: meta.tags,
     };
     let etag = rec.etag.clone();
     let cs = rec.checksum.clone();
@@ -1030,20 +1066,42 @@ async fn handle_copy_object(
             ));
         }
     };
-    if sb == bname && sk == key && !replace && !req.headers.contains_key("x-amz-storage-class") {
+    let replace_tags = match req.header("x-amz-tagging-directive") {
+        None | Some("COPY") => false,
+        Some("REPLACE") => true,
+        Some(_) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "Unknown tagging directive.",
+            ));
+        }
+    };
+    if sb == bname
+        && sk == key
+        && !replace
+        && !replace_tags
+        && !req.headers.contains_key("x-amz-storage-class")
+    {
         return Err(err(
             S3ErrorCode::InvalidRequest,
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
         ));
     }
+    let sent = object_meta(&req.headers)?;
+    let tags = if replace_tags {
+        sent.tags.clone()
+    } else {
+        src.tags.clone()
+    };
     let meta = if replace {
-        object_meta(&req.headers)?
+        sent
     } else {
         ObjectMeta {
             content_type: src.content_type.clone(),
             headers: src.headers.clone(),
             user_meta: src.user_meta.clone(),
-            storage_class: object_meta(&req.headers)?.storage_class,
+            storage_class: sent.storage_class,
+            tags: Tags::new(),
         }
     };
     let cond = write_condition(&req.headers)?;
@@ -1055,23 +1113,27 @@ async fn handle_copy_object(
             .and_then(|c| ChecksumAlgorithm::parse(&c.algorithm).ok()),
     };
     let self_copy = sb == bname && sk == key;
-    let (rec, ticket) = if self_copy
+    if self_copy
         && (alg.is_none()
             || src.checksum.as_ref().map(|c| c.algorithm.as_str()) == alg.map(|a| a.name()))
     {
-        // A copy onto itself changes only attributes (metadata, storage class): the object
-        // keeps its bytes where they are, and a new class moves them on the tier worker's
-        // next pass.
-        let rec = ObjectRecord {
-            last_modified_ms: now_ms(),
-            content_type: meta.content_type,
-            headers: meta.headers,
-            user_meta: meta.user_meta,
-            storage_class: meta.storage_class,
-            ..src
-        };
-        (rec, None)
-    } else {
+        // A copy onto itself changes only attributes (metadata, storage class, tags): the
+        // object keeps its bytes where they are (a new class moves them on the tier worker's
+        // next pass). The edit applies to the record as it is under the key lock.
+        let rec = state
+            .engine
+            .update_object(b.id, key, &cond, |cur| {
+                cur.last_modified_ms = now_ms();
+                cur.content_type = meta.content_type;
+                cur.headers = meta.headers;
+                cur.user_meta = meta.user_meta;
+                cur.storage_class = meta.storage_class;
+                cur.tags = tags;
+            })
+            .await?;
+        return xml_ok(copy_result(&rec));
+    }
+    let (rec, ticket) = {
         let size = src.size;
         let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
         let w = state
@@ -1090,9 +1152,19 @@ async fn handle_copy_object(
             storage_class: meta.storage_class,
             chunks: w.chunks,
             parts: Vec::new(),
+            tags,
         };
         (rec, w.ticket)
     };
+    let x = copy_result(&rec);
+    state
+        .engine
+        .commit_object(b.id, key, rec, ticket, &cond)
+        .await?;
+    xml_ok(x)
+}
+
+fn copy_result(rec: &ObjectRecord) -> Xml {
     let mut x = Xml::new();
     x.root("CopyObjectResult");
     x.elem("LastModified", &iso8601(rec.last_modified_ms));
@@ -1103,11 +1175,54 @@ async fn handle_copy_object(
         x.elem(a.xml_name(), &c.value);
     }
     x.close("CopyObjectResult");
+    x
+}
+
+async fn handle_get_object_tagging(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let obj = state
+        .engine
+        .index
+        .get_object(b.id, key)?
+        .ok_or_else(no_such_key)?;
+    xml_ok(tagging::to_xml(&obj.tags))
+}
+
+async fn handle_put_object_tagging(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let tags = tagging::parse_xml(&body)?;
     state
         .engine
-        .commit_object(b.id, key, rec, ticket, &cond)
+        .update_object(b.id, key, &WriteCondition::default(), |cur| cur.tags = tags)
         .await?;
-    xml_ok(x)
+    Ok(Response::new(empty()))
+}
+
+async fn handle_delete_object_tagging(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    state
+        .engine
+        .update_object(b.id, key, &WriteCondition::default(), |cur| {
+            cur.tags.clear()
+        })
+        .await?;
+    no_content()
 }
 
 async fn handle_delete_object(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
@@ -1321,6 +1436,9 @@ async fn handle_get_object(
     }
     if let Some(c) = &obj.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());
+    }
+    if !obj.tags.is_empty() {
+        rb = rb.header("x-amz-tagging-count", obj.tags.len());
     }
     if req
         .header("x-amz-checksum-mode")
@@ -1543,7 +1661,15 @@ async fn handle_create_multipart_upload(
         owner_id: id.owner_id.clone(),
         initiated_ms: now_ms(),
         content_type: meta.content_type,
-        headers: meta.headers,
+        headers: {
+            let mut h = meta.headers;
+            if !meta.tags.is_empty()
+                && let Some(raw) = req.header("x-amz-tagging")
+            {
+                h.push((UPLOAD_TAGGING_HEADER.to_string(), raw.to_string()));
+            }
+            h
+        },
         user_meta: meta.user_meta,
         checksum_algorithm: alg.map(|a| a.name().to_string()),
         checksum_type: kind.map(str::to_string),
@@ -1802,13 +1928,22 @@ async fn handle_complete_multipart_upload(
         }
         _ => None,
     };
+    let (tag_header, headers): (Vec<_>, Vec<_>) = upload
+        .headers
+        .iter()
+        .cloned()
+        .partition(|(k, _)| k == UPLOAD_TAGGING_HEADER);
+    let tags = match tag_header.first() {
+        Some((_, raw)) => tagging::parse_header(raw)?,
+        None => Tags::new(),
+    };
     let rec = ObjectRecord {
         record_id: [0; 16],
         size: chosen.iter().map(|p| p.size).sum(),
         etag: etag.clone(),
         last_modified_ms: now_ms(),
         content_type: upload.content_type.clone(),
-        headers: upload.headers.clone(),
+        headers,
         user_meta: upload.user_meta.clone(),
         checksum: checksum.clone(),
         storage_class: upload.storage_class.clone(),
@@ -1824,6 +1959,7 @@ async fn handle_complete_multipart_upload(
                 size: p.size,
             })
             .collect(),
+        tags,
     };
     state.engine.check_write_condition(b.id, key, &cond)?;
     let engine = state.engine.clone();

@@ -3,6 +3,7 @@
 //! rules is the tier worker's job (`tier.rs`).
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::tagging::TagXml;
 use super::xml::Xml;
 use serde::{Deserialize, Serialize};
 
@@ -16,6 +17,9 @@ pub struct Rule {
     pub prefix: String,
     pub size_greater_than: Option<u64>,
     pub size_less_than: Option<u64>,
+    /// Tags the object must all carry (key, value).
+    #[serde(default)]
+    pub tags: Vec<(String, String)>,
     pub transitions: Vec<Transition>,
     pub expiration: Option<When>,
     /// AbortIncompleteMultipartUpload: days after initiation.
@@ -75,11 +79,12 @@ pub fn class_rank(class: &str) -> u8 {
 }
 
 impl Rule {
-    fn matches(&self, key: &str, size: u64) -> bool {
+    fn matches(&self, key: &str, size: u64, tags: &[(String, String)]) -> bool {
         self.enabled
             && key.starts_with(&self.prefix)
             && self.size_greater_than.is_none_or(|g| size > g)
             && self.size_less_than.is_none_or(|l| size < l)
+            && self.tags.iter().all(|t| tags.contains(t))
     }
 }
 
@@ -89,12 +94,13 @@ pub fn evaluate(
     rules: &[Rule],
     key: &str,
     size: u64,
+    tags: &[(String, String)],
     created_ms: i64,
     class: &str,
     now_ms: i64,
 ) -> Action {
     let mut best: Option<&Transition> = None;
-    for r in rules.iter().filter(|r| r.matches(key, size)) {
+    for r in rules.iter().filter(|r| r.matches(key, size, tags)) {
         if r.expiration
             .as_ref()
             .is_some_and(|w| w.reached(created_ms, now_ms))
@@ -155,7 +161,7 @@ struct FilterXml {
     #[serde(rename = "Prefix")]
     prefix: Option<String>,
     #[serde(rename = "Tag")]
-    tag: Option<serde::de::IgnoredAny>,
+    tag: Option<TagXml>,
     #[serde(rename = "And")]
     and: Option<AndXml>,
     #[serde(rename = "ObjectSizeGreaterThan")]
@@ -169,8 +175,8 @@ struct FilterXml {
 struct AndXml {
     #[serde(rename = "Prefix")]
     prefix: Option<String>,
-    #[serde(rename = "Tag")]
-    tags: Vec<serde::de::IgnoredAny>,
+    #[serde(rename = "Tag", default)]
+    tags: Vec<TagXml>,
     #[serde(rename = "ObjectSizeGreaterThan")]
     size_gt: Option<u64>,
     #[serde(rename = "ObjectSizeLessThan")]
@@ -260,10 +266,26 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
         }
         let f = r.filter.unwrap_or_default();
         let a = f.and.unwrap_or_default();
-        if f.tag.is_some() || !a.tags.is_empty() {
+        let tags: Vec<(String, String)> = f
+            .tag
+            .into_iter()
+            .chain(a.tags)
+            .map(|t| (t.key, t.value))
+            .collect();
+        if tags
+            .iter()
+            .enumerate()
+            .any(|(i, (k, _))| tags[..i].iter().any(|(o, _)| o == k))
+        {
+            return Err(invalid("Duplicate Tag Keys are not allowed."));
+        }
+        if tags
+            .iter()
+            .any(|(k, v)| k.is_empty() || k.chars().count() > 128 || v.chars().count() > 256)
+        {
             return Err(S3Error::new(
-                S3ErrorCode::NotImplemented,
-                "Tag filters in lifecycle rules need object tagging, which packrat does not support yet; filter by prefix or size.",
+                S3ErrorCode::InvalidTag,
+                "A lifecycle Tag needs a key of 1 to 128 characters and a value of at most 256.",
             ));
         }
         let prefix = r.prefix.or(f.prefix).or(a.prefix).unwrap_or_default();
@@ -306,6 +328,7 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
             prefix,
             size_greater_than: f.size_gt.or(a.size_gt),
             size_less_than: f.size_lt.or(a.size_lt),
+            tags,
             transitions,
             expiration,
             abort_incomplete_days,
@@ -327,18 +350,35 @@ pub fn to_xml(rules: &[Rule]) -> String {
         x.elem("ID", &r.id);
         x.open("Filter");
         let sized = r.size_greater_than.is_some() || r.size_less_than.is_some();
-        if sized {
-            x.open("And");
-        }
-        x.elem("Prefix", &r.prefix);
-        if let Some(g) = r.size_greater_than {
-            x.elem("ObjectSizeGreaterThan", &g.to_string());
-        }
-        if let Some(l) = r.size_less_than {
-            x.elem("ObjectSizeLessThan", &l.to_string());
-        }
-        if sized {
-            x.close("And");
+        let tag = |x: &mut Xml, (k, v): &(String, String)| {
+            x.open("Tag");
+            x.elem("Key", k);
+            x.elem("Value", v);
+            x.close("Tag");
+        };
+        if let [only] = r.tags.as_slice()
+            && !sized
+            && r.prefix.is_empty()
+        {
+            tag(&mut x, only);
+        } else {
+            let and = sized || !r.tags.is_empty();
+            if and {
+                x.open("And");
+            }
+            x.elem("Prefix", &r.prefix);
+            for t in &r.tags {
+                tag(&mut x, t);
+            }
+            if let Some(g) = r.size_greater_than {
+                x.elem("ObjectSizeGreaterThan", &g.to_string());
+            }
+            if let Some(l) = r.size_less_than {
+                x.elem("ObjectSizeLessThan", &l.to_string());
+            }
+            if and {
+                x.close("And");
+            }
         }
         x.close("Filter");
         x.elem("Status", if r.enabled { "Enabled" } else { "Disabled" });
@@ -390,7 +430,7 @@ mod tests {
         assert_eq!(rules[1].size_greater_than, Some(10));
         let day = 86_400_000i64;
         let ev = |key: &str, size: u64, age_days: i64, class: &str| {
-            evaluate(&rules, key, size, 0, class, age_days * day)
+            evaluate(&rules, key, size, &[], 0, class, age_days * day)
         };
         assert_eq!(ev("train/a", 5, 10, "STANDARD"), Action::Keep);
         assert_eq!(
@@ -419,6 +459,44 @@ mod tests {
         assert_eq!(again, rules);
     }
 
+    #[test]
+    fn tag_filters_select_by_tags() {
+        let body = br#"<LifecycleConfiguration>
+          <Rule><ID>one-tag</ID><Filter><Tag><Key>stage</Key><Value>raw</Value></Tag></Filter>
+            <Status>Enabled</Status><Expiration><Days>1</Days></Expiration></Rule>
+          <Rule><ID>and</ID><Filter><And><Prefix>ckpt/</Prefix><Tag><Key>keep</Key><Value>no</Value></Tag>
+            <Tag><Key>run</Key><Value>7</Value></Tag><ObjectSizeGreaterThan>100</ObjectSizeGreaterThan></And></Filter>
+            <Status>Enabled</Status><Transition><Days>1</Days><StorageClass>STANDARD_IA</StorageClass></Transition></Rule>
+        </LifecycleConfiguration>"#;
+        let rules = parse(body, &tiers).unwrap();
+        assert_eq!(rules[0].tags, vec![("stage".into(), "raw".into())]);
+        assert_eq!(rules[1].tags.len(), 2);
+        let t = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let day = 86_400_000i64;
+        let ev = |key: &str, size: u64, tags: &[(String, String)]| {
+            evaluate(&rules, key, size, tags, 0, "STANDARD", 2 * day)
+        };
+        assert_eq!(ev("x", 1, &t(&[("stage", "raw")])), Action::Expire);
+        assert_eq!(ev("x", 1, &t(&[("stage", "clean")])), Action::Keep);
+        assert_eq!(ev("x", 1, &[]), Action::Keep);
+        let both = t(&[("run", "7"), ("keep", "no"), ("other", "1")]);
+        assert_eq!(
+            ev("ckpt/a", 500, &both),
+            Action::Transition("STANDARD_IA".into())
+        );
+        assert_eq!(ev("ckpt/a", 50, &both), Action::Keep, "size");
+        assert_eq!(ev("ckpt/a", 500, &both[..1]), Action::Keep, "all tags");
+        assert_eq!(ev("data/a", 500, &both), Action::Keep, "prefix");
+        let again = parse(to_xml(&rules).as_bytes(), &tiers).unwrap();
+        assert_eq!(again, rules);
+        assert!(to_xml(&rules).contains("<Filter><Tag><Key>stage</Key>"));
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
         /// Any body, and any text inside a well-formed rule, is an S3 error or a parsed
@@ -435,7 +513,7 @@ mod tests {
                 format!("<LifecycleConfiguration><Rule><ID>{text}</ID><Filter><Prefix>{text}</Prefix></Filter><Status>Enabled</Status><Transition><Days>1</Days><StorageClass>{text}</StorageClass></Transition></Rule></LifecycleConfiguration>"),
             ] {
                 if let Ok(rules) = parse(xml.as_bytes(), &tiers) {
-                    let _ = evaluate(&rules, &text, 1, 0, "STANDARD", i64::MAX / 2);
+                    let _ = evaluate(&rules, &text, 1, &[], 0, "STANDARD", i64::MAX / 2);
                     let _ = to_xml(&rules);
                 }
             }
@@ -475,9 +553,9 @@ mod tests {
         );
         assert_eq!(
             p(
-                "<LifecycleConfiguration><Rule><Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Status>Enabled</Status><Expiration><Days>3</Days></Expiration></Rule></LifecycleConfiguration>"
+                "<LifecycleConfiguration><Rule><Filter><And><Tag><Key>a</Key><Value>b</Value></Tag><Tag><Key>a</Key><Value>c</Value></Tag></And></Filter><Status>Enabled</Status><Expiration><Days>3</Days></Expiration></Rule></LifecycleConfiguration>"
             ),
-            Err(S3ErrorCode::NotImplemented)
+            Err(S3ErrorCode::InvalidArgument)
         );
         assert_eq!(
             p(

@@ -11,4 +11,5 @@ pub mod lifecycle;
 pub mod range;
 pub mod route;
 pub mod sigv4;
+pub mod tagging;
 pub mod xml;
