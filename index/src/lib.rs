@@ -23,6 +23,7 @@ use rocksdb::{
     BlockBasedOptions, Cache, ColumnFamilyDescriptor, DB, Direction, IteratorMode, Options,
     ReadOptions, WriteBatch, WriteOptions,
 };
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -94,6 +95,12 @@ pub struct UploadPage {
     pub uploads: Vec<UploadRecord>,
     pub common_prefixes: Vec<String>,
     pub truncated: bool,
+}
+
+/// The identity of an object's bytes (the record id of its first chunk), which keys its TAR
+/// member index; none for an empty object.
+fn bytes_identity(rec: &ObjectRecord) -> Option<[u8; 16]> {
+    (!rec.chunks.is_empty()).then(|| rec.chunk_identity(0).0)
 }
 
 fn object_key(bucket_id: u64, key: &str) -> Vec<u8> {
@@ -327,13 +334,29 @@ impl RocksIndex {
     }
 
     pub fn put_object(&self, bucket_id: u64, key: &str, rec: &ObjectRecord) -> Result<()> {
-        self.put_encoded(CF_OBJECTS, &object_key(bucket_id, key), rec)
+        self.apply_object_ops(&[&ObjectOp::Put {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(rec.clone()),
+        }])
     }
 
     /// Applies many object puts and deletes, in order, in one synced write batch (the index
     /// half of group commit).
     pub fn apply_object_ops(&self, ops: &[&ObjectOp]) -> Result<()> {
         let mut batch = WriteBatch::default();
+        let changes: Vec<(Vec<u8>, Option<[u8; 16]>)> = ops
+            .iter()
+            .map(|op| match op {
+                ObjectOp::Put {
+                    bucket_id,
+                    key,
+                    record,
+                } => (object_key(*bucket_id, key), bytes_identity(record)),
+                ObjectOp::Delete { bucket_id, key } => (object_key(*bucket_id, key), None),
+            })
+            .collect();
+        self.drop_replaced_member_indexes(&mut batch, &changes)?;
         for op in ops {
             match op {
                 ObjectOp::Put {
@@ -445,8 +468,57 @@ impl RocksIndex {
     // ---- TAR member indexes ----
     //
     // Keyed by the identity of an object's bytes (its first record id), not by its name: an
-    // overwrite gets a new identity, so a stale index is never consulted. Entries of objects
-    // that no longer exist are garbage that nothing removes yet (a known gap).
+    // overwrite gets a new identity, so a stale index is never consulted. Bytes belong to one
+    // key only (copies write new records), so when a key's object is overwritten or deleted,
+    // the member index of its old bytes is removed in the same write batch.
+
+    /// Adds to `batch` the removal of the member indexes of the objects that `changes` (object
+    /// index key, identity of the bytes it will hold, in order) replace or delete, where
+    /// there is one. One batched lookup of the current objects, and one filtered lookup per
+    /// replaced identity; a range deletion only for an index that exists.
+    fn drop_replaced_member_indexes(
+        &self,
+        batch: &mut WriteBatch,
+        changes: &[(Vec<u8>, Option<[u8; 16]>)],
+    ) -> Result<()> {
+        let cf = self.cf(CF_OBJECTS);
+        let mut now: HashMap<&[u8], Option<[u8; 16]>> = HashMap::new();
+        let current = self
+            .db
+            .batched_multi_get_cf(cf, changes.iter().map(|(k, _)| k), false);
+        let mut replaced = Vec::new();
+        for ((k, next), cur) in changes.iter().zip(current) {
+            let before = match now.get(k.as_slice()) {
+                Some(id) => *id,
+                None => match cur? {
+                    Some(v) => {
+                        let rec: ObjectRecord =
+                            records::decode(&v).map_err(|reason| IndexError::Corrupt {
+                                cf: CF_OBJECTS,
+                                reason,
+                            })?;
+                        bytes_identity(&rec)
+                    }
+                    None => None,
+                },
+            };
+            if let Some(id) = before
+                && before != *next
+            {
+                replaced.push(id);
+            }
+            now.insert(k, *next);
+        }
+        let members = self.cf(CF_MEMBERS);
+        for id in replaced {
+            if self.db.get_pinned_cf(members, id)?.is_some()
+                && let Some(end) = prefix_successor(&id)
+            {
+                batch.delete_range_cf(members, id.as_slice(), end.as_slice());
+            }
+        }
+        Ok(())
+    }
 
     /// The TAR index summary of the object whose bytes have identity `id`, if built.
     pub fn get_tar_index(&self, id: &[u8; 16]) -> Result<Option<TarIndexRecord>> {
@@ -481,12 +553,10 @@ impl RocksIndex {
     }
 
     pub fn delete_object(&self, bucket_id: u64, key: &str) -> Result<()> {
-        self.db.delete_cf_opt(
-            self.cf(CF_OBJECTS),
-            object_key(bucket_id, key),
-            &Self::sync_opts(),
-        )?;
-        Ok(())
+        self.apply_object_ops(&[&ObjectOp::Delete {
+            bucket_id,
+            key: key.to_string(),
+        }])
     }
 
     /// Lists objects of a bucket in key order: keys starting with `prefix`, strictly after
@@ -631,11 +701,9 @@ impl RocksIndex {
     pub fn complete_upload(&self, upload: &UploadRecord, object: &ObjectRecord) -> Result<()> {
         let mut batch = WriteBatch::default();
         self.delete_upload_into(&mut batch, upload)?;
-        batch.put_cf(
-            self.cf(CF_OBJECTS),
-            object_key(upload.bucket_id, &upload.key),
-            records::encode(object),
-        );
+        let k = object_key(upload.bucket_id, &upload.key);
+        self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
+        batch.put_cf(self.cf(CF_OBJECTS), k, records::encode(object));
         self.write_gate()?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
@@ -817,6 +885,75 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let i = RocksIndex::open(d.path()).unwrap();
         (d, i)
+    }
+
+    #[test]
+    fn member_indexes_go_with_the_bytes_they_describe() {
+        let (_d, i) = idx();
+        let tar = |id: u8| ObjectRecord {
+            record_id: [id; 16],
+            size: 10,
+            chunks: vec![ChunkRef {
+                segment_id: 1,
+                offset: 0,
+                len: 10,
+            }],
+            ..Default::default()
+        };
+        let index = |id: u8| {
+            let m = MemberRecord {
+                offset: 512,
+                size: 3,
+            };
+            let summary = TarIndexRecord {
+                members: 2,
+                not_a_tar: None,
+            };
+            i.put_tar_index(&[id; 16], &summary, &[("a".into(), m), ("b/c".into(), m)])
+                .unwrap();
+        };
+        let indexed = |id: u8| {
+            i.get_tar_index(&[id; 16]).unwrap().is_some()
+                || i.get_member(&[id; 16], "a").unwrap().is_some()
+                || i.get_member(&[id; 16], "b/c").unwrap().is_some()
+        };
+        i.put_object(1, "shard.tar", &tar(1)).unwrap();
+        index(1);
+        // Rewriting the record with the same bytes (a metadata edit) keeps the index.
+        let mut edited = tar(1);
+        edited.tags = vec![("k".into(), "v".into())];
+        i.put_object(1, "shard.tar", &edited).unwrap();
+        assert!(indexed(1));
+        // An overwrite with other bytes drops it; the new bytes' index is separate.
+        i.put_object(1, "shard.tar", &tar(2)).unwrap();
+        assert!(!indexed(1));
+        index(2);
+        i.put_object(1, "other", &tar(9)).unwrap();
+        index(9);
+        // A delete drops it, and only it.
+        i.delete_object(1, "shard.tar").unwrap();
+        assert!(!indexed(2));
+        assert!(indexed(9));
+        // Several ops in one batch: the state each op replaces is the one the previous left.
+        let put = |key: &str, id: u8| ObjectOp::Put {
+            bucket_id: 1,
+            key: key.into(),
+            record: Box::new(tar(id)),
+        };
+        i.apply_object_ops(&[&put("other", 9), &put("other", 10), &put("x", 11)])
+            .unwrap();
+        assert!(!indexed(9));
+        // CompleteMultipartUpload replacing an object drops its index too.
+        index(11);
+        let up = UploadRecord {
+            upload_id: "u1".into(),
+            bucket_id: 1,
+            key: "x".into(),
+            ..Default::default()
+        };
+        i.put_upload(&up).unwrap();
+        i.complete_upload(&up, &tar(12)).unwrap();
+        assert!(!indexed(11));
     }
 
     #[test]
