@@ -73,6 +73,14 @@ def test_s3api_calls(server, tmp_path):
     assert out.read_bytes() == b"s3api"
     missing = aws(server, "s3api", "get-object", "--bucket", name, "--key", "nope", str(out), check=False)
     assert missing.returncode != 0 and "NoSuchKey" in missing.stderr
+    # Object tagging.
+    aws(server, "s3api", "put-object-tagging", "--bucket", name, "--key", "x.txt",
+        "--tagging", json.dumps({"TagSet": [{"Key": "split", "Value": "train"}]}))
+    tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", name, "--key", "x.txt").stdout)
+    assert tags["TagSet"] == [{"Key": "split", "Value": "train"}]
+    aws(server, "s3api", "delete-object-tagging", "--bucket", name, "--key", "x.txt")
+    tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", name, "--key", "x.txt").stdout)
+    assert tags["TagSet"] == []
     aws(server, "s3api", "delete-object", "--bucket", name, "--key", "x.txt")
     aws(server, "s3api", "delete-bucket", "--bucket", name)
     assert name not in aws(server, "s3", "ls").stdout
