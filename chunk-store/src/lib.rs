@@ -95,7 +95,7 @@ pub struct RecordLocation {
     pub len: u32,
 }
 
-/// One record for [`ChunkStore::read_records_into`] to read and verify: its location and
+/// One record for [`ChunkStore::read_cached_records_into`] to read and verify: its location and
 /// identity, and where in the caller's buffer its payload goes (`dst..dst + loc.len`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordRead {
@@ -108,7 +108,7 @@ pub struct RecordRead {
 /// Records at most this far apart in a file share one vectored read (the gap is read into a
 /// discard buffer).
 pub const SCATTER_GAP_BYTES_MAX: u64 = 4096;
-/// Largest single vectored read of [`ChunkStore::read_records_into`]...
+/// Largest single vectored read of [`ChunkStore::read_cached_records_into`]...
 const SCATTER_RUN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// ...and most pieces in it (Linux accepts 1024).
 const SCATTER_IOVECS_MAX: usize = 512;
@@ -1407,44 +1407,18 @@ impl ChunkStore {
         Err(last_err.unwrap_or(ChunkStoreError::MissingSegment(segment_id)))
     }
 
-    /// Reads whole records straight into the caller's buffer: the payload of `reads[i]` goes
-    /// to `buf[dst..dst + len]`, and the result says whether it is there, verified. Records
-    /// that are neighbours in one file (gaps of at most [`SCATTER_GAP_BYTES_MAX`]) share one
-    /// vectored read that scatters headers aside, payloads into place and gap bytes into a
-    /// discard buffer, so a run of records costs one syscall and one copy, out of the page
-    /// cache into `buf`. Every record is checked as [`read`](Self::read) checks it; one that
-    /// cannot be read this way (a shard piece, an I/O error, a failed check) is read again
-    /// with `read`, which falls back on redundancy. Blocks on a page-cache miss.
+    /// Reads whole records straight into the caller's buffer, from the page cache only and
+    /// never waiting for the disk, so it may run on an async worker thread: the payload of
+    /// `reads[i]` goes to `buf[dst..dst + len]`. Records that are neighbours in one file (gaps
+    /// of at most [`SCATTER_GAP_BYTES_MAX`]) share one vectored read that scatters headers
+    /// aside, payloads into place and gap bytes into a discard buffer, so a run of records
+    /// costs one syscall and one copy, out of the page cache into `buf`. Every record is
+    /// checked as [`read`](Self::read) checks it. True if every record is in place and
+    /// verified; false if any is not (not cached, not directly readable such as a shard piece,
+    /// an I/O error, a failed check), and then the caller reads them another way.
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
-    pub fn read_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<Result<()>> {
-        let ok = self.scatter(reads, buf, true);
-        reads
-            .iter()
-            .zip(ok)
-            .map(|(r, ok)| {
-                if ok {
-                    return Ok(());
-                }
-                let payload = self.read(&r.loc, &r.object_id, r.chunk_index)?;
-                buf[r.dst..r.dst + payload.len()].copy_from_slice(&payload);
-                Ok(())
-            })
-            .collect()
-    }
-
-    /// Like [`read_records_into`](Self::read_records_into), but only from the page cache and
-    /// never blocking, so it may run on an async worker thread: true if every record was read
-    /// and verified; false if any was not (not cached, not directly readable, or failing a
-    /// check), and then the caller uses `read_records_into`, which reads them all again.
     pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
-        self.scatter(reads, buf, false).into_iter().all(|ok| ok)
-    }
-
-    /// The scattered reads of [`read_records_into`](Self::read_records_into): whether each
-    /// record was read and verified in place. Without `wait`, reads that would block are
-    /// abandoned (and reported false).
-    fn scatter(&self, reads: &[RecordRead], buf: &mut [u8], wait: bool) -> Vec<bool> {
         let mut by_dst: Vec<(usize, usize)> = reads
             .iter()
             .map(|r| (r.dst, r.dst + r.loc.len as usize))
@@ -1456,14 +1430,12 @@ impl ChunkStore {
         if let Some(last) = by_dst.last() {
             assert!(last.1 <= buf.len(), "record slot outside the buffer");
         }
-        let mut ok = vec![false; reads.len()];
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
         for (i, r) in reads.iter().enumerate() {
             match self.direct(&r.loc) {
                 Ok(Some((file, at))) => placed.push((i, file, at)),
-                _ if wait => {}
-                _ => return ok,
+                _ => return false,
             }
         }
         placed.sort_unstable_by_key(|(_, f, at)| (Arc::as_ptr(f) as usize, *at));
@@ -1518,17 +1490,18 @@ impl ChunkStore {
             let wanted = (run_end - start) as usize;
             // SAFETY: every iovec points into `buf`, `headers` or `discard`, all exclusively
             // borrowed by this function and not otherwise touched until the call returns.
-            let got = unsafe { preadv_full(file, &mut iov, *start, wait) };
-            if !wait && !matches!(got, Ok(n) if n == wanted) {
-                return ok;
+            let got = unsafe { preadv_cached(file, &mut iov, *start) };
+            if !matches!(got, Ok(n) if n == wanted) {
+                return false;
             }
             for (i, _, _) in &placed[run..end] {
-                ok[*i] = matches!(got, Ok(n) if n == wanted)
-                    && self.check_scattered(&reads[*i], &headers[*i], buf).is_ok();
+                if self.check_scattered(&reads[*i], &headers[*i], buf).is_err() {
+                    return false;
+                }
             }
             run = end;
         }
-        ok
+        true
     }
 
     fn check_scattered(
@@ -2112,53 +2085,46 @@ fn record_header(
 /// Writes `header` then `payload` at `offset` with `pwritev`, so the record is not first
 /// copied into one buffer (for 1 MiB chunks that copy, and the fresh pages it touched, cost
 /// more CPU than the write itself).
-/// Fills the buffers of `iov` from `file` at `offset`, in order, and returns the bytes read:
-/// fewer than asked at the end of the file, or (without `wait`) where the page cache ends.
-/// First without blocking (a page-cache hit), then, with `wait`, blocking for whatever was not
-/// cached. `iov` is consumed (advanced) as it fills.
+/// Fills the buffers of `iov` from `file` at `offset`, in order, from the page cache only
+/// (`RWF_NOWAIT`), and returns the bytes read: fewer than asked where the file or the cached
+/// pages end (0 where the kernel cannot read without waiting). `iov` is consumed (advanced) as
+/// it fills.
 ///
 /// # Safety
 ///
 /// Every iovec must point at memory valid for writes of its length, not accessed through any
 /// other path for the duration of the call.
-unsafe fn preadv_full(
+unsafe fn preadv_cached(
     file: &File,
     iov: &mut [libc::iovec],
     offset: u64,
-    wait: bool,
 ) -> std::io::Result<usize> {
     use std::os::unix::io::AsRawFd;
     let mut first = 0usize;
     let mut done = 0usize;
-    let mut flags = libc::RWF_NOWAIT;
     while first < iov.len() {
         let at = i64::try_from(offset + done as u64)
             .map_err(|_| std::io::Error::other("offset past i64"))?;
         let count = (iov.len() - first).min(1024) as libc::c_int;
         // SAFETY: the caller guarantees the iovecs; `first..first + count` is in bounds.
-        let n = unsafe { libc::preadv2(file.as_raw_fd(), iov[first..].as_ptr(), count, at, flags) };
+        let n = unsafe {
+            libc::preadv2(
+                file.as_raw_fd(),
+                iov[first..].as_ptr(),
+                count,
+                at,
+                libc::RWF_NOWAIT,
+            )
+        };
         if n < 0 {
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS)
-                    if flags != 0 =>
-                {
-                    if !wait {
-                        return Ok(done);
-                    }
-                    flags = 0;
-                    continue;
-                }
+                Some(libc::EAGAIN | libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => break,
                 _ => return Err(e),
             }
         }
         if n == 0 {
-            if flags != 0 && wait {
-                // Nothing cached: read the rest blocking.
-                flags = 0;
-                continue;
-            }
             break;
         }
         let mut n = n as usize;
@@ -2173,12 +2139,10 @@ unsafe fn preadv_full(
                 first += 1;
             }
         }
-        // A short non-blocking read stops at the first uncached page: go on blocking, if
-        // allowed.
-        if !wait && first < iov.len() {
-            return Ok(done);
+        // A short read stops where the cached pages end: what follows would wait.
+        if first < iov.len() {
+            break;
         }
-        flags = 0;
     }
     Ok(done)
 }
@@ -2746,13 +2710,9 @@ mod tests {
             });
             at += loc.len as usize + 3;
         }
-        // Just written, so in the page cache: the non-blocking variant reads them all too.
-        let mut cached = vec![0xeeu8; at];
-        assert!(s.read_cached_records_into(&reads, &mut cached));
+        // Just written, so in the page cache.
         let mut buf = vec![0xeeu8; at];
-        let results = s.read_records_into(&reads, &mut buf);
-        assert!(results.iter().all(Result::is_ok));
-        assert_eq!(buf, cached);
+        assert!(s.read_cached_records_into(&reads, &mut buf));
         for r in &reads {
             let data = &recs[r.chunk_index as usize].1;
             assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
@@ -2767,17 +2727,12 @@ mod tests {
         let at = bad.offset + RECORD_HEADER_BYTES as u64 + 5;
         file.write_all_at(&[0xff], at).unwrap();
         assert!(!s.read_cached_records_into(&reads, &mut buf));
-        let results = s.read_records_into(&reads, &mut buf);
-        for (r, res) in reads.iter().zip(&results) {
-            if r.chunk_index == 12 {
-                assert!(
-                    matches!(res, Err(ChunkStoreError::Corrupt { .. })),
-                    "{res:?}"
-                );
-            } else {
-                assert!(res.is_ok());
-            }
-        }
+        let without: Vec<RecordRead> = reads
+            .iter()
+            .copied()
+            .filter(|r| r.chunk_index != 12)
+            .collect();
+        assert!(s.read_cached_records_into(&without, &mut buf));
     }
 
     #[test]

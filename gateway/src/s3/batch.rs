@@ -290,13 +290,15 @@ async fn emit_window(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
 /// Emits entries that are whole records (entry, its chunk) a frame at a time: the frame is
 /// laid out first (TAR headers written, each payload's place reserved), then every record is
 /// read straight into its place, neighbours on disk sharing one vectored read, and verified.
-/// One copy out of the page cache, none between buffers. If any record fails, the frame is
-/// laid out again through [`emit_spans`], which reports the failure as an error entry.
+/// One copy out of the page cache, none between buffers. A frame not wholly in the page cache
+/// is read with all its records in flight at once. If any record fails, the frame is laid out
+/// again through [`emit_spans`], which reports the failure as an error entry.
 async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out: &mut Out) {
     let mut entries = entries.into_iter();
     loop {
         let base = out.buf.len();
         let mut group = Vec::new();
+        let mut chunks = Vec::new();
         let mut reads = Vec::new();
         while group.is_empty() || out.buf.len() < FRAME_BYTES {
             let Some((e, c)) = entries.next() else { break };
@@ -315,41 +317,35 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
                 dst,
             });
             group.push(e);
+            chunks.push(c);
         }
         if group.is_empty() {
             return;
         }
-        // From the page cache on this thread when every record is there (no hand-off to a
-        // blocking thread); else all again on a blocking thread, which may wait for the disk.
-        if engine
+        // From the page cache on this thread when every record is there (no syscall that
+        // waits). Otherwise every record of the frame is read at once through the engine's
+        // read path (io_uring, or the blocking pool), so a frame of cold samples waits for
+        // about one disk read rather than one per sample, then copied into its place.
+        if !engine
             .chunks
             .read_cached_records_into(&reads, &mut out.buf[..])
         {
-            out.maybe_flush().await;
-            if out.stopped {
-                return;
-            }
-            continue;
-        }
-        let buf = std::mem::take(&mut out.buf);
-        let e2 = engine.clone();
-        let read = blocking(move || {
-            let mut buf = buf;
-            let results = e2.chunks.read_records_into(&reads, &mut buf);
-            Ok((buf, results.iter().all(Result::is_ok)))
-        })
-        .await;
-        match read {
-            Ok((buf, all_ok)) => {
-                out.buf = buf;
-                if !all_ok {
-                    out.buf.truncate(base);
-                    emit_spans(engine, group, out).await;
+            let fetched = futures_util::future::join_all(group.iter().zip(&chunks).map(
+                |(e, c)| async move {
+                    match &e.body {
+                        Ok(p) => engine.read_chunk(&p.obj, *c).await,
+                        Err(_) => Err(S3Error::internal("batch", "an entry without a body")),
+                    }
+                },
+            ))
+            .await;
+            if fetched.iter().all(Result::is_ok) {
+                for (r, data) in reads.iter().zip(fetched.into_iter().flatten()) {
+                    out.buf[r.dst..r.dst + data.len()].copy_from_slice(&data);
                 }
-            }
-            Err(e) => {
-                out.cut(e.message).await;
-                return;
+            } else {
+                out.buf.truncate(base);
+                emit_spans(engine, group, out).await;
             }
         }
         out.maybe_flush().await;
