@@ -1,12 +1,12 @@
 //! The Rust AWS SDK against the real `packrat` binary: buckets, objects with the SDK's default
-//! checksums, ranges, listings, copies, batch deletes and a multipart upload.
+//! checksums, ranges, listings, copies, batch deletes, a multipart upload and object tags.
 
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{
     ChecksumAlgorithm, ChecksumMode, CompletedMultipartUpload, CompletedPart, Delete,
-    ObjectIdentifier,
+    ObjectIdentifier, Tag, Tagging,
 };
 use md5::{Digest, Md5};
 use std::io::{BufRead, BufReader};
@@ -439,4 +439,99 @@ async fn packrat_batch_get_from_rust() {
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&tar));
     let files = tar_files(&tar);
     assert_eq!(files, want, "entries in request order, byte for byte");
+}
+
+#[tokio::test]
+async fn rust_sdk_object_tagging() {
+    let server = start();
+    let s3 = client(&server.endpoint);
+    s3.create_bucket().bucket("rust-tags").send().await.unwrap();
+    s3.put_object()
+        .bucket("rust-tags")
+        .key("k")
+        .tagging("split=train&owner=rust%20sdk")
+        .body(ByteStream::from_static(b"tagged"))
+        .send()
+        .await
+        .unwrap();
+    let tags = |out: &aws_sdk_s3::operation::get_object_tagging::GetObjectTaggingOutput| {
+        let mut t: Vec<(String, String)> = out
+            .tag_set()
+            .iter()
+            .map(|t| (t.key().to_string(), t.value().to_string()))
+            .collect();
+        t.sort();
+        t
+    };
+    let got = s3
+        .get_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        tags(&got),
+        vec![
+            ("owner".to_string(), "rust sdk".to_string()),
+            ("split".to_string(), "train".to_string())
+        ]
+    );
+    let get = s3
+        .get_object()
+        .bucket("rust-tags")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(get.tag_count(), Some(2));
+    let tag = |k: &str, v: &str| Tag::builder().key(k).value(v).build().unwrap();
+    let set = |n: usize| {
+        let mut b = Tagging::builder();
+        for i in 0..n {
+            b = b.tag_set(tag(&format!("k{i}"), "v"));
+        }
+        b.build().unwrap()
+    };
+    s3.put_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .tagging(set(3))
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags(&got).len(), 3);
+    let too_many = s3
+        .put_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .tagging(set(11))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        too_many.into_service_error().meta().code(),
+        Some("BadRequest")
+    );
+    s3.delete_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_object_tagging()
+        .bucket("rust-tags")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert!(got.tag_set().is_empty());
 }
