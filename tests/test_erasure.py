@@ -12,6 +12,7 @@ import random
 import shutil
 import subprocess
 import time
+import urllib.request
 
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import ClientError
@@ -260,3 +261,41 @@ def test_several_disks_need_ec_and_enough_disks(workdir):
                               "--listen", "127.0.0.1:0", *args],
                              capture_output=True, text=True, timeout=60, env=env)
         assert out.returncode != 0 and msg in out.stderr + out.stdout, (args, out.stderr)
+
+
+def test_a_disk_that_fails_while_idle_is_found_by_the_probe(workdir):
+    root = workdir / "ec-probe"
+    root.mkdir()
+    disks = [root / f"disk{i}" for i in range(6)]
+    args = ["--ec", "4+2", "--disk-probe-interval", "1"]
+    for d in disks:
+        args += ["--disk", str(d)]
+    srv = Server(root / "data", args).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket=BUCKET)
+        expected = {}
+        for i in range(50):
+            data = body(i, 5000)
+            s3.put_object(Bucket=BUCKET, Key=key(i), Body=data)
+            expected[key(i)] = hashlib.md5(data).hexdigest()
+        assert all(d["online"] for d in status(srv)["erasure"]["disks"])
+        # Disk 3 breaks while nothing touches it: its probe file can no longer be created.
+        (disks[3] / ".packrat-probe").mkdir()
+        st = wait_until(lambda: (s := status(srv))["disk_probe_failures"] == 1 and s, 15, "a failed probe")
+        assert [d["online"] for d in st["erasure"]["disks"]] == [True, True, True, False, True, True]
+        assert "disk probe failed" in open(srv.log_path).read()
+        metrics = urllib.request.urlopen(f"{srv.endpoint}/metrics", timeout=10).read().decode()
+        assert "packrat_disk_probe_failures_total 1" in metrics
+        # Writes go on (on the other disks), and everything reads back.
+        for i in range(50, 60):
+            data = body(i, 5000)
+            s3.put_object(Bucket=BUCKET, Key=key(i), Body=data)
+            expected[key(i)] = hashlib.md5(data).hexdigest()
+        assert read_all(srv, expected) == (60, 0)
+        # Repaired: the next scrub takes the disk back.
+        (disks[3] / ".packrat-probe").rmdir()
+        admin(srv, "scrub")
+        assert status(srv)["erasure"]["disks"][3]["online"]
+    finally:
+        srv.stop()

@@ -328,6 +328,8 @@ pub struct ChunkStoreStats {
     pub shards_rebuilt: u64,
     /// Shards found missing or corrupt (by reads or by scrub).
     pub shard_faults_found: u64,
+    /// Disk probes that failed (each marks its disk failed).
+    pub disk_probe_failures: u64,
 }
 
 /// The erasure-coding state for `admin status`.
@@ -378,7 +380,13 @@ struct EcCounters {
     bytes_encoded: AtomicU64,
     shards_rebuilt: AtomicU64,
     shard_faults_found: AtomicU64,
+    disk_probe_failures: AtomicU64,
 }
+
+/// The file a disk probe writes, syncs, reads back and removes.
+const PROBE_FILE: &str = ".packrat-probe";
+/// Bytes a disk probe writes.
+const PROBE_BYTES: usize = 4096;
 
 pub struct ChunkStore {
     disks: Vec<Disk>,
@@ -1583,7 +1591,30 @@ impl ChunkStore {
         s.bytes_encoded = c.bytes_encoded.load(Relaxed);
         s.shards_rebuilt = c.shards_rebuilt.load(Relaxed);
         s.shard_faults_found = c.shard_faults_found.load(Relaxed);
+        s.disk_probe_failures = c.disk_probe_failures.load(Relaxed);
         s
+    }
+
+    /// Checks every disk in use the way a write does: a small file is written, synced, read
+    /// back, compared and removed. A disk that fails (or whose directory is gone) is marked
+    /// failed, as an I/O error during a write would: new segments and rebuilt shards avoid it
+    /// until a scrub finds it writable again. This notices a disk that died while idle before
+    /// a write or read trips over it. Returns the disks newly marked failed. Without erasure
+    /// coding there is one disk and nothing to fail over to: no probe.
+    pub fn probe_disks(&self) -> Vec<PathBuf> {
+        let mut failed = Vec::new();
+        if self.ec.is_none() || self.read_only {
+            return failed;
+        }
+        for d in self.disks.iter().filter(|d| d.usable()) {
+            if let Err(e) = probe_disk(&d.root) {
+                use std::sync::atomic::Ordering::Relaxed;
+                self.counters.disk_probe_failures.fetch_add(1, Relaxed);
+                d.fail(&format_args!("disk probe: {e}"));
+                failed.push(d.root.clone());
+            }
+        }
+        failed
     }
 }
 
@@ -2147,6 +2178,34 @@ unsafe fn preadv_cached(
     Ok(done)
 }
 
+/// One disk probe (see [`ChunkStore::probe_disks`]).
+fn probe_disk(root: &Path) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let path = root.join(PROBE_FILE);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut data = vec![0u8; PROBE_BYTES];
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = (stamp >> ((i % 8) * 8)) as u8 ^ i as u8;
+    }
+    let result = (|| {
+        let mut f = File::create(&path)?;
+        f.write_all(&data)?;
+        f.sync_data()?;
+        let mut back = Vec::with_capacity(PROBE_BYTES);
+        File::open(&path)?.read_to_end(&mut back)?;
+        if back != data {
+            return Err(std::io::Error::other(
+                "read back differs from what was written",
+            ));
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&path);
+    result
+}
+
 fn write_all_vectored_at(
     file: &File,
     header: &[u8],
@@ -2626,6 +2685,31 @@ mod tests {
         for (i, loc) in locs.iter().enumerate() {
             assert_eq!(s.read(loc, &[9; 16], i as u32).unwrap(), payload(i as u32));
         }
+    }
+
+    #[test]
+    fn a_probe_finds_a_disk_that_fails_while_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let disks: Vec<PathBuf> = (0..6).map(|i| dir.path().join(format!("d{i}"))).collect();
+        let s = ec_store(&disks, 1 << 20);
+        assert!(s.probe_disks().is_empty());
+        assert!(!disks[0].join(PROBE_FILE).exists(), "the probe cleans up");
+        // Disk 2 breaks while nothing is written: its probe file cannot be created.
+        std::fs::create_dir(disks[2].join(PROBE_FILE)).unwrap();
+        assert_eq!(s.probe_disks(), vec![disks[2].clone()]);
+        let st = s.ec_status().unwrap();
+        assert!(!st.disks[2].online && st.disks[1].online, "{st:?}");
+        assert_eq!(s.stats().disk_probe_failures, 1);
+        // Reported once; new segments avoid it.
+        assert!(s.probe_disks().is_empty());
+        let (loc, t) = s.append([4; 16], 0, b"while degraded").unwrap();
+        s.sync_through(t).unwrap();
+        assert_eq!(s.read(&loc, &[4; 16], 0).unwrap(), b"while degraded");
+        // Fixed: the next scrub takes it back.
+        std::fs::remove_dir(disks[2].join(PROBE_FILE)).unwrap();
+        s.scrub(None, &|_, _| {}).unwrap();
+        assert!(s.ec_status().unwrap().disks[2].online);
+        assert!(s.probe_disks().is_empty());
     }
 
     #[test]

@@ -279,6 +279,8 @@ pub struct Status {
     pub segments_encoded: u64,
     pub shards_rebuilt: u64,
     pub shard_faults_found: u64,
+    #[serde(default)]
+    pub disk_probe_failures: u64,
 }
 
 pub fn status(engine: &crate::engine::Engine) -> Status {
@@ -299,6 +301,7 @@ pub fn status(engine: &crate::engine::Engine) -> Status {
         segments_encoded: st.segments_encoded,
         shards_rebuilt: st.shards_rebuilt,
         shard_faults_found: st.shard_faults_found,
+        disk_probe_failures: st.disk_probe_failures,
     }
 }
 

@@ -47,20 +47,32 @@ pub fn start_scrub(engine: &Arc<Engine>, rate: Option<u64>) -> bool {
     true
 }
 
-/// Seals idle segments and repairs damaged ones every second, and scrubs every
-/// `scrub_interval` (zero: never) at `scrub_rate` bytes per second.
+/// Seals idle segments and repairs damaged ones every second, probes every disk every
+/// `probe_interval`, and scrubs every `scrub_interval` at `scrub_rate` bytes per second (zero
+/// intervals: never).
 pub fn spawn_background(
     engine: Arc<Engine>,
     seal_idle: Duration,
     scrub_interval: Duration,
     scrub_rate: u64,
+    probe_interval: Duration,
 ) {
     tokio::spawn(async move {
         let mut last_scrub = tokio::time::Instant::now();
+        let mut last_probe = tokio::time::Instant::now();
         loop {
             tokio::time::sleep(Duration::from_secs(1)).await;
+            let probe = !probe_interval.is_zero() && last_probe.elapsed() >= probe_interval;
+            if probe {
+                last_probe = tokio::time::Instant::now();
+            }
             let e = engine.clone();
             let upkeep = tokio::task::spawn_blocking(move || {
+                if probe {
+                    for disk in e.chunks.probe_disks() {
+                        tracing::error!(disk = %disk.display(), "disk probe failed: the disk is marked failed (new segments avoid it; a scrub takes it back once it works)");
+                    }
+                }
                 e.chunks.seal_due(Some(seal_idle))?;
                 e.chunks.repair_suspects()
             })

@@ -140,6 +140,10 @@ struct ServeArgs {
     /// Bytes per second a background scrub may read (admin scrub runs at full speed).
     #[arg(long, env = "PACKRAT_SCRUB_RATE", default_value_t = 64 * 1024 * 1024)]
     scrub_rate: u64,
+    /// Seconds between probes of every disk (a small write, sync and read back), which
+    /// notice a disk that failed while idle (0: no probes; I/O errors still mark disks).
+    #[arg(long, env = "PACKRAT_DISK_PROBE_INTERVAL", default_value_t = 10)]
+    disk_probe_interval: u64,
     /// A storage tier for objects of an S3 storage class, as CLASS=dir:/path (a directory on
     /// slower disks) or CLASS=s3://bucket/prefix?endpoint=URL&region=R (any S3 service;
     /// credentials from PACKRAT_TIER_<CLASS>_ACCESS_KEY_ID / _SECRET_ACCESS_KEY, else
@@ -485,6 +489,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             std::time::Duration::from_secs(args.seal_idle),
             std::time::Duration::from_secs(args.scrub_interval),
             args.scrub_rate,
+            std::time::Duration::from_secs(args.disk_probe_interval),
         );
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");

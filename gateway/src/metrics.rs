@@ -116,6 +116,11 @@ impl Metrics {
                 "packrat_shard_faults_total",
                 st.shard_faults_found,
             ),
+            (
+                "counter",
+                "packrat_disk_probe_failures_total",
+                st.disk_probe_failures,
+            ),
         ];
         let tier_counters = engine.tiers.metrics();
         let gauges: Vec<(&str, &str, u64)> = gauges
