@@ -54,10 +54,49 @@ pub struct CommitStats {
     pub latency_buckets: [std::sync::atomic::AtomicU64; COMMIT_LATENCY_BUCKETS_US.len()],
 }
 
+/// Set once a commit job's ops are in the index (or its batch failed and they never will be).
+/// Writers that read the index under a key lock wait for the last job enqueued under that
+/// lock first (see [`Engine::lock_key`]).
+#[derive(Default)]
+struct Applied {
+    done: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl Applied {
+    fn set(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_waiters();
+    }
+
+    async fn wait(&self) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.done.load(std::sync::atomic::Ordering::Acquire) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// Marks its job applied when dropped, whatever happens to the job: processed, or lost with a
+/// commit thread that stopped. Writers waiting to read under a key lock are never stranded.
+struct AppliedOnDrop(Arc<Applied>);
+
+impl Drop for AppliedOnDrop {
+    fn drop(&mut self) {
+        self.0.set();
+    }
+}
+
 /// One write waiting for group commit.
 struct CommitJob {
     ticket: Option<WriteTicket>,
     ops: Vec<ObjectOp>,
+    applied: Option<AppliedOnDrop>,
     done: tokio::sync::oneshot::Sender<S3Result<()>>,
 }
 
@@ -72,6 +111,8 @@ pub struct Engine {
     commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
     pub commit_stats: Arc<CommitStats>,
     key_locks: Vec<tokio::sync::Mutex<()>>,
+    /// Per key-lock stripe, the last commit job enqueued under that lock.
+    stripe_tails: Vec<std::sync::Mutex<Option<Arc<Applied>>>>,
     /// Buckets and access keys are read on every request and change rarely; they are cached
     /// here and every change made through this process invalidates its entry. (Offline admin
     /// changes happen only while the server is stopped.)
@@ -222,6 +263,9 @@ impl Engine {
             key_locks: (0..KEY_LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))
                 .collect(),
+            stripe_tails: (0..KEY_LOCK_STRIPES)
+                .map(|_| std::sync::Mutex::new(None))
+                .collect(),
             bucket_cache: RwLock::new(CacheMap::default()),
             key_cache: RwLock::new(CacheMap::default()),
             compaction: tokio::sync::Mutex::new(()),
@@ -288,19 +332,84 @@ impl Engine {
     async fn lock_keys<'k>(
         &self,
         keys: impl Iterator<Item = (u64, &'k str)>,
-    ) -> Vec<tokio::sync::MutexGuard<'_, ()>> {
+    ) -> (Vec<tokio::sync::MutexGuard<'_, ()>>, Vec<usize>) {
         let mut stripes: Vec<usize> = keys.map(|(b, k)| self.key_stripe(b, k)).collect();
         stripes.sort_unstable();
         stripes.dedup();
         let mut guards = Vec::with_capacity(stripes.len());
-        for s in stripes {
-            guards.push(self.key_locks[s].lock().await);
+        for s in &stripes {
+            guards.push(self.key_locks[*s].lock().await);
         }
-        guards
+        (guards, stripes)
     }
 
-    pub fn key_lock(&self, bucket_id: u64, key: &str) -> &tokio::sync::Mutex<()> {
-        &self.key_locks[self.key_stripe(bucket_id, key)]
+    /// Takes a key's lock for a writer that only enqueues ops (an unconditional PUT or
+    /// DELETE): the lock orders its op among the key's writes and is released once the op is
+    /// enqueued, not when it is durable, so writers of a key never wait for each other's
+    /// fsync. Returns the guard and the lock stripe.
+    async fn lock_for_enqueue(
+        &self,
+        bucket_id: u64,
+        key: &str,
+    ) -> (tokio::sync::MutexGuard<'_, ()>, usize) {
+        let s = self.key_stripe(bucket_id, key);
+        (self.key_locks[s].lock().await, s)
+    }
+
+    /// Takes a key's lock for a writer that reads the index (a conditional write, a
+    /// read-modify-write) or writes it directly: after the lock, it waits until every op
+    /// enqueued under this lock before it is applied, so what it reads is current.
+    pub async fn lock_key(&self, bucket_id: u64, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        let s = self.key_stripe(bucket_id, key);
+        let guard = self.key_locks[s].lock().await;
+        self.quiesce(&[s]).await;
+        guard
+    }
+
+    /// Waits until the last commit job enqueued under each of these stripes' locks is applied
+    /// (callers hold the locks, so no new one is enqueued meanwhile).
+    async fn quiesce(&self, stripes: &[usize]) {
+        for s in stripes {
+            let tail = self.stripe_tails[*s]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(t) = tail {
+                t.wait().await;
+            }
+        }
+    }
+
+    /// Enqueues ops for group commit; callers hold the locks of `stripes`, which record the
+    /// job as their last. Returns the channel that says when the ops are durable.
+    async fn enqueue(
+        &self,
+        ticket: Option<WriteTicket>,
+        ops: Vec<ObjectOp>,
+        stripes: &[usize],
+    ) -> S3Result<tokio::sync::oneshot::Receiver<S3Result<()>>> {
+        let applied = Arc::new(Applied::default());
+        let (done, wait) = tokio::sync::oneshot::channel();
+        self.commit_tx
+            .send(CommitJob {
+                ticket,
+                ops,
+                done,
+                applied: Some(AppliedOnDrop(applied.clone())),
+            })
+            .await
+            .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
+        for s in stripes {
+            *self.stripe_tails[*s]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(applied.clone());
+        }
+        Ok(wait)
+    }
+
+    async fn durable(wait: tokio::sync::oneshot::Receiver<S3Result<()>>) -> S3Result<()> {
+        wait.await
+            .map_err(|_| S3Error::internal("commit", "the commit thread dropped a job"))?
     }
 
     /// Steps 1 to 3 of the write protocol: stream, hash, append, verify, make durable.
@@ -422,7 +531,12 @@ impl Engine {
     async fn group_commit(&self, ticket: Option<WriteTicket>, ops: Vec<ObjectOp>) -> S3Result<()> {
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
-            .send(CommitJob { ticket, ops, done })
+            .send(CommitJob {
+                ticket,
+                ops,
+                done,
+                applied: None,
+            })
             .await
             .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
         wait.await
@@ -478,14 +592,19 @@ impl Engine {
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
     ) -> S3Result<()> {
-        let _guard = self.key_lock(bucket_id, key).lock().await;
-        self.check_write_condition(bucket_id, key, cond)?;
+        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
+        if cond.if_none_match_any || cond.if_match.is_some() {
+            self.quiesce(&[stripe]).await;
+            self.check_write_condition(bucket_id, key, cond)?;
+        }
         let op = ObjectOp::Put {
             bucket_id,
             key: key.to_string(),
             record: Box::new(rec),
         };
-        self.group_commit(ticket, vec![op]).await
+        let wait = self.enqueue(ticket, vec![op], &[stripe]).await?;
+        drop(guard);
+        Self::durable(wait).await
     }
 
     /// Changes an object's attributes (metadata, storage class, tags), never its bytes, under
@@ -499,7 +618,8 @@ impl Engine {
         cond: &WriteCondition,
         edit: impl FnOnce(&mut ObjectRecord),
     ) -> S3Result<ObjectRecord> {
-        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
+        self.quiesce(&[stripe]).await;
         self.check_write_condition(bucket_id, key, cond)?;
         let mut rec = self.index.get_object(bucket_id, key)?.ok_or_else(|| {
             S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
@@ -510,7 +630,9 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(rec.clone()),
         };
-        self.group_commit(None, vec![op]).await?;
+        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
+        drop(guard);
+        Self::durable(wait).await?;
         Ok(rec)
     }
 
@@ -523,7 +645,7 @@ impl Engine {
         objects: Vec<(String, ObjectRecord)>,
         ticket: Option<WriteTicket>,
     ) -> S3Result<()> {
-        let _guards = self
+        let (guards, stripes) = self
             .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
             .await;
         let ops = objects
@@ -534,7 +656,9 @@ impl Engine {
                 record: Box::new(rec),
             })
             .collect();
-        self.group_commit(ticket, ops).await
+        let wait = self.enqueue(ticket, ops, &stripes).await?;
+        drop(guards);
+        Self::durable(wait).await
     }
 
     /// Points objects at the new copies of their moved chunks, made durable by `ticket`: under
@@ -546,9 +670,10 @@ impl Engine {
         relocations: Vec<Relocation>,
         ticket: Option<WriteTicket>,
     ) -> S3Result<(u64, u64)> {
-        let _guards = self
+        let (guards, stripes) = self
             .lock_keys(relocations.iter().map(|r| (r.bucket_id, r.key.as_str())))
             .await;
+        self.quiesce(&stripes).await;
         let (mut updated, mut changed) = (0u64, 0u64);
         let mut ops = Vec::with_capacity(relocations.len());
         for r in relocations {
@@ -575,7 +700,9 @@ impl Engine {
                 record: Box::new(obj),
             });
         }
-        self.group_commit(ticket, ops).await?;
+        let wait = self.enqueue(ticket, ops, &stripes).await?;
+        drop(guards);
+        Self::durable(wait).await?;
         Ok((updated, changed))
     }
 
@@ -587,7 +714,8 @@ impl Engine {
         key: &str,
         record_id: [u8; 16],
     ) -> S3Result<bool> {
-        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
+        self.quiesce(&[stripe]).await;
         match self.index.get_object(bucket_id, key)? {
             Some(o) if o.record_id == record_id => {}
             _ => return Ok(false),
@@ -596,7 +724,9 @@ impl Engine {
             bucket_id,
             key: key.to_string(),
         };
-        self.group_commit(None, vec![op]).await?;
+        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
+        drop(guard);
+        Self::durable(wait).await?;
         Ok(true)
     }
 
@@ -609,7 +739,8 @@ impl Engine {
         record_id: [u8; 16],
         class: &str,
     ) -> S3Result<bool> {
-        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
+        self.quiesce(&[stripe]).await;
         let Some(mut obj) = self.index.get_object(bucket_id, key)? else {
             return Ok(false);
         };
@@ -622,7 +753,9 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(obj),
         };
-        self.group_commit(None, vec![op]).await?;
+        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
+        drop(guard);
+        Self::durable(wait).await?;
         Ok(true)
     }
 
@@ -636,12 +769,14 @@ impl Engine {
     }
 
     pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
-        let _guard = self.key_lock(bucket_id, key).lock().await;
+        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         let op = ObjectOp::Delete {
             bucket_id,
             key: key.to_string(),
         };
-        self.group_commit(None, vec![op]).await
+        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
+        drop(guard);
+        Self::durable(wait).await
     }
 
     /// Reads and verifies chunk `i` of an object.
@@ -727,6 +862,11 @@ fn run_committer(
         }
         let started = std::time::Instant::now();
         let result = commit_batch(index, chunks, &jobs);
+        for j in &jobs {
+            if let Some(a) = &j.applied {
+                a.0.set();
+            }
+        }
         let us = started.elapsed().as_micros() as u64;
         stats.batches.fetch_add(1, Relaxed);
         stats.jobs.fetch_add(jobs.len() as u64, Relaxed);

@@ -1779,7 +1779,7 @@ async fn handle_upload_part(
     // The upload may have been completed or aborted while the part streamed in; re-check
     // under the key lock so no part is attached to a finished upload.
     {
-        let _g = state.engine.key_lock(b.id, key).lock().await;
+        let _g = state.engine.lock_key(b.id, key).await;
         load_upload(state, req, &b, key)?;
         let engine = state.engine.clone();
         let p = part.clone();
@@ -1813,7 +1813,7 @@ async fn handle_complete_multipart_upload(
     let b = load_bucket(state, req, bname, Access::Write)?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
-    let _g = state.engine.key_lock(b.id, key).lock().await;
+    let _g = state.engine.lock_key(b.id, key).await;
     let upload = load_upload(state, req, &b, key)?;
     let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
     if doc.parts.is_empty() {
@@ -1990,7 +1990,7 @@ async fn handle_abort_multipart_upload(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    let _g = state.engine.key_lock(b.id, key).lock().await;
+    let _g = state.engine.lock_key(b.id, key).await;
     let upload = load_upload(state, req, &b, key)?;
     let engine = state.engine.clone();
     blocking(move || Ok(engine.index.abort_upload(&upload)?)).await?;
