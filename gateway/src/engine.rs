@@ -381,28 +381,31 @@ impl Engine {
     }
 
     /// Enqueues ops for group commit; callers hold the locks of `stripes`, which record the
-    /// job as their last. Returns the channel that says when the ops are durable.
+    /// job as their last (a job under no lock records nothing). Returns the channel that says
+    /// when the ops are durable.
     async fn enqueue(
         &self,
         ticket: Option<WriteTicket>,
         ops: Vec<ObjectOp>,
         stripes: &[usize],
     ) -> S3Result<tokio::sync::oneshot::Receiver<S3Result<()>>> {
-        let applied = Arc::new(Applied::default());
+        let applied = (!stripes.is_empty()).then(|| Arc::new(Applied::default()));
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
             .send(CommitJob {
                 ticket,
                 ops,
                 done,
-                applied: Some(AppliedOnDrop(applied.clone())),
+                applied: applied.clone().map(AppliedOnDrop),
             })
             .await
             .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
-        for s in stripes {
-            *self.stripe_tails[*s]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner()) = Some(applied.clone());
+        if let Some(applied) = applied {
+            for s in stripes {
+                *self.stripe_tails[*s]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(applied.clone());
+            }
         }
         Ok(wait)
     }
@@ -527,20 +530,9 @@ impl Engine {
         })
     }
 
-    /// Queues a job for the committer and waits for its batch to be durable.
+    /// Queues a job under no key lock for the committer and waits for its batch to be durable.
     async fn group_commit(&self, ticket: Option<WriteTicket>, ops: Vec<ObjectOp>) -> S3Result<()> {
-        let (done, wait) = tokio::sync::oneshot::channel();
-        self.commit_tx
-            .send(CommitJob {
-                ticket,
-                ops,
-                done,
-                applied: None,
-            })
-            .await
-            .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
-        wait.await
-            .map_err(|_| S3Error::internal("commit", "the commit thread dropped a job"))?
+        Self::durable(self.enqueue(ticket, ops, &[]).await?).await
     }
 
     /// Makes appended records durable (for writes whose index entry is not an object, such
@@ -553,7 +545,9 @@ impl Engine {
     }
 
     /// Checks `If-None-Match: *` and `If-Match` against the key's current object. Callers hold
-    /// the key's lock until their write commits, so the answer still holds at commit.
+    /// the key's lock, with every op queued before under it applied, until their own op is
+    /// queued; the commit thread applies the queue in order, so the answer still holds when
+    /// their op is applied.
     pub fn check_write_condition(
         &self,
         bucket_id: u64,
