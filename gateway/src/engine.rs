@@ -360,10 +360,18 @@ impl Engine {
     /// read-modify-write) or writes it directly: after the lock, it waits until every op
     /// enqueued under this lock before it is applied, so what it reads is current.
     pub async fn lock_key(&self, bucket_id: u64, key: &str) -> tokio::sync::MutexGuard<'_, ()> {
-        let s = self.key_stripe(bucket_id, key);
-        let guard = self.key_locks[s].lock().await;
+        self.lock_key_current(bucket_id, key).await.0
+    }
+
+    /// [`Self::lock_key`], also returning the lock stripe (for a writer that then enqueues).
+    async fn lock_key_current(
+        &self,
+        bucket_id: u64,
+        key: &str,
+    ) -> (tokio::sync::MutexGuard<'_, ()>, usize) {
+        let (guard, s) = self.lock_for_enqueue(bucket_id, key).await;
         self.quiesce(&[s]).await;
-        guard
+        (guard, s)
     }
 
     /// Waits until the last commit job enqueued under each of these stripes' locks is applied
@@ -410,7 +418,18 @@ impl Engine {
         Ok(wait)
     }
 
-    async fn durable(wait: tokio::sync::oneshot::Receiver<S3Result<()>>) -> S3Result<()> {
+    /// Commits ops under the key locks `guards` (of `stripes`): the job is enqueued while the
+    /// locks are held, which fixes its order among the keys' writes, then the locks are released
+    /// and the caller waits for durability without them.
+    async fn commit_locked<G>(
+        &self,
+        guards: G,
+        ticket: Option<WriteTicket>,
+        ops: Vec<ObjectOp>,
+        stripes: &[usize],
+    ) -> S3Result<()> {
+        let wait = self.enqueue(ticket, ops, stripes).await?;
+        drop(guards);
         wait.await
             .map_err(|_| S3Error::internal("commit", "the commit thread dropped a job"))?
     }
@@ -530,18 +549,14 @@ impl Engine {
         })
     }
 
-    /// Queues a job under no key lock for the committer and waits for its batch to be durable.
-    async fn group_commit(&self, ticket: Option<WriteTicket>, ops: Vec<ObjectOp>) -> S3Result<()> {
-        Self::durable(self.enqueue(ticket, ops, &[]).await?).await
-    }
-
     /// Makes appended records durable (for writes whose index entry is not an object, such
     /// as multipart parts).
     pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> S3Result<()> {
         if ticket.is_none() {
             return Ok(());
         }
-        self.group_commit(ticket, Vec::new()).await
+        // A job under no key lock: it orders nothing, it only waits for its batch's sync.
+        self.commit_locked((), ticket, Vec::new(), &[]).await
     }
 
     /// Checks `If-None-Match: *` and `If-Match` against the key's current object. Callers hold
@@ -596,9 +611,7 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(rec),
         };
-        let wait = self.enqueue(ticket, vec![op], &[stripe]).await?;
-        drop(guard);
-        Self::durable(wait).await
+        self.commit_locked(guard, ticket, vec![op], &[stripe]).await
     }
 
     /// Changes an object's attributes (metadata, storage class, tags), never its bytes, under
@@ -612,8 +625,7 @@ impl Engine {
         cond: &WriteCondition,
         edit: impl FnOnce(&mut ObjectRecord),
     ) -> S3Result<ObjectRecord> {
-        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
-        self.quiesce(&[stripe]).await;
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         self.check_write_condition(bucket_id, key, cond)?;
         let mut rec = self.index.get_object(bucket_id, key)?.ok_or_else(|| {
             S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
@@ -624,9 +636,7 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(rec.clone()),
         };
-        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
-        drop(guard);
-        Self::durable(wait).await?;
+        self.commit_locked(guard, None, vec![op], &[stripe]).await?;
         Ok(rec)
     }
 
@@ -650,9 +660,7 @@ impl Engine {
                 record: Box::new(rec),
             })
             .collect();
-        let wait = self.enqueue(ticket, ops, &stripes).await?;
-        drop(guards);
-        Self::durable(wait).await
+        self.commit_locked(guards, ticket, ops, &stripes).await
     }
 
     /// Points objects at the new copies of their moved chunks, made durable by `ticket`: under
@@ -694,9 +702,7 @@ impl Engine {
                 record: Box::new(obj),
             });
         }
-        let wait = self.enqueue(ticket, ops, &stripes).await?;
-        drop(guards);
-        Self::durable(wait).await?;
+        self.commit_locked(guards, ticket, ops, &stripes).await?;
         Ok((updated, changed))
     }
 
@@ -708,8 +714,7 @@ impl Engine {
         key: &str,
         record_id: [u8; 16],
     ) -> S3Result<bool> {
-        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
-        self.quiesce(&[stripe]).await;
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         match self.index.get_object(bucket_id, key)? {
             Some(o) if o.record_id == record_id => {}
             _ => return Ok(false),
@@ -718,9 +723,7 @@ impl Engine {
             bucket_id,
             key: key.to_string(),
         };
-        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
-        drop(guard);
-        Self::durable(wait).await?;
+        self.commit_locked(guard, None, vec![op], &[stripe]).await?;
         Ok(true)
     }
 
@@ -733,8 +736,7 @@ impl Engine {
         record_id: [u8; 16],
         class: &str,
     ) -> S3Result<bool> {
-        let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
-        self.quiesce(&[stripe]).await;
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(mut obj) = self.index.get_object(bucket_id, key)? else {
             return Ok(false);
         };
@@ -747,9 +749,7 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(obj),
         };
-        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
-        drop(guard);
-        Self::durable(wait).await?;
+        self.commit_locked(guard, None, vec![op], &[stripe]).await?;
         Ok(true)
     }
 
@@ -768,9 +768,7 @@ impl Engine {
             bucket_id,
             key: key.to_string(),
         };
-        let wait = self.enqueue(None, vec![op], &[stripe]).await?;
-        drop(guard);
-        Self::durable(wait).await
+        self.commit_locked(guard, None, vec![op], &[stripe]).await
     }
 
     /// Reads and verifies chunk `i` of an object.
