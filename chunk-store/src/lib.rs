@@ -18,6 +18,7 @@
 //! so a torn or rotted record is reported as [`ChunkStoreError::Corrupt`], never served.
 
 pub mod ec;
+mod mapped;
 mod record;
 mod uring;
 
@@ -104,6 +105,12 @@ pub struct RecordRead {
     pub chunk_index: u32,
     pub dst: usize,
 }
+
+/// How long mapped reads stay off after one of them waited for the disk.
+const MAPPED_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+/// A mapped copy of one record slower than this may have waited for the disk (a hot 4 KiB
+/// record takes about a microsecond): whether the thread slept is checked.
+const MAPPED_SLOW_COPY: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// Records at most this far apart in a file share one vectored read (the gap is read into a
 /// discard buffer).
@@ -279,7 +286,8 @@ enum Placement {
 
 /// Open files of one segment, cached for reads.
 enum Handle {
-    Copies(Vec<Arc<File>>),
+    /// The files, and a mapping of the first, made on first use (`None`: it could not be).
+    Copies(Vec<Arc<File>>, std::sync::OnceLock<Option<mapped::Mapping>>),
     Shards(Arc<ec::ShardSet>),
 }
 
@@ -413,6 +421,10 @@ pub struct ChunkStore {
     /// Set while too few disks are healthy to encode (logged once).
     seal_blocked: std::sync::atomic::AtomicBool,
     faults: Faults,
+    /// Mapped reads are paused until this many milliseconds after `opened` (a mapped copy
+    /// waited for the disk: the data is not hot).
+    mapped_paused_until_ms: AtomicU64,
+    opened: std::time::Instant,
 }
 
 fn segment_name(id: u64) -> String {
@@ -534,6 +546,8 @@ impl ChunkStore {
         let segments = catalog.len() as u64;
         let store = Self {
             uring: None,
+            mapped_paused_until_ms: AtomicU64::new(0),
+            opened: std::time::Instant::now(),
             durable: Mutex::new(WriteTicket {
                 segment_id: 0,
                 end_offset: 0,
@@ -1151,7 +1165,7 @@ impl ChunkStore {
                 if files.is_empty() {
                     return Err(last_err.unwrap_or(ChunkStoreError::MissingSegment(id)));
                 }
-                Ok(Handle::Copies(files))
+                Ok(Handle::Copies(files, std::sync::OnceLock::new()))
             }
             Placement::Shards { layout, disks } => {
                 let mut files = Vec::with_capacity(disks.len());
@@ -1184,7 +1198,7 @@ impl ChunkStore {
     fn direct(&self, loc: &RecordLocation) -> Result<Option<(Arc<File>, u64)>> {
         let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
         Ok(match &*self.reader(loc.segment_id)? {
-            Handle::Copies(files) => Some((files[0].clone(), loc.offset)),
+            Handle::Copies(files, _) => Some((files[0].clone(), loc.offset)),
             Handle::Shards(set) => set.direct(loc.offset, total),
         })
     }
@@ -1195,7 +1209,7 @@ impl ChunkStore {
     pub fn can_read(&self, loc: &RecordLocation) -> bool {
         match self.reader(loc.segment_id).as_deref() {
             Err(_) => false,
-            Ok(Handle::Copies(files)) => !files.is_empty(),
+            Ok(Handle::Copies(files, _)) => !files.is_empty(),
             Ok(Handle::Shards(set)) => {
                 let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
                 set.pieces(loc.offset, total)
@@ -1239,7 +1253,7 @@ impl ChunkStore {
         let path = self.seg_path(loc.segment_id);
         let handle = self.reader(loc.segment_id)?;
         match &*handle {
-            Handle::Copies(files) => {
+            Handle::Copies(files, _) => {
                 let mut first_err = None;
                 for f in files {
                     let mut buf = vec![0u8; total];
@@ -1378,7 +1392,7 @@ impl ChunkStore {
         let path = self.seg_path(segment_id);
         let handle = self.reader(segment_id)?;
         let files = match &*handle {
-            Handle::Copies(files) => files,
+            Handle::Copies(files, _) => files,
             Handle::Shards(set) => {
                 let (n, rebuilt) = set.read(offset, dst, false)?;
                 if rebuilt {
@@ -1427,17 +1441,7 @@ impl ChunkStore {
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
     pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
-        let mut by_dst: Vec<(usize, usize)> = reads
-            .iter()
-            .map(|r| (r.dst, r.dst + r.loc.len as usize))
-            .collect();
-        by_dst.sort_unstable();
-        for w in by_dst.windows(2) {
-            assert!(w[0].1 <= w[1].0, "record slots overlap");
-        }
-        if let Some(last) = by_dst.last() {
-            assert!(last.1 <= buf.len(), "record slot outside the buffer");
-        }
+        check_slots(reads, buf.len());
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
         for (i, r) in reads.iter().enumerate() {
@@ -1508,6 +1512,91 @@ impl ChunkStore {
                 }
             }
             run = end;
+        }
+        true
+    }
+
+    /// Whether [`read_mapped_records_into`](Self::read_mapped_records_into) may be tried now:
+    /// the backend is `Auto` and no mapped read has waited for the disk within the last
+    /// second.
+    pub fn mapped_reads_enabled(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.options.io_backend == IoBackend::Auto
+            && self.opened.elapsed().as_millis() as u64 >= self.mapped_paused_until_ms.load(Relaxed)
+    }
+
+    /// Like [`read_cached_records_into`](Self::read_cached_records_into), but copies each
+    /// record out of a mapping of its segment file: no system call per record. A page that is
+    /// not in the page cache makes the copy wait for the disk (the page fault sleeps), so this
+    /// stops at the first record whose copy slept, pauses mapped reads for [`MAPPED_PAUSE`]
+    /// and returns false: cold data then goes the non-blocking way, and an async worker calling
+    /// this waits for at most one disk read per pause. Records of erasure-coded segments are
+    /// not mapped (false). True if every record is in place and verified.
+    ///
+    /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
+    pub fn read_mapped_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        check_slots(reads, buf.len());
+        if !self.mapped_reads_enabled() {
+            return false;
+        }
+        // One getrusage per call (not per record): the count to compare a slow copy against.
+        let waits_before = mapped::thread_waits();
+        let mut last: Option<(u64, Arc<Handle>)> = None;
+        for r in reads {
+            let handle = match &last {
+                Some((id, h)) if *id == r.loc.segment_id => h.clone(),
+                _ => match self.reader(r.loc.segment_id) {
+                    Ok(h) => {
+                        last = Some((r.loc.segment_id, h.clone()));
+                        h
+                    }
+                    Err(_) => return false,
+                },
+            };
+            let Handle::Copies(files, map) = &*handle else {
+                return false;
+            };
+            let Some(map) = map.get_or_init(|| {
+                let len = files[0]
+                    .metadata()
+                    .ok()?
+                    .len()
+                    .max(self.options.segment_bytes_max);
+                mapped::Mapping::new(&files[0], usize::try_from(len).ok()?).ok()
+            }) else {
+                return false;
+            };
+            let len = r.loc.len as usize;
+            let mut header = [0u8; RECORD_HEADER_BYTES];
+            let started = std::time::Instant::now();
+            let copied = map.copy_to(r.loc.offset, &mut header)
+                && map.copy_to(
+                    r.loc.offset + RECORD_HEADER_BYTES as u64,
+                    &mut buf[r.dst..r.dst + len],
+                );
+            // Slow: preempted, or the disk was read (the thread slept: stop here).
+            if started.elapsed() > MAPPED_SLOW_COPY && mapped::thread_waits() != waits_before {
+                let until = self.opened.elapsed() + MAPPED_PAUSE;
+                self.mapped_paused_until_ms
+                    .store(until.as_millis() as u64, Relaxed);
+                return false;
+            }
+            let ok = copied && self.check_scattered(r, &header, buf).is_ok();
+            if !ok {
+                // A fault or a failed check: this mapping may now hold a zero page where the
+                // file had an unreadable one. Forget the handle (and with it the mapping) so
+                // later reads open the file afresh; this frame is read the other way, which
+                // reports the error or serves the record from another copy.
+                let mut readers = self.readers.write().unwrap_or_else(|p| p.into_inner());
+                if readers
+                    .get(&r.loc.segment_id)
+                    .is_some_and(|h| Arc::ptr_eq(h, &handle))
+                {
+                    readers.remove(&r.loc.segment_id);
+                }
+                return false;
+            }
         }
         true
     }
@@ -2178,6 +2267,22 @@ unsafe fn preadv_cached(
     Ok(done)
 }
 
+/// Panics if two records' payload slots overlap or one lies outside a buffer of `buf_len`
+/// bytes.
+fn check_slots(reads: &[RecordRead], buf_len: usize) {
+    let mut by_dst: Vec<(usize, usize)> = reads
+        .iter()
+        .map(|r| (r.dst, r.dst + r.loc.len as usize))
+        .collect();
+    by_dst.sort_unstable();
+    for w in by_dst.windows(2) {
+        assert!(w[0].1 <= w[1].0, "record slots overlap");
+    }
+    if let Some(last) = by_dst.last() {
+        assert!(last.1 <= buf_len, "record slot outside the buffer");
+    }
+}
+
 /// One disk probe (see [`ChunkStore::probe_disks`]).
 fn probe_disk(root: &Path) -> std::io::Result<()> {
     use std::io::{Read, Write};
@@ -2817,6 +2922,160 @@ mod tests {
             .filter(|r| r.chunk_index != 12)
             .collect();
         assert!(s.read_cached_records_into(&without, &mut buf));
+    }
+
+    #[test]
+    fn mapped_reads_place_and_verify_each_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 1 << 30);
+        let mut recs = Vec::new();
+        for i in 0..40u32 {
+            let data = vec![i as u8 ^ 0xa5; (i as usize * 211) % 9000];
+            let (loc, t) = s.append([7; 16], i, &data).unwrap();
+            s.sync_through(t).unwrap();
+            recs.push((loc, data));
+            if i == 20 {
+                // Records in a sealed segment and in the active one (mapped past its end).
+                assert!(s.seal_active().unwrap());
+            }
+        }
+        let mut reads = Vec::new();
+        let mut at = 0usize;
+        for (i, (loc, _)) in recs.iter().enumerate().rev() {
+            reads.push(RecordRead {
+                loc: *loc,
+                object_id: [7; 16],
+                chunk_index: i as u32,
+                dst: at,
+            });
+            at += loc.len as usize + 3;
+        }
+        let mut buf = vec![0xeeu8; at];
+        assert!(s.mapped_reads_enabled());
+        assert!(s.read_mapped_records_into(&reads, &mut buf));
+        for r in &reads {
+            let data = &recs[r.chunk_index as usize].1;
+            assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
+            assert_eq!(&buf[r.dst + data.len()..r.dst + data.len() + 3], &[0xee; 3]);
+        }
+        // Appended after the active segment was mapped: still inside the mapping.
+        let late = vec![0x42u8; 3000];
+        let (loc, t) = s.append([7; 16], 99, &late).unwrap();
+        s.sync_through(t).unwrap();
+        let one = [RecordRead {
+            loc,
+            object_id: [7; 16],
+            chunk_index: 99,
+            dst: 0,
+        }];
+        let mut small = vec![0u8; late.len()];
+        assert!(s.read_mapped_records_into(&one, &mut small));
+        assert_eq!(small, late);
+        // Another object's identity, or a flipped payload byte, fails the read.
+        let wrong = [RecordRead {
+            object_id: [8; 16],
+            ..one[0]
+        }];
+        assert!(!s.read_mapped_records_into(&wrong, &mut small));
+        let (bad, _) = recs[12];
+        let file = OpenOptions::new()
+            .write(true)
+            .open(s.seg_path(bad.segment_id))
+            .unwrap();
+        file.write_all_at(&[0xff], bad.offset + RECORD_HEADER_BYTES as u64 + 5)
+            .unwrap();
+        assert!(!s.read_mapped_records_into(&reads, &mut buf));
+        let without: Vec<RecordRead> = reads
+            .iter()
+            .copied()
+            .filter(|r| r.chunk_index != 12)
+            .collect();
+        assert!(s.read_mapped_records_into(&without, &mut buf));
+    }
+
+    /// A record the file no longer holds (the page behind it raises SIGBUS, as a page with an
+    /// I/O error does) fails the mapped read instead of killing the process; the ordinary
+    /// read then reports the error.
+    #[test]
+    fn a_mapped_read_of_an_unreadable_page_fails_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 1 << 30);
+        let mut locs = Vec::new();
+        for i in 0..8u32 {
+            let (loc, t) = s.append([7; 16], i, &vec![i as u8; 20_000]).unwrap();
+            s.sync_through(t).unwrap();
+            locs.push(loc);
+        }
+        let read = |i: usize| RecordRead {
+            loc: locs[i],
+            object_id: [7; 16],
+            chunk_index: i as u32,
+            dst: 0,
+        };
+        let mut buf = vec![0u8; 20_000];
+        assert!(s.read_mapped_records_into(&[read(7)], &mut buf));
+        // Cut the file in the middle of record 6 (a fault, not a checksum: the pages past
+        // the new end are gone).
+        let file = OpenOptions::new()
+            .write(true)
+            .open(s.seg_path(locs[6].segment_id))
+            .unwrap();
+        file.set_len(locs[6].offset + 100).unwrap();
+        assert!(!s.read_mapped_records_into(&[read(7)], &mut buf));
+        assert!(!s.read_mapped_records_into(&[read(6)], &mut buf));
+        assert!(s.read(&locs[7], &[7; 16], 7).is_err());
+        // Records before the cut still read, mapped and not.
+        assert!(s.read_mapped_records_into(&[read(5)], &mut buf));
+        assert_eq!(buf, vec![5u8; 20_000]);
+        assert_eq!(s.read(&locs[5], &[7; 16], 5).unwrap(), vec![5u8; 20_000]);
+    }
+
+    /// Records not in the page cache make a mapped copy wait for the disk: the read stops
+    /// and mapped reads pause, so an async worker does not keep waiting.
+    #[test]
+    fn a_mapped_read_that_waits_for_the_disk_pauses_mapped_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = store(dir.path(), 1 << 30);
+        let mut reads = Vec::new();
+        let mut at = 0;
+        for i in 0..64u32 {
+            let (loc, t) = s.append([7; 16], i, &vec![i as u8; 64 * 1024]).unwrap();
+            s.sync_through(t).unwrap();
+            reads.push(RecordRead {
+                loc,
+                object_id: [7; 16],
+                chunk_index: i,
+                dst: at,
+            });
+            at += 64 * 1024;
+        }
+        // Synced, so clean: the kernel may drop the file's pages.
+        let path = s.seg_path(reads[0].loc.segment_id);
+        let file = File::open(&path).unwrap();
+        file.sync_all().unwrap();
+        // SAFETY: advice on an open file descriptor.
+        unsafe {
+            libc::posix_fadvise(
+                std::os::unix::io::AsRawFd::as_raw_fd(&file),
+                0,
+                0,
+                libc::POSIX_FADV_DONTNEED,
+            )
+        };
+        let mut probe = [0u8; 1];
+        if read_if_cached(&file, &mut probe, reads[0].loc.offset).is_some() {
+            // This file system keeps the pages (tmpfs): nothing to wait for here.
+            eprintln!("pages not evicted; skipping the cold-read check");
+            return;
+        }
+        let mut buf = vec![0u8; at];
+        assert!(!s.read_mapped_records_into(&reads, &mut buf));
+        assert!(!s.mapped_reads_enabled());
+        // The usual path still reads them.
+        assert_eq!(
+            s.read(&reads[3].loc, &[7; 16], 3).unwrap(),
+            vec![3u8; 64 * 1024]
+        );
     }
 
     #[test]

@@ -322,13 +322,19 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
         if group.is_empty() {
             return;
         }
-        // From the page cache on this thread when every record is there (no syscall that
+        // Hot records are copied out of mappings of their segments (no syscall per record;
+        // the first that had to wait for the disk pauses mapped reads for a while). Otherwise
+        // from the page cache on this thread when every record is there (a preadv2 that never
         // waits). Otherwise every record of the frame is read at once through the engine's
         // read path (io_uring, or the blocking pool), so a frame of cold samples waits for
         // about one disk read rather than one per sample, then copied into its place.
-        if !engine
+        let in_place = engine
             .chunks
-            .read_cached_records_into(&reads, &mut out.buf[..])
+            .read_mapped_records_into(&reads, &mut out.buf[..]);
+        if !in_place
+            && !engine
+                .chunks
+                .read_cached_records_into(&reads, &mut out.buf[..])
         {
             let fetched = futures_util::future::join_all(group.iter().zip(&chunks).map(
                 |(e, c)| async move {
