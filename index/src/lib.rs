@@ -12,6 +12,7 @@
 //! It stores chunk locations but never reads object bytes, and it must never depend on the
 //! chunk store, the gateway or HTTP types.
 
+mod cache;
 pub mod records;
 
 pub use records::{
@@ -25,7 +26,7 @@ use rocksdb::{
 };
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IndexError {
@@ -56,6 +57,8 @@ const META_NEXT_BUCKET_ID: &[u8] = b"next_bucket_id";
 
 /// Block cache shared by all column families, sized for point lookups of hot objects.
 const BLOCK_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// Decoded object records kept for point lookups (a few hundred bytes each for small objects).
+const OBJECT_CACHE_ENTRIES: usize = 256 * 1024;
 
 pub struct RocksIndex {
     db: DB,
@@ -63,6 +66,8 @@ pub struct RocksIndex {
     pub fail_writes: std::sync::atomic::AtomicBool,
     /// Serialises bucket creation and deletion (name uniqueness, id allocation, emptiness).
     bucket_lock: Mutex<()>,
+    /// Decoded object records of recent point lookups (see `cache.rs` for why it is coherent).
+    objects: cache::ObjectCache,
 }
 
 /// A change to the object index, applied in batches by group commit.
@@ -177,6 +182,7 @@ impl RocksIndex {
             db,
             fail_writes: Default::default(),
             bucket_lock: Mutex::new(()),
+            objects: cache::ObjectCache::new(OBJECT_CACHE_ENTRIES),
         })
     }
 
@@ -330,7 +336,28 @@ impl RocksIndex {
     // ---- objects ----
 
     pub fn get_object(&self, bucket_id: u64, key: &str) -> Result<Option<ObjectRecord>> {
-        self.get_decoded(CF_OBJECTS, &object_key(bucket_id, key))
+        Ok(self
+            .get_object_shared(bucket_id, key)?
+            .map(Arc::unwrap_or_clone))
+    }
+
+    /// [`get_object`](Self::get_object), shared with the record cache (no copy on a hit).
+    pub fn get_object_shared(
+        &self,
+        bucket_id: u64,
+        key: &str,
+    ) -> Result<Option<Arc<ObjectRecord>>> {
+        let k = object_key(bucket_id, key);
+        let epoch = match self.objects.lookup(&k) {
+            cache::Lookup::Hit(r) => return Ok(Some(r)),
+            cache::Lookup::Miss(epoch) => epoch,
+        };
+        let Some(rec) = self.get_decoded::<ObjectRecord>(CF_OBJECTS, &k)? else {
+            return Ok(None);
+        };
+        let rec = Arc::new(rec);
+        self.objects.insert(&k, epoch, &rec);
+        Ok(Some(rec))
     }
 
     pub fn put_object(&self, bucket_id: u64, key: &str, rec: &ObjectRecord) -> Result<()> {
@@ -374,32 +401,53 @@ impl RocksIndex {
             }
         }
         self.write_gate()?;
-        self.db.write_opt(batch, &Self::sync_opts())?;
+        let written = self.db.write_opt(batch, &Self::sync_opts());
+        // Whether or not it went through (a failed batch changes nothing; forget anyway).
+        for (k, _) in &changes {
+            self.objects.invalidate(k);
+        }
+        written?;
         Ok(())
     }
 
-    /// Looks many keys of one bucket up at once (RocksDB's batched multi-get: the lookups
-    /// share block reads and filter probes). Results are in the order of `keys`.
+    /// Looks many keys of one bucket up at once: from the record cache, and the rest in one
+    /// RocksDB batched multi-get (the lookups share block reads and filter probes). Results
+    /// are in the order of `keys`.
     pub fn multi_get_objects(
         &self,
         bucket_id: u64,
         keys: &[&str],
-    ) -> Result<Vec<Option<ObjectRecord>>> {
-        let raw: Vec<Vec<u8>> = keys.iter().map(|k| object_key(bucket_id, k)).collect();
+    ) -> Result<Vec<Option<Arc<ObjectRecord>>>> {
+        let mut out = vec![None; keys.len()];
+        // (position, index key, cache epoch) of each key the cache does not hold.
+        let mut missed: Vec<(usize, Vec<u8>, u64)> = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let raw = object_key(bucket_id, k);
+            match self.objects.lookup(&raw) {
+                cache::Lookup::Hit(r) => out[i] = Some(r),
+                cache::Lookup::Miss(epoch) => missed.push((i, raw, epoch)),
+            }
+        }
+        if missed.is_empty() {
+            return Ok(out);
+        }
         let cf = self.cf(CF_OBJECTS);
-        self.db
-            .batched_multi_get_cf(cf, raw.iter(), false)
-            .into_iter()
-            .map(|r| match r? {
-                None => Ok(None),
-                Some(v) => records::decode(&v)
-                    .map(Some)
-                    .map_err(|reason| IndexError::Corrupt {
+        let found = self
+            .db
+            .batched_multi_get_cf(cf, missed.iter().map(|(_, k, _)| k), false);
+        for ((i, raw, epoch), r) in missed.iter().zip(found) {
+            if let Some(v) = r? {
+                let rec: ObjectRecord =
+                    records::decode(&v).map_err(|reason| IndexError::Corrupt {
                         cf: CF_OBJECTS,
                         reason,
-                    }),
-            })
-            .collect()
+                    })?;
+                let rec = Arc::new(rec);
+                self.objects.insert(raw, *epoch, &rec);
+                out[*i] = Some(rec);
+            }
+        }
+        Ok(out)
     }
 
     /// Visits every object of every bucket in index order (bucket id, key), then every uploaded
@@ -703,9 +751,11 @@ impl RocksIndex {
         self.delete_upload_into(&mut batch, upload)?;
         let k = object_key(upload.bucket_id, &upload.key);
         self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
-        batch.put_cf(self.cf(CF_OBJECTS), k, records::encode(object));
+        batch.put_cf(self.cf(CF_OBJECTS), &k, records::encode(object));
         self.write_gate()?;
-        self.db.write_opt(batch, &Self::sync_opts())?;
+        let written = self.db.write_opt(batch, &Self::sync_opts());
+        self.objects.invalidate(&k);
+        written?;
         Ok(())
     }
 
@@ -885,6 +935,66 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let i = RocksIndex::open(d.path()).unwrap();
         (d, i)
+    }
+
+    /// Point lookups go through the record cache; every kind of object write is seen by the
+    /// next lookup, single or batched, and a failed write leaves the old record served.
+    #[test]
+    fn lookups_see_every_write() {
+        let (_d, i) = idx();
+        let size = |r: Option<ObjectRecord>| r.map(|r| r.size);
+        let sizes = |keys: &[&str]| -> Vec<Option<u64>> {
+            i.multi_get_objects(1, keys)
+                .unwrap()
+                .into_iter()
+                .map(|r| r.map(|r| r.size))
+                .collect()
+        };
+        i.put_object(1, "a", &obj(1)).unwrap();
+        i.put_object(1, "b", &obj(2)).unwrap();
+        // Twice each: the second lookup is served from the cache.
+        for _ in 0..2 {
+            assert_eq!(size(i.get_object(1, "a").unwrap()), Some(1));
+            assert_eq!(sizes(&["b", "a", "zz"]), vec![Some(2), Some(1), None]);
+        }
+        i.put_object(1, "a", &obj(3)).unwrap();
+        assert_eq!(sizes(&["a", "b"]), vec![Some(3), Some(2)]);
+        assert_eq!(size(i.get_object(1, "a").unwrap()), Some(3));
+        i.delete_object(1, "b").unwrap();
+        assert_eq!(size(i.get_object(1, "b").unwrap()), None);
+        assert_eq!(sizes(&["b"]), vec![None]);
+        i.apply_object_ops(&[
+            &ObjectOp::Put {
+                bucket_id: 1,
+                key: "b".into(),
+                record: Box::new(obj(4)),
+            },
+            &ObjectOp::Delete {
+                bucket_id: 1,
+                key: "a".into(),
+            },
+        ])
+        .unwrap();
+        assert_eq!(sizes(&["a", "b"]), vec![None, Some(4)]);
+        let up = UploadRecord {
+            upload_id: "u1".into(),
+            bucket_id: 1,
+            key: "b".into(),
+            ..Default::default()
+        };
+        i.put_upload(&up).unwrap();
+        i.complete_upload(&up, &obj(5)).unwrap();
+        assert_eq!(size(i.get_object(1, "b").unwrap()), Some(5));
+        assert_eq!(sizes(&["b"]), vec![Some(5)]);
+        // Same key in another bucket: its own entry.
+        assert_eq!(size(i.get_object(2, "b").unwrap()), None);
+        // A write that fails changes nothing, and the old record is still what is served.
+        i.fail_writes
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(i.put_object(1, "b", &obj(6)).is_err());
+        i.fail_writes
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(sizes(&["b"]), vec![Some(5)]);
     }
 
     #[test]

@@ -753,13 +753,7 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
             let mut out = Vec::with_capacity(keys.len());
             for block in keys.chunks(4096) {
                 let refs: Vec<&str> = block.iter().map(String::as_str).collect();
-                out.extend(
-                    engine
-                        .index
-                        .multi_get_objects(bid, &refs)?
-                        .into_iter()
-                        .map(|o| o.map(Arc::new)),
-                );
+                out.extend(engine.index.multi_get_objects(bid, &refs)?);
             }
             Ok(out)
         })
