@@ -2868,13 +2868,18 @@ mod tests {
         assert!(r.is_err() || r.unwrap() == payload(0));
     }
 
-    #[test]
-    fn scattered_reads_place_and_verify_each_record() {
+    /// Writes 60 records of 0 to 9 KiB (some neighbours more than a gap apart) across a
+    /// sealed and the active segment, and has `read` place them (every other one skipped
+    /// between 10 and 20, so runs have gaps) into slots laid out in reverse order with 3
+    /// sentinel bytes between them; checks every slot, then that a flipped payload byte on
+    /// disk fails the read of that record only. Returns the store for more checks.
+    fn check_record_reads(
+        read: impl Fn(&ChunkStore, &[RecordRead], &mut [u8]) -> bool,
+    ) -> (tempfile::TempDir, ChunkStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path(), 1 << 30);
         let mut recs = Vec::new();
         for i in 0..60u32 {
-            // Sizes from empty to 9 KiB, so some neighbours sit more than a gap apart.
             let data = vec![i as u8 ^ 0x5a; (i as usize * 157) % 9000];
             let (loc, t) = s.append([7; 16], i, &data).unwrap();
             s.sync_through(t).unwrap();
@@ -2883,8 +2888,6 @@ mod tests {
                 assert!(s.seal_active().unwrap());
             }
         }
-        // Every other record is skipped between 10 and 20 (gaps inside runs); the slots are
-        // laid out in reverse order with 3 sentinel bytes between them.
         let mut reads = Vec::new();
         let mut at = 0usize;
         for (i, (loc, _)) in recs.iter().enumerate().rev() {
@@ -2901,13 +2904,12 @@ mod tests {
         }
         // Just written, so in the page cache.
         let mut buf = vec![0xeeu8; at];
-        assert!(s.read_cached_records_into(&reads, &mut buf));
+        assert!(read(&s, &reads, &mut buf));
         for r in &reads {
             let data = &recs[r.chunk_index as usize].1;
             assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
             assert_eq!(&buf[r.dst + data.len()..r.dst + data.len() + 3], &[0xee; 3]);
         }
-        // A flipped payload byte on disk fails that record only.
         let (bad, _) = recs[12];
         let file = OpenOptions::new()
             .write(true)
@@ -2915,49 +2917,27 @@ mod tests {
             .unwrap();
         let at = bad.offset + RECORD_HEADER_BYTES as u64 + 5;
         file.write_all_at(&[0xff], at).unwrap();
-        assert!(!s.read_cached_records_into(&reads, &mut buf));
+        assert!(!read(&s, &reads, &mut buf));
         let without: Vec<RecordRead> = reads
             .iter()
             .copied()
             .filter(|r| r.chunk_index != 12)
             .collect();
-        assert!(s.read_cached_records_into(&without, &mut buf));
+        assert!(read(&s, &without, &mut buf));
+        (dir, s)
+    }
+
+    #[test]
+    fn scattered_reads_place_and_verify_each_record() {
+        check_record_reads(|s, reads, buf| s.read_cached_records_into(reads, buf));
     }
 
     #[test]
     fn mapped_reads_place_and_verify_each_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = store(dir.path(), 1 << 30);
-        let mut recs = Vec::new();
-        for i in 0..40u32 {
-            let data = vec![i as u8 ^ 0xa5; (i as usize * 211) % 9000];
-            let (loc, t) = s.append([7; 16], i, &data).unwrap();
-            s.sync_through(t).unwrap();
-            recs.push((loc, data));
-            if i == 20 {
-                // Records in a sealed segment and in the active one (mapped past its end).
-                assert!(s.seal_active().unwrap());
-            }
-        }
-        let mut reads = Vec::new();
-        let mut at = 0usize;
-        for (i, (loc, _)) in recs.iter().enumerate().rev() {
-            reads.push(RecordRead {
-                loc: *loc,
-                object_id: [7; 16],
-                chunk_index: i as u32,
-                dst: at,
-            });
-            at += loc.len as usize + 3;
-        }
-        let mut buf = vec![0xeeu8; at];
-        assert!(s.mapped_reads_enabled());
-        assert!(s.read_mapped_records_into(&reads, &mut buf));
-        for r in &reads {
-            let data = &recs[r.chunk_index as usize].1;
-            assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
-            assert_eq!(&buf[r.dst + data.len()..r.dst + data.len() + 3], &[0xee; 3]);
-        }
+        let (_dir, s) = check_record_reads(|s, reads, buf| {
+            assert!(s.mapped_reads_enabled());
+            s.read_mapped_records_into(reads, buf)
+        });
         // Appended after the active segment was mapped: still inside the mapping.
         let late = vec![0x42u8; 3000];
         let (loc, t) = s.append([7; 16], 99, &late).unwrap();
@@ -2971,26 +2951,12 @@ mod tests {
         let mut small = vec![0u8; late.len()];
         assert!(s.read_mapped_records_into(&one, &mut small));
         assert_eq!(small, late);
-        // Another object's identity, or a flipped payload byte, fails the read.
+        // Another object's identity fails the read.
         let wrong = [RecordRead {
             object_id: [8; 16],
             ..one[0]
         }];
         assert!(!s.read_mapped_records_into(&wrong, &mut small));
-        let (bad, _) = recs[12];
-        let file = OpenOptions::new()
-            .write(true)
-            .open(s.seg_path(bad.segment_id))
-            .unwrap();
-        file.write_all_at(&[0xff], bad.offset + RECORD_HEADER_BYTES as u64 + 5)
-            .unwrap();
-        assert!(!s.read_mapped_records_into(&reads, &mut buf));
-        let without: Vec<RecordRead> = reads
-            .iter()
-            .copied()
-            .filter(|r| r.chunk_index != 12)
-            .collect();
-        assert!(s.read_mapped_records_into(&without, &mut buf));
     }
 
     /// A record the file no longer holds (the page behind it raises SIGBUS, as a page with an
