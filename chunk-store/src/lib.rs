@@ -1536,10 +1536,10 @@ impl ChunkStore {
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
     pub fn read_mapped_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        check_slots(reads, buf.len());
         if !self.mapped_reads_enabled() {
             return false;
         }
+        check_slots(reads, buf.len());
         // One getrusage per call (not per record): the count to compare a slow copy against.
         let waits_before = mapped::thread_waits();
         let mut last: Option<(u64, Arc<Handle>)> = None;
