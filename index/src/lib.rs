@@ -110,9 +110,15 @@ fn bytes_identity(rec: &ObjectRecord) -> Option<[u8; 16]> {
 
 fn object_key(bucket_id: u64, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + key.len());
+    object_key_into(&mut k, bucket_id, key);
+    k
+}
+
+/// [`object_key`] into a reused buffer.
+fn object_key_into(k: &mut Vec<u8>, bucket_id: u64, key: &str) {
+    k.clear();
     k.extend_from_slice(&bucket_id.to_be_bytes());
     k.extend_from_slice(key.as_bytes());
-    k
 }
 
 fn upload_key(bucket_id: u64, key: &str, upload_id: &str) -> Vec<u8> {
@@ -417,11 +423,12 @@ impl RocksIndex {
         let mut out = vec![None; keys.len()];
         // (position, index key, cache epoch) of each key the cache does not hold.
         let mut missed: Vec<(usize, Vec<u8>, u64)> = Vec::new();
+        let mut raw = Vec::new();
         for (i, k) in keys.iter().enumerate() {
-            let raw = object_key(bucket_id, k);
+            object_key_into(&mut raw, bucket_id, k);
             match self.objects.lookup(&raw) {
                 cache::Lookup::Hit(r) => out[i] = Some(r),
-                cache::Lookup::Miss(epoch) => missed.push((i, raw, epoch)),
+                cache::Lookup::Miss(epoch) => missed.push((i, raw.clone(), epoch)),
             }
         }
         if missed.is_empty() {
@@ -444,6 +451,29 @@ impl RocksIndex {
             }
         }
         Ok(out)
+    }
+
+    /// The records of `keys` if the record cache holds every one of them, else `None` (ask
+    /// [`multi_get_objects`](Self::multi_get_objects)). Never reads RocksDB, so it is cheap
+    /// enough to call from an async task: no hand-off to a blocking thread, whose cache would
+    /// then hold the records the caller goes on to read.
+    pub fn cached_objects(&self, bucket_id: u64, keys: &[&str]) -> Option<Vec<Arc<ObjectRecord>>> {
+        // Every index key in one buffer.
+        let mut raw = Vec::with_capacity(keys.iter().map(|k| 8 + k.len()).sum());
+        for k in keys {
+            raw.extend_from_slice(&bucket_id.to_be_bytes());
+            raw.extend_from_slice(k.as_bytes());
+        }
+        let mut at = 0;
+        let refs: Vec<&[u8]> = keys
+            .iter()
+            .map(|k| {
+                let r = &raw[at..at + 8 + k.len()];
+                at += r.len();
+                r
+            })
+            .collect();
+        self.objects.lookup_all(&refs)
     }
 
     /// Visits every object of every bucket in index order (bucket id, key), then every uploaded
@@ -940,11 +970,22 @@ mod tests {
         let (_d, i) = idx();
         let size = |r: Option<ObjectRecord>| r.map(|r| r.size);
         let sizes = |keys: &[&str]| -> Vec<Option<u64>> {
-            i.multi_get_objects(1, keys)
+            let got: Vec<Option<u64>> = i
+                .multi_get_objects(1, keys)
                 .unwrap()
                 .into_iter()
                 .map(|r| r.map(|r| r.size))
-                .collect()
+                .collect();
+            // The cache-only lookup agrees whenever it answers; it answers once every key
+            // was looked up and found (absent keys are not cached).
+            let cached = i.cached_objects(1, keys);
+            if got.iter().all(Option::is_some) {
+                let cached = cached.expect("every key was just looked up");
+                assert_eq!(cached.iter().map(|r| Some(r.size)).collect::<Vec<_>>(), got);
+            } else {
+                assert!(cached.is_none());
+            }
+            got
         };
         i.put_object(1, "a", &obj(1)).unwrap();
         i.put_object(1, "b", &obj(2)).unwrap();
