@@ -87,11 +87,90 @@ struct Piece {
     obj: Arc<ObjectRecord>,
     start: u64,
     end: u64,
+    /// Set if the piece lies inside a single chunk (then it is span-read, or read in place).
+    /// Worked out once, when the piece is made: the batch's later passes (windows, planning,
+    /// reading) then do not go back to the record's chunk list, which by then has left the
+    /// CPU caches (a batch of random keys misses them on nearly every record).
+    single: Option<Single>,
+}
+
+#[derive(Clone, Copy)]
+struct Single {
+    /// The chunk's position in the object's chunk list, and its first byte in the object.
+    chunk: usize,
+    chunk_start: u64,
+    loc: RecordLocation,
+    /// The identity written into the chunk's record (record id, chunk index).
+    identity: ([u8; 16], u32),
+    /// What the entry's header carries, copied for the same reason.
+    mtime_ms: i64,
+    etag: InlineEtag,
+}
+
+/// An ETag short enough to keep inline (all of packrat's: 32 hex digits, plus `-N` for a
+/// multipart object); longer ones are read from the record.
+#[derive(Clone, Copy)]
+struct InlineEtag {
+    len: u8,
+    bytes: [u8; 47],
+}
+
+impl InlineEtag {
+    fn new(etag: &str) -> Self {
+        let mut bytes = [0u8; 47];
+        match bytes.get_mut(..etag.len()) {
+            Some(b) => {
+                b.copy_from_slice(etag.as_bytes());
+                Self {
+                    len: etag.len() as u8,
+                    bytes,
+                }
+            }
+            None => Self {
+                len: u8::MAX,
+                bytes,
+            },
+        }
+    }
+
+    fn get(&self) -> Option<&str> {
+        let b = self.bytes.get(..usize::from(self.len))?;
+        // Copied from a `str` whole, so always valid.
+        std::str::from_utf8(b).ok()
+    }
 }
 
 impl Piece {
+    fn new(obj: Arc<ObjectRecord>, start: u64, end: u64) -> Self {
+        let mut p = Piece {
+            obj,
+            start,
+            end,
+            single: None,
+        };
+        p.single = p.first_chunk().and_then(|(chunk, chunk_start)| {
+            let c = p.obj.chunks[chunk];
+            (end <= chunk_start + u64::from(c.len)).then(|| Single {
+                chunk,
+                chunk_start,
+                loc: RecordLocation {
+                    segment_id: c.segment_id,
+                    offset: c.offset,
+                    len: c.len,
+                },
+                identity: p.obj.chunk_identity(chunk),
+                mtime_ms: p.obj.last_modified_ms,
+                etag: InlineEtag::new(&p.obj.etag),
+            })
+        });
+        p
+    }
+
     /// The chunk holding byte `start`, and that chunk's first byte in the object.
     fn first_chunk(&self) -> Option<(usize, u64)> {
+        if let Some(s) = &self.single {
+            return Some((s.chunk, s.chunk_start));
+        }
         let mut at = 0u64;
         for (i, c) in self.obj.chunks.iter().enumerate() {
             let next = at + u64::from(c.len);
@@ -105,16 +184,27 @@ impl Piece {
 
     /// `(chunk, chunk start)` if the piece lies inside a single chunk (then it is span-read).
     fn single_chunk(&self) -> Option<(usize, u64)> {
-        let (i, at) = self.first_chunk()?;
-        (self.end <= at + u64::from(self.obj.chunks[i].len)).then_some((i, at))
+        self.single.map(|s| (s.chunk, s.chunk_start))
     }
 
     fn location(&self, chunk: usize) -> RecordLocation {
+        if let Some(s) = &self.single
+            && s.chunk == chunk
+        {
+            return s.loc;
+        }
         let c = self.obj.chunks[chunk];
         RecordLocation {
             segment_id: c.segment_id,
             offset: c.offset,
             len: c.len,
+        }
+    }
+
+    fn chunk_identity(&self, chunk: usize) -> ([u8; 16], u32) {
+        match &self.single {
+            Some(s) if s.chunk == chunk => s.identity,
+            _ => self.obj.chunk_identity(chunk),
         }
     }
 }
@@ -248,11 +338,11 @@ impl Out {
 /// never copied into frames, so they gain nothing here.
 fn whole_record(e: &Entry) -> Option<usize> {
     let p = e.body.as_ref().ok()?;
-    let (c, chunk_start) = p.single_chunk()?;
-    let chunk = p.obj.chunks[c];
-    let whole = p.start == chunk_start && p.end == chunk_start + u64::from(chunk.len);
-    let small = chunk.len > 0 && u64::from(chunk.len) < ZERO_COPY_BYTES_MIN;
-    (whole && small && !crate::tier::is_tier_segment(chunk.segment_id)).then_some(c)
+    let s = p.single?;
+    let len = u64::from(s.loc.len);
+    let whole = p.start == s.chunk_start && p.end == s.chunk_start + len;
+    let small = len > 0 && len < ZERO_COPY_BYTES_MIN;
+    (whole && small && !crate::tier::is_tier_segment(s.loc.segment_id)).then_some(s.chunk)
 }
 
 /// Reads and emits one window of entries in the given order: runs of whole records through
@@ -306,10 +396,14 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
                 unreachable!("whole_record only admits entries with a body")
             };
             let size = p.end - p.start;
-            out.header(&e, size, p.obj.last_modified_ms, Some(&p.obj.etag));
+            let (mtime_ms, etag) = match &p.single {
+                Some(s) => (s.mtime_ms, s.etag.get().unwrap_or(&p.obj.etag)),
+                None => (p.obj.last_modified_ms, p.obj.etag.as_str()),
+            };
+            out.header(&e, size, mtime_ms, Some(etag));
             let dst = out.buf.len();
             out.buf.resize(dst + size as usize + tar::padding(size), 0);
-            let (object_id, chunk_index) = p.obj.chunk_identity(c);
+            let (object_id, chunk_index) = p.chunk_identity(c);
             reads.push(RecordRead {
                 loc: p.location(c),
                 object_id,
@@ -419,7 +513,7 @@ async fn emit_spans(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             continue;
         }
         if let Some((n, c, chunk_start)) = span_read[i] {
-            let (rid, idx) = p.obj.chunk_identity(c);
+            let (rid, idx) = p.chunk_identity(c);
             let loc = p.location(c);
             let span;
             let reread;
@@ -698,6 +792,9 @@ async fn tar_index(engine: &Arc<Engine>, key: &str, obj: &Arc<ObjectRecord>) -> 
     }
 }
 
+/// Keys looked up at a time by a batch GET (a cached block costs the worker ~0.2 ms).
+const LOOKUP_BLOCK: usize = 1024;
+
 pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname: &str) -> R {
     // Read permission on the bucket covers every item: all items name keys of this bucket.
     let b = load_bucket(state, req, bname, Access::Read)?;
@@ -744,21 +841,31 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
             ),
         });
     }
-    // One batched multi-get for all keys.
-    let objects: Vec<Option<Arc<ObjectRecord>>> = {
-        let engine = state.engine.clone();
-        let keys: Vec<String> = r.items.iter().map(|i| i.key.clone()).collect();
-        let bid = b.id;
-        blocking(move || {
-            let mut out = Vec::with_capacity(keys.len());
-            for block in keys.chunks(4096) {
-                let refs: Vec<&str> = block.iter().map(String::as_str).collect();
-                out.extend(engine.index.multi_get_objects(bid, &refs)?);
-            }
-            Ok(out)
-        })
-        .await?
-    };
+    // The records, a block of keys at a time: from the record cache on this task when it
+    // holds the whole block (the records are then in this core's caches for what follows),
+    // otherwise in one batched multi-get on a blocking thread.
+    let mut objects: Vec<Option<Arc<ObjectRecord>>> = Vec::with_capacity(r.items.len());
+    for block in r.items.chunks(LOOKUP_BLOCK) {
+        let refs: Vec<&str> = block.iter().map(|i| i.key.as_str()).collect();
+        if let Some(found) = state.engine.index.cached_objects(b.id, &refs) {
+            objects.extend(found.into_iter().map(Some));
+        } else {
+            let engine = state.engine.clone();
+            let keys: Vec<String> = block.iter().map(|i| i.key.clone()).collect();
+            let bid = b.id;
+            objects.extend(
+                blocking(move || {
+                    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                    Ok(engine.index.multi_get_objects(bid, &refs)?)
+                })
+                .await?,
+            );
+        }
+        if r.items.len() > LOOKUP_BLOCK {
+            // Let the worker's other tasks run between blocks of a large batch.
+            tokio::task::yield_now().await;
+        }
+    }
     // Member indexes of the TAR objects that items name members of.
     let mut tar_ids: HashMap<&str, [u8; 16]> = HashMap::new();
     for (it, obj) in r.items.iter().zip(&objects) {
@@ -771,7 +878,16 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
     }
     let mut entries = Vec::with_capacity(r.items.len());
     let mut total = 0u64;
-    for ((it, obj), range) in r.items.iter().zip(objects).zip(ranges) {
+    // Each record's lines are asked for 16 items ahead and what it points to 8 ahead, so the
+    // cache misses of a batch of random keys overlap (see `ObjectRecord::prefetch`).
+    for (i, (it, range)) in r.items.iter().zip(ranges).enumerate() {
+        if let Some(Some(o)) = objects.get(i + 16) {
+            ObjectRecord::prefetch(o);
+        }
+        if let Some(Some(o)) = objects.get(i + 8) {
+            o.prefetch_heap();
+        }
+        let obj = objects[i].take();
         let name = match &it.member {
             Some(m) => format!("{}/{m}", it.key),
             None => it.key.clone(),
@@ -830,11 +946,7 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
         entries.push(Entry {
             name,
             tag: it.tag.clone(),
-            body: Ok(Piece {
-                obj,
-                start: base + start,
-                end: base + end,
-            }),
+            body: Ok(Piece::new(obj, base + start, base + end)),
         });
     }
     if total > limits.batch_bytes_max {
@@ -961,11 +1073,7 @@ pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: 
                     continue;
                 }
                 let size = rec.size;
-                let piece = Piece {
-                    obj: Arc::new(rec),
-                    start: 0,
-                    end: size,
-                };
+                let piece = Piece::new(Arc::new(rec), 0, size);
                 if piece.single_chunk().is_some() {
                     window_bytes += size;
                 }
