@@ -117,11 +117,11 @@ impl ObjectCache {
         }
     }
 
-    /// Looks every key up, in order, or returns `None` at the first one not held. Each shard is
-    /// locked once, and its keys' slots are all found before any record is touched (the
+    /// Looks every key up: `keys[i]`'s record, or `None` where the cache does not hold it. Each
+    /// shard is locked once, and its keys' slots are all found before any record is touched (the
     /// record's reference count is a locked increment, which would wait for every earlier
     /// miss): the cache misses of different keys overlap instead of following one another.
-    pub(crate) fn lookup_all(&self, keys: &[&[u8]]) -> Option<Vec<Arc<ObjectRecord>>> {
+    pub(crate) fn lookup_all(&self, keys: &[&[u8]]) -> Vec<Option<Arc<ObjectRecord>>> {
         // (shard, hash, position) of every key, grouped by shard.
         let mut order: Vec<(u8, u64, u32)> = keys
             .iter()
@@ -140,15 +140,16 @@ impl ObjectCache {
             let mut nodes: Vec<(u32, &Node)> = Vec::with_capacity(run.len());
             for &(_, h, i) in run {
                 let key = keys[i as usize];
-                let n = s.table.find(h, |n| n.key.as_bytes() == key)?;
-                ObjectRecord::prefetch(&n.rec);
-                nodes.push((i, n));
+                if let Some(n) = s.table.find(h, |n| n.key.as_bytes() == key) {
+                    ObjectRecord::prefetch(&n.rec);
+                    nodes.push((i, n));
+                }
             }
             for (i, n) in nodes {
                 found[i as usize] = Some(n.rec.clone());
             }
         }
-        found.into_iter().collect()
+        found
     }
 
     /// Stores `rec`, read from the index for `key` after a lookup that returned
@@ -284,7 +285,7 @@ mod tests {
         let c = ObjectCache::new(10_000);
         let keys: Vec<[u8; 4]> = (0..500u32).map(u32::to_be_bytes).collect();
         let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        assert!(c.lookup_all(&refs).is_none());
+        assert!(c.lookup_all(&refs).iter().all(Option::is_none));
         for (i, k) in keys.iter().enumerate() {
             let Lookup::Miss(e) = c.lookup(k) else {
                 panic!()
@@ -295,16 +296,24 @@ mod tests {
         let mut mixed = refs.clone();
         mixed.reverse();
         mixed.push(refs[7]);
-        let got = c.lookup_all(&mixed).expect("all held");
-        let want: Vec<u64> = mixed
+        let got = c.lookup_all(&mixed);
+        let want: Vec<Option<u64>> = mixed
             .iter()
-            .map(|k| u64::from(u32::from_be_bytes((*k).try_into().unwrap())))
+            .map(|k| Some(u64::from(u32::from_be_bytes((*k).try_into().unwrap()))))
             .collect();
-        assert_eq!(got.iter().map(|r| r.size).collect::<Vec<_>>(), want);
-        // One key not held: no answer (the caller asks the index).
+        assert_eq!(
+            got.iter()
+                .map(|r| r.as_ref().map(|r| r.size))
+                .collect::<Vec<_>>(),
+            want
+        );
+        // One key not held: no answer for it (the caller asks the index), the rest answered.
         c.invalidate(&keys[250]);
-        assert!(c.lookup_all(&refs).is_none());
-        assert!(c.lookup_all(&[]).is_some_and(|v| v.is_empty()));
+        let got = c.lookup_all(&refs);
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!(r.as_ref().map(|r| r.size), (i != 250).then_some(i as u64));
+        }
+        assert!(c.lookup_all(&[]).is_empty());
     }
 
     #[test]

@@ -841,26 +841,28 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
             ),
         });
     }
-    // The records, a block of keys at a time: from the record cache on this task when it
-    // holds the whole block (the records are then in this core's caches for what follows),
-    // otherwise in one batched multi-get on a blocking thread.
+    // The records, a block of keys at a time: from the record cache on this task (the records
+    // are then in this core's caches for what follows); the keys it does not hold in one
+    // batched multi-get on a blocking thread.
     let mut objects: Vec<Option<Arc<ObjectRecord>>> = Vec::with_capacity(r.items.len());
     for block in r.items.chunks(LOOKUP_BLOCK) {
         let refs: Vec<&str> = block.iter().map(|i| i.key.as_str()).collect();
-        if let Some(found) = state.engine.index.cached_objects(b.id, &refs) {
-            objects.extend(found.into_iter().map(Some));
-        } else {
+        let mut found = state.engine.index.cached_objects(b.id, &refs);
+        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_none()).collect();
+        if !missing.is_empty() {
             let engine = state.engine.clone();
-            let keys: Vec<String> = block.iter().map(|i| i.key.clone()).collect();
+            let keys: Vec<String> = missing.iter().map(|&i| block[i].key.clone()).collect();
             let bid = b.id;
-            objects.extend(
-                blocking(move || {
-                    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                    Ok(engine.index.multi_get_objects(bid, &refs)?)
-                })
-                .await?,
-            );
+            let read = blocking(move || {
+                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+                Ok(engine.index.multi_get_objects(bid, &refs)?)
+            })
+            .await?;
+            for (i, rec) in missing.into_iter().zip(read) {
+                found[i] = rec;
+            }
         }
+        objects.extend(found);
         if r.items.len() > LOOKUP_BLOCK {
             // Let the worker's other tasks run between blocks of a large batch.
             tokio::task::yield_now().await;
