@@ -9,6 +9,8 @@ use crate::s3::sigv4;
 use crate::server::{AppState, RespBody, full};
 use http::{Method, Response, StatusCode};
 use packrat_index::{KeyRecord, RocksIndex};
+use packrat_store::job::Progress;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -140,7 +142,7 @@ pub async fn handle(
         (&Method::GET, ("status", "")) => {
             if query.iter().any(|(k, v)| k == "flush" && v == "true") {
                 let engine = state.engine.clone();
-                crate::engine::blocking(move || Ok(engine.index.flush_and_compact_objects()?))
+                crate::server::blocking(move || Ok(engine.index.flush_and_compact_objects()?))
                     .await?;
             }
             json(StatusCode::OK, &status(&state.engine))
@@ -203,7 +205,7 @@ pub async fn handle(
                     })?,
             };
             let grace = std::time::Duration::from_secs(state.config.compact_grace_secs);
-            let report = crate::compact::compact(&state.engine, threshold, grace).await?;
+            let report = packrat_store::compact::compact(&state.engine, threshold, grace).await?;
             json(StatusCode::OK, &report)
         }
         (&Method::POST, ("scrub", "")) => {
@@ -213,13 +215,14 @@ pub async fn handle(
                     "scrub needs erasure coding (serve with --disk ... --ec K+M)",
                 ));
             }
-            crate::ec::start_scrub(&state.engine, None);
+            packrat_store::ec::start_scrub(&state.engine, None);
             json(StatusCode::OK, &state.engine.scrub.progress())
         }
         (&Method::GET, ("scrub", "")) => json(StatusCode::OK, &state.engine.scrub.progress()),
-        (&Method::GET, ("tier", "")) => {
-            json(StatusCode::OK, &crate::tier::status(&state.engine).await?)
-        }
+        (&Method::GET, ("tier", "")) => json(
+            StatusCode::OK,
+            &packrat_store::tier::status(&state.engine).await?,
+        ),
         (&Method::POST, ("tier", "run")) => {
             let days = match query.iter().find(|(k, _)| k == "days_ahead") {
                 None => 0,
@@ -230,7 +233,7 @@ pub async fn handle(
                     )
                 })?,
             };
-            crate::tier::start_run(&state.engine, days);
+            packrat_store::tier::start_run(&state.engine, days);
             json(StatusCode::OK, &state.engine.tiers.progress())
         }
         (&Method::GET, ("tier", "run")) => json(StatusCode::OK, &state.engine.tiers.progress()),
@@ -271,7 +274,7 @@ pub struct Status {
     pub appended_bytes: u64,
     pub syncs: u64,
     /// Live and dead segment bytes as of the last compaction scan (none yet: null).
-    pub space: Option<crate::compact::Space>,
+    pub space: Option<packrat_store::compact::Space>,
     /// Erasure coding: disks, capacity and segments per state (null without --ec).
     pub erasure: Option<packrat_chunk_store::EcStatus>,
     pub degraded_reads: u64,
@@ -283,7 +286,7 @@ pub struct Status {
     pub disk_probe_failures: u64,
 }
 
-pub fn status(engine: &crate::engine::Engine) -> Status {
+pub fn status(engine: &packrat_store::engine::Engine) -> Status {
     let st = engine.chunks.stats();
     Status {
         index: engine.index.object_stats(),
@@ -314,7 +317,7 @@ pub async fn run_tier(
     secret_key: &str,
     days_ahead: u32,
 ) -> Result<(), String> {
-    let r: crate::tier::RunReport = crate::job::follow(
+    let r: packrat_store::tier::RunReport = follow(
         endpoint,
         region,
         access_key,
@@ -350,7 +353,7 @@ pub async fn run_scrub(
     access_key: &str,
     secret_key: &str,
 ) -> Result<(), String> {
-    let r: packrat_chunk_store::ScrubReport = crate::job::follow(
+    let r: packrat_chunk_store::ScrubReport = follow(
         endpoint, region, access_key, secret_key, "scrub", "scrub", "scrub",
     )
     .await?;
@@ -465,4 +468,48 @@ pub async fn call(
         .map_err(|e| e.to_string())?
         .to_bytes();
     Ok((status, bytes.to_vec()))
+}
+
+/// Client side: starts a job with a POST to `start` (or joins the run going), polls `poll`
+/// with a progress bar named `what` until a run that began after the first poll has finished,
+/// and returns its report.
+pub async fn follow<R: DeserializeOwned>(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+    what: &str,
+    start: &str,
+    poll: &str,
+) -> Result<R, String> {
+    use http::Method;
+    let ask = |method: Method, path: String| async move {
+        let body = call_ok(endpoint, region, access_key, secret_key, method, &path).await?;
+        serde_json::from_slice::<Progress<R>>(&body)
+            .map_err(|e| format!("unexpected answer from the server: {e}"))
+    };
+    let before = ask(Method::GET, poll.to_string()).await?.finished_runs;
+    let mut p = ask(Method::POST, start.to_string()).await?;
+    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} [{{elapsed_precise}}] {{wide_bar}} {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}, eta {{eta}})"
+        ))
+        .map_err(|e| e.to_string())?,
+    );
+    loop {
+        bar.set_length(p.total_bytes.max(1));
+        bar.set_position(p.done_bytes);
+        if !p.running && p.finished_runs > before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        p = ask(Method::GET, poll.to_string()).await?;
+    }
+    bar.finish();
+    if let Some(e) = p.error {
+        return Err(format!("{what} failed: {e}"));
+    }
+    p.report
+        .ok_or_else(|| format!("the server kept no {what} report"))
 }

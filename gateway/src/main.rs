@@ -5,17 +5,11 @@
 
 mod admin;
 mod bench;
-mod compact;
 mod config;
-mod ec;
-mod engine;
-mod job;
 mod metrics;
 mod s3;
 mod server;
 mod tar;
-mod tier;
-mod verify;
 
 use clap::{Parser, Subcommand};
 use config::ServeConfig;
@@ -436,8 +430,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         },
     )
     .map_err(|e| e.to_string())?;
-    let tiers = tier::Tiers::open(
-        tier::TierOptions {
+    let tiers = packrat_store::tier::Tiers::open(
+        packrat_store::tier::TierOptions {
             specs: args.tiers.clone(),
             cache_bytes: args.tier_cache_bytes,
             segment_bytes: args.tier_segment_size,
@@ -446,7 +440,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         &args.data_dir,
         &index,
     )?;
-    let engine = Arc::new(engine::Engine::new(index, chunks, tiers));
+    let engine = Arc::new(packrat_store::engine::Engine::new(index, chunks, tiers));
     let listener = listen(args.listen, args.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -469,7 +463,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
     if args.compact_interval > 0 {
-        compact::spawn_background(
+        packrat_store::compact::spawn_background(
             engine.clone(),
             std::time::Duration::from_secs(args.compact_interval),
             config.compact_threshold,
@@ -477,14 +471,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         );
     }
     if args.tier_interval > 0 {
-        tier::spawn_background(
+        packrat_store::tier::spawn_background(
             engine.clone(),
             std::time::Duration::from_secs(args.tier_interval),
         );
     }
     if let Some((k, m)) = args.ec {
         tracing::info!(k, m, disks = args.disks.len(), "erasure coding on");
-        ec::spawn_background(
+        packrat_store::ec::spawn_background(
             engine.clone(),
             std::time::Duration::from_secs(args.seal_idle),
             std::time::Duration::from_secs(args.scrub_interval),
@@ -569,14 +563,14 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 [one] if ec.is_none() => one.join("segments"),
                 _ => dir.join("segments"),
             };
-            let report = verify::run(&index, &segments, &disks, ec, json)?;
+            let report = packrat_store::verify::run(&index, &segments, &disks, ec, json)?;
             if json {
                 println!(
                     "{}",
                     serde_json::to_string(&report).map_err(|e| e.to_string())?
                 );
             } else {
-                verify::print(&report);
+                packrat_store::verify::print(&report);
             }
             if report.problem_count > 0 {
                 std::process::exit(1);

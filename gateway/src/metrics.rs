@@ -1,7 +1,7 @@
 //! Prometheus metrics: request counts and latency per operation and status, and chunk-store
 //! figures. Counting is a few relaxed atomic adds under a short lock per request.
 
-use crate::engine::Engine;
+use packrat_store::engine::Engine;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -150,7 +150,10 @@ impl Metrics {
             cs.jobs.load(Relaxed)
         );
         out.push_str("# TYPE packrat_commit_duration_seconds histogram\n");
-        for (i, b) in crate::engine::COMMIT_LATENCY_BUCKETS_US.iter().enumerate() {
+        for (i, b) in packrat_store::engine::COMMIT_LATENCY_BUCKETS_US
+            .iter()
+            .enumerate()
+        {
             let _ = writeln!(
                 out,
                 "packrat_commit_duration_seconds_bucket{{le=\"{}\"}} {}",

@@ -2,7 +2,6 @@
 //! turning every result into a response. S3 semantics live in `s3::handlers`.
 
 use crate::config::ServeConfig;
-use crate::engine::Engine;
 use crate::metrics::Metrics;
 use crate::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
@@ -12,6 +11,7 @@ use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use packrat_index::KeyRecord;
+use packrat_store::engine::Engine;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +22,15 @@ pub type RespBody = http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::E
 
 pub fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|e| match e {}).boxed_unsync()
+}
+
+/// Runs blocking work (index scans, disk reads) on the blocking pool.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> S3Result<T> + Send + 'static,
+) -> S3Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| S3Error::internal("blocking task failed", e))?
 }
 
 pub fn empty() -> RespBody {

@@ -22,11 +22,11 @@ use super::batch_request::{
     BatchRequest, OnError, Order, key_hash, parse_item_range, parse_shard, resolve_item_range,
     shuffle,
 };
-use super::checksum::{self, Hasher};
+use super::checksum::{self, ChecksumWire, Hasher};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::handlers::{Access, content_md5, load_bucket, now_ms, requested_checksum};
 use crate::config;
-use crate::engine::{Engine, ObjectReader, RecordWriter, blocking};
+use crate::server::blocking;
 use crate::server::{AppState, RespBody, S3Request};
 use crate::tar::{self, TarError, TarEvent, TarParser};
 use bytes::{Bytes, BytesMut};
@@ -35,6 +35,8 @@ use http_body_util::BodyExt;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{RecordLocation, RecordRead, Span};
 use packrat_index::{MemberRecord, ObjectRecord, TarIndexRecord};
+use packrat_store::StoreError;
+use packrat_store::engine::{Engine, ObjectReader, RecordWriter};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -342,7 +344,7 @@ fn whole_record(e: &Entry) -> Option<usize> {
     let len = u64::from(s.loc.len);
     let whole = p.start == s.chunk_start && p.end == s.chunk_start + len;
     let small = len > 0 && len < ZERO_COPY_BYTES_MIN;
-    (whole && small && !crate::tier::is_tier_segment(s.loc.segment_id)).then_some(s.chunk)
+    (whole && small && !packrat_store::tier::is_tier_segment(s.loc.segment_id)).then_some(s.chunk)
 }
 
 /// Reads and emits one window of entries in the given order: runs of whole records through
@@ -434,7 +436,7 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
                 |(e, c)| async move {
                     match &e.body {
                         Ok(p) => engine.read_chunk(&p.obj, *c).await,
-                        Err(_) => Err(S3Error::internal("batch", "an entry without a body")),
+                        Err(_) => Err(StoreError::internal("batch", "an entry without a body")),
                     }
                 },
             ))
@@ -531,7 +533,7 @@ async fn emit_spans(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
             let from_window = payload.is_ok();
             if !from_window
                 && engine.chunks.has_redundancy()
-                && !crate::tier::is_tier_segment(loc.segment_id)
+                && !packrat_store::tier::is_tier_segment(loc.segment_id)
             {
                 // The merged read takes one place only; the record read falls back on the
                 // other copies or rebuilds from the other shards.
@@ -584,6 +586,7 @@ async fn emit_spans(engine: &Arc<Engine>, window: Vec<Entry>, out: &mut Out) {
                 }
                 Ok(None) => break,
                 Err(err) => {
+                    let err = S3Error::from(err);
                     tracing::error!(entry = %e.name, error = %err.message, "batch read failed mid-entry");
                     out.cut(err.message).await;
                     return;
@@ -658,6 +661,7 @@ fn read_spans(
         let len = (end - start) as usize;
         let read = engine
             .read_span_into(seg, start, &mut buf[at..at + len])
+            .map_err(S3Error::from)
             .map(|n| SpanSlot {
                 segment_id: seg,
                 offset: start,

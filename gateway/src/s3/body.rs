@@ -433,6 +433,31 @@ impl BodyReader {
     }
 }
 
+/// A request body is what a write streams into the store. Its errors (a bad chunk signature,
+/// an incomplete body, a timeout) travel through the store unchanged, as `StoreError::Source`.
+/// Not in fuzz builds, which compile this file without the store.
+#[cfg(not(fuzzing))]
+impl packrat_store::ByteSource for BodyReader {
+    async fn next_piece(&mut self) -> packrat_store::StoreResult<Option<Bytes>> {
+        self.next()
+            .await
+            .map_err(|e| packrat_store::StoreError::Source(std::sync::Arc::new(e)))
+    }
+
+    fn trailing_checksum(
+        &self,
+        alg: packrat_store::checksum::ChecksumAlgorithm,
+    ) -> packrat_store::StoreResult<Option<Vec<u8>>> {
+        use super::checksum::ChecksumWire;
+        match self.trailer(alg.header()) {
+            Some(v) => super::checksum::decode_sent(alg, v)
+                .map(Some)
+                .map_err(|e| packrat_store::StoreError::Source(std::sync::Arc::new(e))),
+            None => Ok(None),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,43 +1,26 @@
-//! S3 flexible checksums (CRC32, CRC32C, CRC64NVME, SHA1, SHA256): computing them over a
-//! stream, parsing what the client sent, and combining part checksums of multipart uploads.
+//! S3 flexible checksums (CRC32, CRC32C, CRC64NVME, SHA1, SHA256) on the wire: their headers
+//! and XML names, parsing what the client sent, and how combined checksums are shown. Computing
+//! them is the store's (`packrat_store::checksum`).
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use crc_fast::{CrcAlgorithm, Digest as CrcDigest};
-use sha1::Sha1;
-use sha2::{Digest, Sha256};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ChecksumAlgorithm {
-    Crc32,
-    Crc32c,
-    Crc64Nvme,
-    Sha1,
-    Sha256,
+pub use packrat_store::checksum::{ALL, ChecksumAlgorithm, Hasher};
+
+/// How a checksum algorithm travels in S3 requests and answers.
+pub trait ChecksumWire: Sized {
+    /// The header that carries this checksum, e.g. `x-amz-checksum-crc32`.
+    fn header(self) -> &'static str;
+    /// The XML element name in CompleteMultipartUpload and listings, e.g. `ChecksumCRC32`.
+    fn xml_name(self) -> &'static str;
+    /// The algorithm a request names (`x-amz-checksum-algorithm` and the like).
+    fn parse(name: &str) -> S3Result<Self>;
+    fn from_header(header: &str) -> Option<Self>;
 }
 
-pub const ALL: [ChecksumAlgorithm; 5] = [
-    ChecksumAlgorithm::Crc32,
-    ChecksumAlgorithm::Crc32c,
-    ChecksumAlgorithm::Crc64Nvme,
-    ChecksumAlgorithm::Sha1,
-    ChecksumAlgorithm::Sha256,
-];
-
-impl ChecksumAlgorithm {
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Crc32 => "CRC32",
-            Self::Crc32c => "CRC32C",
-            Self::Crc64Nvme => "CRC64NVME",
-            Self::Sha1 => "SHA1",
-            Self::Sha256 => "SHA256",
-        }
-    }
-
-    /// The header that carries this checksum, e.g. `x-amz-checksum-crc32`.
-    pub fn header(self) -> &'static str {
+impl ChecksumWire for ChecksumAlgorithm {
+    fn header(self) -> &'static str {
         match self {
             Self::Crc32 => "x-amz-checksum-crc32",
             Self::Crc32c => "x-amz-checksum-crc32c",
@@ -47,8 +30,7 @@ impl ChecksumAlgorithm {
         }
     }
 
-    /// The XML element name in CompleteMultipartUpload and listings, e.g. `ChecksumCRC32`.
-    pub fn xml_name(self) -> &'static str {
+    fn xml_name(self) -> &'static str {
         match self {
             Self::Crc32 => "ChecksumCRC32",
             Self::Crc32c => "ChecksumCRC32C",
@@ -58,87 +40,18 @@ impl ChecksumAlgorithm {
         }
     }
 
-    pub fn parse(name: &str) -> S3Result<Self> {
-        ALL.into_iter()
-            .find(|a| a.name().eq_ignore_ascii_case(name))
-            .ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::InvalidRequest,
-                    format!("Checksum algorithm {name} is not supported"),
-                )
-            })
+    fn parse(name: &str) -> S3Result<Self> {
+        Self::from_name(name).ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::InvalidRequest,
+                format!("Checksum algorithm {name} is not supported"),
+            )
+        })
     }
 
-    pub fn from_header(header: &str) -> Option<Self> {
+    fn from_header(header: &str) -> Option<Self> {
         ALL.into_iter()
             .find(|a| a.header().eq_ignore_ascii_case(header))
-    }
-
-    fn crc(self) -> Option<CrcAlgorithm> {
-        match self {
-            Self::Crc32 => Some(CrcAlgorithm::Crc32IsoHdlc),
-            Self::Crc32c => Some(CrcAlgorithm::Crc32Iscsi),
-            Self::Crc64Nvme => Some(CrcAlgorithm::Crc64Nvme),
-            Self::Sha1 | Self::Sha256 => None,
-        }
-    }
-
-    pub fn is_crc(self) -> bool {
-        self.crc().is_some()
-    }
-
-    /// Width of the raw checksum in bytes.
-    pub fn width(self) -> usize {
-        match self {
-            Self::Crc32 | Self::Crc32c => 4,
-            Self::Crc64Nvme => 8,
-            Self::Sha1 => 20,
-            Self::Sha256 => 32,
-        }
-    }
-}
-
-pub enum Hasher {
-    Crc(ChecksumAlgorithm, CrcDigest),
-    Sha1(Sha1),
-    Sha256(Sha256),
-}
-
-impl Hasher {
-    pub fn new(alg: ChecksumAlgorithm) -> Self {
-        match alg.crc() {
-            Some(c) => Hasher::Crc(alg, CrcDigest::new(c)),
-            None if alg == ChecksumAlgorithm::Sha1 => Hasher::Sha1(Sha1::new()),
-            None => Hasher::Sha256(Sha256::new()),
-        }
-    }
-
-    pub fn update(&mut self, data: &[u8]) {
-        match self {
-            Hasher::Crc(_, d) => d.update(data),
-            Hasher::Sha1(h) => h.update(data),
-            Hasher::Sha256(h) => h.update(data),
-        }
-    }
-
-    /// The raw big-endian checksum bytes, and the CRC as an integer for CRC algorithms.
-    pub fn finish(self) -> (Vec<u8>, Option<u64>) {
-        match self {
-            Hasher::Crc(alg, d) => {
-                let v = d.finalize();
-                (crc_bytes(alg, v), Some(v))
-            }
-            Hasher::Sha1(h) => (h.finalize().to_vec(), None),
-            Hasher::Sha256(h) => (h.finalize().to_vec(), None),
-        }
-    }
-}
-
-fn crc_bytes(alg: ChecksumAlgorithm, v: u64) -> Vec<u8> {
-    if alg.width() == 4 {
-        (v as u32).to_be_bytes().to_vec()
-    } else {
-        v.to_be_bytes().to_vec()
     }
 }
 
@@ -159,24 +72,13 @@ pub fn decode_sent(alg: ChecksumAlgorithm, value: &str) -> S3Result<Vec<u8>> {
 
 /// The checksum of checksums of a multipart upload: `base64(H(c1 || c2 || ...))-N`.
 pub fn composite(alg: ChecksumAlgorithm, part_checksums: &[Vec<u8>]) -> String {
-    let mut h = Hasher::new(alg);
-    for c in part_checksums {
-        h.update(c);
-    }
-    format!("{}-{}", b64(&h.finish().0), part_checksums.len())
+    let raw = packrat_store::checksum::composite(alg, part_checksums);
+    format!("{}-{}", b64(&raw), part_checksums.len())
 }
 
 /// The full-object CRC of a multipart upload, combined from the parts' CRCs and sizes.
 pub fn combine_full(alg: ChecksumAlgorithm, parts: &[(u64, u64)]) -> Option<String> {
-    let crc = alg.crc()?;
-    let mut acc: Option<u64> = None;
-    for &(value, len) in parts {
-        acc = Some(match acc {
-            None => value,
-            Some(a) => crc_fast::checksum_combine(crc, a, value, len),
-        });
-    }
-    Some(b64(&crc_bytes(alg, acc.unwrap_or(0))))
+    packrat_store::checksum::combine_full(alg, parts).map(|raw| b64(&raw))
 }
 
 #[cfg(test)]

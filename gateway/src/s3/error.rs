@@ -134,48 +134,72 @@ impl S3Error {
     }
 }
 
-// Not in fuzz builds, which compile this file on its own without the index (and RocksDB).
+impl std::fmt::Display for S3Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.parts().0, self.message)
+    }
+}
+
+impl std::error::Error for S3Error {}
+
+// The store's failures as S3 errors: the one place where a storage failure gets its S3 code,
+// status and message. Not in fuzz builds, which compile this file on its own without the store
+// (and RocksDB).
 #[cfg(not(fuzzing))]
-impl From<packrat_index::IndexError> for S3Error {
-    fn from(e: packrat_index::IndexError) -> Self {
-        use packrat_index::IndexError as E;
+impl From<packrat_store::StoreError> for S3Error {
+    fn from(e: packrat_store::StoreError) -> Self {
+        use packrat_store::{Digest, StoreError as E};
         match e {
-            E::BucketExists => S3Error::new(
-                S3ErrorCode::BucketAlreadyExists,
-                "The requested bucket name is not available.",
-            ),
             E::NoSuchBucket => S3Error::new(
                 S3ErrorCode::NoSuchBucket,
                 "The specified bucket does not exist",
+            ),
+            E::BucketExists => S3Error::new(
+                S3ErrorCode::BucketAlreadyExists,
+                "The requested bucket name is not available.",
             ),
             E::BucketNotEmpty => S3Error::new(
                 S3ErrorCode::BucketNotEmpty,
                 "The bucket you tried to delete is not empty",
             ),
-            E::Rocks(_) | E::Corrupt { .. } | E::Injected => S3Error::internal("index error", e),
-        }
-    }
-}
-
-impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
-    fn from(e: packrat_chunk_store::ChunkStoreError) -> Self {
-        use packrat_chunk_store::ChunkStoreError as E;
-        match e {
-            E::NoSpace { .. } => {
+            E::NoSuchKey => {
+                S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
+            }
+            E::NoSuchUpload => S3Error::new(
+                S3ErrorCode::NoSuchUpload,
+                "The specified upload does not exist. The upload ID may be invalid, or the upload \
+                 may have been aborted or completed.",
+            ),
+            E::PreconditionFailed => S3Error::new(
+                S3ErrorCode::PreconditionFailed,
+                "At least one of the pre-conditions you specified did not hold",
+            ),
+            E::BadDigest(Digest::ContentMd5) => S3Error::new(
+                S3ErrorCode::BadDigest,
+                "The Content-MD5 you specified did not match what we received.",
+            ),
+            E::BadDigest(Digest::Checksum(alg)) => S3Error::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The {} you specified did not match the calculated checksum.",
+                    alg.name()
+                ),
+            ),
+            E::InsufficientStorage(_) => {
                 tracing::error!(error = %e, "disk full");
                 S3Error::new(
                     S3ErrorCode::InsufficientStorage,
                     "The server's data disk is full; nothing was stored.",
                 )
             }
-            E::Corrupt { .. } | E::MissingSegment(_) => {
+            E::Corrupt(_) => {
                 tracing::error!(error = %e, "stored data failed verification; not served");
                 S3Error::new(
                     S3ErrorCode::InternalError,
                     "Stored data failed checksum verification and was not served.",
                 )
             }
-            E::Unrecoverable { .. } => {
+            E::Unrecoverable(_) => {
                 tracing::error!(error = %e, "object data lost beyond the erasure code's reach");
                 S3Error::new(
                     S3ErrorCode::InternalError,
@@ -183,10 +207,39 @@ impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
                      from; it was not served. Other objects are unaffected.",
                 )
             }
-            E::Io { .. } | E::RecordTooLarge(_) | E::Config(_) => {
-                S3Error::internal("chunk store error", e)
+            E::TierData(_) => {
+                tracing::error!(error = %e, "tiered data missing or wrong; not served");
+                S3Error::new(
+                    S3ErrorCode::InternalError,
+                    "The object's data on its storage tier is missing or failed verification; it was not served.",
+                )
             }
+            E::Unavailable(message) => {
+                tracing::warn!(error = %message, "unavailable");
+                S3Error::new(S3ErrorCode::ServiceUnavailable, message)
+            }
+            E::Invalid(message) => S3Error::new(S3ErrorCode::InvalidRequest, message),
+            E::Internal { context, detail } => S3Error::internal(context, detail),
+            E::Source(source) => match source.downcast_ref::<S3Error>() {
+                Some(s3) => s3.clone(),
+                None => S3Error::internal("request body", source),
+            },
         }
+    }
+}
+
+// Not in fuzz builds (see above). Only for the handlers that still reach the index directly.
+#[cfg(not(fuzzing))]
+impl From<packrat_index::IndexError> for S3Error {
+    fn from(e: packrat_index::IndexError) -> Self {
+        packrat_store::StoreError::from(e).into()
+    }
+}
+
+#[cfg(not(fuzzing))]
+impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
+    fn from(e: packrat_chunk_store::ChunkStoreError) -> Self {
+        packrat_store::StoreError::from(e).into()
     }
 }
 

@@ -1,14 +1,14 @@
 //! S3 operations: one `handle_<op>` per operation, and `dispatch` choosing among them.
 
 use super::batch;
-use super::checksum::{self, ChecksumAlgorithm};
+use super::checksum::{self, ChecksumAlgorithm, ChecksumWire};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::range::{multi_ranges, resolve_range};
 use super::sigv4::uri_encode;
 use super::tagging::{self, Tags};
 use super::xml::{self, Xml};
 use crate::config;
-use crate::engine::{self, ObjectReader, Source, WriteCondition, blocking};
+use crate::server::blocking;
 use crate::server::{AppState, RespBody, S3Request, empty, full};
 use base64::Engine as _;
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use md5::{Digest, Md5};
 use packrat_index::{
     BucketRecord, ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord,
 };
+use packrat_store::engine::{self, ObjectReader, WriteCondition};
 use std::sync::Arc;
 
 type R = S3Result<Response<RespBody>>;
@@ -455,7 +456,7 @@ async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str
     let result = blocking(move || {
         engine.index.delete_bucket(&n)?;
         // Bucket ids are never reused; its lifecycle configuration goes with it.
-        crate::tier::delete_lifecycle(&engine.index, b.id)
+        Ok(packrat_store::tier::delete_lifecycle(&engine.index, b.id)?)
     })
     .await;
     state.engine.forget_bucket(name);
@@ -552,16 +553,24 @@ async fn read_xml_body(req: &mut S3Request) -> S3Result<Vec<u8>> {
 async fn handle_put_lifecycle(state: &Arc<AppState>, req: &mut S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Write)?;
     let body = read_xml_body(req).await?;
-    let rules = super::lifecycle::parse(&body, &crate::tier::is_tier_class)?;
+    let rules = super::lifecycle::parse(&body, &packrat_store::tier::is_tier_class)?;
     let engine = state.engine.clone();
-    blocking(move || crate::tier::put_lifecycle(&engine.index, b.id, &rules)).await?;
+    blocking(move || {
+        Ok(packrat_store::tier::put_lifecycle(
+            &engine.index,
+            b.id,
+            &rules,
+        )?)
+    })
+    .await?;
     Ok(Response::new(empty()))
 }
 
 async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Read)?;
     let engine = state.engine.clone();
-    let rules = blocking(move || crate::tier::get_lifecycle(&engine.index, b.id)).await?;
+    let rules =
+        blocking(move || Ok(packrat_store::tier::get_lifecycle(&engine.index, b.id)?)).await?;
     let Some(rules) = rules else {
         return Err(err(
             S3ErrorCode::NoSuchLifecycleConfiguration,
@@ -578,7 +587,7 @@ async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str
 async fn handle_delete_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Write)?;
     let engine = state.engine.clone();
-    blocking(move || crate::tier::delete_lifecycle(&engine.index, b.id)).await?;
+    blocking(move || Ok(packrat_store::tier::delete_lifecycle(&engine.index, b.id)?)).await?;
     Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(empty())
@@ -807,7 +816,7 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
         .and_then(|v| v.to_str().ok())
     {
         None | Some("STANDARD") => None,
-        Some(c) if crate::tier::is_tier_class(c) => Some(c.to_string()),
+        Some(c) if packrat_store::tier::is_tier_class(c) => Some(c.to_string()),
         Some(c) => {
             return Err(err(
                 S3ErrorCode::InvalidStorageClass,
@@ -962,7 +971,7 @@ async fn handle_put_object(
     let cond = write_condition(&req.headers)?;
     let w = state
         .engine
-        .write_stream(Source::Body(&mut req.body), alg, sent, md5)
+        .write_stream(&mut req.body, alg, sent, md5)
         .await?;
     let rec = ObjectRecord {
         record_id: w.record_id,
@@ -1135,10 +1144,10 @@ async fn handle_copy_object(
     }
     let (rec, ticket) = {
         let size = src.size;
-        let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
+        let mut reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
         let w = state
             .engine
-            .write_stream(Source::Object(reader), alg, None, None)
+            .write_stream(&mut reader, alg, None, None)
             .await?;
         let rec = ObjectRecord {
             record_id: w.record_id,
@@ -1255,7 +1264,10 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
                     "packrat does not keep object versions",
                 ))
             } else {
-                engine.delete_object(b.id, &o.key).await
+                engine
+                    .delete_object(b.id, &o.key)
+                    .await
+                    .map_err(S3Error::from)
             }
         }
     }))
@@ -1474,7 +1486,8 @@ async fn handle_get_object(
         let mut at = 0u64;
         for c in &obj.chunks {
             let chunk_end = at + u64::from(c.len);
-            if chunk_end > start && at < end && !crate::tier::is_tier_segment(c.segment_id) {
+            if chunk_end > start && at < end && !packrat_store::tier::is_tier_segment(c.segment_id)
+            {
                 let loc = packrat_chunk_store::RecordLocation {
                     segment_id: c.segment_id,
                     offset: c.offset,
@@ -1495,7 +1508,7 @@ async fn handle_get_object(
         match r.next().await {
             Ok(Some(d)) => Some((Ok(http_body::Frame::data(d)), r)),
             Ok(None) => None,
-            Err(e) => Some((Err(std::io::Error::other(e.message)), r)),
+            Err(e) => Some((Err(std::io::Error::other(S3Error::from(e).message)), r)),
         }
     });
     let body = http_body_util::StreamBody::new(stream).boxed_unsync();
@@ -1570,7 +1583,7 @@ fn multi_range_response(
                             Ok(None) => reader = None,
                             Err(e) => {
                                 return Some((
-                                    Err(std::io::Error::other(e.message)),
+                                    Err(std::io::Error::other(S3Error::from(e).message)),
                                     (pieces, None),
                                 ));
                             }
@@ -1732,10 +1745,10 @@ async fn handle_upload_part(
                 }
             },
         };
-        let reader = ObjectReader::new(state.engine.clone(), Arc::new(src), start, end);
+        let mut reader = ObjectReader::new(state.engine.clone(), Arc::new(src), start, end);
         state
             .engine
-            .write_stream(Source::Object(reader), upload_alg, None, None)
+            .write_stream(&mut reader, upload_alg, None, None)
             .await?
     } else {
         if !req.headers.contains_key("content-length")
@@ -1762,7 +1775,7 @@ async fn handle_upload_part(
         let md5 = content_md5(&req.headers)?;
         state
             .engine
-            .write_stream(Source::Body(&mut req.body), alg.or(upload_alg), sent, md5)
+            .write_stream(&mut req.body, alg.or(upload_alg), sent, md5)
             .await?
     };
     state.engine.make_durable(w.ticket).await?;

@@ -1,5 +1,5 @@
 //! The S3 protocol layer: signatures, bodies, checksums, XML, errors and the handlers. It sees
-//! storage only through [`crate::engine::Engine`] and never names RocksDB or a file.
+//! storage only through [`packrat_store::engine::Engine`] and never names RocksDB or a file.
 
 pub mod batch;
 pub mod batch_request;

@@ -1,4 +1,4 @@
-//! The storage engine as the S3 layer sees it, and the write protocol in one place:
+//! The storage engine of one node, and the write protocol in one place:
 //!
 //! 1. stream the payload into chunk-store records (at most [`CHUNK_BYTES`] each, so memory per
 //!    request is bounded whatever the object size), hashing as it goes;
@@ -14,9 +14,9 @@
 //! A crash before the committer's batch write leaves unreferenced records; a crash after it
 //! leaves complete, durable objects. Reads never see anything the committer did not publish.
 
-use crate::s3::body::BodyReader;
-use crate::s3::checksum::{ChecksumAlgorithm, Hasher};
-use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::checksum::{ChecksumAlgorithm, Hasher};
+use crate::error::{Digest as DigestKind, StoreError, StoreResult};
+use crate::source::ByteSource;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
@@ -97,7 +97,7 @@ struct CommitJob {
     ticket: Option<WriteTicket>,
     ops: Vec<ObjectOp>,
     applied: Option<AppliedOnDrop>,
-    done: tokio::sync::oneshot::Sender<S3Result<()>>,
+    done: tokio::sync::oneshot::Sender<StoreResult<()>>,
 }
 
 /// Records up to this size are read on the calling (async) thread: a positioned read of a few
@@ -163,8 +163,8 @@ struct CacheMap<V> {
 fn cached<V: Clone>(
     cache: &RwLock<CacheMap<V>>,
     name: &str,
-    load: impl FnOnce() -> S3Result<Option<V>>,
-) -> S3Result<Option<V>> {
+    load: impl FnOnce() -> StoreResult<Option<V>>,
+) -> StoreResult<Option<V>> {
     let generation = {
         let c = cache.read().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = c.map.get(name) {
@@ -212,27 +212,12 @@ pub struct WriteCondition {
     pub if_match: Option<String>,
 }
 
-/// A source of payload bytes for a write: a request body or an existing object (copy).
-pub enum Source<'a> {
-    Body(&'a mut BodyReader),
-    Object(ObjectReader),
-}
-
-impl Source<'_> {
-    async fn next(&mut self) -> S3Result<Option<Bytes>> {
-        match self {
-            Source::Body(b) => b.next().await,
-            Source::Object(o) => o.next().await,
-        }
-    }
-}
-
 pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> S3Result<T> + Send + 'static,
-) -> S3Result<T> {
+    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
+) -> StoreResult<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| S3Error::internal("blocking task failed", e))?
+        .map_err(|e| StoreError::internal("blocking task failed", e))?
 }
 
 pub fn etag_matches(condition: &str, etag: &str) -> bool {
@@ -297,7 +282,7 @@ impl Engine {
     }
 
     /// A bucket by name, from the cache or the index.
-    pub fn bucket(&self, name: &str) -> S3Result<Option<BucketRecord>> {
+    pub fn bucket(&self, name: &str) -> StoreResult<Option<BucketRecord>> {
         cached(&self.bucket_cache, name, || {
             Ok(self.index.get_bucket(name)?)
         })
@@ -309,7 +294,7 @@ impl Engine {
     }
 
     /// An access key, from the cache or the index.
-    pub fn access_key(&self, access_key: &str) -> S3Result<Option<KeyRecord>> {
+    pub fn access_key(&self, access_key: &str) -> StoreResult<Option<KeyRecord>> {
         cached(&self.key_cache, access_key, || {
             Ok(self.index.get_key(access_key)?)
         })
@@ -396,7 +381,7 @@ impl Engine {
         ticket: Option<WriteTicket>,
         ops: Vec<ObjectOp>,
         stripes: &[usize],
-    ) -> S3Result<tokio::sync::oneshot::Receiver<S3Result<()>>> {
+    ) -> StoreResult<tokio::sync::oneshot::Receiver<StoreResult<()>>> {
         let applied = (!stripes.is_empty()).then(|| Arc::new(Applied::default()));
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
@@ -407,7 +392,7 @@ impl Engine {
                 applied: applied.clone().map(AppliedOnDrop),
             })
             .await
-            .map_err(|_| S3Error::internal("commit", "the commit thread has stopped"))?;
+            .map_err(|_| StoreError::internal("commit", "the commit thread has stopped"))?;
         if let Some(applied) = applied {
             for s in stripes {
                 *self.stripe_tails[*s]
@@ -427,24 +412,24 @@ impl Engine {
         ticket: Option<WriteTicket>,
         ops: Vec<ObjectOp>,
         stripes: &[usize],
-    ) -> S3Result<()> {
+    ) -> StoreResult<()> {
         let wait = self.enqueue(ticket, ops, stripes).await?;
         drop(guards);
         wait.await
-            .map_err(|_| S3Error::internal("commit", "the commit thread dropped a job"))?
+            .map_err(|_| StoreError::internal("commit", "the commit thread dropped a job"))?
     }
 
     /// Steps 1 to 3 of the write protocol: stream, hash, append, verify, make durable.
     /// `expected` lists the checksums the client sent up front; `trailer_alg` names a checksum
     /// the client will send as a trailer of an aws-chunked body; `content_md5` is the raw
     /// Content-MD5.
-    pub async fn write_stream(
+    pub async fn write_stream<S: ByteSource>(
         self: &Arc<Self>,
-        mut src: Source<'_>,
+        src: &mut S,
         checksum_alg: Option<ChecksumAlgorithm>,
         expected_checksum: Option<Vec<u8>>,
         content_md5: Option<[u8; 16]>,
-    ) -> S3Result<Written> {
+    ) -> StoreResult<Written> {
         let pin = self.pin_write();
         let record_id: [u8; 16] = rand::random();
         let mut md5 = Md5::new();
@@ -456,7 +441,7 @@ impl Engine {
         let mut size = 0u64;
         let mut last_ticket: Option<WriteTicket> = None;
         loop {
-            let piece = src.next().await?;
+            let piece = src.next_piece().await?;
             let at_end = piece.is_none();
             let mut rest: &[u8] = piece.as_deref().unwrap_or(&[]);
             md5.update(rest);
@@ -507,32 +492,19 @@ impl Engine {
         if let Some(want) = content_md5
             && want != md5
         {
-            return Err(S3Error::new(
-                S3ErrorCode::BadDigest,
-                "The Content-MD5 you specified did not match what we received.",
-            ));
+            return Err(StoreError::BadDigest(DigestKind::ContentMd5));
         }
         let checksum = match (checksum_alg, hasher) {
             (Some(alg), Some(h)) => {
                 let (bytes, crc) = h.finish();
-                let want = match (&expected_checksum, &src) {
-                    (Some(w), _) => Some(w.clone()),
-                    (None, Source::Body(b)) => match b.trailer(alg.header()) {
-                        Some(v) => Some(crate::s3::checksum::decode_sent(alg, v)?),
-                        None => None,
-                    },
-                    (None, Source::Object(_)) => None,
+                let want = match &expected_checksum {
+                    Some(w) => Some(w.clone()),
+                    None => src.trailing_checksum(alg)?,
                 };
                 if let Some(w) = want
                     && w != bytes
                 {
-                    return Err(S3Error::new(
-                        S3ErrorCode::BadDigest,
-                        format!(
-                            "The {} you specified did not match the calculated checksum.",
-                            alg.name()
-                        ),
-                    ));
+                    return Err(StoreError::BadDigest(DigestKind::Checksum(alg)));
                 }
                 Some((alg, bytes, crc))
             }
@@ -551,7 +523,7 @@ impl Engine {
 
     /// Makes appended records durable (for writes whose index entry is not an object, such
     /// as multipart parts).
-    pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> S3Result<()> {
+    pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> StoreResult<()> {
         if ticket.is_none() {
             return Ok(());
         }
@@ -568,25 +540,17 @@ impl Engine {
         bucket_id: u64,
         key: &str,
         cond: &WriteCondition,
-    ) -> S3Result<()> {
+    ) -> StoreResult<()> {
         if !cond.if_none_match_any && cond.if_match.is_none() {
             return Ok(());
         }
-        let failed = || {
-            S3Error::new(
-                S3ErrorCode::PreconditionFailed,
-                "At least one of the pre-conditions you specified did not hold",
-            )
-        };
+        let failed = || StoreError::PreconditionFailed;
         let current = self.index.get_object(bucket_id, key)?;
         if cond.if_none_match_any && current.is_some() {
             return Err(failed());
         }
         match (&cond.if_match, current) {
-            (Some(_), None) => Err(S3Error::new(
-                S3ErrorCode::NoSuchKey,
-                "The specified key does not exist.",
-            )),
+            (Some(_), None) => Err(StoreError::NoSuchKey),
             (Some(m), Some(c)) if !etag_matches(m, &c.etag) => Err(failed()),
             _ => Ok(()),
         }
@@ -600,7 +564,7 @@ impl Engine {
         rec: ObjectRecord,
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
-    ) -> S3Result<()> {
+    ) -> StoreResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         if cond.if_none_match_any || cond.if_match.is_some() {
             self.quiesce(&[stripe]).await;
@@ -624,12 +588,13 @@ impl Engine {
         key: &str,
         cond: &WriteCondition,
         edit: impl FnOnce(&mut ObjectRecord),
-    ) -> S3Result<ObjectRecord> {
+    ) -> StoreResult<ObjectRecord> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         self.check_write_condition(bucket_id, key, cond)?;
-        let mut rec = self.index.get_object(bucket_id, key)?.ok_or_else(|| {
-            S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
-        })?;
+        let mut rec = self
+            .index
+            .get_object(bucket_id, key)?
+            .ok_or(StoreError::NoSuchKey)?;
         edit(&mut rec);
         let op = ObjectOp::Put {
             bucket_id,
@@ -648,7 +613,7 @@ impl Engine {
         bucket_id: u64,
         objects: Vec<(String, ObjectRecord)>,
         ticket: Option<WriteTicket>,
-    ) -> S3Result<()> {
+    ) -> StoreResult<()> {
         let (guards, stripes) = self
             .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
             .await;
@@ -671,7 +636,7 @@ impl Engine {
         self: &Arc<Self>,
         relocations: Vec<Relocation>,
         ticket: Option<WriteTicket>,
-    ) -> S3Result<(u64, u64)> {
+    ) -> StoreResult<(u64, u64)> {
         let (guards, stripes) = self
             .lock_keys(relocations.iter().map(|r| (r.bucket_id, r.key.as_str())))
             .await;
@@ -713,7 +678,7 @@ impl Engine {
         bucket_id: u64,
         key: &str,
         record_id: [u8; 16],
-    ) -> S3Result<bool> {
+    ) -> StoreResult<bool> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         match self.index.get_object(bucket_id, key)? {
             Some(o) if o.record_id == record_id => {}
@@ -735,7 +700,7 @@ impl Engine {
         key: &str,
         record_id: [u8; 16],
         class: &str,
-    ) -> S3Result<bool> {
+    ) -> StoreResult<bool> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(mut obj) = self.index.get_object(bucket_id, key)? else {
             return Ok(false);
@@ -755,14 +720,19 @@ impl Engine {
 
     /// Raw bytes of a segment for the batch reader, local or on a tier (blocking; call from a
     /// blocking thread).
-    pub fn read_span_into(&self, segment_id: u64, offset: u64, dst: &mut [u8]) -> S3Result<usize> {
+    pub fn read_span_into(
+        &self,
+        segment_id: u64,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> StoreResult<usize> {
         if crate::tier::is_tier_segment(segment_id) {
             return self.tiers.read_range_blocking(segment_id, offset, dst);
         }
         Ok(self.chunks.read_span_into(segment_id, offset, dst)?)
     }
 
-    pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> S3Result<()> {
+    pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> StoreResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         let op = ObjectOp::Delete {
             bucket_id,
@@ -772,11 +742,11 @@ impl Engine {
     }
 
     /// Reads and verifies chunk `i` of an object.
-    pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> S3Result<Bytes> {
+    pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> StoreResult<Bytes> {
         let c = *obj
             .chunks
             .get(i)
-            .ok_or_else(|| S3Error::internal("chunk index out of range", i))?;
+            .ok_or_else(|| StoreError::internal("chunk index out of range", i))?;
         let (rid, idx) = obj.chunk_identity(i);
         let loc = packrat_chunk_store::RecordLocation {
             segment_id: c.segment_id,
@@ -811,7 +781,7 @@ impl Engine {
         loc: packrat_chunk_store::RecordLocation,
         rid: [u8; 16],
         idx: u32,
-    ) -> S3Result<Bytes> {
+    ) -> StoreResult<Bytes> {
         {
             if let Some(r) = self.chunks.read_cached(&loc, &rid, idx) {
                 return Ok(Bytes::from(r?));
@@ -825,9 +795,9 @@ impl Engine {
                     let _ = tx.send(r);
                 }),
             );
-            let data = rx
-                .await
-                .map_err(|_| S3Error::internal("read", "the io_uring thread dropped a read"))??;
+            let data = rx.await.map_err(|_| {
+                StoreError::internal("read", "the io_uring thread dropped a read")
+            })??;
             Ok(Bytes::from(data))
         }
     }
@@ -874,7 +844,7 @@ fn run_committer(
     }
 }
 
-fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> S3Result<()> {
+fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> StoreResult<()> {
     let mut tickets: Vec<WriteTicket> = jobs.iter().filter_map(|j| j.ticket).collect();
     tickets.sort_unstable();
     // Newest first: its sync covers every earlier ticket of the same segment, and a ticket in
@@ -917,7 +887,7 @@ impl RecordWriter {
         }
     }
 
-    fn flush(&mut self, store: &ChunkStore) -> S3Result<Option<WriteTicket>> {
+    fn flush(&mut self, store: &ChunkStore) -> StoreResult<Option<WriteTicket>> {
         if self.buf.is_empty() {
             return Ok(None);
         }
@@ -933,7 +903,11 @@ impl RecordWriter {
     }
 
     /// Adds bytes, appending each full chunk; returns the ticket of the last append, if any.
-    pub fn push(&mut self, store: &ChunkStore, mut data: &[u8]) -> S3Result<Option<WriteTicket>> {
+    pub fn push(
+        &mut self,
+        store: &ChunkStore,
+        mut data: &[u8],
+    ) -> StoreResult<Option<WriteTicket>> {
         self.md5.update(data);
         self.size += data.len() as u64;
         let mut ticket = None;
@@ -950,7 +924,7 @@ impl RecordWriter {
 
     /// Appends the remainder and returns the written object's identity, chunks, size and MD5,
     /// with the ticket of its last append (`None` if this call appended nothing).
-    pub fn finish(mut self, store: &ChunkStore) -> S3Result<Written> {
+    pub fn finish(mut self, store: &ChunkStore) -> StoreResult<Written> {
         let ticket = self.flush(store)?;
         Ok(Written {
             _pin: None,
@@ -992,7 +966,7 @@ impl ObjectReader {
         }
     }
 
-    pub async fn next(&mut self) -> S3Result<Option<Bytes>> {
+    pub async fn next(&mut self) -> StoreResult<Option<Bytes>> {
         if self.pos >= self.end || self.chunk >= self.obj.chunks.len() {
             return Ok(None);
         }
@@ -1004,5 +978,16 @@ impl ObjectReader {
         self.chunk += 1;
         self.pos = self.chunk_start.min(self.end);
         Ok(Some(out))
+    }
+}
+
+/// A copy reads its payload from an existing object.
+impl ByteSource for ObjectReader {
+    async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
+        self.next().await
+    }
+
+    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
+        Ok(None)
     }
 }

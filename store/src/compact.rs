@@ -11,7 +11,7 @@
 //! ones (the old segment is garbage until the next run): nothing is lost either way.
 
 use crate::engine::{Engine, Relocation, blocking};
-use crate::s3::error::{S3Error, S3Result};
+use crate::error::StoreResult;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
 use packrat_index::ChunkRef;
 use serde::Serialize;
@@ -64,7 +64,7 @@ fn record_bytes(c: &ChunkRef) -> u64 {
 }
 
 /// Bytes referenced per segment, and the segments holding in-progress multipart parts.
-fn scan_live(engine: &Engine) -> S3Result<(HashMap<u64, u64>, HashSet<u64>, u64)> {
+fn scan_live(engine: &Engine) -> StoreResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
     let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
     let mut part_segments = HashSet::new();
     let mut objects = 0u64;
@@ -95,7 +95,7 @@ pub async fn compact(
     engine: &Arc<Engine>,
     threshold: f64,
     grace: Duration,
-) -> S3Result<CompactReport> {
+) -> StoreResult<CompactReport> {
     let _one_at_a_time = engine.compaction.lock().await;
     let started = Instant::now();
     let mut report = CompactReport::default();
@@ -257,7 +257,7 @@ pub async fn compact(
                 report.bytes_reclaimed += size;
             }
             Err(err) => {
-                tracing::error!(segment = id, error = %err.message, "cannot remove a compacted segment");
+                tracing::error!(segment = id, error = %err, "cannot remove a compacted segment");
                 report.segments_kept += 1;
             }
         }
@@ -281,8 +281,7 @@ pub fn spawn_background(engine: Arc<Engine>, interval: Duration, threshold: f64,
             tokio::time::sleep(interval).await;
             engine.chunks.reap_retired();
             if let Err(e) = compact(&engine, threshold, grace).await {
-                let e: S3Error = e;
-                tracing::error!(error = %e.message, "background compaction failed");
+                tracing::error!(error = %e, "background compaction failed");
             }
         }
     });

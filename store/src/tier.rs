@@ -22,8 +22,8 @@
 //!   removed at start, unreferenced tier segments by the next run).
 
 use crate::engine::{Engine, Relocation, blocking};
-use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
-use crate::s3::lifecycle::{self, Action, Rule};
+use crate::error::{StoreError, StoreResult};
+use crate::lifecycle::{self, Action, Rule};
 use bytes::Bytes;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SegmentFileWriter, Span};
 use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
@@ -214,27 +214,24 @@ impl Tiers {
             .cloned()
     }
 
-    fn tier_for(&self, id: u64) -> S3Result<(Arc<Tier>, TierSegment)> {
+    fn tier_for(&self, id: u64) -> StoreResult<(Arc<Tier>, TierSegment)> {
         let seg = self.segment(id).ok_or_else(|| {
-            S3Error::internal(
+            StoreError::internal(
                 "tier read",
                 format!("segment {id} is not in the tier catalog"),
             )
         })?;
         let tier = self.tiers.get(&seg.tier).cloned().ok_or_else(|| {
-            S3Error::new(
-                S3ErrorCode::ServiceUnavailable,
-                format!(
-                    "The object is on storage tier {} which this server is not configured for.",
-                    seg.tier
-                ),
-            )
+            StoreError::Unavailable(format!(
+                "The object is on storage tier {} which this server is not configured for.",
+                seg.tier
+            ))
         })?;
         Ok((tier, seg))
     }
 
     /// Raw bytes of a tier segment, through the block cache.
-    pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> S3Result<Bytes> {
+    pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> StoreResult<Bytes> {
         let (tier, seg) = self.tier_for(id)?;
         let t = Instant::now();
         let r = self.cache.read(&tier, id, seg.len, offset, len).await;
@@ -254,7 +251,7 @@ impl Tiers {
         loc: RecordLocation,
         rid: [u8; 16],
         idx: u32,
-    ) -> S3Result<Bytes> {
+    ) -> StoreResult<Bytes> {
         let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
         let bytes = self.read_range(loc.segment_id, loc.offset, total).await?;
         let span = Span {
@@ -268,7 +265,7 @@ impl Tiers {
 
     /// Blocking form of [`read_range`](Self::read_range) for the batch reader (runs on a
     /// blocking thread of the runtime).
-    pub fn read_range_blocking(&self, id: u64, offset: u64, dst: &mut [u8]) -> S3Result<usize> {
+    pub fn read_range_blocking(&self, id: u64, offset: u64, dst: &mut [u8]) -> StoreResult<usize> {
         let bytes = tokio::runtime::Handle::current().block_on(self.read_range(
             id,
             offset,
@@ -307,7 +304,7 @@ impl Tiers {
         ]
     }
 
-    fn allocate_id(&self, index: &RocksIndex) -> S3Result<u64> {
+    fn allocate_id(&self, index: &RocksIndex) -> StoreResult<u64> {
         let next = index
             .get_meta(META_NEXT_ID)?
             .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
@@ -316,8 +313,8 @@ impl Tiers {
         Ok(next)
     }
 
-    fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> S3Result<()> {
-        let v = serde_json::to_vec(&seg).map_err(|e| S3Error::internal("catalog", e))?;
+    fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> StoreResult<()> {
+        let v = serde_json::to_vec(&seg).map_err(|e| StoreError::internal("catalog", e))?;
         index.put_meta(&seg_key(id), &v)?;
         self.catalog
             .write()
@@ -326,7 +323,7 @@ impl Tiers {
         Ok(())
     }
 
-    fn catalog_remove(&self, index: &RocksIndex, id: u64) -> S3Result<()> {
+    fn catalog_remove(&self, index: &RocksIndex, id: u64) -> StoreResult<()> {
         index.delete_meta(&seg_key(id))?;
         self.catalog
             .write()
@@ -338,25 +335,25 @@ impl Tiers {
 
 // ---- lifecycle configurations (stored in the index's meta column family) ----
 
-pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> S3Result<()> {
-    let v = serde_json::to_vec(rules).map_err(|e| S3Error::internal("lifecycle", e))?;
+pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> StoreResult<()> {
+    let v = serde_json::to_vec(rules).map_err(|e| StoreError::internal("lifecycle", e))?;
     Ok(index.put_meta(&lifecycle_key(bucket_id), &v)?)
 }
 
-pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> S3Result<Option<Vec<Rule>>> {
+pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> StoreResult<Option<Vec<Rule>>> {
     match index.get_meta(&lifecycle_key(bucket_id))? {
         None => Ok(None),
         Some(v) => serde_json::from_slice(&v)
             .map(Some)
-            .map_err(|e| S3Error::internal("lifecycle", e)),
+            .map_err(|e| StoreError::internal("lifecycle", e)),
     }
 }
 
-pub fn delete_lifecycle(index: &RocksIndex, bucket_id: u64) -> S3Result<()> {
+pub fn delete_lifecycle(index: &RocksIndex, bucket_id: u64) -> StoreResult<()> {
     Ok(index.delete_meta(&lifecycle_key(bucket_id))?)
 }
 
-fn all_lifecycles(index: &RocksIndex) -> S3Result<HashMap<u64, Vec<Rule>>> {
+fn all_lifecycles(index: &RocksIndex) -> StoreResult<HashMap<u64, Vec<Rule>>> {
     let mut out = HashMap::new();
     for (k, v) in index.scan_meta(META_LIFECYCLE.as_bytes())? {
         let Some(id) = k[META_LIFECYCLE.len()..]
@@ -367,7 +364,7 @@ fn all_lifecycles(index: &RocksIndex) -> S3Result<HashMap<u64, Vec<Rule>>> {
             continue;
         };
         let rules: Vec<Rule> =
-            serde_json::from_slice(&v).map_err(|e| S3Error::internal("lifecycle", e))?;
+            serde_json::from_slice(&v).map_err(|e| StoreError::internal("lifecycle", e))?;
         out.insert(id, rules);
     }
     Ok(out)
@@ -428,7 +425,7 @@ pub struct TierInfo {
     pub object_bytes: u64,
 }
 
-pub async fn status(engine: &Arc<Engine>) -> S3Result<TierStatus> {
+pub async fn status(engine: &Arc<Engine>) -> StoreResult<TierStatus> {
     let e = engine.clone();
     let (per_tier, std_objects, std_bytes, pending) = blocking(move || {
         let t = &e.tiers;
@@ -508,7 +505,7 @@ pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
     let engine = engine.clone();
     tokio::spawn(async move {
         let t = &engine.tiers;
-        let r = run(&engine, days_ahead).await.map_err(|e| e.message);
+        let r = run(&engine, days_ahead).await.map_err(|e| e.to_string());
         match &r {
             Ok(rep) => tracing::info!(
                 moved = rep.objects_moved,
@@ -528,7 +525,7 @@ pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
 
 /// Applies lifecycle rules as of `days_ahead` days from now, moves every object whose class
 /// and location disagree, removes tier segments nothing references, and compacts NVMe.
-pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> S3Result<RunReport> {
+pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> StoreResult<RunReport> {
     let tiers = &engine.tiers;
     let _one = tiers.running.lock().await;
     let started = Instant::now();
@@ -631,7 +628,11 @@ impl Throttle {
     }
 }
 
-async fn apply_lifecycle(engine: &Arc<Engine>, now: i64, report: &mut RunReport) -> S3Result<()> {
+async fn apply_lifecycle(
+    engine: &Arc<Engine>,
+    now: i64,
+    report: &mut RunReport,
+) -> StoreResult<()> {
     let configs = all_lifecycles(&engine.index)?;
     if configs.is_empty() {
         return Ok(());
@@ -714,12 +715,12 @@ async fn apply_lifecycle(engine: &Arc<Engine>, now: i64, report: &mut RunReport)
 
 /// Whether a failed read is about one object (a corrupt or missing record: skip it and go
 /// on) rather than a whole tier being unreachable (stop the run; the next one retries).
-fn affects_one_object(e: &S3Error) -> bool {
-    e.code != S3ErrorCode::ServiceUnavailable
+fn affects_one_object(e: &StoreError) -> bool {
+    !e.is_unavailable()
 }
 
-fn unreadable(p: &Pending, e: &S3Error, report: &mut RunReport) {
-    tracing::error!(bucket_id = p.bucket_id, key = %p.key, error = %e.message,
+fn unreadable(p: &Pending, e: &StoreError, report: &mut RunReport) {
+    tracing::error!(bucket_id = p.bucket_id, key = %p.key, error = %e,
         "tier move: an object could not be read; it stays where it is");
     report.objects_unreadable += 1;
 }
@@ -730,7 +731,7 @@ async fn move_to_tier(
     objs: Vec<Pending>,
     report: &mut RunReport,
     throttle: &mut Throttle,
-) -> S3Result<()> {
+) -> StoreResult<()> {
     let tiers = &engine.tiers;
     let mut current: Option<(u64, SegmentFileWriter, PathBuf)> = None;
     let mut relocations: Vec<Relocation> = Vec::new();
@@ -812,15 +813,15 @@ async fn finish_segment(
     (id, w, path): (u64, SegmentFileWriter, PathBuf),
     relocations: Vec<Relocation>,
     report: &mut RunReport,
-) -> S3Result<()> {
+) -> StoreResult<()> {
     let tiers = &engine.tiers;
     let p2 = path.clone();
     let (len, crc) = blocking(move || {
         let len = w.finish()?;
-        let (n, crc) =
-            packrat_tiering::file_crc32c(&p2).map_err(|e| S3Error::internal("tier segment", e))?;
+        let (n, crc) = packrat_tiering::file_crc32c(&p2)
+            .map_err(|e| StoreError::internal("tier segment", e))?;
         if n != len {
-            return Err(S3Error::internal(
+            return Err(StoreError::internal(
                 "tier segment",
                 "length changed while syncing",
             ));
@@ -865,7 +866,7 @@ async fn move_to_nvme(
     objs: Vec<Pending>,
     report: &mut RunReport,
     throttle: &mut Throttle,
-) -> S3Result<()> {
+) -> StoreResult<()> {
     'objects: for p in objs {
         let pin = engine.pin_write();
         let mut moved = Vec::new();
@@ -925,7 +926,7 @@ async fn move_to_nvme(
 
 /// Deletes tier segments no object references (everything in them was moved back,
 /// overwritten or deleted, or a crash stopped their move before any object pointed there).
-async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> S3Result<()> {
+async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> StoreResult<()> {
     let e = engine.clone();
     let referenced: HashSet<u64> = blocking(move || {
         let mut out = HashSet::new();
@@ -972,30 +973,4 @@ pub fn spawn_background(engine: Arc<Engine>, interval: Duration) {
             tokio::time::sleep(interval).await;
         }
     });
-}
-
-/// Tier failures as S3 errors (kept here so the S3 layer itself does not depend on tiers).
-impl From<packrat_tiering::TierError> for S3Error {
-    fn from(e: packrat_tiering::TierError) -> Self {
-        use packrat_tiering::TierError as E;
-        match e {
-            E::Unavailable { .. } => {
-                tracing::warn!(error = %e, "tier unavailable");
-                S3Error::new(
-                    S3ErrorCode::ServiceUnavailable,
-                    format!(
-                        "The object is on a storage tier that cannot be reached now ({e}); retry later."
-                    ),
-                )
-            }
-            E::NotFound { .. } | E::Mismatch { .. } => {
-                tracing::error!(error = %e, "tiered data missing or wrong; not served");
-                S3Error::new(
-                    S3ErrorCode::InternalError,
-                    "The object's data on its storage tier is missing or failed verification; it was not served.",
-                )
-            }
-            E::Config(_) => S3Error::internal("tier configuration", e),
-        }
-    }
 }

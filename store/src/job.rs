@@ -1,8 +1,6 @@
 //! A long admin job (a scrub, a tier run) that runs in the background while clients poll its
-//! progress: the server keeps one [`Job`] per kind, `packrat admin ...` follows it with
-//! [`follow`], drawing a progress bar until the run it started has finished.
+//! progress: the store keeps one [`Job`] per kind, and the admin API reports its [`Progress`].
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -81,49 +79,4 @@ impl<R: Clone> Job<R> {
             error: last.and_then(|r| r.err()),
         }
     }
-}
-
-/// Client side: starts a job with a POST to `start` (or joins the run going), polls `poll`
-/// with a progress bar named `what` until a run that began after the first poll has finished,
-/// and returns its report.
-pub async fn follow<R: DeserializeOwned>(
-    endpoint: &str,
-    region: &str,
-    access_key: &str,
-    secret_key: &str,
-    what: &str,
-    start: &str,
-    poll: &str,
-) -> Result<R, String> {
-    use http::Method;
-    let ask = |method: Method, path: String| async move {
-        let body =
-            crate::admin::call_ok(endpoint, region, access_key, secret_key, method, &path).await?;
-        serde_json::from_slice::<Progress<R>>(&body)
-            .map_err(|e| format!("unexpected answer from the server: {e}"))
-    };
-    let before = ask(Method::GET, poll.to_string()).await?.finished_runs;
-    let mut p = ask(Method::POST, start.to_string()).await?;
-    let bar = indicatif::ProgressBar::new(p.total_bytes.max(1));
-    bar.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{what} [{{elapsed_precise}}] {{wide_bar}} {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}, eta {{eta}})"
-        ))
-        .map_err(|e| e.to_string())?,
-    );
-    loop {
-        bar.set_length(p.total_bytes.max(1));
-        bar.set_position(p.done_bytes);
-        if !p.running && p.finished_runs > before {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        p = ask(Method::GET, poll.to_string()).await?;
-    }
-    bar.finish();
-    if let Some(e) = p.error {
-        return Err(format!("{what} failed: {e}"));
-    }
-    p.report
-        .ok_or_else(|| format!("the server kept no {what} report"))
 }

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Two packrat binaries, A (before a change) and B (after), on the same workloads, alternating
+# A, B, A, B, ... so both see the same machine state; then a table of every round and the
+# median B/A ratio per workload. Each round starts a server on a fresh data directory, uploads
+# KEYS objects of SIZE, and measures SIZE PUT (overwrites of the same keys), GET and batch GET
+# (BATCH_SIZE random keys per request). The load generator is B's `packrat bench` in every
+# round, so only the server changes.
+#
+#   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/ab.sh
+#   ROUNDS=5 DURATION=15s KEYS=20000 bench/ab.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+A=${PACKRAT_A:?set PACKRAT_A to the binary from before the change}
+B=${PACKRAT_B:-${CARGO_TARGET_DIR:-target}/debug/packrat}
+ROUNDS=${ROUNDS:-3}
+KEYS=${KEYS:-20000}
+SIZE=${SIZE:-4KiB}
+DURATION=${DURATION:-10s}
+CONCURRENCY=${CONCURRENCY:-64}
+BATCH_SIZE=${BATCH_SIZE:-1000}
+BATCH_CONNECTIONS=${BATCH_CONNECTIONS:-4}
+PORT=${PORT:-19200}
+AK=abbenchaccesskey
+SK=abbench-secret-key-0123456789
+work=$(mktemp -d /tmp/packrat-ab.XXXXXX)
+results=$work/results.jsonl
+pid=
+
+cleanup() {
+  [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+
+bench() { # label args...
+  local label=$1; shift
+  AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
+    --server-pid "$pid" --label "$label" --json --bucket ab --size "$SIZE" --keys "$KEYS" \
+    --prefix k/ "$@" | tee -a "$results"
+}
+
+for round in $(seq 1 "$ROUNDS"); do
+  for side in A B; do
+    bin=$A; [ "$side" = B ] && bin=$B
+    rm -rf "$work/data"
+    PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$bin" serve \
+      --data-dir "$work/data" --listen 127.0.0.1:$PORT --log warn >"$work/server-$side.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 100); do
+      python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health/ready', timeout=1)" 2>/dev/null && break
+      sleep 0.2
+    done
+    echo "== round $round, $side ($bin)" >&2
+    bench "prepare" --workload get --prepare --ops 0 --concurrency 64 >/dev/null
+    bench "$side $round PUT" --workload put --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null
+    bench "$side $round GET" --workload get --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null
+    bench "$side $round batch GET" --workload batch --batch-order request --batch-size "$BATCH_SIZE" \
+      --concurrency "$BATCH_CONNECTIONS" --duration "$DURATION" >/dev/null
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    pid=
+  done
+done
+
+python3 - "$results" "$SIZE" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+rows = [r for r in rows if not r["label"].startswith("prepare")]
+size = sys.argv[2]
+print(f"| round | side | workload ({size}) | ops/s | samples/s | p50 ms | p99 ms | server CPU µs/sample | errors |")
+print("|---|---|---|---|---|---|---|---|---|")
+per = {}
+for r in rows:
+    side, rnd, work = r["label"].split(" ", 2)
+    n = r.get("samples") or r["ops"]
+    samples = r.get("samples_per_sec") or r["ops_per_sec"]
+    cpu = r["server_cpu_us_per_op"] * r["ops"] / n if r.get("server_cpu_us_per_op") and n else float("nan")
+    per.setdefault(work, {}).setdefault(side, []).append((samples, cpu))
+    print(f"| {rnd} | {side} | {work} | {r['ops_per_sec']:.0f} | {samples:.0f} | {r['latency_us_p50']/1000:.2f} | "
+          f"{r['latency_us_p99']/1000:.2f} | {cpu:.1f} | {r['errors']} |")
+print()
+for work, sides in per.items():
+    a, b = sides.get("A", []), sides.get("B", [])
+    if not a or not b:
+        continue
+    ma, mb = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
+    ca, cb = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
+    spread = lambda xs: (max(x[0] for x in xs) - min(x[0] for x in xs)) / statistics.median(x[0] for x in xs)
+    print(f"{work}: median samples/s A {ma:.0f}, B {mb:.0f} (B/A {mb/ma:.3f}); "
+          f"run-to-run spread A {spread(a):.1%}, B {spread(b):.1%}; "
+          f"server CPU µs/sample A {ca:.1f}, B {cb:.1f}")
+PY
