@@ -7,7 +7,7 @@
 # round, so only the server changes.
 #
 #   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/ab.sh
-#   ROUNDS=5 DURATION=15s KEYS=20000 bench/ab.sh
+#   ROUNDS=5 DURATION=15s KEYS=20000 WORKLOADS="get" bench/ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +20,7 @@ DURATION=${DURATION:-10s}
 CONCURRENCY=${CONCURRENCY:-64}
 BATCH_SIZE=${BATCH_SIZE:-1000}
 BATCH_CONNECTIONS=${BATCH_CONNECTIONS:-4}
+WORKLOADS=${WORKLOADS:-"put get batch"}
 PORT=${PORT:-19200}
 AK=abbenchaccesskey
 SK=abbench-secret-key-0123456789
@@ -37,7 +38,7 @@ trap cleanup EXIT
 bench() { # label args...
   local label=$1; shift
   AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
-    --server-pid "$pid" --label "$label" --json --bucket ab --size "$SIZE" --keys "$KEYS" \
+    --server-pid "$pid" --label "$label" --json --bucket abbench --size "$SIZE" --keys "$KEYS" \
     --prefix k/ "$@" | tee -a "$results"
 }
 
@@ -54,10 +55,15 @@ for round in $(seq 1 "$ROUNDS"); do
     done
     echo "== round $round, $side ($bin)" >&2
     bench "prepare" --workload get --prepare --ops 0 --concurrency 64 >/dev/null
-    bench "$side $round PUT" --workload put --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null
-    bench "$side $round GET" --workload get --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null
-    bench "$side $round batch GET" --workload batch --batch-order request --batch-size "$BATCH_SIZE" \
-      --concurrency "$BATCH_CONNECTIONS" --duration "$DURATION" >/dev/null
+    for w in $WORKLOADS; do
+      case $w in
+        put) bench "$side $round PUT" --workload put --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null ;;
+        get) bench "$side $round GET" --workload get --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null ;;
+        batch) bench "$side $round batch GET" --workload batch --batch-order request --batch-size "$BATCH_SIZE" \
+          --concurrency "$BATCH_CONNECTIONS" --duration "$DURATION" >/dev/null ;;
+        *) echo "unknown workload $w (put, get, batch)" >&2; exit 2 ;;
+      esac
+    done
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     pid=
