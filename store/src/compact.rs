@@ -11,7 +11,7 @@
 //! ones (the old segment is garbage until the next run): nothing is lost either way.
 
 use crate::engine::{Engine, Relocation, blocking};
-use crate::error::StoreResult;
+use crate::error::EngineResult;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
 use packrat_index::ChunkRef;
 use serde::Serialize;
@@ -64,7 +64,7 @@ fn record_bytes(c: &ChunkRef) -> u64 {
 }
 
 /// Bytes referenced per segment, and the segments holding in-progress multipart parts.
-fn scan_live(engine: &Engine) -> StoreResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
+fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
     let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
     let mut part_segments = HashSet::new();
     let mut objects = 0u64;
@@ -95,7 +95,7 @@ pub async fn compact(
     engine: &Arc<Engine>,
     threshold: f64,
     grace: Duration,
-) -> StoreResult<CompactReport> {
+) -> EngineResult<CompactReport> {
     let _one_at_a_time = engine.compaction.lock().await;
     let started = Instant::now();
     let mut report = CompactReport::default();

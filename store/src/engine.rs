@@ -14,13 +14,14 @@
 //! A crash before the committer's batch write leaves unreferenced records; a crash after it
 //! leaves complete, durable objects. Reads never see anything the committer did not publish.
 
-use crate::checksum::{ChecksumAlgorithm, Hasher};
-use crate::error::{Digest as DigestKind, StoreError, StoreResult};
-use crate::source::ByteSource;
+use crate::error::{EngineError, EngineResult};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
 use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, RocksIndex};
+use packrat_store_api::ByteSource;
+use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
+use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -97,7 +98,7 @@ struct CommitJob {
     ticket: Option<WriteTicket>,
     ops: Vec<ObjectOp>,
     applied: Option<AppliedOnDrop>,
-    done: tokio::sync::oneshot::Sender<StoreResult<()>>,
+    done: tokio::sync::oneshot::Sender<EngineResult<()>>,
 }
 
 /// Records up to this size are read on the calling (async) thread: a positioned read of a few
@@ -163,8 +164,8 @@ struct CacheMap<V> {
 fn cached<V: Clone>(
     cache: &RwLock<CacheMap<V>>,
     name: &str,
-    load: impl FnOnce() -> StoreResult<Option<V>>,
-) -> StoreResult<Option<V>> {
+    load: impl FnOnce() -> EngineResult<Option<V>>,
+) -> EngineResult<Option<V>> {
     let generation = {
         let c = cache.read().unwrap_or_else(|p| p.into_inner());
         if let Some(v) = c.map.get(name) {
@@ -213,11 +214,11 @@ pub struct WriteCondition {
 }
 
 pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> StoreResult<T> + Send + 'static,
-) -> StoreResult<T> {
+    f: impl FnOnce() -> EngineResult<T> + Send + 'static,
+) -> EngineResult<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| StoreError::internal("blocking task failed", e))?
+        .map_err(|e| EngineError::internal("blocking task failed", e))?
 }
 
 pub fn etag_matches(condition: &str, etag: &str) -> bool {
@@ -282,7 +283,7 @@ impl Engine {
     }
 
     /// A bucket by name, from the cache or the index.
-    pub fn bucket(&self, name: &str) -> StoreResult<Option<BucketRecord>> {
+    pub fn bucket(&self, name: &str) -> EngineResult<Option<BucketRecord>> {
         cached(&self.bucket_cache, name, || {
             Ok(self.index.get_bucket(name)?)
         })
@@ -294,7 +295,7 @@ impl Engine {
     }
 
     /// An access key, from the cache or the index.
-    pub fn access_key(&self, access_key: &str) -> StoreResult<Option<KeyRecord>> {
+    pub fn access_key(&self, access_key: &str) -> EngineResult<Option<KeyRecord>> {
         cached(&self.key_cache, access_key, || {
             Ok(self.index.get_key(access_key)?)
         })
@@ -381,7 +382,7 @@ impl Engine {
         ticket: Option<WriteTicket>,
         ops: Vec<ObjectOp>,
         stripes: &[usize],
-    ) -> StoreResult<tokio::sync::oneshot::Receiver<StoreResult<()>>> {
+    ) -> EngineResult<tokio::sync::oneshot::Receiver<EngineResult<()>>> {
         let applied = (!stripes.is_empty()).then(|| Arc::new(Applied::default()));
         let (done, wait) = tokio::sync::oneshot::channel();
         self.commit_tx
@@ -392,7 +393,7 @@ impl Engine {
                 applied: applied.clone().map(AppliedOnDrop),
             })
             .await
-            .map_err(|_| StoreError::internal("commit", "the commit thread has stopped"))?;
+            .map_err(|_| EngineError::internal("commit", "the commit thread has stopped"))?;
         if let Some(applied) = applied {
             for s in stripes {
                 *self.stripe_tails[*s]
@@ -412,11 +413,11 @@ impl Engine {
         ticket: Option<WriteTicket>,
         ops: Vec<ObjectOp>,
         stripes: &[usize],
-    ) -> StoreResult<()> {
+    ) -> EngineResult<()> {
         let wait = self.enqueue(ticket, ops, stripes).await?;
         drop(guards);
         wait.await
-            .map_err(|_| StoreError::internal("commit", "the commit thread dropped a job"))?
+            .map_err(|_| EngineError::internal("commit", "the commit thread dropped a job"))?
     }
 
     /// Steps 1 to 3 of the write protocol: stream, hash, append, verify, make durable.
@@ -429,7 +430,7 @@ impl Engine {
         checksum_alg: Option<ChecksumAlgorithm>,
         expected_checksum: Option<Vec<u8>>,
         content_md5: Option<[u8; 16]>,
-    ) -> StoreResult<Written> {
+    ) -> EngineResult<Written> {
         let pin = self.pin_write();
         let record_id: [u8; 16] = rand::random();
         let mut md5 = Md5::new();
@@ -492,7 +493,7 @@ impl Engine {
         if let Some(want) = content_md5
             && want != md5
         {
-            return Err(StoreError::BadDigest(DigestKind::ContentMd5));
+            return Err(StoreError::BadDigest(DigestKind::ContentMd5).into());
         }
         let checksum = match (checksum_alg, hasher) {
             (Some(alg), Some(h)) => {
@@ -504,7 +505,7 @@ impl Engine {
                 if let Some(w) = want
                     && w != bytes
                 {
-                    return Err(StoreError::BadDigest(DigestKind::Checksum(alg)));
+                    return Err(StoreError::BadDigest(DigestKind::Checksum(alg)).into());
                 }
                 Some((alg, bytes, crc))
             }
@@ -523,7 +524,7 @@ impl Engine {
 
     /// Makes appended records durable (for writes whose index entry is not an object, such
     /// as multipart parts).
-    pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> StoreResult<()> {
+    pub async fn make_durable(&self, ticket: Option<WriteTicket>) -> EngineResult<()> {
         if ticket.is_none() {
             return Ok(());
         }
@@ -540,17 +541,17 @@ impl Engine {
         bucket_id: u64,
         key: &str,
         cond: &WriteCondition,
-    ) -> StoreResult<()> {
+    ) -> EngineResult<()> {
         if !cond.if_none_match_any && cond.if_match.is_none() {
             return Ok(());
         }
-        let failed = || StoreError::PreconditionFailed;
+        let failed = || EngineError(StoreError::PreconditionFailed);
         let current = self.index.get_object(bucket_id, key)?;
         if cond.if_none_match_any && current.is_some() {
             return Err(failed());
         }
         match (&cond.if_match, current) {
-            (Some(_), None) => Err(StoreError::NoSuchKey),
+            (Some(_), None) => Err(StoreError::NoSuchKey.into()),
             (Some(m), Some(c)) if !etag_matches(m, &c.etag) => Err(failed()),
             _ => Ok(()),
         }
@@ -564,7 +565,7 @@ impl Engine {
         rec: ObjectRecord,
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
-    ) -> StoreResult<()> {
+    ) -> EngineResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         if cond.if_none_match_any || cond.if_match.is_some() {
             self.quiesce(&[stripe]).await;
@@ -588,13 +589,13 @@ impl Engine {
         key: &str,
         cond: &WriteCondition,
         edit: impl FnOnce(&mut ObjectRecord),
-    ) -> StoreResult<ObjectRecord> {
+    ) -> EngineResult<ObjectRecord> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         self.check_write_condition(bucket_id, key, cond)?;
         let mut rec = self
             .index
             .get_object(bucket_id, key)?
-            .ok_or(StoreError::NoSuchKey)?;
+            .ok_or(EngineError(StoreError::NoSuchKey))?;
         edit(&mut rec);
         let op = ObjectOp::Put {
             bucket_id,
@@ -613,7 +614,7 @@ impl Engine {
         bucket_id: u64,
         objects: Vec<(String, ObjectRecord)>,
         ticket: Option<WriteTicket>,
-    ) -> StoreResult<()> {
+    ) -> EngineResult<()> {
         let (guards, stripes) = self
             .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
             .await;
@@ -636,7 +637,7 @@ impl Engine {
         self: &Arc<Self>,
         relocations: Vec<Relocation>,
         ticket: Option<WriteTicket>,
-    ) -> StoreResult<(u64, u64)> {
+    ) -> EngineResult<(u64, u64)> {
         let (guards, stripes) = self
             .lock_keys(relocations.iter().map(|r| (r.bucket_id, r.key.as_str())))
             .await;
@@ -678,7 +679,7 @@ impl Engine {
         bucket_id: u64,
         key: &str,
         record_id: [u8; 16],
-    ) -> StoreResult<bool> {
+    ) -> EngineResult<bool> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         match self.index.get_object(bucket_id, key)? {
             Some(o) if o.record_id == record_id => {}
@@ -700,7 +701,7 @@ impl Engine {
         key: &str,
         record_id: [u8; 16],
         class: &str,
-    ) -> StoreResult<bool> {
+    ) -> EngineResult<bool> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(mut obj) = self.index.get_object(bucket_id, key)? else {
             return Ok(false);
@@ -725,14 +726,14 @@ impl Engine {
         segment_id: u64,
         offset: u64,
         dst: &mut [u8],
-    ) -> StoreResult<usize> {
+    ) -> EngineResult<usize> {
         if crate::tier::is_tier_segment(segment_id) {
             return self.tiers.read_range_blocking(segment_id, offset, dst);
         }
         Ok(self.chunks.read_span_into(segment_id, offset, dst)?)
     }
 
-    pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> StoreResult<()> {
+    pub async fn delete_object(self: &Arc<Self>, bucket_id: u64, key: &str) -> EngineResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         let op = ObjectOp::Delete {
             bucket_id,
@@ -747,11 +748,11 @@ impl Engine {
     // (+2 µs of CPU per request, mostly memmoves of future states) when the engine moved out
     // of the gateway crate (bench/ab.sh, docs/benchmarks.md).
     #[inline]
-    pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> StoreResult<Bytes> {
+    pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> EngineResult<Bytes> {
         let c = *obj
             .chunks
             .get(i)
-            .ok_or_else(|| StoreError::internal("chunk index out of range", i))?;
+            .ok_or_else(|| EngineError::internal("chunk index out of range", i))?;
         let (rid, idx) = obj.chunk_identity(i);
         let loc = packrat_chunk_store::RecordLocation {
             segment_id: c.segment_id,
@@ -787,7 +788,7 @@ impl Engine {
         loc: packrat_chunk_store::RecordLocation,
         rid: [u8; 16],
         idx: u32,
-    ) -> StoreResult<Bytes> {
+    ) -> EngineResult<Bytes> {
         {
             if let Some(r) = self.chunks.read_cached(&loc, &rid, idx) {
                 return Ok(Bytes::from(r?));
@@ -802,7 +803,7 @@ impl Engine {
                 }),
             );
             let data = rx.await.map_err(|_| {
-                StoreError::internal("read", "the io_uring thread dropped a read")
+                EngineError::internal("read", "the io_uring thread dropped a read")
             })??;
             Ok(Bytes::from(data))
         }
@@ -850,7 +851,7 @@ fn run_committer(
     }
 }
 
-fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> StoreResult<()> {
+fn commit_batch(index: &RocksIndex, chunks: &ChunkStore, jobs: &[CommitJob]) -> EngineResult<()> {
     let mut tickets: Vec<WriteTicket> = jobs.iter().filter_map(|j| j.ticket).collect();
     tickets.sort_unstable();
     // Newest first: its sync covers every earlier ticket of the same segment, and a ticket in
@@ -893,7 +894,7 @@ impl RecordWriter {
         }
     }
 
-    fn flush(&mut self, store: &ChunkStore) -> StoreResult<Option<WriteTicket>> {
+    fn flush(&mut self, store: &ChunkStore) -> EngineResult<Option<WriteTicket>> {
         if self.buf.is_empty() {
             return Ok(None);
         }
@@ -913,7 +914,7 @@ impl RecordWriter {
         &mut self,
         store: &ChunkStore,
         mut data: &[u8],
-    ) -> StoreResult<Option<WriteTicket>> {
+    ) -> EngineResult<Option<WriteTicket>> {
         self.md5.update(data);
         self.size += data.len() as u64;
         let mut ticket = None;
@@ -930,7 +931,7 @@ impl RecordWriter {
 
     /// Appends the remainder and returns the written object's identity, chunks, size and MD5,
     /// with the ticket of its last append (`None` if this call appended nothing).
-    pub fn finish(mut self, store: &ChunkStore) -> StoreResult<Written> {
+    pub fn finish(mut self, store: &ChunkStore) -> EngineResult<Written> {
         let ticket = self.flush(store)?;
         Ok(Written {
             _pin: None,
@@ -974,7 +975,7 @@ impl ObjectReader {
     }
 
     #[inline]
-    pub async fn next(&mut self) -> StoreResult<Option<Bytes>> {
+    pub async fn next(&mut self) -> EngineResult<Option<Bytes>> {
         if self.pos >= self.end || self.chunk >= self.obj.chunks.len() {
             return Ok(None);
         }
@@ -992,7 +993,7 @@ impl ObjectReader {
 /// A copy reads its payload from an existing object.
 impl ByteSource for ObjectReader {
     async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
-        self.next().await
+        Ok(self.next().await?)
     }
 
     fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {

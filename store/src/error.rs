@@ -1,118 +1,80 @@
-//! What can go wrong in the store, by kind. The S3 layer turns each kind into an S3 error code
-//! and HTTP status in one place (`gateway/src/s3/error.rs`); the store never names an S3 code.
+//! The engine's error: a [`StoreError`] that index, chunk-store and tier failures convert into
+//! with `?`. (Those conversions cannot live in `packrat-store-api`, which knows none of these
+//! crates, and the orphan rule keeps them out of this crate unless the target type is local:
+//! hence the newtype.)
 
-use crate::checksum::ChecksumAlgorithm;
-use std::sync::Arc;
+use packrat_store_api::StoreError;
 
-/// Which digest of a write did not match what the client said it sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Digest {
-    ContentMd5,
-    Checksum(ChecksumAlgorithm),
-}
+#[derive(Debug, Clone)]
+pub struct EngineError(pub StoreError);
 
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("no such bucket")]
-    NoSuchBucket,
-    #[error("bucket already exists")]
-    BucketExists,
-    #[error("bucket is not empty")]
-    BucketNotEmpty,
-    #[error("no such key")]
-    NoSuchKey,
-    #[error("no such multipart upload")]
-    NoSuchUpload,
-    /// A write condition (`If-None-Match: *`, `If-Match`) did not hold.
-    #[error("a write condition did not hold")]
-    PreconditionFailed,
-    /// The bytes received do not match a digest the client sent; nothing was stored.
-    #[error("{0:?} did not match the bytes received")]
-    BadDigest(Digest),
-    /// A disk is full; nothing was stored.
-    #[error("disk full: {0}")]
-    InsufficientStorage(String),
-    /// Stored bytes failed verification (or their segment is gone); they were not served.
-    #[error("stored data failed verification: {0}")]
-    Corrupt(String),
-    /// Data on more failed disks than the erasure code can rebuild from; not served.
-    #[error("data lost beyond the erasure code's reach: {0}")]
-    Unrecoverable(String),
-    /// Data on a storage tier is missing or failed verification; not served.
-    #[error("tiered data missing or wrong: {0}")]
-    TierData(String),
-    /// Something the request needs cannot be reached now (a tier); retry later. The text is
-    /// meant for the client.
-    #[error("unavailable: {0}")]
-    Unavailable(String),
-    /// A request the store refuses as asked (the text is meant for the client).
-    #[error("invalid request: {0}")]
-    Invalid(String),
-    /// A failure with no meaning for the client (I/O, a stopped thread, a corrupt index value):
-    /// logged with its context, answered as an internal error.
-    #[error("{context}: {detail}")]
-    Internal {
-        context: &'static str,
-        detail: String,
-    },
-    /// The byte source of a write failed (a request body: a bad chunk signature, a client that
-    /// went away); the error is the source's own, passed back unchanged.
-    #[error("reading the body: {0}")]
-    Source(Arc<dyn std::error::Error + Send + Sync>),
-}
+pub type EngineResult<T> = Result<T, EngineError>;
 
-pub type StoreResult<T> = Result<T, StoreError>;
-
-impl StoreError {
+impl EngineError {
     pub fn internal(context: &'static str, detail: impl std::fmt::Display) -> Self {
-        StoreError::Internal {
-            context,
-            detail: detail.to_string(),
-        }
+        EngineError(StoreError::internal(context, detail))
     }
 
-    /// Whether the failure is the store's own lasting problem with this data (as opposed to
-    /// something unreachable for now).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
+        self.0.is_unavailable()
     }
 }
 
-impl From<packrat_index::IndexError> for StoreError {
+impl std::fmt::Display for EngineError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for EngineError {}
+
+impl From<StoreError> for EngineError {
+    fn from(e: StoreError) -> Self {
+        EngineError(e)
+    }
+}
+
+impl From<EngineError> for StoreError {
+    fn from(e: EngineError) -> Self {
+        e.0
+    }
+}
+
+impl From<packrat_index::IndexError> for EngineError {
     fn from(e: packrat_index::IndexError) -> Self {
         use packrat_index::IndexError as E;
-        match e {
+        EngineError(match e {
             E::BucketExists => StoreError::BucketExists,
             E::NoSuchBucket => StoreError::NoSuchBucket,
             E::BucketNotEmpty => StoreError::BucketNotEmpty,
             E::Rocks(_) | E::Corrupt { .. } | E::Injected => StoreError::internal("index error", e),
-        }
+        })
     }
 }
 
-impl From<packrat_chunk_store::ChunkStoreError> for StoreError {
+impl From<packrat_chunk_store::ChunkStoreError> for EngineError {
     fn from(e: packrat_chunk_store::ChunkStoreError) -> Self {
         use packrat_chunk_store::ChunkStoreError as E;
-        match e {
+        EngineError(match e {
             E::NoSpace { .. } => StoreError::InsufficientStorage(e.to_string()),
             E::Corrupt { .. } | E::MissingSegment(_) => StoreError::Corrupt(e.to_string()),
             E::Unrecoverable { .. } => StoreError::Unrecoverable(e.to_string()),
             E::Io { .. } | E::RecordTooLarge(_) | E::Config(_) => {
                 StoreError::internal("chunk store error", e)
             }
-        }
+        })
     }
 }
 
-impl From<packrat_tiering::TierError> for StoreError {
+impl From<packrat_tiering::TierError> for EngineError {
     fn from(e: packrat_tiering::TierError) -> Self {
         use packrat_tiering::TierError as E;
-        match e {
+        EngineError(match e {
             E::Unavailable { .. } => StoreError::Unavailable(format!(
                 "The object is on a storage tier that cannot be reached now ({e}); retry later."
             )),
             E::NotFound { .. } | E::Mismatch { .. } => StoreError::TierData(e.to_string()),
             E::Config(_) => StoreError::internal("tier configuration", e),
-        }
+        })
     }
 }

@@ -3,26 +3,26 @@
 //! Owns the write protocol (stream into records, verify digests, key locks and write
 //! conditions, group commit: records durable, then the index entry, then the answer) in
 //! [`engine`]; reads of object bytes (verified chunk by chunk, locally or from a tier);
-//! compaction ([`compact`]); storage tiers, the tier mover and lifecycle execution ([`tier`],
-//! [`lifecycle`]); erasure-coding upkeep (sealing, repair, disk probes, scrub: [`ec`]); the
-//! offline verifier ([`verify`]); and the progress of long admin jobs ([`job`]).
+//! compaction ([`compact`]); storage tiers, the tier mover and lifecycle execution ([`tier`]);
+//! erasure-coding upkeep (sealing, repair, disk probes, scrub: [`ec`]); the offline verifier
+//! ([`verify`]); and the progress of long admin jobs ([`job`]).
 //!
-//! Main types: [`engine::Engine`], [`StoreError`], the [`ByteSource`] a write reads from.
+//! Main types: [`engine::Engine`] and [`EngineError`], a `packrat_store_api::StoreError` that
+//! the index's, chunk store's and tiers' failures convert into. The vocabulary it shares with
+//! the S3 layer (errors, checksums, lifecycle rules, the `ByteSource` a write reads from) is
+//! in `packrat-store-api`.
 //!
-//! Depends on `packrat-index`, `packrat-chunk-store` and `packrat-tiering`. It must never
-//! depend on HTTP, hyper or the S3 layer: failures are [`StoreError`] kinds, which the S3 layer
-//! maps to S3 codes in one place, and request bodies arrive through [`ByteSource`].
+//! Depends on `packrat-store-api`, `packrat-index`, `packrat-chunk-store` and
+//! `packrat-tiering`. It must never depend on hyper or the S3 layer: failures are `StoreError`
+//! kinds, which the S3 layer maps to S3 codes in one place, and request bodies arrive through
+//! `ByteSource`.
 
-pub mod checksum;
 pub mod compact;
 pub mod ec;
 pub mod engine;
 pub mod error;
 pub mod job;
-pub mod lifecycle;
-pub mod source;
 pub mod tier;
 pub mod verify;
 
-pub use error::{Digest, StoreError, StoreResult};
-pub use source::ByteSource;
+pub use error::{EngineError, EngineResult};

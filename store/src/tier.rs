@@ -22,11 +22,12 @@
 //!   removed at start, unreferenced tier segments by the next run).
 
 use crate::engine::{Engine, Relocation, blocking};
-use crate::error::{StoreError, StoreResult};
-use crate::lifecycle::{self, Action, Rule};
+use crate::error::{EngineError, EngineResult};
 use bytes::Bytes;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SegmentFileWriter, Span};
 use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
+use packrat_store_api::StoreError;
+use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -214,24 +215,24 @@ impl Tiers {
             .cloned()
     }
 
-    fn tier_for(&self, id: u64) -> StoreResult<(Arc<Tier>, TierSegment)> {
+    fn tier_for(&self, id: u64) -> EngineResult<(Arc<Tier>, TierSegment)> {
         let seg = self.segment(id).ok_or_else(|| {
-            StoreError::internal(
+            EngineError::internal(
                 "tier read",
                 format!("segment {id} is not in the tier catalog"),
             )
         })?;
         let tier = self.tiers.get(&seg.tier).cloned().ok_or_else(|| {
-            StoreError::Unavailable(format!(
+            EngineError(StoreError::Unavailable(format!(
                 "The object is on storage tier {} which this server is not configured for.",
                 seg.tier
-            ))
+            )))
         })?;
         Ok((tier, seg))
     }
 
     /// Raw bytes of a tier segment, through the block cache.
-    pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> StoreResult<Bytes> {
+    pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> EngineResult<Bytes> {
         let (tier, seg) = self.tier_for(id)?;
         let t = Instant::now();
         let r = self.cache.read(&tier, id, seg.len, offset, len).await;
@@ -251,7 +252,7 @@ impl Tiers {
         loc: RecordLocation,
         rid: [u8; 16],
         idx: u32,
-    ) -> StoreResult<Bytes> {
+    ) -> EngineResult<Bytes> {
         let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
         let bytes = self.read_range(loc.segment_id, loc.offset, total).await?;
         let span = Span {
@@ -265,7 +266,7 @@ impl Tiers {
 
     /// Blocking form of [`read_range`](Self::read_range) for the batch reader (runs on a
     /// blocking thread of the runtime).
-    pub fn read_range_blocking(&self, id: u64, offset: u64, dst: &mut [u8]) -> StoreResult<usize> {
+    pub fn read_range_blocking(&self, id: u64, offset: u64, dst: &mut [u8]) -> EngineResult<usize> {
         let bytes = tokio::runtime::Handle::current().block_on(self.read_range(
             id,
             offset,
@@ -304,7 +305,7 @@ impl Tiers {
         ]
     }
 
-    fn allocate_id(&self, index: &RocksIndex) -> StoreResult<u64> {
+    fn allocate_id(&self, index: &RocksIndex) -> EngineResult<u64> {
         let next = index
             .get_meta(META_NEXT_ID)?
             .and_then(|v| v.try_into().ok().map(u64::from_le_bytes))
@@ -313,8 +314,8 @@ impl Tiers {
         Ok(next)
     }
 
-    fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> StoreResult<()> {
-        let v = serde_json::to_vec(&seg).map_err(|e| StoreError::internal("catalog", e))?;
+    fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> EngineResult<()> {
+        let v = serde_json::to_vec(&seg).map_err(|e| EngineError::internal("catalog", e))?;
         index.put_meta(&seg_key(id), &v)?;
         self.catalog
             .write()
@@ -323,7 +324,7 @@ impl Tiers {
         Ok(())
     }
 
-    fn catalog_remove(&self, index: &RocksIndex, id: u64) -> StoreResult<()> {
+    fn catalog_remove(&self, index: &RocksIndex, id: u64) -> EngineResult<()> {
         index.delete_meta(&seg_key(id))?;
         self.catalog
             .write()
@@ -335,25 +336,25 @@ impl Tiers {
 
 // ---- lifecycle configurations (stored in the index's meta column family) ----
 
-pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> StoreResult<()> {
-    let v = serde_json::to_vec(rules).map_err(|e| StoreError::internal("lifecycle", e))?;
+pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> EngineResult<()> {
+    let v = serde_json::to_vec(rules).map_err(|e| EngineError::internal("lifecycle", e))?;
     Ok(index.put_meta(&lifecycle_key(bucket_id), &v)?)
 }
 
-pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> StoreResult<Option<Vec<Rule>>> {
+pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> EngineResult<Option<Vec<Rule>>> {
     match index.get_meta(&lifecycle_key(bucket_id))? {
         None => Ok(None),
         Some(v) => serde_json::from_slice(&v)
             .map(Some)
-            .map_err(|e| StoreError::internal("lifecycle", e)),
+            .map_err(|e| EngineError::internal("lifecycle", e)),
     }
 }
 
-pub fn delete_lifecycle(index: &RocksIndex, bucket_id: u64) -> StoreResult<()> {
+pub fn delete_lifecycle(index: &RocksIndex, bucket_id: u64) -> EngineResult<()> {
     Ok(index.delete_meta(&lifecycle_key(bucket_id))?)
 }
 
-fn all_lifecycles(index: &RocksIndex) -> StoreResult<HashMap<u64, Vec<Rule>>> {
+fn all_lifecycles(index: &RocksIndex) -> EngineResult<HashMap<u64, Vec<Rule>>> {
     let mut out = HashMap::new();
     for (k, v) in index.scan_meta(META_LIFECYCLE.as_bytes())? {
         let Some(id) = k[META_LIFECYCLE.len()..]
@@ -364,7 +365,7 @@ fn all_lifecycles(index: &RocksIndex) -> StoreResult<HashMap<u64, Vec<Rule>>> {
             continue;
         };
         let rules: Vec<Rule> =
-            serde_json::from_slice(&v).map_err(|e| StoreError::internal("lifecycle", e))?;
+            serde_json::from_slice(&v).map_err(|e| EngineError::internal("lifecycle", e))?;
         out.insert(id, rules);
     }
     Ok(out)
@@ -425,7 +426,7 @@ pub struct TierInfo {
     pub object_bytes: u64,
 }
 
-pub async fn status(engine: &Arc<Engine>) -> StoreResult<TierStatus> {
+pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
     let e = engine.clone();
     let (per_tier, std_objects, std_bytes, pending) = blocking(move || {
         let t = &e.tiers;
@@ -525,7 +526,7 @@ pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
 
 /// Applies lifecycle rules as of `days_ahead` days from now, moves every object whose class
 /// and location disagree, removes tier segments nothing references, and compacts NVMe.
-pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> StoreResult<RunReport> {
+pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunReport> {
     let tiers = &engine.tiers;
     let _one = tiers.running.lock().await;
     let started = Instant::now();
@@ -632,7 +633,7 @@ async fn apply_lifecycle(
     engine: &Arc<Engine>,
     now: i64,
     report: &mut RunReport,
-) -> StoreResult<()> {
+) -> EngineResult<()> {
     let configs = all_lifecycles(&engine.index)?;
     if configs.is_empty() {
         return Ok(());
@@ -715,11 +716,11 @@ async fn apply_lifecycle(
 
 /// Whether a failed read is about one object (a corrupt or missing record: skip it and go
 /// on) rather than a whole tier being unreachable (stop the run; the next one retries).
-fn affects_one_object(e: &StoreError) -> bool {
+fn affects_one_object(e: &EngineError) -> bool {
     !e.is_unavailable()
 }
 
-fn unreadable(p: &Pending, e: &StoreError, report: &mut RunReport) {
+fn unreadable(p: &Pending, e: &EngineError, report: &mut RunReport) {
     tracing::error!(bucket_id = p.bucket_id, key = %p.key, error = %e,
         "tier move: an object could not be read; it stays where it is");
     report.objects_unreadable += 1;
@@ -731,7 +732,7 @@ async fn move_to_tier(
     objs: Vec<Pending>,
     report: &mut RunReport,
     throttle: &mut Throttle,
-) -> StoreResult<()> {
+) -> EngineResult<()> {
     let tiers = &engine.tiers;
     let mut current: Option<(u64, SegmentFileWriter, PathBuf)> = None;
     let mut relocations: Vec<Relocation> = Vec::new();
@@ -813,15 +814,15 @@ async fn finish_segment(
     (id, w, path): (u64, SegmentFileWriter, PathBuf),
     relocations: Vec<Relocation>,
     report: &mut RunReport,
-) -> StoreResult<()> {
+) -> EngineResult<()> {
     let tiers = &engine.tiers;
     let p2 = path.clone();
     let (len, crc) = blocking(move || {
         let len = w.finish()?;
         let (n, crc) = packrat_tiering::file_crc32c(&p2)
-            .map_err(|e| StoreError::internal("tier segment", e))?;
+            .map_err(|e| EngineError::internal("tier segment", e))?;
         if n != len {
-            return Err(StoreError::internal(
+            return Err(EngineError::internal(
                 "tier segment",
                 "length changed while syncing",
             ));
@@ -866,7 +867,7 @@ async fn move_to_nvme(
     objs: Vec<Pending>,
     report: &mut RunReport,
     throttle: &mut Throttle,
-) -> StoreResult<()> {
+) -> EngineResult<()> {
     'objects: for p in objs {
         let pin = engine.pin_write();
         let mut moved = Vec::new();
@@ -926,7 +927,7 @@ async fn move_to_nvme(
 
 /// Deletes tier segments no object references (everything in them was moved back,
 /// overwritten or deleted, or a crash stopped their move before any object pointed there).
-async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> StoreResult<()> {
+async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> EngineResult<()> {
     let e = engine.clone();
     let referenced: HashSet<u64> = blocking(move || {
         let mut out = HashSet::new();

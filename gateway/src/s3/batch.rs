@@ -35,7 +35,7 @@ use http_body_util::BodyExt;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{RecordLocation, RecordRead, Span};
 use packrat_index::{MemberRecord, ObjectRecord, TarIndexRecord};
-use packrat_store::StoreError;
+use packrat_store::EngineError;
 use packrat_store::engine::{Engine, ObjectReader, RecordWriter};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -436,7 +436,7 @@ async fn emit_scattered(engine: &Arc<Engine>, entries: Vec<(Entry, usize)>, out:
                 |(e, c)| async move {
                     match &e.body {
                         Ok(p) => engine.read_chunk(&p.obj, *c).await,
-                        Err(_) => Err(StoreError::internal("batch", "an entry without a body")),
+                        Err(_) => Err(EngineError::internal("batch", "an entry without a body")),
                     }
                 },
             ))

@@ -437,22 +437,22 @@ impl BodyReader {
 /// an incomplete body, a timeout) travel through the store unchanged, as `StoreError::Source`.
 /// Not in fuzz builds, which compile this file without the store.
 #[cfg(not(fuzzing))]
-impl packrat_store::ByteSource for BodyReader {
-    async fn next_piece(&mut self) -> packrat_store::StoreResult<Option<Bytes>> {
+impl packrat_store_api::ByteSource for BodyReader {
+    async fn next_piece(&mut self) -> packrat_store_api::StoreResult<Option<Bytes>> {
         self.next()
             .await
-            .map_err(|e| packrat_store::StoreError::Source(std::sync::Arc::new(e)))
+            .map_err(|e| packrat_store_api::StoreError::Source(std::sync::Arc::new(e)))
     }
 
     fn trailing_checksum(
         &self,
-        alg: packrat_store::checksum::ChecksumAlgorithm,
-    ) -> packrat_store::StoreResult<Option<Vec<u8>>> {
+        alg: packrat_store_api::checksum::ChecksumAlgorithm,
+    ) -> packrat_store_api::StoreResult<Option<Vec<u8>>> {
         use super::checksum::ChecksumWire;
         match self.trailer(alg.header()) {
             Some(v) => super::checksum::decode_sent(alg, v)
                 .map(Some)
-                .map_err(|e| packrat_store::StoreError::Source(std::sync::Arc::new(e))),
+                .map_err(|e| packrat_store_api::StoreError::Source(std::sync::Arc::new(e))),
             None => Ok(None),
         }
     }

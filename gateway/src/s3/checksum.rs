@@ -1,12 +1,12 @@
 //! S3 flexible checksums (CRC32, CRC32C, CRC64NVME, SHA1, SHA256) on the wire: their headers
 //! and XML names, parsing what the client sent, and how combined checksums are shown. Computing
-//! them is the store's (`packrat_store::checksum`).
+//! them is the store's (`packrat_store_api::checksum`).
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 
-pub use packrat_store::checksum::{ALL, ChecksumAlgorithm, Hasher};
+pub use packrat_store_api::checksum::{ALL, ChecksumAlgorithm, Hasher};
 
 /// How a checksum algorithm travels in S3 requests and answers.
 pub trait ChecksumWire: Sized {
@@ -72,13 +72,13 @@ pub fn decode_sent(alg: ChecksumAlgorithm, value: &str) -> S3Result<Vec<u8>> {
 
 /// The checksum of checksums of a multipart upload: `base64(H(c1 || c2 || ...))-N`.
 pub fn composite(alg: ChecksumAlgorithm, part_checksums: &[Vec<u8>]) -> String {
-    let raw = packrat_store::checksum::composite(alg, part_checksums);
+    let raw = packrat_store_api::checksum::composite(alg, part_checksums);
     format!("{}-{}", b64(&raw), part_checksums.len())
 }
 
 /// The full-object CRC of a multipart upload, combined from the parts' CRCs and sizes.
 pub fn combine_full(alg: ChecksumAlgorithm, parts: &[(u64, u64)]) -> Option<String> {
-    packrat_store::checksum::combine_full(alg, parts).map(|raw| b64(&raw))
+    packrat_store_api::checksum::combine_full(alg, parts).map(|raw| b64(&raw))
 }
 
 #[cfg(test)]

@@ -146,9 +146,9 @@ impl std::error::Error for S3Error {}
 // status and message. Not in fuzz builds, which compile this file on its own without the store
 // (and RocksDB).
 #[cfg(not(fuzzing))]
-impl From<packrat_store::StoreError> for S3Error {
-    fn from(e: packrat_store::StoreError) -> Self {
-        use packrat_store::{Digest, StoreError as E};
+impl From<packrat_store_api::StoreError> for S3Error {
+    fn from(e: packrat_store_api::StoreError) -> Self {
+        use packrat_store_api::{Digest, StoreError as E};
         match e {
             E::NoSuchBucket => S3Error::new(
                 S3ErrorCode::NoSuchBucket,
@@ -228,18 +228,26 @@ impl From<packrat_store::StoreError> for S3Error {
     }
 }
 
-// Not in fuzz builds (see above). Only for the handlers that still reach the index directly.
+// Not in fuzz builds (see above). Only for the handlers that still reach the engine, the
+// index or the chunk store directly instead of through the store trait.
+#[cfg(not(fuzzing))]
+impl From<packrat_store::EngineError> for S3Error {
+    fn from(e: packrat_store::EngineError) -> Self {
+        e.0.into()
+    }
+}
+
 #[cfg(not(fuzzing))]
 impl From<packrat_index::IndexError> for S3Error {
     fn from(e: packrat_index::IndexError) -> Self {
-        packrat_store::StoreError::from(e).into()
+        packrat_store::EngineError::from(e).into()
     }
 }
 
 #[cfg(not(fuzzing))]
 impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
     fn from(e: packrat_chunk_store::ChunkStoreError) -> Self {
-        packrat_store::StoreError::from(e).into()
+        packrat_store::EngineError::from(e).into()
     }
 }
 

@@ -1,12 +1,12 @@
 //! Bucket lifecycle configurations: the `?lifecycle` XML (Put/Get/DeleteBucketLifecycleConfiguration).
-//! The rules as stored and their evaluation are the store's (`packrat_store::lifecycle`).
+//! The rules as stored and their evaluation are the store's (`packrat_store_api::lifecycle`).
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::tagging::TagXml;
 use super::xml::Xml;
 use serde::Deserialize;
 
-pub use packrat_store::lifecycle::{RULES_MAX, Rule, Transition, When};
+pub use packrat_store_api::lifecycle::{RULES_MAX, Rule, Transition, When};
 
 // ---- XML ----
 
@@ -290,7 +290,7 @@ pub fn to_xml(rules: &[Rule]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use packrat_store::lifecycle::{Action, evaluate};
+    use packrat_store_api::lifecycle::{Action, evaluate};
 
     fn tiers(c: &str) -> bool {
         c == "STANDARD_IA" || c == "GLACIER_IR"

@@ -1,0 +1,79 @@
+//! What can go wrong in a store, by kind. The S3 layer turns each kind into an S3 error code
+//! and HTTP status in one place (`gateway/src/s3/error.rs`); a store never names an S3 code.
+
+use crate::checksum::ChecksumAlgorithm;
+use std::sync::Arc;
+
+/// Which digest of a write did not match what the client said it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Digest {
+    ContentMd5,
+    Checksum(ChecksumAlgorithm),
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    #[error("no such bucket")]
+    NoSuchBucket,
+    #[error("bucket already exists")]
+    BucketExists,
+    #[error("bucket is not empty")]
+    BucketNotEmpty,
+    #[error("no such key")]
+    NoSuchKey,
+    #[error("no such multipart upload")]
+    NoSuchUpload,
+    /// A write condition (`If-None-Match: *`, `If-Match`) did not hold.
+    #[error("a write condition did not hold")]
+    PreconditionFailed,
+    /// The bytes received do not match a digest the client sent; nothing was stored.
+    #[error("{0:?} did not match the bytes received")]
+    BadDigest(Digest),
+    /// A disk is full; nothing was stored.
+    #[error("disk full: {0}")]
+    InsufficientStorage(String),
+    /// Stored bytes failed verification (or their segment is gone); they were not served.
+    #[error("stored data failed verification: {0}")]
+    Corrupt(String),
+    /// Data on more failed disks than the erasure code can rebuild from; not served.
+    #[error("data lost beyond the erasure code's reach: {0}")]
+    Unrecoverable(String),
+    /// Data on a storage tier is missing or failed verification; not served.
+    #[error("tiered data missing or wrong: {0}")]
+    TierData(String),
+    /// Something the request needs cannot be reached now (a tier); retry later. The text is
+    /// meant for the client.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// A request the store refuses as asked (the text is meant for the client).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// A failure with no meaning for the client (I/O, a stopped thread, a corrupt index value):
+    /// logged with its context, answered as an internal error.
+    #[error("{context}: {detail}")]
+    Internal {
+        context: &'static str,
+        detail: String,
+    },
+    /// The byte source of a write failed (a request body: a bad chunk signature, a client that
+    /// went away); the error is the source's own, passed back unchanged.
+    #[error("reading the body: {0}")]
+    Source(Arc<dyn std::error::Error + Send + Sync>),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+impl StoreError {
+    pub fn internal(context: &'static str, detail: impl std::fmt::Display) -> Self {
+        StoreError::Internal {
+            context,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// Whether the failure is the store's own lasting problem with this data (as opposed to
+    /// something unreachable for now).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Unavailable(_))
+    }
+}
