@@ -114,7 +114,7 @@ pub async fn handle(
     method: &Method,
     raw_path: &str,
     query: &[(String, String)],
-    identity: Option<&KeyRecord>,
+    identity: Option<&packrat_store_api::Identity>,
     mut body: BodyReader,
 ) -> S3Result<Response<RespBody>> {
     if !identity.is_some_and(|k| k.is_root) {

@@ -488,7 +488,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
     println!("packrat: listening on http://{addr}");
-    let state = Arc::new(server::AppState::new(engine, config));
+    let store = Arc::new(packrat_store::LocalStore::new(engine.clone()));
+    let state = Arc::new(server::AppState::new(store, engine, config));
     tokio::select! {
         r = server::serve(listener, state) => r.map_err(|e| e.to_string()),
         _ = shutdown_signal() => {

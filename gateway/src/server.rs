@@ -10,8 +10,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use packrat_index::KeyRecord;
 use packrat_store::engine::Engine;
+use packrat_store_api::{Identity, ObjectStore};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +38,9 @@ pub fn empty() -> RespBody {
 }
 
 pub struct AppState {
+    /// Storage, as the S3 handlers see it.
+    pub store: Arc<dyn ObjectStore>,
+    /// The engine behind `store`, for the handlers not yet moved onto the trait (issue 16).
     pub engine: Arc<Engine>,
     pub config: ServeConfig,
     pub signing_keys: sigv4::SigningKeyCache,
@@ -57,7 +60,7 @@ pub struct S3Request {
     pub key: Option<String>,
     pub body: BodyReader,
     /// `None` for an anonymous request.
-    pub identity: Option<KeyRecord>,
+    pub identity: Option<Identity>,
 }
 
 impl S3Request {
@@ -78,9 +81,10 @@ impl S3Request {
 }
 
 impl AppState {
-    pub fn new(engine: Arc<Engine>, config: ServeConfig) -> Self {
+    pub fn new(store: Arc<dyn ObjectStore>, engine: Arc<Engine>, config: ServeConfig) -> Self {
         let connections_max = config.max_connections.max(1);
         Self {
+            store,
             engine,
             config,
             signing_keys: Default::default(),
@@ -303,7 +307,7 @@ fn text(status: StatusCode, s: &str) -> Response<RespBody> {
     r
 }
 
-type AuthOutcome = (Option<KeyRecord>, Option<ChunkSigning>, PayloadMode);
+type AuthOutcome = (Option<Identity>, Option<ChunkSigning>, PayloadMode);
 
 /// Verifies the request's signature (header or presigned) and returns the caller's key.
 fn authenticate(
@@ -378,7 +382,7 @@ fn authenticate(
             "The host header must be signed",
         ));
     }
-    let key = state.engine.access_key(&claim.access_key)?.ok_or_else(|| {
+    let key = state.store.access_key(&claim.access_key)?.ok_or_else(|| {
         S3Error::new(
             S3ErrorCode::InvalidAccessKeyId,
             "The AWS Access Key Id you provided does not exist in our records.",
@@ -457,7 +461,7 @@ fn authenticate_sigv2_query(
             "Request has expired",
         ));
     }
-    let key = state.engine.access_key(access_key)?.ok_or_else(|| {
+    let key = state.store.access_key(access_key)?.ok_or_else(|| {
         S3Error::new(
             S3ErrorCode::InvalidAccessKeyId,
             "The AWS Access Key Id you provided does not exist in our records.",

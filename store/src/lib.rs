@@ -22,7 +22,9 @@ pub mod ec;
 pub mod engine;
 pub mod error;
 pub mod job;
+pub mod local;
 pub mod tier;
 pub mod verify;
 
 pub use error::{EngineError, EngineResult};
+pub use local::LocalStore;

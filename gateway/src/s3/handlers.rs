@@ -16,10 +16,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
-use packrat_index::{
-    BucketRecord, ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord,
-};
+use packrat_index::{ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord};
 use packrat_store::engine::{self, ObjectReader, WriteCondition};
+use packrat_store_api::{Bucket, Identity, ListQuery, NewBucket, ObjectPage, StoreError};
 use std::sync::Arc;
 
 type R = S3Result<Response<RespBody>>;
@@ -127,8 +126,8 @@ pub(crate) fn load_bucket(
     req: &S3Request,
     name: &str,
     access: Access,
-) -> S3Result<BucketRecord> {
-    let b = state.engine.bucket(name)?;
+) -> S3Result<Bucket> {
+    let b = state.store.bucket(name)?;
     match (&req.identity, b) {
         (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
         (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
@@ -138,7 +137,7 @@ pub(crate) fn load_bucket(
     }
 }
 
-fn need_identity(req: &S3Request) -> S3Result<&packrat_index::KeyRecord> {
+fn need_identity(req: &S3Request) -> S3Result<&Identity> {
     req.identity
         .as_ref()
         .ok_or_else(|| err(S3ErrorCode::AccessDenied, "Access Denied"))
@@ -353,7 +352,7 @@ async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) -> R {
     x.elem("DisplayName", &id.name);
     x.close("Owner");
     x.open("Buckets");
-    for b in state.engine.index.list_buckets()? {
+    for b in state.store.list_buckets().await? {
         if id.is_root || b.owner_id == id.owner_id {
             x.open("Bucket");
             x.elem("Name", &b.name);
@@ -403,27 +402,23 @@ async fn handle_create_bucket(state: &Arc<AppState>, req: &mut S3Request, name: 
             ));
         }
     }
-    let engine = state.engine.clone();
-    let n = name.to_string();
-    let result = blocking(move || {
-        Ok(engine.index.create_bucket(&n.clone(), |bid| BucketRecord {
-            id: bid,
-            name: n,
+    let result = state
+        .store
+        .create_bucket(NewBucket {
+            name: name.to_string(),
             owner_id: id.owner_id.clone(),
             owner_name: id.name.clone(),
             created_ms: now_ms(),
             public_read: public,
-        }))
-    })
-    .await?;
-    state.engine.forget_bucket(name);
+        })
+        .await;
     match result {
         Ok(_) => Response::builder()
             .header("location", format!("/{name}"))
             .body(empty())
             .map_err(|e| S3Error::internal("response", e)),
-        Err(packrat_index::IndexError::BucketExists) => {
-            let existing = state.engine.index.get_bucket(name)?;
+        Err(StoreError::BucketExists) => {
+            let existing = state.store.bucket(name)?;
             let me = need_identity(req)?;
             if existing.is_some_and(|b| b.owner_id == me.owner_id) {
                 Err(err(
@@ -451,16 +446,7 @@ async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) 
 
 async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Write)?;
-    let engine = state.engine.clone();
-    let n = name.to_string();
-    let result = blocking(move || {
-        engine.index.delete_bucket(&n)?;
-        // Bucket ids are never reused; its lifecycle configuration goes with it.
-        Ok(packrat_store::tier::delete_lifecycle(&engine.index, b.id)?)
-    })
-    .await;
-    state.engine.forget_bucket(name);
-    result?;
+    state.store.delete_bucket(&b).await?;
     no_content()
 }
 
@@ -487,18 +473,14 @@ async fn handle_get_bucket_location(state: &Arc<AppState>, req: &S3Request, name
 }
 
 async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let mut b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Access::Write)?;
     let Some(public) = canned_acl_public(req)? else {
         return Err(err(
             S3ErrorCode::NotImplemented,
             "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
         ));
     };
-    b.public_read = public;
-    let engine = state.engine.clone();
-    let result = blocking(move || Ok(engine.index.update_bucket(&b)?)).await;
-    state.engine.forget_bucket(name);
-    result?;
+    state.store.set_bucket_public(&b, public).await?;
     Ok(Response::new(empty()))
 }
 
@@ -553,24 +535,15 @@ async fn read_xml_body(req: &mut S3Request) -> S3Result<Vec<u8>> {
 async fn handle_put_lifecycle(state: &Arc<AppState>, req: &mut S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Write)?;
     let body = read_xml_body(req).await?;
-    let rules = super::lifecycle::parse(&body, &packrat_store::tier::is_tier_class)?;
-    let engine = state.engine.clone();
-    blocking(move || {
-        Ok(packrat_store::tier::put_lifecycle(
-            &engine.index,
-            b.id,
-            &rules,
-        )?)
-    })
-    .await?;
+    let is_tier = |class: &str| class != "STANDARD" && state.store.is_storage_class(class);
+    let rules = super::lifecycle::parse(&body, &is_tier)?;
+    state.store.put_lifecycle(&b, rules).await?;
     Ok(Response::new(empty()))
 }
 
 async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Read)?;
-    let engine = state.engine.clone();
-    let rules =
-        blocking(move || Ok(packrat_store::tier::get_lifecycle(&engine.index, b.id)?)).await?;
+    let rules = state.store.get_lifecycle(&b).await?;
     let Some(rules) = rules else {
         return Err(err(
             S3ErrorCode::NoSuchLifecycleConfiguration,
@@ -586,8 +559,7 @@ async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str
 
 async fn handle_delete_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Access::Write)?;
-    let engine = state.engine.clone();
-    blocking(move || Ok(packrat_store::tier::delete_lifecycle(&engine.index, b.id)?)).await?;
+    state.store.delete_lifecycle(&b).await?;
     Response::builder()
         .status(StatusCode::NO_CONTENT)
         .body(empty())
@@ -663,20 +635,15 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
         req.q("marker").map(str::to_string)
     };
     let page = if max_keys == 0 {
-        packrat_index::ListPage::default()
+        ObjectPage::default()
     } else {
-        let engine = state.engine.clone();
-        let (p, d, a) = (
-            prefix.to_string(),
-            delimiter.map(str::to_string),
-            after.clone(),
-        );
-        blocking(move || {
-            Ok(engine
-                .index
-                .list_objects(b.id, &p, d.as_deref(), a.as_deref(), max_keys)?)
-        })
-        .await?
+        let query = ListQuery {
+            prefix: prefix.to_string(),
+            delimiter: delimiter.map(str::to_string),
+            after: after.clone(),
+            max_keys,
+        };
+        state.store.list_objects(&b, &query).await?
     };
     let fetch_owner = !v2 || req.q("fetch-owner") == Some("true");
     let mut x = Xml::new();
@@ -718,14 +685,14 @@ async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str)
             x.elem("NextMarker", &enc(last));
         }
     }
-    for (k, o) in &page.objects {
+    for o in &page.objects {
         x.open("Contents");
-        x.elem("Key", &enc(k));
+        x.elem("Key", &enc(&o.key));
         x.elem("LastModified", &iso8601(o.last_modified_ms));
         x.elem("ETag", &quoted(&o.etag));
-        if let Some(c) = &o.checksum {
-            x.elem("ChecksumAlgorithm", &c.algorithm);
-            x.elem("ChecksumType", &c.kind);
+        if let Some((algorithm, kind)) = &o.checksum {
+            x.elem("ChecksumAlgorithm", algorithm);
+            x.elem("ChecksumType", kind);
         }
         x.elem("Size", &o.size.to_string());
         if fetch_owner {
@@ -773,7 +740,7 @@ const STORED_HEADERS: [&str; 5] = [
     "expires",
 ];
 
-fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
+fn object_meta(state: &AppState, headers: &HeaderMap) -> S3Result<ObjectMeta> {
     let mut user_meta = Vec::new();
     let mut meta_bytes = 0;
     for (k, v) in headers {
@@ -816,7 +783,7 @@ fn object_meta(headers: &HeaderMap) -> S3Result<ObjectMeta> {
         .and_then(|v| v.to_str().ok())
     {
         None | Some("STANDARD") => None,
-        Some(c) if packrat_store::tier::is_tier_class(c) => Some(c.to_string()),
+        Some(c) if state.store.is_storage_class(c) => Some(c.to_string()),
         Some(c) => {
             return Err(err(
                 S3ErrorCode::InvalidStorageClass,
@@ -965,7 +932,7 @@ async fn handle_put_object(
             "You must provide the Content-Length HTTP header.",
         ));
     }
-    let meta = object_meta(&req.headers)?;
+    let meta = object_meta(state, &req.headers)?;
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
@@ -1096,7 +1063,7 @@ async fn handle_copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
         ));
     }
-    let sent = object_meta(&req.headers)?;
+    let sent = object_meta(state, &req.headers)?;
     let tags = if replace_tags {
         sent.tags.clone()
     } else {
@@ -1612,12 +1579,7 @@ fn new_upload_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
 }
 
-fn load_upload(
-    state: &AppState,
-    req: &S3Request,
-    b: &BucketRecord,
-    key: &str,
-) -> S3Result<UploadRecord> {
+fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<UploadRecord> {
     let id = req.q("uploadId").unwrap_or("");
     if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
         return Err(no_such_upload());
@@ -1637,7 +1599,7 @@ async fn handle_create_multipart_upload(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let id = need_identity(req)?;
-    let meta = object_meta(&req.headers)?;
+    let meta = object_meta(state, &req.headers)?;
     let alg = req
         .header("x-amz-checksum-algorithm")
         .map(ChecksumAlgorithm::parse)
@@ -2010,7 +1972,7 @@ async fn handle_abort_multipart_upload(
     no_content()
 }
 
-fn owner_xml(x: &mut Xml, tag: &str, b: &BucketRecord) {
+fn owner_xml(x: &mut Xml, tag: &str, b: &Bucket) {
     x.open(tag);
     x.elem("ID", &b.owner_id);
     x.elem("DisplayName", &b.owner_name);
