@@ -348,7 +348,11 @@ impl RocksIndex {
     }
 
     /// [`get_object`](Self::get_object), shared with the record cache (no copy on a hit).
-    fn get_object_shared(&self, bucket_id: u64, key: &str) -> Result<Option<Arc<ObjectRecord>>> {
+    pub fn get_object_shared(
+        &self,
+        bucket_id: u64,
+        key: &str,
+    ) -> Result<Option<Arc<ObjectRecord>>> {
         let k = object_key(bucket_id, key);
         let epoch = match self.objects.lookup(&k) {
             cache::Lookup::Hit(r) => return Ok(Some(r)),

@@ -16,7 +16,14 @@ pub use error::{Digest, StoreError, StoreResult};
 pub use source::ByteSource;
 pub mod types;
 
-pub use types::{Bucket, Identity, ListQuery, NewBucket, ObjectPage, ObjectSummary};
+pub use types::{
+    Bucket, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage,
+    ObjectSummary, ObjectVersion, PutObject, WriteCondition, etag_matches,
+};
+
+/// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that
+/// `async_trait` leaves the argument's lifetime free.
+pub type AttrEdit = Box<dyn for<'a> FnOnce(&'a mut ObjectAttrs) + Send>;
 
 use lifecycle::Rule;
 
@@ -55,8 +62,62 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Whether `class` names a storage class this store can hold (`STANDARD` always).
     fn is_storage_class(&self, class: &str) -> bool;
 
+    // ---- objects
+
+    /// An object's current version, `None` if the key holds none.
+    async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>>;
+    /// A reader of bytes `[start, end)` of exactly the version `object` describes, every byte
+    /// verified before it is handed out. Refuses up front (no I/O) when the range is known to
+    /// be unreadable (on more lost disks than the erasure code can rebuild from).
+    fn read_object(
+        &self,
+        object: &ObjectInfo,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Box<dyn ObjectRead>>;
+    /// Stores `body` under `key` (durable before this returns), if `put.condition` holds when
+    /// it commits. Answers what was stored.
+    async fn put_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        body: &mut dyn ByteSource,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo>;
+    /// Copies the bytes of `source` (a version read through [`Self::head_object`]) to a new
+    /// object under `key`, with `put`'s attributes and checksum.
+    async fn copy_object(
+        &self,
+        source: &ObjectInfo,
+        bucket: &Bucket,
+        key: &str,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo>;
+    /// Changes an object's attributes, never its bytes: `edit` gets them as they are when the
+    /// edit commits (a write that landed meanwhile is edited, not undone). `NoSuchKey` if the
+    /// object is gone.
+    async fn update_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        condition: &WriteCondition,
+        edit: AttrEdit,
+    ) -> StoreResult<ObjectInfo>;
+    /// Deletes an object (durable before this returns); deleting a missing key succeeds.
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()>;
+
     // ---- listing
 
     /// One page of the bucket's objects.
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage>;
+}
+
+/// The bytes of one object range, in order, as verified pieces.
+#[async_trait::async_trait]
+pub trait ObjectRead: Send {
+    /// The next piece, `None` after the last.
+    async fn next(&mut self) -> StoreResult<Option<bytes::Bytes>>;
+    /// Whether the whole range comes as one piece (so a caller can read it before it answers,
+    /// and turn a failure into a clean error instead of a cut stream).
+    fn is_single_piece(&self) -> bool;
 }

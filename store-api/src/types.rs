@@ -69,3 +69,83 @@ pub struct ObjectPage {
     /// The last key or common prefix returned; the next page starts strictly after it.
     pub last: Option<String>,
 }
+
+/// An object's flexible checksum as stored and shown: the algorithm's name (`CRC32`, ...), the
+/// base64 of its big-endian bytes (`-N` appended for a composite one), and its type
+/// (`FULL_OBJECT` or `COMPOSITE`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectChecksum {
+    pub algorithm: String,
+    pub value: String,
+    pub kind: String,
+}
+
+/// What a write sets of an object besides its bytes, and what an attribute edit may change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectAttrs {
+    pub last_modified_ms: i64,
+    pub content_type: Option<String>,
+    /// Stored response headers (Content-Encoding, Cache-Control, ...), by lower-case name.
+    pub headers: Vec<(String, String)>,
+    /// `x-amz-meta-*` metadata, names without the prefix.
+    pub user_meta: Vec<(String, String)>,
+    /// `None` for STANDARD.
+    pub storage_class: Option<String>,
+    pub tags: Vec<(String, String)>,
+}
+
+/// Which stored version of an object an [`ObjectInfo`] describes, in the store's own terms
+/// (for the local store, the index record it was read from). Reads and copies of the info read
+/// exactly that version, never a newer one written meanwhile.
+#[derive(Clone)]
+pub struct ObjectVersion(pub std::sync::Arc<dyn std::any::Any + Send + Sync>);
+
+impl std::fmt::Debug for ObjectVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ObjectVersion(..)")
+    }
+}
+
+/// An object as HEAD and GET see it.
+#[derive(Debug, Clone)]
+pub struct ObjectInfo {
+    pub size: u64,
+    /// Hex MD5 of the bytes, or of the parts' MD5s followed by `-N` for a multipart object.
+    pub etag: String,
+    pub attrs: ObjectAttrs,
+    pub checksum: Option<ObjectChecksum>,
+    /// Sizes of the parts of a multipart object, in order (empty otherwise).
+    pub part_sizes: Vec<u64>,
+    pub version: ObjectVersion,
+}
+
+/// Conditions on a write, checked atomically with its commit.
+#[derive(Debug, Default, Clone)]
+pub struct WriteCondition {
+    /// `If-None-Match: *`: fail if the key exists.
+    pub if_none_match_any: bool,
+    /// `If-Match: "etag"`: fail unless the current ETag matches.
+    pub if_match: Option<String>,
+}
+
+/// Whether an `If-Match`-style condition (a list of ETags, or `*`) names `etag`.
+pub fn etag_matches(condition: &str, etag: &str) -> bool {
+    condition.split(',').any(|c| {
+        let c = c.trim();
+        c == "*" || c.trim_start_matches("W/").trim_matches('"') == etag
+    })
+}
+
+/// A new object's attributes, how to check its bytes, and when it may be written.
+#[derive(Debug, Clone, Default)]
+pub struct PutObject {
+    pub attrs: ObjectAttrs,
+    /// The flexible checksum to compute and store.
+    pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
+    /// The checksum the client sent up front (raw bytes); one sent as a trailer comes from
+    /// the byte source.
+    pub expected_checksum: Option<Vec<u8>>,
+    /// The Content-MD5 the client sent.
+    pub content_md5: Option<[u8; 16]>,
+    pub condition: WriteCondition,
+}

@@ -22,6 +22,7 @@ use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, R
 use packrat_store_api::ByteSource;
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
+pub use packrat_store_api::{WriteCondition, etag_matches};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -204,28 +205,12 @@ pub struct Written {
     pub checksum: Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>,
 }
 
-/// Conditions on a write, checked atomically with its commit.
-#[derive(Debug, Default, Clone)]
-pub struct WriteCondition {
-    /// `If-None-Match: *`: fail if the key exists.
-    pub if_none_match_any: bool,
-    /// `If-Match: "etag"`: fail unless the current ETag matches.
-    pub if_match: Option<String>,
-}
-
 pub async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> EngineResult<T> + Send + 'static,
 ) -> EngineResult<T> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| EngineError::internal("blocking task failed", e))?
-}
-
-pub fn etag_matches(condition: &str, etag: &str) -> bool {
-    condition.split(',').any(|c| {
-        let c = c.trim();
-        c == "*" || c.trim_start_matches("W/").trim_matches('"') == etag
-    })
 }
 
 impl Engine {
@@ -424,7 +409,7 @@ impl Engine {
     /// `expected` lists the checksums the client sent up front; `trailer_alg` names a checksum
     /// the client will send as a trailer of an aws-chunked body; `content_md5` is the raw
     /// Content-MD5.
-    pub async fn write_stream<S: ByteSource>(
+    pub async fn write_stream<S: ByteSource + ?Sized>(
         self: &Arc<Self>,
         src: &mut S,
         checksum_alg: Option<ChecksumAlgorithm>,
@@ -974,6 +959,14 @@ impl ObjectReader {
         }
     }
 
+    /// Whether the rest of the range lies in one chunk (one piece, one read).
+    pub fn is_single_piece(&self) -> bool {
+        match self.obj.chunks.get(self.chunk) {
+            None => true,
+            Some(c) => self.end <= self.chunk_start + u64::from(c.len),
+        }
+    }
+
     #[inline]
     pub async fn next(&mut self) -> EngineResult<Option<Bytes>> {
         if self.pos >= self.end || self.chunk >= self.obj.chunks.len() {
@@ -991,6 +984,7 @@ impl ObjectReader {
 }
 
 /// A copy reads its payload from an existing object.
+#[async_trait::async_trait]
 impl ByteSource for ObjectReader {
     async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
         Ok(self.next().await?)

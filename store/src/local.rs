@@ -3,12 +3,17 @@
 //! blocking index work off the async threads; the write protocol itself stays in
 //! [`crate::engine`].
 
-use crate::engine::{Engine, blocking};
-use crate::error::EngineResult;
-use packrat_index::{BucketRecord, KeyRecord, ObjectRecord};
+use crate::engine::{Engine, ObjectReader, Written, blocking};
+use crate::error::{EngineError, EngineResult};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectRecord, StoredChecksum};
 use packrat_store_api::lifecycle::Rule;
 use packrat_store_api::{
-    Bucket, Identity, ListQuery, NewBucket, ObjectPage, ObjectStore, ObjectSummary, StoreResult,
+    AttrEdit, Bucket, ByteSource, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum,
+    ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectSummary, ObjectVersion, PutObject,
+    StoreError, StoreResult, WriteCondition,
 };
 use std::sync::Arc;
 
@@ -74,6 +79,113 @@ fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
             .as_ref()
             .map(|c| (c.algorithm.clone(), c.kind.clone())),
         storage_class: o.storage_class.clone(),
+    }
+}
+
+/// What HEAD and GET show of a record; the record itself rides along as the version.
+fn info_of(rec: Arc<ObjectRecord>) -> ObjectInfo {
+    ObjectInfo {
+        size: rec.size,
+        etag: rec.etag.clone(),
+        attrs: attrs_of(&rec),
+        checksum: rec.checksum.as_ref().map(|c| ObjectChecksum {
+            algorithm: c.algorithm.clone(),
+            value: c.value.clone(),
+            kind: c.kind.clone(),
+        }),
+        part_sizes: rec.parts.iter().map(|p| p.size).collect(),
+        version: ObjectVersion(rec),
+    }
+}
+
+fn attrs_of(rec: &ObjectRecord) -> ObjectAttrs {
+    ObjectAttrs {
+        last_modified_ms: rec.last_modified_ms,
+        content_type: rec.content_type.clone(),
+        headers: rec.headers.clone(),
+        user_meta: rec.user_meta.clone(),
+        storage_class: rec.storage_class.clone(),
+        tags: rec.tags.clone(),
+    }
+}
+
+fn set_attrs(rec: &mut ObjectRecord, a: ObjectAttrs) {
+    rec.last_modified_ms = a.last_modified_ms;
+    rec.content_type = a.content_type;
+    rec.headers = a.headers;
+    rec.user_meta = a.user_meta;
+    rec.storage_class = a.storage_class;
+    rec.tags = a.tags;
+}
+
+/// The index record an [`ObjectInfo`] from this store was made from.
+fn record_in(info: &ObjectInfo) -> StoreResult<Arc<ObjectRecord>> {
+    info.version
+        .0
+        .clone()
+        .downcast::<ObjectRecord>()
+        .map_err(|_| StoreError::internal("object version", "not from this store"))
+}
+
+/// The record of a freshly written object.
+fn new_record(w: &Written, attrs: ObjectAttrs) -> ObjectRecord {
+    let mut rec = ObjectRecord {
+        record_id: w.record_id,
+        size: w.size,
+        etag: hex_lower(&w.md5),
+        checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
+            algorithm: alg.name().to_string(),
+            value: B64.encode(bytes),
+            kind: "FULL_OBJECT".to_string(),
+        }),
+        chunks: w.chunks.clone(),
+        ..Default::default()
+    };
+    set_attrs(&mut rec, attrs);
+    rec
+}
+
+fn hex_lower(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 15)] as char);
+    }
+    s
+}
+
+#[async_trait::async_trait]
+impl ObjectRead for ObjectReader {
+    async fn next(&mut self) -> StoreResult<Option<Bytes>> {
+        Ok(ObjectReader::next(self).await?)
+    }
+
+    fn is_single_piece(&self) -> bool {
+        ObjectReader::is_single_piece(self)
+    }
+}
+
+impl LocalStore {
+    /// Appends `body`, then commits it under `key` if `condition` holds (steps 1 to 4 of the
+    /// write protocol, `crate::engine`).
+    async fn write_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        body: &mut dyn ByteSource,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo> {
+        let w = self
+            .engine
+            .write_stream(body, put.checksum, put.expected_checksum, put.content_md5)
+            .await?;
+        let rec = new_record(&w, put.attrs);
+        let info = info_of(Arc::new(rec.clone()));
+        self.engine
+            .commit_object(bucket.id, key, rec, w.ticket, &put.condition)
+            .await?;
+        Ok(info)
     }
 }
 
@@ -155,6 +267,105 @@ impl ObjectStore for LocalStore {
         class == "STANDARD" || crate::tier::is_tier_class(class)
     }
 
+    async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>> {
+        // A point lookup, answered by the record cache on the calling thread when it holds
+        // the key (RocksDB's own block cache otherwise).
+        let rec = self
+            .engine
+            .index
+            .get_object_shared(bucket.id, key)
+            .map_err(EngineError::from)?;
+        Ok(rec.map(info_of))
+    }
+
+    fn read_object(
+        &self,
+        object: &ObjectInfo,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Box<dyn ObjectRead>> {
+        let rec = record_in(object)?;
+        // With erasure coding, a range on more lost disks than the code can rebuild from is
+        // refused before anything is sent (a catalog check, no I/O), so the client gets a
+        // clean error instead of a cut stream.
+        if rec.chunks.len() > 1 && self.engine.chunks.has_redundancy() {
+            let mut at = 0u64;
+            for c in &rec.chunks {
+                let chunk_end = at + u64::from(c.len);
+                if chunk_end > start
+                    && at < end
+                    && !crate::tier::is_tier_segment(c.segment_id)
+                    && !self.engine.chunks.can_read(&location(c))
+                {
+                    return Err(EngineError::from(
+                        packrat_chunk_store::ChunkStoreError::Unrecoverable {
+                            segment_id: c.segment_id,
+                            reason: "too few shards left".into(),
+                        },
+                    )
+                    .into());
+                }
+                at = chunk_end;
+            }
+        }
+        Ok(Box::new(ObjectReader::new(
+            self.engine.clone(),
+            rec,
+            start,
+            end,
+        )))
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        body: &mut dyn ByteSource,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo> {
+        self.write_object(bucket, key, body, put).await
+    }
+
+    async fn copy_object(
+        &self,
+        source: &ObjectInfo,
+        bucket: &Bucket,
+        key: &str,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo> {
+        let rec = record_in(source)?;
+        let size = rec.size;
+        let mut reader = ObjectReader::new(self.engine.clone(), rec, 0, size);
+        let put = PutObject {
+            expected_checksum: None,
+            content_md5: None,
+            ..put
+        };
+        self.write_object(bucket, key, &mut reader, put).await
+    }
+
+    async fn update_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        condition: &WriteCondition,
+        edit: AttrEdit,
+    ) -> StoreResult<ObjectInfo> {
+        let rec = self
+            .engine
+            .update_object(bucket.id, key, condition, |rec| {
+                let mut attrs = attrs_of(rec);
+                edit(&mut attrs);
+                set_attrs(rec, attrs);
+            })
+            .await?;
+        Ok(info_of(Arc::new(rec)))
+    }
+
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()> {
+        Ok(self.engine.delete_object(bucket.id, key).await?)
+    }
+
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {
         let (id, q) = (bucket.id, query.clone());
         self.run(move |e| {
@@ -177,5 +388,13 @@ impl ObjectStore for LocalStore {
             })
         })
         .await
+    }
+}
+
+fn location(c: &ChunkRef) -> packrat_chunk_store::RecordLocation {
+    packrat_chunk_store::RecordLocation {
+        segment_id: c.segment_id,
+        offset: c.offset,
+        len: c.len,
     }
 }

@@ -437,6 +437,7 @@ impl BodyReader {
 /// an incomplete body, a timeout) travel through the store unchanged, as `StoreError::Source`.
 /// Not in fuzz builds, which compile this file without the store.
 #[cfg(not(fuzzing))]
+#[async_trait::async_trait]
 impl packrat_store_api::ByteSource for BodyReader {
     async fn next_piece(&mut self) -> packrat_store_api::StoreResult<Option<Bytes>> {
         self.next()

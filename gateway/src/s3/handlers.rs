@@ -17,8 +17,10 @@ use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
 use packrat_index::{ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord};
-use packrat_store::engine::{self, ObjectReader, WriteCondition};
-use packrat_store_api::{Bucket, Identity, ListQuery, NewBucket, ObjectPage, StoreError};
+use packrat_store_api::{
+    Bucket, ByteSource, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum, ObjectInfo,
+    ObjectPage, ObjectRead, PutObject, StoreError, WriteCondition, etag_matches,
+};
 use std::sync::Arc;
 
 type R = S3Result<Response<RespBody>>;
@@ -728,6 +730,19 @@ struct ObjectMeta {
     tags: Tags,
 }
 
+impl ObjectMeta {
+    fn into_attrs(self, last_modified_ms: i64) -> ObjectAttrs {
+        ObjectAttrs {
+            last_modified_ms,
+            content_type: self.content_type,
+            headers: self.headers,
+            user_meta: self.user_meta,
+            storage_class: self.storage_class,
+            tags: self.tags,
+        }
+    }
+}
+
 /// Where CreateMultipartUpload keeps the `x-amz-tagging` it was sent, among the upload's
 /// stored headers, until CompleteMultipartUpload gives the tags to the object.
 const UPLOAD_TAGGING_HEADER: &str = "x-amz-tagging";
@@ -900,7 +915,7 @@ fn stored_checksum(
 
 fn checksum_headers(
     mut b: http::response::Builder,
-    c: &Option<StoredChecksum>,
+    c: &Option<ObjectChecksum>,
 ) -> http::response::Builder {
     if let Some(c) = c
         && let Ok(alg) = ChecksumAlgorithm::parse(&c.algorithm)
@@ -936,33 +951,20 @@ async fn handle_put_object(
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
-    let w = state
-        .engine
-        .write_stream(&mut req.body, alg, sent, md5)
-        .await?;
-    let rec = ObjectRecord {
-        record_id: w.record_id,
-        size: w.size,
-        etag: hex::encode(w.md5),
-        last_modified_ms: now_ms(),
-        content_type: meta.content_type,
-        headers: meta.headers,
-        user_meta: meta.user_meta,
-        checksum: stored_checksum(&w.checksum),
-        storage_class: meta.storage_class,
-        chunks: w.chunks,
-        parts: Vec::new(),
-        tags: meta.tags,
+    let put = PutObject {
+        attrs: meta.into_attrs(now_ms()),
+        checksum: alg,
+        expected_checksum: sent,
+        content_md5: md5,
+        condition: cond,
     };
-    let etag = rec.etag.clone();
-    let cs = rec.checksum.clone();
-    state
-        .engine
-        .commit_object(b.id, key, rec, w.ticket, &cond)
-        .await?;
-    checksum_headers(Response::builder().header("etag", quoted(&etag)), &cs)
-        .body(empty())
-        .map_err(|e| S3Error::internal("response", e))
+    let stored = state.store.put_object(&b, key, &mut req.body, put).await?;
+    checksum_headers(
+        Response::builder().header("etag", quoted(&stored.etag)),
+        &stored.checksum,
+    )
+    .body(empty())
+    .map_err(|e| S3Error::internal("response", e))
 }
 
 /// Parses `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded).
@@ -982,13 +984,16 @@ fn copy_source(req: &S3Request) -> S3Result<(String, String)> {
 }
 
 /// Loads the copy source and checks the `x-amz-copy-source-if-*` conditions.
-fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, String, ObjectRecord)> {
+async fn load_copy_source(
+    state: &AppState,
+    req: &S3Request,
+) -> S3Result<(String, String, ObjectInfo)> {
     let (sb, sk) = copy_source(req)?;
     let sbucket = load_bucket(state, req, &sb, Access::Read)?;
     let src = state
-        .engine
-        .index
-        .get_object(sbucket.id, &sk)?
+        .store
+        .head_object(&sbucket, &sk)
+        .await?
         .ok_or_else(no_such_key)?;
     let pre = || {
         err(
@@ -997,16 +1002,16 @@ fn load_copy_source(state: &AppState, req: &S3Request) -> S3Result<(String, Stri
         )
     };
     if let Some(m) = req.header("x-amz-copy-source-if-match")
-        && !engine::etag_matches(m, &src.etag)
+        && !etag_matches(m, &src.etag)
     {
         return Err(pre());
     }
     if let Some(m) = req.header("x-amz-copy-source-if-none-match")
-        && engine::etag_matches(m, &src.etag)
+        && etag_matches(m, &src.etag)
     {
         return Err(pre());
     }
-    let secs = src.last_modified_ms / 1000;
+    let secs = src.attrs.last_modified_ms / 1000;
     if let Some(t) = req
         .header("x-amz-copy-source-if-unmodified-since")
         .and_then(parse_http_date)
@@ -1031,7 +1036,7 @@ async fn handle_copy_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    let (sb, sk, src) = load_copy_source(state, req)?;
+    let (sb, sk, src) = load_copy_source(state, req).await?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
@@ -1067,19 +1072,20 @@ async fn handle_copy_object(
     let tags = if replace_tags {
         sent.tags.clone()
     } else {
-        src.tags.clone()
+        src.attrs.tags.clone()
     };
     let meta = if replace {
         sent
     } else {
         ObjectMeta {
-            content_type: src.content_type.clone(),
-            headers: src.headers.clone(),
-            user_meta: src.user_meta.clone(),
+            content_type: src.attrs.content_type.clone(),
+            headers: src.attrs.headers.clone(),
+            user_meta: src.attrs.user_meta.clone(),
             storage_class: sent.storage_class,
             tags: Tags::new(),
         }
     };
+    let attrs = ObjectMeta { tags, ..meta }.into_attrs(now_ms());
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {
         Some(a) => Some(ChecksumAlgorithm::parse(a)?),
@@ -1097,53 +1103,25 @@ async fn handle_copy_object(
         // object keeps its bytes where they are (a new class moves them on the tier worker's
         // next pass). The edit applies to the record as it is under the key lock.
         let rec = state
-            .engine
-            .update_object(b.id, key, &cond, |cur| {
-                cur.last_modified_ms = now_ms();
-                cur.content_type = meta.content_type;
-                cur.headers = meta.headers;
-                cur.user_meta = meta.user_meta;
-                cur.storage_class = meta.storage_class;
-                cur.tags = tags;
-            })
+            .store
+            .update_object(&b, key, &cond, Box::new(move |cur| *cur = attrs))
             .await?;
         return xml_ok(copy_result(&rec));
     }
-    let (rec, ticket) = {
-        let size = src.size;
-        let mut reader = ObjectReader::new(state.engine.clone(), Arc::new(src), 0, size);
-        let w = state
-            .engine
-            .write_stream(&mut reader, alg, None, None)
-            .await?;
-        let rec = ObjectRecord {
-            record_id: w.record_id,
-            size: w.size,
-            etag: hex::encode(w.md5),
-            last_modified_ms: now_ms(),
-            content_type: meta.content_type,
-            headers: meta.headers,
-            user_meta: meta.user_meta,
-            checksum: stored_checksum(&w.checksum),
-            storage_class: meta.storage_class,
-            chunks: w.chunks,
-            parts: Vec::new(),
-            tags,
-        };
-        (rec, w.ticket)
+    let put = PutObject {
+        attrs,
+        checksum: alg,
+        condition: cond,
+        ..Default::default()
     };
-    let x = copy_result(&rec);
-    state
-        .engine
-        .commit_object(b.id, key, rec, ticket, &cond)
-        .await?;
-    xml_ok(x)
+    let rec = state.store.copy_object(&src, &b, key, put).await?;
+    xml_ok(copy_result(&rec))
 }
 
-fn copy_result(rec: &ObjectRecord) -> Xml {
+fn copy_result(rec: &ObjectInfo) -> Xml {
     let mut x = Xml::new();
     x.root("CopyObjectResult");
-    x.elem("LastModified", &iso8601(rec.last_modified_ms));
+    x.elem("LastModified", &iso8601(rec.attrs.last_modified_ms));
     x.elem("ETag", &quoted(&rec.etag));
     if let Some(c) = &rec.checksum
         && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
@@ -1162,11 +1140,11 @@ async fn handle_get_object_tagging(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Read)?;
     let obj = state
-        .engine
-        .index
-        .get_object(b.id, key)?
+        .store
+        .head_object(&b, key)
+        .await?
         .ok_or_else(no_such_key)?;
-    xml_ok(tagging::to_xml(&obj.tags))
+    xml_ok(tagging::to_xml(&obj.attrs.tags))
 }
 
 async fn handle_put_object_tagging(
@@ -1179,8 +1157,13 @@ async fn handle_put_object_tagging(
     let body = read_xml_body(req).await?;
     let tags = tagging::parse_xml(&body)?;
     state
-        .engine
-        .update_object(b.id, key, &WriteCondition::default(), |cur| cur.tags = tags)
+        .store
+        .update_object(
+            &b,
+            key,
+            &WriteCondition::default(),
+            Box::new(move |cur| cur.tags = tags),
+        )
         .await?;
     Ok(Response::new(empty()))
 }
@@ -1193,17 +1176,20 @@ async fn handle_delete_object_tagging(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     state
-        .engine
-        .update_object(b.id, key, &WriteCondition::default(), |cur| {
-            cur.tags.clear()
-        })
+        .store
+        .update_object(
+            &b,
+            key,
+            &WriteCondition::default(),
+            Box::new(|cur| cur.tags.clear()),
+        )
         .await?;
     no_content()
 }
 
 async fn handle_delete_object(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    state.engine.delete_object(b.id, key).await?;
+    state.store.delete_object(&b, key).await?;
     no_content()
 }
 
@@ -1221,7 +1207,7 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
     // All deletes go to group commit together, so a batch of 1000 keys costs about one
     // synced index write, not a thousand.
     let results = futures_util::future::join_all(d.objects.iter().map(|o| {
-        let engine = &state.engine;
+        let (store, b) = (&state.store, &b);
         async move {
             if o.key.is_empty() || o.key.len() > config::KEY_BYTES_MAX {
                 Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
@@ -1231,10 +1217,7 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
                     "packrat does not keep object versions",
                 ))
             } else {
-                engine
-                    .delete_object(b.id, &o.key)
-                    .await
-                    .map_err(S3Error::from)
+                store.delete_object(b, &o.key).await.map_err(S3Error::from)
             }
         }
     }))
@@ -1266,10 +1249,10 @@ async fn handle_delete_objects(state: &Arc<AppState>, req: &mut S3Request, bname
 
 /// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since (RFC 9110
 /// order, as S3 applies them).
-fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
-    let secs = obj.last_modified_ms / 1000;
+fn check_read_conditions(req: &S3Request, obj: &ObjectInfo) -> S3Result<()> {
+    let secs = obj.attrs.last_modified_ms / 1000;
     let etag = quoted(&obj.etag);
-    let lm = http_date(obj.last_modified_ms);
+    let lm = http_date(obj.attrs.last_modified_ms);
     let not_modified = || {
         err(S3ErrorCode::NotModified, "Not Modified")
             .with_header("etag", etag.clone())
@@ -1283,7 +1266,7 @@ fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
     };
     let if_match = req.header("if-match");
     if let Some(m) = if_match
-        && !engine::etag_matches(m, &obj.etag)
+        && !etag_matches(m, &obj.etag)
     {
         return Err(failed());
     }
@@ -1295,7 +1278,7 @@ fn check_read_conditions(req: &S3Request, obj: &ObjectRecord) -> S3Result<()> {
     }
     let inm = req.header("if-none-match");
     if let Some(m) = inm
-        && engine::etag_matches(m, &obj.etag)
+        && etag_matches(m, &obj.etag)
     {
         return Err(not_modified());
     }
@@ -1317,9 +1300,9 @@ async fn handle_get_object(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Read)?;
     let obj = state
-        .engine
-        .index
-        .get_object(b.id, key)?
+        .store
+        .head_object(&b, key)
+        .await?
         .ok_or_else(no_such_key)?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
@@ -1340,7 +1323,7 @@ async fn handle_get_object(
                     "Cannot specify both Range header and partNumber query parameter",
                 ));
             }
-            if obj.parts.is_empty() {
+            if obj.part_sizes.is_empty() {
                 if n != 1 {
                     return Err(err(
                         S3ErrorCode::InvalidPart,
@@ -1350,14 +1333,14 @@ async fn handle_get_object(
                 None
             } else {
                 let idx = n as usize - 1;
-                let Some(_) = obj.parts.get(idx) else {
+                let Some(part_size) = obj.part_sizes.get(idx) else {
                     return Err(err(
                         S3ErrorCode::InvalidPart,
                         "The requested partnumber is not satisfiable",
                     ));
                 };
-                let start: u64 = obj.parts[..idx].iter().map(|p| p.size).sum();
-                Some((start, start + obj.parts[idx].size))
+                let start: u64 = obj.part_sizes[..idx].iter().sum();
+                Some((start, start + part_size))
             }
         }
         None => resolve_range(req.header("range"), size)?,
@@ -1375,7 +1358,7 @@ async fn handle_get_object(
         })
         .header("content-length", (end - start).to_string())
         .header("etag", quoted(&obj.etag))
-        .header("last-modified", http_date(obj.last_modified_ms))
+        .header("last-modified", http_date(obj.attrs.last_modified_ms))
         .header("accept-ranges", "bytes");
     if range.is_some() && size > 0 {
         rb = rb.header(
@@ -1383,8 +1366,8 @@ async fn handle_get_object(
             format!("bytes {start}-{}/{size}", end.saturating_sub(1)),
         );
     }
-    if part_number.is_some() && !obj.parts.is_empty() {
-        rb = rb.header("x-amz-mp-parts-count", obj.parts.len().to_string());
+    if part_number.is_some() && !obj.part_sizes.is_empty() {
+        rb = rb.header("x-amz-mp-parts-count", obj.part_sizes.len().to_string());
     }
     for (k, v) in &req.query {
         if k.starts_with("response-") && http::HeaderValue::from_str(v).is_err() {
@@ -1396,12 +1379,13 @@ async fn handle_get_object(
     }
     let override_of = |h: &str| req.q(&format!("response-{h}")).map(str::to_string);
     let ct = override_of("content-type")
-        .or_else(|| obj.content_type.clone())
+        .or_else(|| obj.attrs.content_type.clone())
         .unwrap_or_else(|| "binary/octet-stream".to_string());
     rb = rb.header("content-type", ct);
     for h in STORED_HEADERS {
         let v = override_of(h).or_else(|| {
-            obj.headers
+            obj.attrs
+                .headers
                 .iter()
                 .find(|(k, _)| k == h)
                 .map(|(_, v)| v.clone())
@@ -1410,14 +1394,14 @@ async fn handle_get_object(
             rb = rb.header(h, v);
         }
     }
-    for (k, v) in &obj.user_meta {
+    for (k, v) in &obj.attrs.user_meta {
         rb = rb.header(format!("x-amz-meta-{k}"), v.as_str());
     }
-    if let Some(c) = &obj.storage_class {
+    if let Some(c) = &obj.attrs.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());
     }
-    if !obj.tags.is_empty() {
-        rb = rb.header("x-amz-tagging-count", obj.tags.len());
+    if !obj.attrs.tags.is_empty() {
+        rb = rb.header("x-amz-tagging-count", obj.attrs.tags.len());
     }
     if req
         .header("x-amz-checksum-mode")
@@ -1435,41 +1419,16 @@ async fn handle_get_object(
             .body(empty())
             .map_err(|e| S3Error::internal("response", e));
     }
-    let obj = Arc::new(obj);
-    let mut reader = ObjectReader::new(state.engine.clone(), obj.clone(), start, end);
-    // A body that fits in one chunk is read (and verified) before the headers go out, so
-    // a corrupt small object is a clean 500. Larger bodies stream; a failure mid-stream cuts
-    // the connection so the client sees a short body, never wrong bytes.
-    if obj.chunks.len() <= 1 {
+    // A range read in one piece is read (and verified) before the headers go out, so a
+    // corrupt small object is a clean 500. Longer ranges stream; a failure mid-stream cuts the
+    // connection so the client sees a short body, never wrong bytes. (A range the store knows
+    // it cannot read is refused by `read_object` before anything is sent.)
+    let mut reader = state.store.read_object(&obj, start, end)?;
+    if reader.is_single_piece() {
         let data = reader.next().await?.unwrap_or_default();
         return rb
             .body(full(data))
             .map_err(|e| S3Error::internal("response", e));
-    }
-    // With erasure coding, a body whose bytes sit on more lost disks than the code can
-    // rebuild from is refused before the headers go out (a catalog check, no I/O): the client
-    // gets a clean 500 instead of a cut stream.
-    if state.engine.chunks.has_redundancy() {
-        let mut at = 0u64;
-        for c in &obj.chunks {
-            let chunk_end = at + u64::from(c.len);
-            if chunk_end > start && at < end && !packrat_store::tier::is_tier_segment(c.segment_id)
-            {
-                let loc = packrat_chunk_store::RecordLocation {
-                    segment_id: c.segment_id,
-                    offset: c.offset,
-                    len: c.len,
-                };
-                if !state.engine.chunks.can_read(&loc) {
-                    return Err(packrat_chunk_store::ChunkStoreError::Unrecoverable {
-                        segment_id: c.segment_id,
-                        reason: "too few shards left".into(),
-                    }
-                    .into());
-                }
-            }
-            at = chunk_end;
-        }
     }
     let stream = futures_util::stream::unfold(reader, |mut r| async move {
         match r.next().await {
@@ -1488,7 +1447,7 @@ async fn handle_get_object(
 fn multi_range_response(
     state: &Arc<AppState>,
     mut rb: http::response::Builder,
-    obj: Arc<ObjectRecord>,
+    obj: Arc<ObjectInfo>,
     ranges: Vec<(u64, u64)>,
     head: bool,
 ) -> R {
@@ -1534,11 +1493,11 @@ fn multi_range_response(
             .body(empty())
             .map_err(|e| S3Error::internal("response", e));
     }
-    let engine = state.engine.clone();
+    let store = state.store.clone();
     let stream = futures_util::stream::unfold(
-        (pieces, None::<ObjectReader>),
+        (pieces, None::<Box<dyn ObjectRead>>),
         move |(mut pieces, mut reader)| {
-            let engine = engine.clone();
+            let store = store.clone();
             let obj = obj.clone();
             async move {
                 loop {
@@ -1560,10 +1519,15 @@ fn multi_range_response(
                         Piece::Text(t) => {
                             return Some((Ok(http_body::Frame::data(t)), (pieces, reader)));
                         }
-                        Piece::Range(start, end) => {
-                            reader =
-                                Some(ObjectReader::new(engine.clone(), obj.clone(), start, end));
-                        }
+                        Piece::Range(start, end) => match store.read_object(&obj, start, end) {
+                            Ok(r) => reader = Some(r),
+                            Err(e) => {
+                                return Some((
+                                    Err(std::io::Error::other(S3Error::from(e).message)),
+                                    (pieces, None),
+                                ));
+                            }
+                        },
                     }
                 }
             }
@@ -1574,6 +1538,23 @@ fn multi_range_response(
 }
 
 // ---------------------------------------------------------------- multipart
+
+/// An object range read through the store, as the byte source of a write (UploadPartCopy).
+struct ReadSource(Box<dyn ObjectRead>);
+
+#[async_trait::async_trait]
+impl ByteSource for ReadSource {
+    async fn next_piece(&mut self) -> packrat_store_api::StoreResult<Option<Bytes>> {
+        self.0.next().await
+    }
+
+    fn trailing_checksum(
+        &self,
+        _alg: ChecksumAlgorithm,
+    ) -> packrat_store_api::StoreResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+}
 
 fn new_upload_id() -> String {
     hex::encode(rand::random::<[u8; 16]>())
@@ -1694,7 +1675,7 @@ async fn handle_upload_part(
         .map(ChecksumAlgorithm::parse)
         .transpose()?;
     let w = if copy {
-        let (_, _, src) = load_copy_source(state, req)?;
+        let (_, _, src) = load_copy_source(state, req).await?;
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src.size),
             Some(r) => match resolve_range(Some(r), src.size) {
@@ -1707,7 +1688,7 @@ async fn handle_upload_part(
                 }
             },
         };
-        let mut reader = ObjectReader::new(state.engine.clone(), Arc::new(src), start, end);
+        let mut reader = ReadSource(state.store.read_object(&src, start, end)?);
         state
             .engine
             .write_stream(&mut reader, upload_alg, None, None)
