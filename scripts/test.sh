@@ -16,7 +16,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build (the packrat binary the integration tests start)"
 cargo build --workspace
 
-step "cargo test (unit, property and Rust AWS SDK tests)"
+step "cargo test (unit, property, store conformance and Rust AWS SDK tests)"
 cargo test --workspace
 
 step "fuzz smoke run (cargo-fuzz, every target for \${PACKRAT_FUZZ_SECONDS:-20} s)"

@@ -8,6 +8,8 @@
 //! fuzz targets) build against it without the storage engine.
 
 pub mod checksum;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 pub mod error;
 pub mod lifecycle;
 pub mod source;

@@ -1,0 +1,561 @@
+//! The conformance suite: what every [`ObjectStore`] must do, as checks any implementation
+//! runs against itself (`LocalStore` in `store/tests/conformance.rs`; a cluster store the
+//! same way). Each check makes its own buckets, so they can share one store; each panics with
+//! what it saw when the store does something else. [`conformance_suite!`](crate::conformance_suite)
+//! turns them into one `#[test]` each.
+//!
+//! Only with the `conformance` feature (it brings proptest and tokio).
+
+use crate::checksum::{ChecksumAlgorithm, Hasher};
+use crate::error::{Digest, StoreError, StoreResult};
+use crate::lifecycle::Rule;
+use crate::types::*;
+use crate::{ByteSource, ObjectStore};
+use bytes::Bytes;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A payload held in memory, handed out in pieces of `piece` bytes.
+pub struct MemSource {
+    data: Bytes,
+    piece: usize,
+    /// Fail with this error instead of handing out the piece after `fail_after` bytes.
+    fail_after: Option<usize>,
+}
+
+impl MemSource {
+    pub fn new(data: impl Into<Bytes>) -> Self {
+        Self {
+            data: data.into(),
+            piece: 64 * 1024,
+            fail_after: None,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct SourceBroke;
+
+impl std::fmt::Display for SourceBroke {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the client went away")
+    }
+}
+
+impl std::error::Error for SourceBroke {}
+
+#[async_trait::async_trait]
+impl ByteSource for MemSource {
+    async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
+        if self.fail_after.is_some_and(|n| self.data.len() <= n) {
+            return Err(StoreError::Source(std::sync::Arc::new(SourceBroke)));
+        }
+        if self.data.is_empty() {
+            return Ok(None);
+        }
+        let n = self.piece.min(self.data.len());
+        Ok(Some(self.data.split_to(n)))
+    }
+
+    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+}
+
+static NEXT_BUCKET: AtomicU64 = AtomicU64::new(0);
+
+/// A new bucket with a name no other check uses.
+pub async fn new_bucket(store: &dyn ObjectStore, what: &str) -> Bucket {
+    let n = NEXT_BUCKET.fetch_add(1, Ordering::Relaxed);
+    store
+        .create_bucket(NewBucket {
+            name: format!("conf-{what}-{n}"),
+            owner_id: "owner-1".into(),
+            owner_name: "one".into(),
+            created_ms: 1_700_000_000_000,
+            public_read: false,
+        })
+        .await
+        .expect("creating a bucket")
+}
+
+fn md5_hex(data: &[u8]) -> String {
+    use md5::Digest as _;
+    md5::Md5::digest(data)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, data: &[u8]) -> ObjectInfo {
+    put_with(store, b, key, data, PutObject::default())
+        .await
+        .unwrap_or_else(|e| panic!("PUT {key}: {e}"))
+}
+
+pub async fn put_with(
+    store: &dyn ObjectStore,
+    b: &Bucket,
+    key: &str,
+    data: &[u8],
+    put: PutObject,
+) -> StoreResult<ObjectInfo> {
+    let mut src = MemSource::new(data.to_vec());
+    store.put_object(b, key, &mut src, put).await
+}
+
+/// Every byte of `[start, end)` of `info`'s version.
+pub async fn read(store: &dyn ObjectStore, info: &ObjectInfo, start: u64, end: u64) -> Vec<u8> {
+    let mut r = store
+        .read_object(info, start, end)
+        .unwrap_or_else(|e| panic!("read_object: {e}"));
+    let mut out = Vec::new();
+    while let Some(piece) = r.next().await.unwrap_or_else(|e| panic!("read: {e}")) {
+        out.extend_from_slice(&piece);
+    }
+    out
+}
+
+pub async fn head(store: &dyn ObjectStore, b: &Bucket, key: &str) -> Option<ObjectInfo> {
+    store
+        .head_object(b, key)
+        .await
+        .unwrap_or_else(|e| panic!("HEAD {key}: {e}"))
+}
+
+fn payload(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+// ---------------------------------------------------------------- the checks
+
+pub async fn buckets(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "buckets").await;
+    assert_eq!(store.bucket(&b.name).unwrap().as_ref(), Some(&b));
+    let again = store
+        .create_bucket(NewBucket {
+            name: b.name.clone(),
+            owner_id: "owner-2".into(),
+            owner_name: "two".into(),
+            created_ms: 0,
+            public_read: false,
+        })
+        .await;
+    assert!(
+        matches!(again, Err(StoreError::BucketExists)),
+        "a taken name: {again:?}"
+    );
+    assert!(store.list_buckets().await.unwrap().contains(&b));
+    store.set_bucket_public(&b, true).await.unwrap();
+    assert!(store.bucket(&b.name).unwrap().unwrap().public_read);
+    put(store, &b, "k", b"x").await;
+    let full = store.delete_bucket(&b).await;
+    assert!(
+        matches!(full, Err(StoreError::BucketNotEmpty)),
+        "deleting a bucket with an object: {full:?}"
+    );
+    store.delete_object(&b, "k").await.unwrap();
+    store.delete_bucket(&b).await.unwrap();
+    assert_eq!(store.bucket(&b.name).unwrap(), None);
+    let c = new_bucket(store, "buckets").await;
+    assert_ne!(c.id, b.id, "bucket ids are never reused");
+}
+
+pub async fn read_after_write(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "raw").await;
+    for (i, len) in [0usize, 1, 4096, 1 << 20, (1 << 20) + 1, 3 * (1 << 20) + 17]
+        .into_iter()
+        .enumerate()
+    {
+        let key = format!("obj-{len}");
+        let data = payload(len, i as u8);
+        let put = put(store, &b, &key, &data).await;
+        let info = head(store, &b, &key)
+            .await
+            .expect("the object just written");
+        assert_eq!(info.size, len as u64);
+        assert_eq!(info.etag, md5_hex(&data), "ETag of {len} bytes");
+        assert_eq!(put.etag, info.etag);
+        assert_eq!(read(store, &info, 0, info.size).await, data, "{len} bytes");
+        if len > 10 {
+            let (s, e) = (len as u64 / 3, len as u64 - 5);
+            assert_eq!(
+                read(store, &info, s, e).await,
+                data[s as usize..e as usize],
+                "range {s}..{e} of {len}"
+            );
+        }
+    }
+    assert!(head(store, &b, "absent").await.is_none());
+}
+
+pub async fn overwrite_and_delete(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "overwrite").await;
+    put(store, &b, "k", b"first").await;
+    put(store, &b, "k", b"second, longer").await;
+    let info = head(store, &b, "k").await.unwrap();
+    assert_eq!(read(store, &info, 0, info.size).await, b"second, longer");
+    store.delete_object(&b, "k").await.unwrap();
+    assert!(head(store, &b, "k").await.is_none(), "a deleted key");
+    store
+        .delete_object(&b, "k")
+        .await
+        .expect("deleting a missing key succeeds");
+    store.delete_object(&b, "never-there").await.unwrap();
+}
+
+pub async fn conditional_writes(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "cond").await;
+    let only_new = || PutObject {
+        condition: WriteCondition {
+            if_none_match_any: true,
+            if_match: None,
+        },
+        ..Default::default()
+    };
+    put_with(store, &b, "k", b"one", only_new()).await.unwrap();
+    let second = put_with(store, &b, "k", b"two", only_new()).await;
+    assert!(
+        matches!(second, Err(StoreError::PreconditionFailed)),
+        "If-None-Match: * on an existing key: {second:?}"
+    );
+    let cur = head(store, &b, "k").await.unwrap();
+    assert_eq!(read(store, &cur, 0, cur.size).await, b"one");
+    let if_match = |etag: &str| PutObject {
+        condition: WriteCondition {
+            if_none_match_any: false,
+            if_match: Some(format!("\"{etag}\"")),
+        },
+        ..Default::default()
+    };
+    let wrong = put_with(store, &b, "k", b"three", if_match("0123")).await;
+    assert!(
+        matches!(wrong, Err(StoreError::PreconditionFailed)),
+        "If-Match with another ETag: {wrong:?}"
+    );
+    put_with(store, &b, "k", b"four", if_match(&cur.etag))
+        .await
+        .unwrap();
+    let cur = head(store, &b, "k").await.unwrap();
+    assert_eq!(read(store, &cur, 0, cur.size).await, b"four");
+    let missing = put_with(store, &b, "absent", b"x", if_match(&cur.etag)).await;
+    assert!(
+        matches!(missing, Err(StoreError::NoSuchKey)),
+        "If-Match on a missing key: {missing:?}"
+    );
+    assert!(head(store, &b, "absent").await.is_none());
+}
+
+pub async fn digests_and_checksums(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "digest").await;
+    let bad_md5 = put_with(
+        store,
+        &b,
+        "k",
+        b"payload",
+        PutObject {
+            content_md5: Some([0; 16]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        matches!(bad_md5, Err(StoreError::BadDigest(Digest::ContentMd5))),
+        "a wrong Content-MD5: {bad_md5:?}"
+    );
+    assert!(head(store, &b, "k").await.is_none(), "nothing stored");
+    let mut h = Hasher::new(ChecksumAlgorithm::Crc32c);
+    h.update(b"payload");
+    let (crc, _) = h.finish();
+    let mut wrong = crc.clone();
+    wrong[0] ^= 1;
+    let bad = put_with(
+        store,
+        &b,
+        "k",
+        b"payload",
+        PutObject {
+            checksum: Some(ChecksumAlgorithm::Crc32c),
+            expected_checksum: Some(wrong),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert!(
+        matches!(
+            bad,
+            Err(StoreError::BadDigest(Digest::Checksum(
+                ChecksumAlgorithm::Crc32c
+            )))
+        ),
+        "a wrong CRC32C: {bad:?}"
+    );
+    assert!(head(store, &b, "k").await.is_none(), "nothing stored");
+    let ok = put_with(
+        store,
+        &b,
+        "k",
+        b"payload",
+        PutObject {
+            checksum: Some(ChecksumAlgorithm::Crc32c),
+            expected_checksum: Some(crc),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let c = head(store, &b, "k").await.unwrap().checksum.unwrap();
+    assert_eq!(Some(&c), ok.checksum.as_ref());
+    assert_eq!(
+        (c.algorithm.as_str(), c.kind.as_str()),
+        ("CRC32C", "FULL_OBJECT")
+    );
+}
+
+pub async fn failed_body_stores_nothing(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "broken").await;
+    put(store, &b, "k", b"old").await;
+    let mut src = MemSource::new(payload(300_000, 7));
+    src.piece = 50_000;
+    src.fail_after = Some(150_000);
+    let r = store
+        .put_object(&b, "k", &mut src, PutObject::default())
+        .await;
+    match r {
+        Err(StoreError::Source(e)) => assert!(
+            e.downcast_ref::<SourceBroke>().is_some(),
+            "the source's own error comes back: {e}"
+        ),
+        other => panic!("a body that broke: {other:?}"),
+    }
+    let cur = head(store, &b, "k").await.unwrap();
+    assert_eq!(read(store, &cur, 0, cur.size).await, b"old");
+}
+
+pub async fn copies_and_attribute_edits(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "copy").await;
+    let data = payload(2 * (1 << 20) + 3, 9);
+    let attrs = ObjectAttrs {
+        last_modified_ms: 1_700_000_000_000,
+        content_type: Some("image/jpeg".into()),
+        user_meta: vec![("label".into(), "cat".into())],
+        tags: vec![("split".into(), "train".into())],
+        ..Default::default()
+    };
+    put_with(
+        store,
+        &b,
+        "src",
+        &data,
+        PutObject {
+            attrs: attrs.clone(),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let src = head(store, &b, "src").await.unwrap();
+    assert_eq!(src.attrs, attrs);
+    let other = new_bucket(store, "copy").await;
+    let copied = store
+        .copy_object(&src, &other, "dst", PutObject::default())
+        .await
+        .unwrap();
+    assert_eq!(copied.etag, src.etag);
+    let dst = head(store, &other, "dst").await.unwrap();
+    assert_eq!(read(store, &dst, 0, dst.size).await, data);
+    let edited = store
+        .update_object(
+            &b,
+            "src",
+            &WriteCondition::default(),
+            Box::new(|a| a.tags = vec![("split".into(), "val".into())]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        edited.attrs.tags,
+        [("split".to_string(), "val".to_string())]
+    );
+    let now = head(store, &b, "src").await.unwrap();
+    assert_eq!(now.attrs.tags, edited.attrs.tags);
+    assert_eq!(now.attrs.content_type, attrs.content_type, "the rest kept");
+    assert_eq!(now.etag, src.etag);
+    assert_eq!(read(store, &now, 0, now.size).await, data, "bytes kept");
+    let gone = store
+        .update_object(
+            &b,
+            "absent",
+            &WriteCondition::default(),
+            Box::new(|a| a.tags.clear()),
+        )
+        .await;
+    assert!(
+        matches!(gone, Err(StoreError::NoSuchKey)),
+        "editing a missing key: {gone:?}"
+    );
+}
+
+pub async fn lifecycle_configuration(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "lifecycle").await;
+    assert_eq!(store.get_lifecycle(&b).await.unwrap(), None);
+    let rules = vec![Rule {
+        id: "expire-tmp".into(),
+        enabled: true,
+        prefix: "tmp/".into(),
+        expiration: Some(crate::lifecycle::When::Days(3)),
+        ..Default::default()
+    }];
+    store.put_lifecycle(&b, rules.clone()).await.unwrap();
+    assert_eq!(store.get_lifecycle(&b).await.unwrap(), Some(rules));
+    store.delete_lifecycle(&b).await.unwrap();
+    assert_eq!(store.get_lifecycle(&b).await.unwrap(), None);
+    assert!(store.is_storage_class("STANDARD"));
+    assert!(!store.is_storage_class("NO_SUCH_CLASS"));
+}
+
+/// Lists `bucket` page by page and returns every key and common prefix, in order.
+pub async fn list_all(
+    store: &dyn ObjectStore,
+    b: &Bucket,
+    prefix: &str,
+    delimiter: Option<&str>,
+    page: usize,
+) -> (Vec<String>, Vec<String>) {
+    let (mut keys, mut prefixes) = (Vec::new(), Vec::new());
+    let mut after = None;
+    for _ in 0..10_000 {
+        let p = store
+            .list_objects(
+                b,
+                &ListQuery {
+                    prefix: prefix.into(),
+                    delimiter: delimiter.map(str::to_string),
+                    after: after.clone(),
+                    max_keys: page,
+                },
+            )
+            .await
+            .unwrap();
+        assert!(
+            p.objects.len() + p.common_prefixes.len() <= page,
+            "a page holds at most max_keys entries"
+        );
+        keys.extend(p.objects.into_iter().map(|o| o.key));
+        prefixes.extend(p.common_prefixes);
+        if !p.truncated {
+            return (keys, prefixes);
+        }
+        after = p.last;
+        assert!(after.is_some(), "a truncated page says where it ended");
+    }
+    panic!("listing did not end");
+}
+
+/// What a listing must answer, worked out from the set of keys.
+pub fn list_model(
+    keys: &BTreeSet<String>,
+    prefix: &str,
+    delimiter: Option<&str>,
+) -> (Vec<String>, Vec<String>) {
+    let (mut out, mut prefixes) = (Vec::new(), BTreeSet::new());
+    for k in keys.iter().filter(|k| k.starts_with(prefix)) {
+        match delimiter.and_then(|d| k[prefix.len()..].find(d).map(|i| (i, d.len()))) {
+            Some((i, dl)) => {
+                prefixes.insert(k[..prefix.len() + i + dl].to_string());
+            }
+            None => out.push(k.clone()),
+        }
+    }
+    (out, prefixes.into_iter().collect())
+}
+
+/// Listings, page by page, equal the model for random key sets, prefixes, delimiters and
+/// page sizes (proptest; a failure shrinks to a small key set).
+pub fn listing_matches_model(rt: &tokio::runtime::Runtime, store: &dyn ObjectStore) {
+    use proptest::prelude::*;
+    let key = proptest::string::string_regex("[ab/]{1,6}").unwrap();
+    let strategy = (
+        proptest::collection::btree_set(key, 0..40),
+        proptest::string::string_regex("[ab/]{0,2}").unwrap(),
+        proptest::option::of(prop_oneof![Just("/".to_string()), Just("b".to_string())]),
+        1usize..7,
+    );
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 24,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&strategy, |(keys, prefix, delimiter, page)| {
+            rt.block_on(async {
+                let b = new_bucket(store, "list").await;
+                for k in &keys {
+                    put(store, &b, k, k.as_bytes()).await;
+                }
+                let got = list_all(store, &b, &prefix, delimiter.as_deref(), page).await;
+                let want = list_model(&keys, &prefix, delimiter.as_deref());
+                prop_assert_eq!(got, want);
+                Ok(())
+            })
+        })
+        .unwrap_or_else(|e| panic!("listing differs from the model: {e}"));
+}
+
+/// Listing summaries carry what was stored.
+pub async fn listing_summaries(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "summary").await;
+    let mut want = BTreeMap::new();
+    for (i, k) in ["a", "b/c", "d"].into_iter().enumerate() {
+        let info = put(store, &b, k, &payload(100 + i, 1)).await;
+        want.insert(k.to_string(), info);
+    }
+    let p = store
+        .list_objects(
+            &b,
+            &ListQuery {
+                max_keys: 1000,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!p.truncated);
+    assert_eq!(p.objects.len(), 3);
+    for o in &p.objects {
+        let w = &want[&o.key];
+        assert_eq!((o.size, &o.etag), (w.size, &w.etag), "{}", o.key);
+        assert_eq!(o.storage_class, None);
+    }
+}
+
+/// One `#[test]` per check against the store that `$make` (an `async fn() -> Arc<dyn
+/// ObjectStore>`, called once per test) opens.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($make:path) => {
+        $crate::conformance_suite!(@checks $make;
+            buckets, read_after_write, overwrite_and_delete, conditional_writes,
+            digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
+            lifecycle_configuration, listing_summaries);
+        #[test]
+        fn listing_matches_model() {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            let store = rt.block_on($make());
+            $crate::conformance::listing_matches_model(&rt, &*store);
+        }
+    };
+    (@checks $make:path; $($check:ident),*) => {
+        $(
+            #[test]
+            fn $check() {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(async {
+                    let store = $make().await;
+                    $crate::conformance::$check(&*store).await;
+                });
+            }
+        )*
+    };
+}
