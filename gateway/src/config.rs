@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 /// Largest object a single PutObject may carry (S3's limit: 5 GiB).
 pub const OBJECT_BYTES_MAX: u64 = 5 * 1024 * 1024 * 1024;
-/// Largest multipart part (5 GiB) and smallest part that is not the last (5 MiB).
-pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+// The smallest part that is not the last (5 MiB) is the store's to enforce at Complete
+// (`packrat_store_api::PART_BYTES_MIN`).
 /// Most parts an upload may have.
 pub const PARTS_MAX: u32 = 10_000;
 /// Longest key, in bytes of UTF-8.

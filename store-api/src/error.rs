@@ -23,6 +23,16 @@ pub enum StoreError {
     NoSuchKey,
     #[error("no such multipart upload")]
     NoSuchUpload,
+    /// CompleteMultipartUpload named a part that is not there, or whose ETag or checksum
+    /// differs (the text is meant for the client).
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
+    /// CompleteMultipartUpload's parts are not in ascending order.
+    #[error("parts not in ascending order")]
+    InvalidPartOrder,
+    /// A part other than the last is smaller than S3's minimum.
+    #[error("a part is too small")]
+    EntityTooSmall,
     /// A write condition (`If-None-Match: *`, `If-Match`) did not hold.
     #[error("a write condition did not hold")]
     PreconditionFailed,

@@ -19,8 +19,9 @@ pub use source::ByteSource;
 pub mod types;
 
 pub use types::{
-    Bucket, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage,
-    ObjectSummary, ObjectVersion, PutObject, WriteCondition, etag_matches,
+    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum,
+    ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion, PART_BYTES_MIN, Part, PutObject, PutPart,
+    Upload, UploadPage, UploadQuery, WriteCondition, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that
@@ -107,6 +108,70 @@ pub trait ObjectStore: Send + Sync + 'static {
     ) -> StoreResult<ObjectInfo>;
     /// Deletes an object (durable before this returns); deleting a missing key succeeds.
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()>;
+
+    // ---- multipart uploads
+
+    /// Begins an upload of `key`; answers it with its new id.
+    async fn create_upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        new: NewUpload,
+    ) -> StoreResult<Upload>;
+    /// An upload in progress, `None` if there is none with that id for that key.
+    async fn upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+    ) -> StoreResult<Option<Upload>>;
+    /// Stores part `part_number` of an upload from `body` (replacing an earlier one with the
+    /// same number), durable before this returns; `NoSuchUpload` if the upload is gone or
+    /// ends while the part streams in.
+    async fn upload_part(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        body: &mut dyn ByteSource,
+        put: PutPart,
+    ) -> StoreResult<Part>;
+    /// Stores part `part_number` from bytes `[start, end)` of `source` (UploadPartCopy).
+    #[allow(clippy::too_many_arguments)]
+    async fn upload_part_copy(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        source: &ObjectInfo,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Part>;
+    /// Makes the object from the named parts, in ascending order, if `condition` holds:
+    /// `InvalidPartOrder`, `InvalidPart` (a part missing, or its ETag or checksum differs),
+    /// `EntityTooSmall` (a part but the last under [`PART_BYTES_MIN`]). The upload ends.
+    async fn complete_upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        condition: &WriteCondition,
+    ) -> StoreResult<ObjectInfo>;
+    /// Ends an upload and drops its parts; `NoSuchUpload` if there is none.
+    async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()>;
+    /// Parts numbered above `after`, in order, at most `max`; and whether more follow.
+    async fn list_parts(
+        &self,
+        upload: &Upload,
+        bucket: &Bucket,
+        after: u32,
+        max: usize,
+    ) -> StoreResult<(Vec<Part>, bool)>;
+    /// One page of the bucket's uploads in progress.
+    async fn list_uploads(&self, bucket: &Bucket, query: &UploadQuery) -> StoreResult<UploadPage>;
 
     // ---- listing
 

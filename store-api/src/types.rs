@@ -149,3 +149,75 @@ pub struct PutObject {
     pub content_md5: Option<[u8; 16]>,
     pub condition: WriteCondition,
 }
+
+/// A multipart upload to begin: the object's attributes (given to it by Complete) and the
+/// checksum its parts carry.
+#[derive(Debug, Clone, Default)]
+pub struct NewUpload {
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    pub attrs: ObjectAttrs,
+    pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
+    /// `COMPOSITE` or `FULL_OBJECT` when `checksum` is set.
+    pub checksum_type: Option<String>,
+}
+
+/// A multipart upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub upload_id: String,
+    pub key: String,
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    pub storage_class: Option<String>,
+    pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
+    pub checksum_type: Option<String>,
+}
+
+/// One uploaded part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub part_number: u32,
+    pub etag: String,
+    pub size: u64,
+    pub last_modified_ms: i64,
+    pub checksum: Option<ObjectChecksum>,
+}
+
+/// How a part's bytes are checked (the upload's checksum algorithm applies when none is given).
+#[derive(Debug, Clone, Default)]
+pub struct PutPart {
+    pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
+    pub expected_checksum: Option<Vec<u8>>,
+    pub content_md5: Option<[u8; 16]>,
+}
+
+/// A part as CompleteMultipartUpload names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletePart {
+    pub part_number: u32,
+    /// The part's ETag as the client sent it (quotes allowed).
+    pub etag: String,
+    /// Checksums the client sent for the part (base64, as S3 shows them).
+    pub checksums: Vec<(crate::checksum::ChecksumAlgorithm, String)>,
+}
+
+/// Smallest part that is not the last (S3's 5 MiB).
+pub const PART_BYTES_MIN: u64 = 5 * 1024 * 1024;
+
+/// One page of a bucket's uploads in progress, by key then upload id.
+#[derive(Debug, Clone, Default)]
+pub struct UploadQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    pub upload_id_marker: Option<String>,
+    pub max_uploads: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct UploadPage {
+    pub uploads: Vec<Upload>,
+    pub common_prefixes: Vec<String>,
+    pub truncated: bool,
+}

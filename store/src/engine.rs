@@ -18,7 +18,9 @@ use crate::error::{EngineError, EngineResult};
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
-use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, RocksIndex};
+use packrat_index::{
+    BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, PartRecord, RocksIndex, UploadRecord,
+};
 use packrat_store_api::ByteSource;
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
@@ -655,6 +657,77 @@ impl Engine {
         }
         self.commit_locked(guards, ticket, ops, &stripes).await?;
         Ok((updated, changed))
+    }
+
+    // ---- multipart uploads: their index writes, under the key's lock like every other write
+    // to the key (so a part is never attached to an upload that Complete or Abort ended).
+
+    /// Records a new upload.
+    pub async fn create_upload(self: &Arc<Self>, rec: UploadRecord) -> EngineResult<()> {
+        let engine = self.clone();
+        blocking(move || Ok(engine.index.put_upload(&rec)?)).await
+    }
+
+    /// Publishes a part whose records `ticket` covers: they are made durable first, then the
+    /// part entry is written under the key's lock, if the upload still exists then (it may
+    /// have been completed or aborted while the part streamed in).
+    pub async fn put_part(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        upload_id: &str,
+        part: PartRecord,
+        ticket: Option<WriteTicket>,
+    ) -> EngineResult<()> {
+        self.make_durable(ticket).await?;
+        let _g = self.lock_key(bucket_id, key).await;
+        if self.index.get_upload(bucket_id, key, upload_id)?.is_none() {
+            return Err(StoreError::NoSuchUpload.into());
+        }
+        let engine = self.clone();
+        let uid = upload_id.to_string();
+        blocking(move || Ok(engine.index.put_part(&uid, &part)?)).await
+    }
+
+    /// Completes an upload under the key's lock: `assemble` makes the object from the upload
+    /// and its stored parts, the write condition is checked, and the object replaces the
+    /// upload in one synced index batch. Returns the object as written.
+    pub async fn complete_upload(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        upload_id: &str,
+        cond: &WriteCondition,
+        assemble: impl FnOnce(&UploadRecord, &[PartRecord]) -> EngineResult<ObjectRecord>,
+    ) -> EngineResult<ObjectRecord> {
+        let _g = self.lock_key(bucket_id, key).await;
+        let upload = self
+            .index
+            .get_upload(bucket_id, key, upload_id)?
+            .ok_or(EngineError(StoreError::NoSuchUpload))?;
+        let stored = self.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
+        let rec = assemble(&upload, &stored)?;
+        self.check_write_condition(bucket_id, key, cond)?;
+        let engine = self.clone();
+        let written = rec.clone();
+        blocking(move || Ok(engine.index.complete_upload(&upload, &written)?)).await?;
+        Ok(rec)
+    }
+
+    /// Ends an upload and drops its parts (their records become dead bytes).
+    pub async fn abort_upload(
+        self: &Arc<Self>,
+        bucket_id: u64,
+        key: &str,
+        upload_id: &str,
+    ) -> EngineResult<()> {
+        let _g = self.lock_key(bucket_id, key).await;
+        let upload = self
+            .index
+            .get_upload(bucket_id, key, upload_id)?
+            .ok_or(EngineError(StoreError::NoSuchUpload))?;
+        let engine = self.clone();
+        blocking(move || Ok(engine.index.abort_upload(&upload)?)).await
     }
 
     /// Deletes an object only if it is still the version `record_id` (the lifecycle worker's

@@ -23,6 +23,7 @@ pub mod engine;
 pub mod error;
 pub mod job;
 pub mod local;
+pub mod multipart;
 pub mod tier;
 pub mod verify;
 

@@ -5,15 +5,20 @@
 
 use crate::engine::{Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
+use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use packrat_index::{BucketRecord, ChunkRef, KeyRecord, ObjectRecord, StoredChecksum};
+use packrat_index::{
+    BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
+};
+use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
 use packrat_store_api::{
-    AttrEdit, Bucket, ByteSource, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum,
-    ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectSummary, ObjectVersion, PutObject,
-    StoreError, StoreResult, WriteCondition,
+    AttrEdit, Bucket, ByteSource, CompletePart, Identity, ListQuery, NewBucket, NewUpload,
+    ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectSummary,
+    ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, Upload, UploadPage,
+    UploadQuery, WriteCondition,
 };
 use std::sync::Arc;
 
@@ -166,7 +171,84 @@ impl ObjectRead for ObjectReader {
     }
 }
 
+fn upload_of(u: &UploadRecord) -> Upload {
+    Upload {
+        upload_id: u.upload_id.clone(),
+        key: u.key.clone(),
+        owner_id: u.owner_id.clone(),
+        initiated_ms: u.initiated_ms,
+        storage_class: u.storage_class.clone(),
+        checksum: u
+            .checksum_algorithm
+            .as_deref()
+            .and_then(ChecksumAlgorithm::from_name),
+        checksum_type: u.checksum_type.clone(),
+    }
+}
+
+fn part_of(p: &PartRecord) -> Part {
+    Part {
+        part_number: p.part_number,
+        etag: p.etag.clone(),
+        size: p.size,
+        last_modified_ms: p.last_modified_ms,
+        checksum: p.checksum.as_ref().map(|c| ObjectChecksum {
+            algorithm: c.algorithm.clone(),
+            value: c.value.clone(),
+            kind: c.kind.clone(),
+        }),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 impl LocalStore {
+    fn existing_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<Upload> {
+        let u = self
+            .engine
+            .index
+            .get_upload(bucket.id, key, upload_id)
+            .map_err(EngineError::from)?
+            .ok_or(StoreError::NoSuchUpload)?;
+        Ok(upload_of(&u))
+    }
+
+    /// Makes a streamed part durable and records it (see `Engine::put_part`).
+    async fn publish_part(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        w: Written,
+    ) -> StoreResult<Part> {
+        let part = PartRecord {
+            part_number,
+            record_id: w.record_id,
+            etag: hex_lower(&w.md5),
+            size: w.size,
+            last_modified_ms: now_ms(),
+            chunks: w.chunks.clone(),
+            checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
+                algorithm: alg.name().to_string(),
+                value: B64.encode(bytes),
+                kind: "FULL_OBJECT".to_string(),
+            }),
+            crc: w.checksum.as_ref().and_then(|c| c.2),
+        };
+        let shown = part_of(&part);
+        self.engine
+            .put_part(bucket.id, key, upload_id, part, w.ticket)
+            .await?;
+        // `w` (and its pin against compaction) lives until the part entry is written.
+        drop(w);
+        Ok(shown)
+    }
+
     /// Appends `body`, then commits it under `key` if `condition` holds (steps 1 to 4 of the
     /// write protocol, `crate::engine`).
     async fn write_object(
@@ -364,6 +446,152 @@ impl ObjectStore for LocalStore {
 
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()> {
         Ok(self.engine.delete_object(bucket.id, key).await?)
+    }
+
+    async fn create_upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        new: NewUpload,
+    ) -> StoreResult<Upload> {
+        let mut headers = new.attrs.headers;
+        if !new.attrs.tags.is_empty() {
+            headers.push((
+                UPLOAD_TAGGING_HEADER.to_string(),
+                tags_to_header(&new.attrs.tags),
+            ));
+        }
+        let rec = UploadRecord {
+            upload_id: hex_lower(&rand::random::<[u8; 16]>()),
+            bucket_id: bucket.id,
+            key: key.to_string(),
+            owner_id: new.owner_id,
+            initiated_ms: new.initiated_ms,
+            content_type: new.attrs.content_type,
+            headers,
+            user_meta: new.attrs.user_meta,
+            checksum_algorithm: new.checksum.map(|a| a.name().to_string()),
+            checksum_type: new.checksum_type,
+            storage_class: new.attrs.storage_class,
+        };
+        let upload = upload_of(&rec);
+        self.engine.create_upload(rec).await?;
+        Ok(upload)
+    }
+
+    async fn upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+    ) -> StoreResult<Option<Upload>> {
+        Ok(self
+            .engine
+            .index
+            .get_upload(bucket.id, key, upload_id)
+            .map_err(EngineError::from)?
+            .map(|u| upload_of(&u)))
+    }
+
+    async fn upload_part(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        body: &mut dyn ByteSource,
+        put: PutPart,
+    ) -> StoreResult<Part> {
+        let upload = self.existing_upload(bucket, key, upload_id)?;
+        let w = self
+            .engine
+            .write_stream(
+                body,
+                put.checksum.or(upload.checksum),
+                put.expected_checksum,
+                put.content_md5,
+            )
+            .await?;
+        self.publish_part(bucket, key, upload_id, part_number, w)
+            .await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        source: &ObjectInfo,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Part> {
+        let upload = self.existing_upload(bucket, key, upload_id)?;
+        let mut reader = ObjectReader::new(self.engine.clone(), record_in(source)?, start, end);
+        let w = self
+            .engine
+            .write_stream(&mut reader, upload.checksum, None, None)
+            .await?;
+        self.publish_part(bucket, key, upload_id, part_number, w)
+            .await
+    }
+
+    async fn complete_upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        condition: &WriteCondition,
+    ) -> StoreResult<ObjectInfo> {
+        let now = now_ms();
+        let rec = self
+            .engine
+            .complete_upload(bucket.id, key, upload_id, condition, |upload, stored| {
+                multipart::assemble(upload, stored, &parts, now)
+            })
+            .await?;
+        Ok(info_of(Arc::new(rec)))
+    }
+
+    async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {
+        Ok(self.engine.abort_upload(bucket.id, key, upload_id).await?)
+    }
+
+    async fn list_parts(
+        &self,
+        upload: &Upload,
+        _bucket: &Bucket,
+        after: u32,
+        max: usize,
+    ) -> StoreResult<(Vec<Part>, bool)> {
+        let uid = upload.upload_id.clone();
+        let mut parts = self
+            .run(move |e| Ok(e.index.list_parts(&uid, after, max.saturating_add(1))?))
+            .await?;
+        let truncated = parts.len() > max;
+        parts.truncate(max);
+        Ok((parts.iter().map(part_of).collect(), truncated))
+    }
+
+    async fn list_uploads(&self, bucket: &Bucket, query: &UploadQuery) -> StoreResult<UploadPage> {
+        let (id, q) = (bucket.id, query.clone());
+        self.run(move |e| {
+            let page = e.index.list_uploads(
+                id,
+                &q.prefix,
+                q.delimiter.as_deref(),
+                q.key_marker.as_deref(),
+                q.upload_id_marker.as_deref(),
+                q.max_uploads,
+            )?;
+            Ok(UploadPage {
+                uploads: page.uploads.iter().map(upload_of).collect(),
+                common_prefixes: page.common_prefixes,
+                truncated: page.truncated,
+            })
+        })
+        .await
     }
 
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {

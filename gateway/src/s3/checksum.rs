@@ -55,10 +55,6 @@ impl ChecksumWire for ChecksumAlgorithm {
     }
 }
 
-pub fn b64(bytes: &[u8]) -> String {
-    B64.encode(bytes)
-}
-
 /// Decodes a checksum sent by a client, checking its width.
 pub fn decode_sent(alg: ChecksumAlgorithm, value: &str) -> S3Result<Vec<u8>> {
     match B64.decode(value.trim()) {
@@ -67,59 +63,5 @@ pub fn decode_sent(alg: ChecksumAlgorithm, value: &str) -> S3Result<Vec<u8>> {
             S3ErrorCode::InvalidRequest,
             format!("Value for {} header is invalid.", alg.header()),
         )),
-    }
-}
-
-/// The checksum of checksums of a multipart upload: `base64(H(c1 || c2 || ...))-N`.
-pub fn composite(alg: ChecksumAlgorithm, part_checksums: &[Vec<u8>]) -> String {
-    let raw = packrat_store_api::checksum::composite(alg, part_checksums);
-    format!("{}-{}", b64(&raw), part_checksums.len())
-}
-
-/// The full-object CRC of a multipart upload, combined from the parts' CRCs and sizes.
-pub fn combine_full(alg: ChecksumAlgorithm, parts: &[(u64, u64)]) -> Option<String> {
-    packrat_store_api::checksum::combine_full(alg, parts).map(|raw| b64(&raw))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn of(alg: ChecksumAlgorithm, data: &[u8]) -> (Vec<u8>, Option<u64>) {
-        let mut h = Hasher::new(alg);
-        h.update(data);
-        h.finish()
-    }
-
-    #[test]
-    fn known_values() {
-        // Standard check values over "123456789".
-        let d = b"123456789";
-        assert_eq!(of(ChecksumAlgorithm::Crc32, d).1, Some(0xcbf43926));
-        assert_eq!(of(ChecksumAlgorithm::Crc32c, d).1, Some(0xe3069283));
-        assert_eq!(
-            of(ChecksumAlgorithm::Crc64Nvme, d).1,
-            Some(0xae8b14860a799888)
-        );
-        assert_eq!(
-            b64(&of(ChecksumAlgorithm::Crc32, b"hello world").0),
-            "DUoRhQ=="
-        );
-    }
-
-    #[test]
-    fn full_object_combination_matches_whole() {
-        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7) as u8).collect();
-        for alg in [
-            ChecksumAlgorithm::Crc32,
-            ChecksumAlgorithm::Crc32c,
-            ChecksumAlgorithm::Crc64Nvme,
-        ] {
-            let parts: Vec<(u64, u64)> = data
-                .chunks(30_000)
-                .map(|c| (of(alg, c).1.unwrap(), c.len() as u64))
-                .collect();
-            assert_eq!(combine_full(alg, &parts).unwrap(), b64(&of(alg, &data).0));
-        }
     }
 }

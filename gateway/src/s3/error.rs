@@ -170,6 +170,16 @@ impl From<packrat_store_api::StoreError> for S3Error {
                 "The specified upload does not exist. The upload ID may be invalid, or the upload \
                  may have been aborted or completed.",
             ),
+            E::InvalidPart(message) => S3Error::new(S3ErrorCode::InvalidPart, message),
+            E::InvalidPartOrder => S3Error::new(
+                S3ErrorCode::InvalidPartOrder,
+                "The list of parts was not in ascending order. The parts list must be specified \
+                 in order by part number.",
+            ),
+            E::EntityTooSmall => S3Error::new(
+                S3ErrorCode::EntityTooSmall,
+                "Your proposed upload is smaller than the minimum allowed object size.",
+            ),
             E::PreconditionFailed => S3Error::new(
                 S3ErrorCode::PreconditionFailed,
                 "At least one of the pre-conditions you specified did not hold",

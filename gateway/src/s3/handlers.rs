@@ -8,7 +8,6 @@ use super::sigv4::uri_encode;
 use super::tagging::{self, Tags};
 use super::xml::{self, Xml};
 use crate::config;
-use crate::server::blocking;
 use crate::server::{AppState, RespBody, S3Request, empty, full};
 use base64::Engine as _;
 use bytes::Bytes;
@@ -16,10 +15,10 @@ use chrono::{DateTime, TimeZone, Utc};
 use http::{HeaderMap, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
-use packrat_index::{ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord};
 use packrat_store_api::{
-    Bucket, ByteSource, Identity, ListQuery, NewBucket, ObjectAttrs, ObjectChecksum, ObjectInfo,
-    ObjectPage, ObjectRead, PutObject, StoreError, WriteCondition, etag_matches,
+    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum,
+    ObjectInfo, ObjectPage, ObjectRead, PutObject, PutPart, StoreError, Upload, UploadQuery,
+    WriteCondition, etag_matches,
 };
 use std::sync::Arc;
 
@@ -743,10 +742,6 @@ impl ObjectMeta {
     }
 }
 
-/// Where CreateMultipartUpload keeps the `x-amz-tagging` it was sent, among the upload's
-/// stored headers, until CompleteMultipartUpload gives the tags to the object.
-const UPLOAD_TAGGING_HEADER: &str = "x-amz-tagging";
-
 const STORED_HEADERS: [&str; 5] = [
     "content-encoding",
     "content-disposition",
@@ -900,16 +895,6 @@ fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
             .get("if-match")
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
-    })
-}
-
-fn stored_checksum(
-    c: &Option<(ChecksumAlgorithm, Vec<u8>, Option<u64>)>,
-) -> Option<StoredChecksum> {
-    c.as_ref().map(|(alg, bytes, _)| StoredChecksum {
-        algorithm: alg.name().to_string(),
-        value: checksum::b64(bytes),
-        kind: "FULL_OBJECT".to_string(),
     })
 }
 
@@ -1539,36 +1524,16 @@ fn multi_range_response(
 
 // ---------------------------------------------------------------- multipart
 
-/// An object range read through the store, as the byte source of a write (UploadPartCopy).
-struct ReadSource(Box<dyn ObjectRead>);
-
-#[async_trait::async_trait]
-impl ByteSource for ReadSource {
-    async fn next_piece(&mut self) -> packrat_store_api::StoreResult<Option<Bytes>> {
-        self.0.next().await
-    }
-
-    fn trailing_checksum(
-        &self,
-        _alg: ChecksumAlgorithm,
-    ) -> packrat_store_api::StoreResult<Option<Vec<u8>>> {
-        Ok(None)
-    }
-}
-
-fn new_upload_id() -> String {
-    hex::encode(rand::random::<[u8; 16]>())
-}
-
-fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<UploadRecord> {
+/// The upload named by `uploadId` (a malformed id is no upload at all).
+async fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<Upload> {
     let id = req.q("uploadId").unwrap_or("");
     if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
         return Err(no_such_upload());
     }
     state
-        .engine
-        .index
-        .get_upload(b.id, key, id)?
+        .store
+        .upload(b, key, id)
+        .await?
         .ok_or_else(no_such_upload)
 }
 
@@ -1610,30 +1575,14 @@ async fn handle_create_multipart_upload(
             ));
         }
     };
-    let rec = UploadRecord {
-        upload_id: new_upload_id(),
-        bucket_id: b.id,
-        key: key.to_string(),
+    let new = NewUpload {
         owner_id: id.owner_id.clone(),
         initiated_ms: now_ms(),
-        content_type: meta.content_type,
-        headers: {
-            let mut h = meta.headers;
-            if !meta.tags.is_empty()
-                && let Some(raw) = req.header("x-amz-tagging")
-            {
-                h.push((UPLOAD_TAGGING_HEADER.to_string(), raw.to_string()));
-            }
-            h
-        },
-        user_meta: meta.user_meta,
-        checksum_algorithm: alg.map(|a| a.name().to_string()),
+        attrs: meta.into_attrs(0),
+        checksum: alg,
         checksum_type: kind.map(str::to_string),
-        storage_class: meta.storage_class,
     };
-    let upload_id = rec.upload_id.clone();
-    let engine = state.engine.clone();
-    blocking(move || Ok(engine.index.put_upload(&rec)?)).await?;
+    let upload_id = state.store.create_upload(&b, key, new).await?.upload_id;
     let mut x = Xml::new();
     x.root("InitiateMultipartUploadResult");
     x.elem("Bucket", bname);
@@ -1668,13 +1617,9 @@ async fn handle_upload_part(
                 "Part number must be an integer between 1 and 10000, inclusive",
             )
         })?;
-    let upload = load_upload(state, req, &b, key)?;
-    let upload_alg = upload
-        .checksum_algorithm
-        .as_deref()
-        .map(ChecksumAlgorithm::parse)
-        .transpose()?;
-    let w = if copy {
+    let upload = load_upload(state, req, &b, key).await?;
+    let upload_alg = upload.checksum;
+    let part = if copy {
         let (_, _, src) = load_copy_source(state, req).await?;
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src.size),
@@ -1688,10 +1633,9 @@ async fn handle_upload_part(
                 }
             },
         };
-        let mut reader = ReadSource(state.store.read_object(&src, start, end)?);
         state
-            .engine
-            .write_stream(&mut reader, upload_alg, None, None)
+            .store
+            .upload_part_copy(&b, key, &upload.upload_id, part_number, &src, start, end)
             .await?
     } else {
         if !req.headers.contains_key("content-length")
@@ -1715,33 +1659,16 @@ async fn handle_upload_part(
                 ),
             ));
         }
-        let md5 = content_md5(&req.headers)?;
+        let put = PutPart {
+            checksum: alg,
+            expected_checksum: sent,
+            content_md5: content_md5(&req.headers)?,
+        };
         state
-            .engine
-            .write_stream(&mut req.body, alg.or(upload_alg), sent, md5)
+            .store
+            .upload_part(&b, key, &upload.upload_id, part_number, &mut req.body, put)
             .await?
     };
-    state.engine.make_durable(w.ticket).await?;
-    let part = PartRecord {
-        part_number,
-        record_id: w.record_id,
-        etag: hex::encode(w.md5),
-        size: w.size,
-        last_modified_ms: now_ms(),
-        chunks: w.chunks,
-        checksum: stored_checksum(&w.checksum),
-        crc: w.checksum.as_ref().and_then(|c| c.2),
-    };
-    // The upload may have been completed or aborted while the part streamed in; re-check
-    // under the key lock so no part is attached to a finished upload.
-    {
-        let _g = state.engine.lock_key(b.id, key).await;
-        load_upload(state, req, &b, key)?;
-        let engine = state.engine.clone();
-        let p = part.clone();
-        let uid = upload.upload_id.clone();
-        blocking(move || Ok(engine.index.put_part(&uid, &p)?)).await?;
-    }
     if copy {
         let mut x = Xml::new();
         x.root("CopyPartResult");
@@ -1769,8 +1696,7 @@ async fn handle_complete_multipart_upload(
     let b = load_bucket(state, req, bname, Access::Write)?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
-    let _g = state.engine.lock_key(b.id, key).await;
-    let upload = load_upload(state, req, &b, key)?;
+    let upload = load_upload(state, req, &b, key).await?;
     let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
     if doc.parts.is_empty() {
         return Err(err(
@@ -1778,148 +1704,31 @@ async fn handle_complete_multipart_upload(
             "You must specify at least one part",
         ));
     }
-    let stored = state
-        .engine
-        .index
-        .list_parts(&upload.upload_id, 0, usize::MAX)?;
-    let by_number: std::collections::HashMap<u32, &PartRecord> =
-        stored.iter().map(|p| (p.part_number, p)).collect();
-    let alg = upload
-        .checksum_algorithm
-        .as_deref()
-        .map(ChecksumAlgorithm::parse)
-        .transpose()?;
-    let mut md5s = Vec::with_capacity(doc.parts.len() * 16);
-    let mut chosen: Vec<&PartRecord> = Vec::new();
-    if doc
+    let parts = doc
         .parts
-        .windows(2)
-        .any(|w| w[0].part_number >= w[1].part_number)
-    {
-        return Err(err(
-            S3ErrorCode::InvalidPartOrder,
-            "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
-        ));
-    }
-    for (i, p) in doc.parts.iter().enumerate() {
-        let invalid = || {
-            err(
-                S3ErrorCode::InvalidPart,
-                "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
-            )
-        };
-        let sp = by_number.get(&p.part_number).ok_or_else(invalid)?;
-        if p.etag.trim().trim_matches('"') != sp.etag {
-            return Err(invalid());
-        }
-        let sent = [
-            (ChecksumAlgorithm::Crc32, &p.crc32),
-            (ChecksumAlgorithm::Crc32c, &p.crc32c),
-            (ChecksumAlgorithm::Crc64Nvme, &p.crc64nvme),
-            (ChecksumAlgorithm::Sha1, &p.sha1),
-            (ChecksumAlgorithm::Sha256, &p.sha256),
-        ];
-        for (a, v) in sent {
-            if let Some(v) = v
-                && sp
-                    .checksum
-                    .as_ref()
-                    .is_some_and(|c| c.algorithm == a.name() && c.value != *v)
-            {
-                return Err(err(
-                    S3ErrorCode::InvalidPart,
-                    format!("The checksum of part {} does not match", p.part_number),
-                ));
+        .into_iter()
+        .map(|p| {
+            let sent = [
+                (ChecksumAlgorithm::Crc32, p.crc32),
+                (ChecksumAlgorithm::Crc32c, p.crc32c),
+                (ChecksumAlgorithm::Crc64Nvme, p.crc64nvme),
+                (ChecksumAlgorithm::Sha1, p.sha1),
+                (ChecksumAlgorithm::Sha256, p.sha256),
+            ];
+            CompletePart {
+                part_number: p.part_number,
+                etag: p.etag,
+                checksums: sent
+                    .into_iter()
+                    .filter_map(|(a, v)| v.map(|v| (a, v)))
+                    .collect(),
             }
-        }
-        if i + 1 < doc.parts.len() && sp.size < config::PART_BYTES_MIN {
-            return Err(err(
-                S3ErrorCode::EntityTooSmall,
-                "Your proposed upload is smaller than the minimum allowed object size.",
-            ));
-        }
-        md5s.extend_from_slice(
-            &hex::decode(&sp.etag).map_err(|e| S3Error::internal("part etag", e))?,
-        );
-        chosen.push(sp);
-    }
-    let n = chosen.len();
-    let etag = format!("{}-{n}", hex::encode(Md5::digest(&md5s)));
-    let checksum = match (alg, upload.checksum_type.as_deref()) {
-        (Some(a), Some(kind)) => {
-            if chosen
-                .iter()
-                .any(|p| p.checksum.as_ref().is_none_or(|c| c.algorithm != a.name()))
-            {
-                None
-            } else if kind == "FULL_OBJECT" {
-                let crcs: Vec<(u64, u64)> = chosen
-                    .iter()
-                    .map(|p| (p.crc.unwrap_or(0), p.size))
-                    .collect();
-                checksum::combine_full(a, &crcs).map(|value| StoredChecksum {
-                    algorithm: a.name().into(),
-                    value,
-                    kind: kind.into(),
-                })
-            } else {
-                let raws: S3Result<Vec<Vec<u8>>> = chosen
-                    .iter()
-                    .map(|p| {
-                        checksum::decode_sent(
-                            a,
-                            &p.checksum
-                                .as_ref()
-                                .map(|c| c.value.clone())
-                                .unwrap_or_default(),
-                        )
-                    })
-                    .collect();
-                Some(StoredChecksum {
-                    algorithm: a.name().into(),
-                    value: checksum::composite(a, &raws?),
-                    kind: kind.into(),
-                })
-            }
-        }
-        _ => None,
-    };
-    let (tag_header, headers): (Vec<_>, Vec<_>) = upload
-        .headers
-        .iter()
-        .cloned()
-        .partition(|(k, _)| k == UPLOAD_TAGGING_HEADER);
-    let tags = match tag_header.first() {
-        Some((_, raw)) => tagging::parse_header(raw)?,
-        None => Tags::new(),
-    };
-    let rec = ObjectRecord {
-        record_id: [0; 16],
-        size: chosen.iter().map(|p| p.size).sum(),
-        etag: etag.clone(),
-        last_modified_ms: now_ms(),
-        content_type: upload.content_type.clone(),
-        headers,
-        user_meta: upload.user_meta.clone(),
-        checksum: checksum.clone(),
-        storage_class: upload.storage_class.clone(),
-        chunks: chosen
-            .iter()
-            .flat_map(|p| p.chunks.iter().copied())
-            .collect(),
-        parts: chosen
-            .iter()
-            .map(|p| PartExtent {
-                record_id: p.record_id,
-                chunk_count: p.chunks.len() as u32,
-                size: p.size,
-            })
-            .collect(),
-        tags,
-    };
-    state.engine.check_write_condition(b.id, key, &cond)?;
-    let engine = state.engine.clone();
-    blocking(move || Ok(engine.index.complete_upload(&upload, &rec)?)).await?;
+        })
+        .collect();
+    let obj = state
+        .store
+        .complete_upload(&b, key, &upload.upload_id, parts, &cond)
+        .await?;
     let mut x = Xml::new();
     x.root("CompleteMultipartUploadResult");
     x.elem(
@@ -1928,8 +1737,8 @@ async fn handle_complete_multipart_upload(
     );
     x.elem("Bucket", bname);
     x.elem("Key", key);
-    x.elem("ETag", &quoted(&etag));
-    if let Some(c) = &checksum
+    x.elem("ETag", &quoted(&obj.etag));
+    if let Some(c) = &obj.checksum
         && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
     {
         x.elem(a.xml_name(), &c.value);
@@ -1946,10 +1755,8 @@ async fn handle_abort_multipart_upload(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
-    let _g = state.engine.lock_key(b.id, key).await;
-    let upload = load_upload(state, req, &b, key)?;
-    let engine = state.engine.clone();
-    blocking(move || Ok(engine.index.abort_upload(&upload)?)).await?;
+    let upload = load_upload(state, req, &b, key).await?;
+    state.store.abort_upload(&b, key, &upload.upload_id).await?;
     no_content()
 }
 
@@ -1962,7 +1769,7 @@ fn owner_xml(x: &mut Xml, tag: &str, b: &Bucket) {
 
 async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, key: &str) -> R {
     let b = load_bucket(state, req, bname, Access::Read)?;
-    let upload = load_upload(state, req, &b, key)?;
+    let upload = load_upload(state, req, &b, key).await?;
     let max = parse_max(req, "max-parts")?;
     let marker: u32 = match req.q("part-number-marker") {
         None => 0,
@@ -1973,12 +1780,7 @@ async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, 
             )
         })?,
     };
-    let mut parts = state
-        .engine
-        .index
-        .list_parts(&upload.upload_id, marker, max + 1)?;
-    let truncated = parts.len() > max;
-    parts.truncate(max);
+    let (parts, truncated) = state.store.list_parts(&upload, &b, marker, max).await?;
     let mut x = Xml::new();
     x.root("ListPartsResult");
     x.elem("Bucket", bname);
@@ -1996,8 +1798,8 @@ async fn handle_list_parts(state: &Arc<AppState>, req: &S3Request, bname: &str, 
     }
     x.elem("MaxParts", &max.to_string());
     x.elem("IsTruncated", if truncated { "true" } else { "false" });
-    if let Some(a) = &upload.checksum_algorithm {
-        x.elem("ChecksumAlgorithm", a);
+    if let Some(a) = upload.checksum {
+        x.elem("ChecksumAlgorithm", a.name());
     }
     if let Some(t) = &upload.checksum_type {
         x.elem("ChecksumType", t);
@@ -2026,10 +1828,14 @@ async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, b
     let max = parse_max(req, "max-uploads")?;
     let km = req.q("key-marker").filter(|s| !s.is_empty());
     let um = req.q("upload-id-marker").filter(|s| !s.is_empty());
-    let page = state
-        .engine
-        .index
-        .list_uploads(b.id, prefix, delimiter, km, um, max)?;
+    let query = UploadQuery {
+        prefix: prefix.to_string(),
+        delimiter: delimiter.map(str::to_string),
+        key_marker: km.map(str::to_string),
+        upload_id_marker: um.map(str::to_string),
+        max_uploads: max,
+    };
+    let page = state.store.list_uploads(&b, &query).await?;
     let mut x = Xml::new();
     x.root("ListMultipartUploadsResult");
     x.elem("Bucket", bname);
@@ -2056,8 +1862,8 @@ async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, b
             u.storage_class.as_deref().unwrap_or("STANDARD"),
         );
         x.elem("Initiated", &iso8601(u.initiated_ms));
-        if let Some(a) = &u.checksum_algorithm {
-            x.elem("ChecksumAlgorithm", a);
+        if let Some(a) = u.checksum {
+            x.elem("ChecksumAlgorithm", a.name());
         }
         x.close("Upload");
     }
@@ -2073,6 +1879,24 @@ async fn handle_list_multipart_uploads(state: &Arc<AppState>, req: &S3Request, b
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The S3 handlers see storage only through the `ObjectStore` trait: this file names no
+    /// engine, index, chunk store or storage crate outside its tests.
+    #[test]
+    fn handlers_reach_storage_only_through_the_trait() {
+        let code = include_str!("handlers.rs")
+            .split("#[cfg(test)]")
+            .next()
+            .unwrap_or_default();
+        for banned in [
+            "state.engine",
+            "packrat_index",
+            "packrat_chunk_store",
+            "packrat_store::",
+        ] {
+            assert!(!code.contains(banned), "handlers.rs names {banned}");
+        }
+    }
 
     #[test]
     fn bucket_names() {
