@@ -1,11 +1,39 @@
 #!/usr/bin/env bash
-# The one command that runs every check and test packrat has: formatting, clippy, unit and
-# property tests, the Rust AWS SDK tests and the Python client tests (boto3, aws-cli) against
-# the real binary. CI runs exactly this (see .ci/run). Needs the setup in the README.
+# The one command that runs every check and test packrat has: formatting, clippy, unit,
+# property and store conformance tests, the Rust AWS SDK tests and the Python client tests
+# (boto3, aws-cli) against the real binary. CI runs exactly this (see .ci/run). Needs the setup
+# in the README. At the end it prints how long each step took, so growth is seen early, and
+# repeats pytest's closing line last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step_names=()
+step_secs=()
+step_name=""
+step_start=0
+end_step() {
+  if [ -n "$step_name" ]; then
+    step_names+=("$step_name")
+    step_secs+=($((SECONDS - step_start)))
+  fi
+  step_name=""
+}
+step() {
+  end_step
+  step_name="$*"
+  step_start=$SECONDS
+  printf '\n==> %s\n' "$*"
+}
+durations() {
+  end_step
+  printf '\n==> step durations\n'
+  for i in "${!step_names[@]}"; do
+    printf '%6ds  %s\n' "${step_secs[$i]}" "${step_names[$i]}"
+  done
+  printf '%6ds  total\n' "$SECONDS"
+}
+# On a failure too, so a run cut short still says where its time went.
+trap 'status=$?; [ "$status" -eq 0 ] || durations; exit "$status"' EXIT
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -23,4 +51,14 @@ step "fuzz smoke run (cargo-fuzz, every target for \${PACKRAT_FUZZ_SECONDS:-20} 
 bash scripts/fuzz.sh
 
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"
-python3 -m pytest -q tests "$@"
+pytest_log=$(mktemp)
+set +e
+python3 -m pytest -q tests "$@" 2>&1 | tee "$pytest_log"
+pytest_status=${PIPESTATUS[0]}
+set -e
+trap - EXIT
+durations
+# pytest's own closing line ("N passed in ..."), last, for whoever reads a run's last line.
+tail -n 1 "$pytest_log"
+rm -f "$pytest_log"
+exit "$pytest_status"

@@ -662,6 +662,18 @@ impl Engine {
     // ---- multipart uploads: their index writes, under the key's lock like every other write
     // to the key (so a part is never attached to an upload that Complete or Abort ended).
 
+    /// An upload in progress, or `NoSuchUpload`.
+    pub fn upload_record(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        upload_id: &str,
+    ) -> EngineResult<UploadRecord> {
+        self.index
+            .get_upload(bucket_id, key, upload_id)?
+            .ok_or(EngineError(StoreError::NoSuchUpload))
+    }
+
     /// Records a new upload.
     pub async fn create_upload(self: &Arc<Self>, rec: UploadRecord) -> EngineResult<()> {
         let engine = self.clone();
@@ -681,9 +693,7 @@ impl Engine {
     ) -> EngineResult<()> {
         self.make_durable(ticket).await?;
         let _g = self.lock_key(bucket_id, key).await;
-        if self.index.get_upload(bucket_id, key, upload_id)?.is_none() {
-            return Err(StoreError::NoSuchUpload.into());
-        }
+        self.upload_record(bucket_id, key, upload_id)?;
         let engine = self.clone();
         let uid = upload_id.to_string();
         blocking(move || Ok(engine.index.put_part(&uid, &part)?)).await
@@ -701,10 +711,7 @@ impl Engine {
         assemble: impl FnOnce(&UploadRecord, &[PartRecord]) -> EngineResult<ObjectRecord>,
     ) -> EngineResult<ObjectRecord> {
         let _g = self.lock_key(bucket_id, key).await;
-        let upload = self
-            .index
-            .get_upload(bucket_id, key, upload_id)?
-            .ok_or(EngineError(StoreError::NoSuchUpload))?;
+        let upload = self.upload_record(bucket_id, key, upload_id)?;
         let stored = self.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
         let rec = assemble(&upload, &stored)?;
         self.check_write_condition(bucket_id, key, cond)?;
@@ -722,10 +729,7 @@ impl Engine {
         upload_id: &str,
     ) -> EngineResult<()> {
         let _g = self.lock_key(bucket_id, key).await;
-        let upload = self
-            .index
-            .get_upload(bucket_id, key, upload_id)?
-            .ok_or(EngineError(StoreError::NoSuchUpload))?;
+        let upload = self.upload_record(bucket_id, key, upload_id)?;
         let engine = self.clone();
         blocking(move || Ok(engine.index.abort_upload(&upload)?)).await
     }

@@ -208,13 +208,9 @@ fn now_ms() -> i64 {
 
 impl LocalStore {
     fn existing_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<Upload> {
-        let u = self
-            .engine
-            .index
-            .get_upload(bucket.id, key, upload_id)
-            .map_err(EngineError::from)?
-            .ok_or(StoreError::NoSuchUpload)?;
-        Ok(upload_of(&u))
+        Ok(upload_of(
+            &self.engine.upload_record(bucket.id, key, upload_id)?,
+        ))
     }
 
     /// Makes a streamed part durable and records it (see `Engine::put_part`).
