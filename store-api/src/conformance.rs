@@ -19,7 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct MemSource {
     data: Bytes,
     piece: usize,
-    /// Fail with this error instead of handing out the piece after `fail_after` bytes.
+    /// Fail (with the source's own error) instead of handing out more once no more than this
+    /// many bytes remain.
     fail_after: Option<usize>,
 }
 

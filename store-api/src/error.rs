@@ -80,10 +80,4 @@ impl StoreError {
             detail: detail.to_string(),
         }
     }
-
-    /// Whether the failure is the store's own lasting problem with this data (as opposed to
-    /// something unreachable for now).
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Unavailable(_))
-    }
 }

@@ -24,7 +24,7 @@ use packrat_index::{
 use packrat_store_api::ByteSource;
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
-pub use packrat_store_api::{WriteCondition, etag_matches};
+use packrat_store_api::{WriteCondition, etag_matches};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 

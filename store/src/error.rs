@@ -15,8 +15,10 @@ impl EngineError {
         EngineError(StoreError::internal(context, detail))
     }
 
+    /// Whether something the work needs cannot be reached now (a tier), rather than being
+    /// wrong or lost.
     pub fn is_unavailable(&self) -> bool {
-        self.0.is_unavailable()
+        matches!(self.0, StoreError::Unavailable(_))
     }
 }
 

@@ -137,7 +137,7 @@ fn new_record(w: &Written, attrs: ObjectAttrs) -> ObjectRecord {
     let mut rec = ObjectRecord {
         record_id: w.record_id,
         size: w.size,
-        etag: hex_lower(&w.md5),
+        etag: hex::encode(w.md5),
         checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
             algorithm: alg.name().to_string(),
             value: B64.encode(bytes),
@@ -148,16 +148,6 @@ fn new_record(w: &Written, attrs: ObjectAttrs) -> ObjectRecord {
     };
     set_attrs(&mut rec, attrs);
     rec
-}
-
-fn hex_lower(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
 }
 
 #[async_trait::async_trait]
@@ -200,12 +190,6 @@ fn part_of(p: &PartRecord) -> Part {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 impl LocalStore {
     fn existing_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<Upload> {
         Ok(upload_of(
@@ -225,9 +209,9 @@ impl LocalStore {
         let part = PartRecord {
             part_number,
             record_id: w.record_id,
-            etag: hex_lower(&w.md5),
+            etag: hex::encode(w.md5),
             size: w.size,
-            last_modified_ms: now_ms(),
+            last_modified_ms: crate::tier::now_ms(),
             chunks: w.chunks.clone(),
             checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
                 algorithm: alg.name().to_string(),
@@ -458,7 +442,7 @@ impl ObjectStore for LocalStore {
             ));
         }
         let rec = UploadRecord {
-            upload_id: hex_lower(&rand::random::<[u8; 16]>()),
+            upload_id: hex::encode(rand::random::<[u8; 16]>()),
             bucket_id: bucket.id,
             key: key.to_string(),
             owner_id: new.owner_id,
@@ -522,14 +506,18 @@ impl ObjectStore for LocalStore {
         start: u64,
         end: u64,
     ) -> StoreResult<Part> {
-        let upload = self.existing_upload(bucket, key, upload_id)?;
+        // A part like any other, its bytes read from the source; the upload's checksum
+        // algorithm applies, and there is no client digest to check.
         let mut reader = ObjectReader::new(self.engine.clone(), record_in(source)?, start, end);
-        let w = self
-            .engine
-            .write_stream(&mut reader, upload.checksum, None, None)
-            .await?;
-        self.publish_part(bucket, key, upload_id, part_number, w)
-            .await
+        self.upload_part(
+            bucket,
+            key,
+            upload_id,
+            part_number,
+            &mut reader,
+            PutPart::default(),
+        )
+        .await
     }
 
     async fn complete_upload(
@@ -540,7 +528,7 @@ impl ObjectStore for LocalStore {
         parts: Vec<CompletePart>,
         condition: &WriteCondition,
     ) -> StoreResult<ObjectInfo> {
-        let now = now_ms();
+        let now = crate::tier::now_ms();
         let rec = self
             .engine
             .complete_upload(bucket.id, key, upload_id, condition, |upload, stored| {

@@ -101,10 +101,12 @@ pub fn assemble(
         if i + 1 < named.len() && sp.size < PART_BYTES_MIN {
             return Err(EngineError(StoreError::EntityTooSmall));
         }
-        md5s.extend_from_slice(&hex_bytes(&sp.etag)?);
+        md5s.extend_from_slice(
+            &hex::decode(&sp.etag).map_err(|e| EngineError::internal("part etag", e))?,
+        );
         chosen.push(sp);
     }
-    let etag = format!("{}-{}", hex_string(&Md5::digest(&md5s)), chosen.len());
+    let etag = format!("{}-{}", hex::encode(Md5::digest(&md5s)), chosen.len());
     let alg = upload
         .checksum_algorithm
         .as_deref()
@@ -190,28 +192,6 @@ fn combined_checksum(
         value,
         kind: kind.into(),
     }))
-}
-
-fn hex_bytes(s: &str) -> EngineResult<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return Err(EngineError::internal("part etag", s));
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| {
-            u8::from_str_radix(&s[i..i + 2], 16).map_err(|e| EngineError::internal("part etag", e))
-        })
-        .collect()
-}
-
-pub fn hex_string(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[usize::from(b >> 4)] as char);
-        s.push(DIGITS[usize::from(b & 15)] as char);
-    }
-    s
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ fn lifecycle_key(bucket_id: u64) -> Vec<u8> {
     k
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
 
