@@ -16,12 +16,12 @@ fuzz_target!(|data: &[u8]| {
     };
     let len = data.len() as u64 * 97;
     if let Ok(r) = br::parse_item_range(text)
-        && let Some((a, b)) = br::resolve_item_range(r, len)
+        && let Some((a, b)) = packrat_store_api::batch::resolve_item_range(r, len)
     {
         assert!(a < b && b <= len);
     }
     if let Some((i, n)) = br::parse_shard(text) {
         assert!(i < n);
     }
-    let _ = br::key_hash(text);
+    let _ = packrat_store_api::batch::key_hash(text);
 });

@@ -3,9 +3,7 @@
 //! and every file's data must add up to its declared size.
 #![no_main]
 
-#[path = "../../gateway/src/tar.rs"]
-#[allow(dead_code)]
-mod tar;
+use packrat_tar as tar;
 
 use libfuzzer_sys::fuzz_target;
 

@@ -8,21 +8,15 @@ use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
 use crate::s3::sigv4;
 use crate::server::{AppState, RespBody, full};
 use http::{Method, Response, StatusCode};
-use packrat_index::{KeyRecord, RocksIndex};
 use packrat_store::job::Progress;
+use packrat_store_api::StoreError;
+use packrat_store_api::admin::{AccessKey, JobKind, JobStart, NewKey};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 pub const ADMIN_PREFIX: &str = "/_packrat/admin/";
 const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
-
-#[derive(Debug, Serialize, Deserialize, Default)]
-pub struct CreateKeyRequest {
-    pub name: String,
-    pub access_key: Option<String>,
-    pub secret_key: Option<String>,
-}
 
 /// A key as listed: everything but the secret.
 #[derive(Debug, Serialize, Deserialize)]
@@ -34,8 +28,8 @@ pub struct KeyInfo {
     pub created_ms: i64,
 }
 
-impl From<&KeyRecord> for KeyInfo {
-    fn from(k: &KeyRecord) -> Self {
+impl From<&AccessKey> for KeyInfo {
+    fn from(k: &AccessKey) -> Self {
         Self {
             access_key: k.access_key.clone(),
             name: k.name.clone(),
@@ -46,58 +40,12 @@ impl From<&KeyRecord> for KeyInfo {
     }
 }
 
-fn random_token(len: usize, alphabet: &[u8]) -> String {
-    (0..len)
-        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
-        .collect()
-}
-
-pub fn generate_access_key() -> String {
-    format!(
-        "PK{}",
-        random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
-    )
-}
-
-pub fn generate_secret_key() -> String {
-    random_token(
-        40,
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-    )
-}
-
-/// Creates a key record in the index (shared by the server endpoint and offline admin).
-pub fn create_key(index: &RocksIndex, req: CreateKeyRequest, is_root: bool) -> S3Result<KeyRecord> {
-    let bad = |m: &str| S3Error::new(S3ErrorCode::InvalidArgument, m);
-    if req.name.is_empty() || req.name.len() > 64 {
-        return Err(bad("a key needs a name of 1 to 64 characters"));
+/// The store's refusals as the admin API has always answered them: `InvalidArgument`.
+fn admin_error(e: StoreError) -> S3Error {
+    match e {
+        StoreError::Invalid(m) => S3Error::new(S3ErrorCode::InvalidArgument, m),
+        e => e.into(),
     }
-    let access_key = req.access_key.unwrap_or_else(generate_access_key);
-    let secret_key = req.secret_key.unwrap_or_else(generate_secret_key);
-    if !(3..=128).contains(&access_key.len())
-        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(bad("an access key is 3 to 128 letters and digits"));
-    }
-    if !(8..=128).contains(&secret_key.len()) || !secret_key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(bad("a secret key is 8 to 128 printable characters"));
-    }
-    if index.get_key(&access_key)?.is_some() {
-        return Err(S3Error::new(
-            S3ErrorCode::InvalidArgument,
-            format!("access key {access_key} already exists"),
-        ));
-    }
-    let rec = KeyRecord {
-        access_key,
-        secret_key,
-        name: req.name,
-        owner_id: hex::encode(rand::random::<[u8; 16]>()),
-        is_root,
-        created_ms: chrono::Utc::now().timestamp_millis(),
-    };
-    index.put_key(&rec)?;
-    Ok(rec)
 }
 
 fn json<T: Serialize>(status: StatusCode, v: &T) -> S3Result<Response<RespBody>> {
@@ -124,70 +72,44 @@ pub async fn handle(
         ));
     }
     let rest = &raw_path[ADMIN_PREFIX.len()..];
-    let index = &state.engine.index;
+    let store = &state.store;
     match (method, rest.split_once('/').unwrap_or((rest, ""))) {
         (&Method::GET, ("keys", "")) => {
-            let keys: Vec<KeyInfo> = index.list_keys()?.iter().map(KeyInfo::from).collect();
-            json(StatusCode::OK, &keys)
+            let keys = store.list_keys().await.map_err(admin_error)?;
+            json(
+                StatusCode::OK,
+                &keys.iter().map(KeyInfo::from).collect::<Vec<_>>(),
+            )
         }
         (&Method::POST, ("keys", "")) => {
             let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
-            let req: CreateKeyRequest = serde_json::from_slice(&raw).map_err(|e| {
+            let req: NewKey = serde_json::from_slice(&raw).map_err(|e| {
                 S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
             })?;
-            let rec = create_key(index, req, false)?;
-            state.engine.forget_access_key(&rec.access_key);
-            json(StatusCode::OK, &rec)
-        }
-        (&Method::GET, ("status", "")) => {
-            if query.iter().any(|(k, v)| k == "flush" && v == "true") {
-                let engine = state.engine.clone();
-                crate::server::blocking(move || Ok(engine.index.flush_and_compact_objects()?))
-                    .await?;
-            }
-            json(StatusCode::OK, &status(&state.engine))
-        }
-        (&Method::GET | &Method::PUT, ("faults", "")) if state.config.fault_injection => {
-            use packrat_chunk_store::Fault;
-            #[derive(Serialize, Deserialize, Default)]
-            #[serde(deny_unknown_fields, default)]
-            struct Faults {
-                write: Fault,
-                sync: Fault,
-                read: Fault,
-                index_write: Fault,
-                injected: u64,
-            }
-            let chunks = &state.engine.chunks;
-            if method == Method::PUT {
-                let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
-                let f: Faults = serde_json::from_slice(&raw).map_err(|e| {
-                    S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
-                })?;
-                chunks.faults().set(f.write, f.sync, f.read);
-                index.fail_writes.store(
-                    f.index_write != Fault::None,
-                    std::sync::atomic::Ordering::Relaxed,
-                );
-                tracing::warn!(write = ?f.write, sync = ?f.sync, read = ?f.read, index_write = ?f.index_write, "faults set");
-            }
-            let (write, sync, read) = chunks.faults().get();
             json(
                 StatusCode::OK,
-                &Faults {
-                    write,
-                    sync,
-                    read,
-                    index_write: if index.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
-                        Fault::Eio
-                    } else {
-                        Fault::None
-                    },
-                    injected: chunks
-                        .faults()
-                        .injected
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                },
+                &store.create_key(req).await.map_err(admin_error)?,
+            )
+        }
+        (&Method::GET, ("status", "")) => {
+            let flush = query.iter().any(|(k, v)| k == "flush" && v == "true");
+            json(
+                StatusCode::OK,
+                &store.status(flush).await.map_err(admin_error)?,
+            )
+        }
+        (&Method::GET | &Method::PUT, ("faults", "")) if state.config.fault_injection => {
+            let set = if method == Method::PUT {
+                let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
+                Some(serde_json::from_slice(&raw).map_err(|e| {
+                    S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
+                })?)
+            } else {
+                None
+            };
+            json(
+                StatusCode::OK,
+                &store.faults(set).await.map_err(admin_error)?,
             )
         }
         (&Method::POST, ("compact", "")) => {
@@ -205,26 +127,23 @@ pub async fn handle(
                     })?,
             };
             let grace = std::time::Duration::from_secs(state.config.compact_grace_secs);
-            let report = packrat_store::compact::compact(&state.engine, threshold, grace).await?;
+            let report = store.compact(threshold, grace).await.map_err(admin_error)?;
             json(StatusCode::OK, &report)
         }
-        (&Method::POST, ("scrub", "")) => {
-            if !state.engine.chunks.has_redundancy() {
-                return Err(S3Error::new(
-                    S3ErrorCode::InvalidArgument,
-                    "scrub needs erasure coding (serve with --disk ... --ec K+M)",
-                ));
-            }
-            packrat_store::ec::start_scrub(&state.engine, None);
-            json(StatusCode::OK, &state.engine.scrub.progress())
-        }
-        (&Method::GET, ("scrub", "")) => json(StatusCode::OK, &state.engine.scrub.progress()),
+        (&Method::POST, ("scrub", "")) => json(
+            StatusCode::OK,
+            &store.start_job(JobStart::Scrub).map_err(admin_error)?,
+        ),
+        (&Method::GET, ("scrub", "")) => json(
+            StatusCode::OK,
+            &store.job_progress(JobKind::Scrub).map_err(admin_error)?,
+        ),
         (&Method::GET, ("tier", "")) => json(
             StatusCode::OK,
-            &packrat_store::tier::status(&state.engine).await?,
+            &store.tier_status().await.map_err(admin_error)?,
         ),
         (&Method::POST, ("tier", "run")) => {
-            let days = match query.iter().find(|(k, _)| k == "days_ahead") {
+            let days_ahead = match query.iter().find(|(k, _)| k == "days_ahead") {
                 None => 0,
                 Some((_, v)) => v.parse::<u32>().map_err(|_| {
                     S3Error::new(
@@ -233,25 +152,25 @@ pub async fn handle(
                     )
                 })?,
             };
-            packrat_store::tier::start_run(&state.engine, days);
-            json(StatusCode::OK, &state.engine.tiers.progress())
+            json(
+                StatusCode::OK,
+                &store
+                    .start_job(JobStart::TierRun { days_ahead })
+                    .map_err(admin_error)?,
+            )
         }
-        (&Method::GET, ("tier", "run")) => json(StatusCode::OK, &state.engine.tiers.progress()),
+        (&Method::GET, ("tier", "run")) => json(
+            StatusCode::OK,
+            &store.job_progress(JobKind::TierRun).map_err(admin_error)?,
+        ),
         (&Method::DELETE, ("keys", ak)) if !ak.is_empty() => {
-            let existing = index.get_key(ak)?.ok_or_else(|| {
+            let gone = store.delete_key(ak).await.map_err(admin_error)?;
+            let existing = gone.ok_or_else(|| {
                 S3Error::new(
                     S3ErrorCode::InvalidAccessKeyId,
                     format!("no access key {ak}"),
                 )
             })?;
-            if existing.is_root && index.list_keys()?.iter().filter(|k| k.is_root).count() <= 1 {
-                return Err(S3Error::new(
-                    S3ErrorCode::InvalidArgument,
-                    "refusing to delete the last root key",
-                ));
-            }
-            index.delete_key(ak)?;
-            state.engine.forget_access_key(ak);
             state.signing_keys.forget(ak);
             json(StatusCode::OK, &KeyInfo::from(&existing))
         }
@@ -259,52 +178,6 @@ pub async fn handle(
             S3ErrorCode::NotImplemented,
             "unknown administration request",
         )),
-    }
-}
-
-/// What `admin status` reports.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Status {
-    pub index: packrat_index::IndexStats,
-    pub segments: u64,
-    pub active_segment_id: u64,
-    pub active_segment_bytes: u64,
-    pub segment_disk_bytes: u64,
-    pub appends: u64,
-    pub appended_bytes: u64,
-    pub syncs: u64,
-    /// Live and dead segment bytes as of the last compaction scan (none yet: null).
-    pub space: Option<packrat_store::compact::Space>,
-    /// Erasure coding: disks, capacity and segments per state (null without --ec).
-    pub erasure: Option<packrat_chunk_store::EcStatus>,
-    pub degraded_reads: u64,
-    pub unrecoverable_reads: u64,
-    pub segments_encoded: u64,
-    pub shards_rebuilt: u64,
-    pub shard_faults_found: u64,
-    #[serde(default)]
-    pub disk_probe_failures: u64,
-}
-
-pub fn status(engine: &packrat_store::engine::Engine) -> Status {
-    let st = engine.chunks.stats();
-    Status {
-        index: engine.index.object_stats(),
-        segments: st.segments,
-        active_segment_id: st.active_segment_id,
-        active_segment_bytes: st.active_segment_bytes,
-        segment_disk_bytes: engine.chunks.disk_bytes(),
-        appends: st.appends,
-        appended_bytes: st.appended_bytes,
-        syncs: st.syncs,
-        space: *engine.last_space.lock().unwrap_or_else(|p| p.into_inner()),
-        erasure: engine.chunks.ec_status(),
-        degraded_reads: st.degraded_reads,
-        unrecoverable_reads: st.unrecoverable_reads,
-        segments_encoded: st.segments_encoded,
-        shards_rebuilt: st.shards_rebuilt,
-        shard_faults_found: st.shard_faults_found,
-        disk_probe_failures: st.disk_probe_failures,
     }
 }
 

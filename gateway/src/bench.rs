@@ -312,7 +312,7 @@ impl Client {
         let mut body = resp.into_body();
         let mut kept = Vec::new();
         let mut bytes = 0u64;
-        let mut parser = crate::tar::TarParser::new();
+        let mut parser = packrat_tar::TarParser::new();
         let (mut samples, mut sample_bytes, mut sample_errors) = (0u64, 0u64, 0u64);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| e.to_string())?;
@@ -325,7 +325,7 @@ impl Client {
                     parser
                         .push(&d, &mut |ev| {
                             match ev {
-                                crate::tar::TarEvent::File { name, size, .. } => {
+                                packrat_tar::TarEvent::File { name, size, .. } => {
                                     if name.starts_with("__error__/") {
                                         sample_errors += 1;
                                     } else {
@@ -333,11 +333,11 @@ impl Client {
                                         sample_bytes += size;
                                     }
                                 }
-                                crate::tar::TarEvent::Data(_)
-                                | crate::tar::TarEvent::FileEnd
-                                | crate::tar::TarEvent::Skipped { .. } => {}
+                                packrat_tar::TarEvent::Data(_)
+                                | packrat_tar::TarEvent::FileEnd
+                                | packrat_tar::TarEvent::Skipped { .. } => {}
                             }
-                            Ok::<(), crate::tar::TarError>(())
+                            Ok::<(), packrat_tar::TarError>(())
                         })
                         .map_err(|e| format!("bad TAR answer: {e}"))?;
                 }

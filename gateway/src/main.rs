@@ -9,17 +9,20 @@ mod config;
 mod metrics;
 mod s3;
 mod server;
-mod tar;
 
 use clap::{Parser, Subcommand};
 use config::ServeConfig;
 use http::Method;
-use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, IoBackend, SEGMENT_BYTES_DEFAULT};
-use packrat_index::{KeyRecord, RocksIndex};
+use packrat_chunk_store::{IoBackend, SEGMENT_BYTES_DEFAULT};
+use packrat_index::RocksIndex;
+use packrat_store::local::{LocalOptions, LocalStore};
+use packrat_store_api::StoreError;
+use packrat_store_api::admin::{AccessKey, NewKey};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 /// mimalloc instead of glibc malloc: profiles of the small-object GET path showed glibc's
 /// malloc and free at about a tenth of the server's CPU time.
@@ -332,13 +335,20 @@ fn listen(addr: SocketAddr, max_connections: usize) -> std::io::Result<tokio::ne
     socket.listen(backlog)
 }
 
+/// A key refused by the store's rules, as the CLI says it.
+fn key_error(e: packrat_store::EngineError) -> String {
+    match e.0 {
+        StoreError::Invalid(message) => message,
+        e => e.to_string(),
+    }
+}
+
 fn index_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("index")
 }
 
-/// Makes sure a root key exists: the one from the environment, or a stored one, or a new one
-/// that is generated, stored and printed once.
-fn ensure_root_key(index: &RocksIndex) -> Result<(), String> {
+/// The root credentials from the environment: both or neither.
+fn root_from_env() -> Result<Option<(String, String)>, String> {
     let ak = std::env::var("PACKRAT_ROOT_ACCESS_KEY")
         .ok()
         .filter(|s| !s.is_empty());
@@ -346,49 +356,8 @@ fn ensure_root_key(index: &RocksIndex) -> Result<(), String> {
         .ok()
         .filter(|s| !s.is_empty());
     match (ak, sk) {
-        (Some(ak), Some(sk)) => {
-            let existing = index.get_key(&ak).map_err(|e| e.to_string())?;
-            match existing {
-                Some(k) if k.is_root && k.secret_key == sk => Ok(()),
-                Some(mut k) => {
-                    k.secret_key = sk;
-                    k.is_root = true;
-                    index.put_key(&k).map_err(|e| e.to_string())
-                }
-                None => admin::create_key(
-                    index,
-                    admin::CreateKeyRequest {
-                        name: "root".into(),
-                        access_key: Some(ak),
-                        secret_key: Some(sk),
-                    },
-                    true,
-                )
-                .map(|_| ())
-                .map_err(|e| e.message),
-            }
-        }
-        (None, None) => {
-            let keys = index.list_keys().map_err(|e| e.to_string())?;
-            if keys.iter().any(|k| k.is_root) {
-                return Ok(());
-            }
-            let k = admin::create_key(
-                index,
-                admin::CreateKeyRequest {
-                    name: "root".into(),
-                    ..Default::default()
-                },
-                true,
-            )
-            .map_err(|e| e.message)?;
-            println!(
-                "packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):"
-            );
-            println!("  access key: {}", k.access_key);
-            println!("  secret key: {}", k.secret_key);
-            Ok(())
-        }
+        (Some(ak), Some(sk)) => Ok(Some((ak, sk))),
+        (None, None) => Ok(None),
         _ => Err("set both PACKRAT_ROOT_ACCESS_KEY and PACKRAT_ROOT_SECRET_KEY, or neither".into()),
     }
 }
@@ -398,49 +367,38 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
         .init();
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", args.data_dir.display()))?;
-    let index = RocksIndex::open(&index_dir(&args.data_dir)).map_err(|e| {
-        format!(
-            "cannot open the index in {}: {e} (is another packrat using it?)",
-            args.data_dir.display()
-        )
+    let compact_threshold = args.compact_threshold.clamp(0.0, 1.0);
+    let opened = LocalStore::open(LocalOptions {
+        data_dir: args.data_dir.clone(),
+        root: root_from_env()?,
+        disks: args.disks.clone(),
+        ec: args.ec,
+        segment_bytes_max: args.segment_size.max(1024 * 1024),
+        io_backend: match args.io_backend {
+            IoBackendArg::Auto => IoBackend::Auto,
+            IoBackendArg::Uring => IoBackend::Uring,
+            IoBackendArg::Pread => IoBackend::Pread,
+        },
+        tiers: args.tiers.clone(),
+        tier_cache_bytes: args.tier_cache_bytes,
+        tier_segment_bytes: args.tier_segment_size,
+        tier_rate: args.tier_rate,
+        compact_interval: Duration::from_secs(args.compact_interval),
+        compact_threshold,
+        compact_grace: Duration::from_secs(args.compact_grace),
+        tier_interval: Duration::from_secs(args.tier_interval),
+        seal_idle: Duration::from_secs(args.seal_idle),
+        scrub_interval: Duration::from_secs(args.scrub_interval),
+        scrub_rate: args.scrub_rate,
+        disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
     })?;
-    ensure_root_key(&index)?;
-    let segments_dir = match (args.disks.as_slice(), args.ec) {
-        ([], Some(_)) => return Err("--ec needs --disk directories (at least K+M)".into()),
-        ([], None) => args.data_dir.join("segments"),
-        ([one], None) => one.join("segments"),
-        (_, None) => {
-            return Err("several --disk directories need --ec K+M (for example --ec 4+2)".into());
-        }
-        (_, Some(_)) => args.data_dir.join("segments"),
-    };
-    let chunks = ChunkStore::open(
-        segments_dir,
-        ChunkStoreOptions {
-            disks: args.disks.clone(),
-            ec: args.ec,
-            segment_bytes_max: args.segment_size.max(1024 * 1024),
-            io_backend: match args.io_backend {
-                IoBackendArg::Auto => IoBackend::Auto,
-                IoBackendArg::Uring => IoBackend::Uring,
-                IoBackendArg::Pread => IoBackend::Pread,
-            },
-        },
-    )
-    .map_err(|e| e.to_string())?;
-    let tiers = packrat_store::tier::Tiers::open(
-        packrat_store::tier::TierOptions {
-            specs: args.tiers.clone(),
-            cache_bytes: args.tier_cache_bytes,
-            segment_bytes: args.tier_segment_size,
-            rate: args.tier_rate,
-        },
-        &args.data_dir,
-        &index,
-    )?;
-    let engine = Arc::new(packrat_store::engine::Engine::new(index, chunks, tiers));
+    if let Some(k) = &opened.generated_root {
+        println!(
+            "packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):"
+        );
+        println!("  access key: {}", k.access_key);
+        println!("  secret key: {}", k.secret_key);
+    }
     let listener = listen(args.listen, args.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -455,41 +413,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         max_header_bytes: args.max_header_bytes.max(8192),
         max_headers: args.max_headers.max(16),
         header_timeout_secs: args.header_timeout.max(1),
-        compact_threshold: args.compact_threshold.clamp(0.0, 1.0),
+        compact_threshold,
         compact_grace_secs: args.compact_grace,
         fault_injection: args.fault_injection,
     };
     if config.fault_injection {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
-    if args.compact_interval > 0 {
-        packrat_store::compact::spawn_background(
-            engine.clone(),
-            std::time::Duration::from_secs(args.compact_interval),
-            config.compact_threshold,
-            std::time::Duration::from_secs(config.compact_grace_secs),
-        );
-    }
-    if args.tier_interval > 0 {
-        packrat_store::tier::spawn_background(
-            engine.clone(),
-            std::time::Duration::from_secs(args.tier_interval),
-        );
-    }
-    if let Some((k, m)) = args.ec {
-        tracing::info!(k, m, disks = args.disks.len(), "erasure coding on");
-        packrat_store::ec::spawn_background(
-            engine.clone(),
-            std::time::Duration::from_secs(args.seal_idle),
-            std::time::Duration::from_secs(args.scrub_interval),
-            args.scrub_rate,
-            std::time::Duration::from_secs(args.disk_probe_interval),
-        );
-    }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
     println!("packrat: listening on http://{addr}");
-    let store = Arc::new(packrat_store::LocalStore::new(engine.clone()));
-    let state = Arc::new(server::AppState::new(store, engine, config));
+    let state = Arc::new(server::AppState::new(Arc::new(opened.store), config));
     tokio::select! {
         r = server::serve(listener, state) => r.map_err(|e| e.to_string()),
         _ = shutdown_signal() => {
@@ -540,7 +473,7 @@ fn print_key_table(keys: &[admin::KeyInfo]) {
     }
 }
 
-fn print_created(k: &KeyRecord) {
+fn print_created(k: &AccessKey) {
     println!("created key for {}", k.name);
     println!("  access key: {}", k.access_key);
     println!("  secret key: {}", k.secret_key);
@@ -628,30 +561,35 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 access_key,
                 secret_key,
             } => {
-                let k = admin::create_key(
+                let k = packrat_store::keys::create_key(
                     &index,
-                    admin::CreateKeyRequest {
+                    NewKey {
                         name,
                         access_key,
                         secret_key,
                     },
                     false,
                 )
-                .map_err(|e| e.message)?;
-                print_created(&k);
+                .map_err(key_error)?;
+                print_created(&packrat_store::keys::access_key_of(k));
                 Ok(())
             }
             KeyCommand::List => {
                 let keys = index.list_keys().map_err(|e| e.to_string())?;
-                print_key_table(&keys.iter().map(admin::KeyInfo::from).collect::<Vec<_>>());
+                let keys: Vec<admin::KeyInfo> = keys
+                    .into_iter()
+                    .map(|k| admin::KeyInfo::from(&packrat_store::keys::access_key_of(k)))
+                    .collect();
+                print_key_table(&keys);
                 Ok(())
             }
             KeyCommand::Delete { access_key } => {
-                if index.delete_key(&access_key).map_err(|e| e.to_string())? {
-                    println!("deleted {access_key}");
-                    Ok(())
-                } else {
-                    Err(format!("no access key {access_key}"))
+                match packrat_store::keys::delete_key(&index, &access_key).map_err(key_error)? {
+                    Some(_) => {
+                        println!("deleted {access_key}");
+                        Ok(())
+                    }
+                    None => Err(format!("no access key {access_key}")),
                 }
             }
         };
@@ -665,7 +603,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
         } => (
             Method::POST,
             "keys".to_string(),
-            serde_json::to_vec(&admin::CreateKeyRequest {
+            serde_json::to_vec(&NewKey {
                 name: name.clone(),
                 access_key: access_key.clone(),
                 secret_key: secret_key.clone(),
@@ -687,7 +625,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
     }
     match cmd {
         KeyCommand::Create { .. } => {
-            let k: KeyRecord = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            let k: AccessKey = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
             print_created(&k);
         }
         KeyCommand::List => {

@@ -1,7 +1,7 @@
 //! Prometheus metrics: request counts and latency per operation and status, and chunk-store
 //! figures. Counting is a few relaxed atomic adds under a short lock per request.
 
-use packrat_store::engine::Engine;
+use packrat_store_api::admin::{Metric, MetricKind, MetricValue};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -40,7 +40,8 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, engine: &Engine) -> String {
+    /// The gateway's request figures, then the store's `store_metrics`, in Prometheus text.
+    pub fn render(&self, store_metrics: &[Metric]) -> String {
         let mut out = String::new();
         out.push_str("# TYPE packrat_requests_total counter\n");
         out.push_str("# TYPE packrat_request_duration_seconds histogram\n");
@@ -75,58 +76,6 @@ impl Metrics {
             );
         }
         drop(ops);
-        let st = engine.chunks.stats();
-        let _ = writeln!(
-            out,
-            "# TYPE packrat_segments gauge\npackrat_segments {}",
-            st.segments
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE packrat_active_segment_bytes gauge\npackrat_active_segment_bytes {}",
-            st.active_segment_bytes
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE packrat_segment_syncs_total counter\npackrat_segment_syncs_total {}",
-            st.syncs
-        );
-        let gauges = [
-            ("counter", "packrat_segment_appends_total", st.appends),
-            (
-                "counter",
-                "packrat_segment_appended_bytes_total",
-                st.appended_bytes,
-            ),
-            ("counter", "packrat_degraded_reads_total", st.degraded_reads),
-            (
-                "counter",
-                "packrat_unrecoverable_reads_total",
-                st.unrecoverable_reads,
-            ),
-            (
-                "counter",
-                "packrat_segments_encoded_total",
-                st.segments_encoded,
-            ),
-            ("counter", "packrat_bytes_encoded_total", st.bytes_encoded),
-            ("counter", "packrat_shards_rebuilt_total", st.shards_rebuilt),
-            (
-                "counter",
-                "packrat_shard_faults_total",
-                st.shard_faults_found,
-            ),
-            (
-                "counter",
-                "packrat_disk_probe_failures_total",
-                st.disk_probe_failures,
-            ),
-        ];
-        let tier_counters = engine.tiers.metrics();
-        let gauges: Vec<(&str, &str, u64)> = gauges
-            .into_iter()
-            .chain(tier_counters.iter().map(|(n, v)| ("counter", *n, *v)))
-            .collect();
         use std::sync::atomic::Ordering::Relaxed;
         let _ = writeln!(
             out,
@@ -138,52 +87,37 @@ impl Metrics {
             "# TYPE packrat_bytes_out_total counter\npackrat_bytes_out_total {}",
             self.bytes_out.load(Relaxed)
         );
-        let cs = &engine.commit_stats;
-        let batches = cs.batches.load(Relaxed);
-        let _ = writeln!(
-            out,
-            "# TYPE packrat_commit_batches_total counter\npackrat_commit_batches_total {batches}"
-        );
-        let _ = writeln!(
-            out,
-            "# TYPE packrat_commit_jobs_total counter\npackrat_commit_jobs_total {}",
-            cs.jobs.load(Relaxed)
-        );
-        out.push_str("# TYPE packrat_commit_duration_seconds histogram\n");
-        for (i, b) in packrat_store::engine::COMMIT_LATENCY_BUCKETS_US
-            .iter()
-            .enumerate()
-        {
-            let _ = writeln!(
-                out,
-                "packrat_commit_duration_seconds_bucket{{le=\"{}\"}} {}",
-                *b as f64 / 1e6,
-                cs.latency_buckets[i].load(Relaxed)
-            );
-        }
-        let _ = writeln!(
-            out,
-            "packrat_commit_duration_seconds_bucket{{le=\"+Inf\"}} {batches}"
-        );
-        let _ = writeln!(
-            out,
-            "packrat_commit_duration_seconds_sum {}",
-            cs.latency_us_sum.load(Relaxed) as f64 / 1e6
-        );
-        let _ = writeln!(out, "packrat_commit_duration_seconds_count {batches}");
-        let ix = engine.index.object_stats();
-        let index_gauges = [
-            (
-                "gauge",
-                "packrat_index_objects_estimate",
-                ix.objects_estimate,
-            ),
-            ("gauge", "packrat_index_sst_bytes", ix.sst_bytes),
-            ("gauge", "packrat_index_memtable_bytes", ix.memtable_bytes),
-        ];
-        for (kind, name, v) in gauges.iter().chain(index_gauges.iter()) {
-            let _ = writeln!(out, "# TYPE {name} {kind}\n{name} {v}");
+        for m in store_metrics {
+            render_metric(&mut out, m);
         }
         out
+    }
+}
+
+/// One of the store's metrics in Prometheus text, with its `# HELP` and `# TYPE` lines.
+fn render_metric(out: &mut String, m: &Metric) {
+    let kind = match m.kind {
+        MetricKind::Counter => "counter",
+        MetricKind::Gauge => "gauge",
+        MetricKind::Histogram => "histogram",
+    };
+    let name = m.name;
+    let _ = writeln!(out, "# HELP {name} {}\n# TYPE {name} {kind}", m.help);
+    match &m.value {
+        MetricValue::Value(v) => {
+            let _ = writeln!(out, "{name} {v}");
+        }
+        MetricValue::Histogram {
+            buckets,
+            sum,
+            count,
+        } => {
+            for (le, n) in buckets {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {n}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+            let _ = writeln!(out, "{name}_sum {sum}");
+            let _ = writeln!(out, "{name}_count {count}");
+        }
     }
 }

@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use packrat_store::engine::Engine;
 use packrat_store_api::{Identity, ObjectStore};
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,15 +23,6 @@ pub fn full(b: impl Into<Bytes>) -> RespBody {
     Full::new(b.into()).map_err(|e| match e {}).boxed_unsync()
 }
 
-/// Runs blocking work (index scans, disk reads) on the blocking pool.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> S3Result<T> + Send + 'static,
-) -> S3Result<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| S3Error::internal("blocking task failed", e))?
-}
-
 pub fn empty() -> RespBody {
     Empty::new().map_err(|e| match e {}).boxed_unsync()
 }
@@ -40,8 +30,6 @@ pub fn empty() -> RespBody {
 pub struct AppState {
     /// Storage, as the S3 handlers see it.
     pub store: Arc<dyn ObjectStore>,
-    /// The engine behind `store`, for the handlers not yet moved onto the trait (issue 16).
-    pub engine: Arc<Engine>,
     pub config: ServeConfig,
     pub signing_keys: sigv4::SigningKeyCache,
     pub metrics: Metrics,
@@ -81,11 +69,10 @@ impl S3Request {
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn ObjectStore>, engine: Arc<Engine>, config: ServeConfig) -> Self {
+    pub fn new(store: Arc<dyn ObjectStore>, config: ServeConfig) -> Self {
         let connections_max = config.max_connections.max(1);
         Self {
             store,
-            engine,
             config,
             signing_keys: Default::default(),
             metrics: Metrics::default(),
@@ -240,7 +227,10 @@ async fn route_and_run(
             "/metrics" => {
                 return (
                     "metrics",
-                    Ok(text(StatusCode::OK, &state.metrics.render(&state.engine))),
+                    Ok(text(
+                        StatusCode::OK,
+                        &state.metrics.render(&state.store.metrics()),
+                    )),
                 );
             }
             _ => {}

@@ -21,6 +21,12 @@ pub enum StoreError {
     BucketNotEmpty,
     #[error("no such key")]
     NoSuchKey,
+    /// A TAR object has no member of that name.
+    #[error("no such TAR member {0:?}")]
+    NoSuchMember(String),
+    /// A range asked of an object (or TAR member) of `size` bytes lies outside it.
+    #[error("range not satisfiable (size {size})")]
+    RangeNotSatisfiable { size: u64 },
     #[error("no such multipart upload")]
     NoSuchUpload,
     /// CompleteMultipartUpload named a part that is not there, or whose ETag or checksum

@@ -7,6 +7,8 @@
 //! It must never depend on RocksDB, files, the storage crates or HTTP: the S3 layer (and its
 //! fuzz targets) build against it without the storage engine.
 
+pub mod admin;
+pub mod batch;
 pub mod checksum;
 #[cfg(feature = "conformance")]
 pub mod conformance;
@@ -28,6 +30,8 @@ pub use types::{
 /// `async_trait` leaves the argument's lifetime free.
 pub type AttrEdit = Box<dyn for<'a> FnOnce(&'a mut ObjectAttrs) + Send>;
 
+use admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
+use batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery};
 use lifecycle::Rule;
 
 /// Storage as the S3 handlers see it: the only way they reach buckets and objects. `LocalStore`
@@ -177,6 +181,56 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     /// One page of the bucket's objects.
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage>;
+
+    // ---- batch reads and writes (packrat's extensions, see [`batch`])
+
+    /// Plans a batch GET: looks up every item's object (and TAR member, building the object's
+    /// member index on first use) and resolves its range. An item that cannot be read becomes
+    /// an error entry (`NoSuchKey`, `NoSuchMember`, `RangeNotSatisfiable`); an object named
+    /// with a member that is not a TAR archive fails the whole plan (`Invalid`).
+    async fn plan_batch(
+        &self,
+        bucket: &Bucket,
+        items: Vec<BatchItem>,
+        order: BatchOrder,
+    ) -> StoreResult<BatchPlan>;
+    /// Reads a plan's entries into `sink` in the plan's order, every payload verified. A read
+    /// that fails becomes an error entry when the entry's header is not yet out, else cuts
+    /// the stream. Ends the stream (`sink.finish`) after the last entry.
+    async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink);
+    /// Reads one shard of an epoch stream into `sink` (see [`StreamQuery`]), like
+    /// [`Self::read_batch`].
+    async fn read_stream(&self, bucket: &Bucket, query: StreamQuery, sink: &mut dyn EntrySink);
+    /// Starts a batch PUT into `bucket`.
+    fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>>;
+
+    // ---- administration (see [`admin`])
+
+    /// Every access key.
+    async fn list_keys(&self) -> StoreResult<Vec<AccessKey>>;
+    /// Creates a key; `Invalid` if the name or a given key breaks the rules or the access key
+    /// exists.
+    async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey>;
+    /// Deletes a key, answering it; `None` if there is none. `Invalid` for the last root key.
+    async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>>;
+    /// The store's state: objects, segments, space, disks, erasure coding. With `flush`, the
+    /// index first writes out and compacts what it holds in memory (exact figures, slower).
+    async fn status(&self, flush: bool) -> StoreResult<Report>;
+    /// Compacts the segments whose live bytes are below `threshold` (0 to 1); removed
+    /// segments stay readable for `grace` by readers that have them open. Answers the report.
+    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report>;
+    /// Starts a background job, or joins the one of its kind that is running; answers its
+    /// progress. `Invalid` if the store cannot run it (a scrub without erasure coding).
+    fn start_job(&self, job: JobStart) -> StoreResult<Report>;
+    /// The progress of the running (or last) job of a kind.
+    fn job_progress(&self, job: JobKind) -> StoreResult<Report>;
+    /// Storage tiers: what each holds, what is due to move.
+    async fn tier_status(&self) -> StoreResult<Report>;
+    /// Test fault injection: sets the store's fault switches if `set` is given, and answers
+    /// them. `Invalid` for switches the store does not have.
+    async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;
+    /// The store's own figures (segments, commits, disks, tiers, index).
+    fn metrics(&self) -> Vec<Metric>;
 }
 
 /// The bytes of one object range, in order, as verified pieces.

@@ -110,10 +110,16 @@ struct CommitJob {
 const INLINE_READ_BYTES_MAX: u32 = 64 * 1024;
 
 pub struct Engine {
-    pub index: Arc<RocksIndex>,
-    pub chunks: Arc<ChunkStore>,
+    pub(crate) index: Arc<RocksIndex>,
+    pub(crate) chunks: Arc<ChunkStore>,
     commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
-    pub commit_stats: Arc<CommitStats>,
+    /// The commit thread, joined when the engine is dropped: declared after `commit_tx`, so
+    /// the queue is closed first and the thread ends once it has committed what was queued.
+    /// The index then closes on the thread that drops the engine, not during process exit
+    /// (where RocksDB's threads outliving the process's statics aborted it: `pthread lock:
+    /// Invalid argument`).
+    _committer: JoinOnDrop,
+    pub(crate) commit_stats: Arc<CommitStats>,
     key_locks: Vec<tokio::sync::Mutex<()>>,
     /// Per key-lock stripe, the last commit job enqueued under that lock.
     stripe_tails: Vec<std::sync::Mutex<Option<Arc<Applied>>>>,
@@ -123,16 +129,29 @@ pub struct Engine {
     bucket_cache: RwLock<CacheMap<BucketRecord>>,
     key_cache: RwLock<CacheMap<KeyRecord>>,
     /// One compaction at a time (`compact.rs`).
-    pub compaction: tokio::sync::Mutex<()>,
+    pub(crate) compaction: tokio::sync::Mutex<()>,
     /// Writes between their first append and their index commit: token -> the active segment
     /// when they started. Compaction never removes a segment at or above the smallest.
     inflight: Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, u64>)>>,
     /// Live and dead bytes as of the last compaction scan, for `admin status`.
-    pub last_space: std::sync::Mutex<Option<crate::compact::Space>>,
+    pub(crate) last_space: std::sync::Mutex<Option<crate::compact::Space>>,
     /// The erasure-coding scrub in progress, or the last one (`ec.rs`).
-    pub scrub: crate::ec::ScrubJob,
+    pub(crate) scrub: crate::ec::ScrubJob,
     /// Storage tiers and the catalog of segments that live on them (`tier.rs`).
-    pub tiers: Arc<crate::tier::Tiers>,
+    pub(crate) tiers: Arc<crate::tier::Tiers>,
+}
+
+/// A thread that is waited for when this is dropped.
+struct JoinOnDrop(Option<std::thread::JoinHandle<()>>);
+
+impl Drop for JoinOnDrop {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take()
+            && t.join().is_err()
+        {
+            tracing::error!("the commit thread panicked");
+        }
+    }
 }
 
 /// Keeps a write's segments safe from compaction until dropped (see [`Engine::pin_write`]).
@@ -221,17 +240,18 @@ impl Engine {
         let chunks = Arc::new(chunks);
         let (commit_tx, commit_rx) = tokio::sync::mpsc::channel(COMMIT_QUEUE_JOBS_MAX);
         let commit_stats = Arc::new(CommitStats::default());
-        {
+        let committer = {
             let (index, chunks, stats) = (index.clone(), chunks.clone(), commit_stats.clone());
             std::thread::Builder::new()
                 .name("packrat-commit".into())
                 .spawn(move || run_committer(&index, &chunks, &stats, commit_rx))
-                .expect("spawning the commit thread");
-        }
+                .expect("spawning the commit thread")
+        };
         Self {
             index,
             chunks,
             commit_tx,
+            _committer: JoinOnDrop(Some(committer)),
             commit_stats,
             key_locks: (0..KEY_LOCK_STRIPES)
                 .map(|_| tokio::sync::Mutex::new(()))

@@ -17,11 +17,14 @@
 //! kinds, which the S3 layer maps to S3 codes in one place, and request bodies arrive through
 //! `ByteSource`.
 
+pub mod admin;
+pub mod batch;
 pub mod compact;
 pub mod ec;
 pub mod engine;
 pub mod error;
 pub mod job;
+pub mod keys;
 pub mod local;
 pub mod multipart;
 pub mod tier;

@@ -9,8 +9,14 @@ use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
+use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, IoBackend};
+use packrat_index::RocksIndex;
 use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
+};
+use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
+use packrat_store_api::batch::{
+    BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery,
 };
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
@@ -20,15 +26,127 @@ use packrat_store_api::{
     ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, Upload, UploadPage,
     UploadQuery, WriteCondition,
 };
+use packrat_tiering::TierSpec;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 pub struct LocalStore {
     engine: Arc<Engine>,
 }
 
+/// How `packrat serve` opens its store.
+pub struct LocalOptions {
+    pub data_dir: PathBuf,
+    /// Root credentials to hold (created, or updated to this secret); `None` keeps a stored
+    /// root key, or generates one.
+    pub root: Option<(String, String)>,
+    /// Segment directories, one per disk (none: under `data_dir`).
+    pub disks: Vec<PathBuf>,
+    /// Erasure coding `(K, M)` across `disks`.
+    pub ec: Option<(usize, usize)>,
+    pub segment_bytes_max: u64,
+    pub io_backend: IoBackend,
+    pub tiers: Vec<TierSpec>,
+    pub tier_cache_bytes: u64,
+    pub tier_segment_bytes: u64,
+    /// Bytes per second a tier move may read and write (0: unthrottled).
+    pub tier_rate: u64,
+    /// Background compaction every interval (zero: never), of segments below the threshold.
+    pub compact_interval: Duration,
+    pub compact_threshold: f64,
+    pub compact_grace: Duration,
+    /// Background tier runs every interval (zero: never).
+    pub tier_interval: Duration,
+    /// Erasure-coding upkeep: seal segments idle this long, scrub every interval at the rate,
+    /// probe disks every interval.
+    pub seal_idle: Duration,
+    pub scrub_interval: Duration,
+    pub scrub_rate: u64,
+    pub disk_probe_interval: Duration,
+}
+
+/// A store just opened, with the root key it generated (to show once), if it did.
+pub struct Opened {
+    pub store: LocalStore,
+    pub generated_root: Option<AccessKey>,
+}
+
 impl LocalStore {
     pub fn new(engine: Arc<Engine>) -> Self {
         Self { engine }
+    }
+
+    /// Opens (or creates) a data directory: the index, the segments, the tiers; makes sure a
+    /// root key exists; starts the background work (compaction, tier runs, erasure-coding
+    /// upkeep). Call inside a Tokio runtime.
+    pub fn open(o: LocalOptions) -> Result<Opened, String> {
+        std::fs::create_dir_all(&o.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", o.data_dir.display()))?;
+        let index = RocksIndex::open(&o.data_dir.join("index")).map_err(|e| {
+            format!(
+                "cannot open the index in {}: {e} (is another packrat using it?)",
+                o.data_dir.display()
+            )
+        })?;
+        let generated_root = ensure_root_key(&index, o.root)?;
+        let segments_dir = match (o.disks.as_slice(), o.ec) {
+            ([], Some(_)) => return Err("--ec needs --disk directories (at least K+M)".into()),
+            ([], None) => o.data_dir.join("segments"),
+            ([one], None) => one.join("segments"),
+            (_, None) => {
+                return Err(
+                    "several --disk directories need --ec K+M (for example --ec 4+2)".into(),
+                );
+            }
+            (_, Some(_)) => o.data_dir.join("segments"),
+        };
+        let chunks = ChunkStore::open(
+            segments_dir,
+            ChunkStoreOptions {
+                disks: o.disks.clone(),
+                ec: o.ec,
+                segment_bytes_max: o.segment_bytes_max,
+                io_backend: o.io_backend,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let tiers = crate::tier::Tiers::open(
+            crate::tier::TierOptions {
+                specs: o.tiers,
+                cache_bytes: o.tier_cache_bytes,
+                segment_bytes: o.tier_segment_bytes,
+                rate: o.tier_rate,
+            },
+            &o.data_dir,
+            &index,
+        )?;
+        let engine = Arc::new(Engine::new(index, chunks, tiers));
+        if !o.compact_interval.is_zero() {
+            crate::compact::spawn_background(
+                engine.clone(),
+                o.compact_interval,
+                o.compact_threshold,
+                o.compact_grace,
+            );
+        }
+        if !o.tier_interval.is_zero() {
+            crate::tier::spawn_background(engine.clone(), o.tier_interval);
+        }
+        if let Some((k, m)) = o.ec {
+            tracing::info!(k, m, disks = o.disks.len(), "erasure coding on");
+            crate::ec::spawn_background(
+                engine.clone(),
+                o.seal_idle,
+                o.scrub_interval,
+                o.scrub_rate,
+                o.disk_probe_interval,
+            );
+        }
+        Ok(Opened {
+            store: LocalStore::new(engine),
+            generated_root: generated_root.map(crate::keys::access_key_of),
+        })
     }
 
     /// Runs blocking engine work on the blocking pool and answers in the trait's error type.
@@ -38,6 +156,50 @@ impl LocalStore {
     ) -> StoreResult<T> {
         let engine = self.engine.clone();
         Ok(blocking(move || f(&engine)).await?)
+    }
+}
+
+/// Makes sure a root key exists: `root` (created, or given that secret), or a stored one, or
+/// a new one, which is answered so it can be shown once.
+fn ensure_root_key(
+    index: &RocksIndex,
+    root: Option<(String, String)>,
+) -> Result<Option<KeyRecord>, String> {
+    let key_error = |e: EngineError| match e.0 {
+        StoreError::Invalid(m) => m,
+        e => e.to_string(),
+    };
+    match root {
+        Some((ak, sk)) => match index.get_key(&ak).map_err(|e| e.to_string())? {
+            Some(k) if k.is_root && k.secret_key == sk => Ok(None),
+            Some(mut k) => {
+                k.secret_key = sk;
+                k.is_root = true;
+                index.put_key(&k).map_err(|e| e.to_string())?;
+                Ok(None)
+            }
+            None => {
+                let new = NewKey {
+                    name: "root".into(),
+                    access_key: Some(ak),
+                    secret_key: Some(sk),
+                };
+                crate::keys::create_key(index, new, true).map_err(key_error)?;
+                Ok(None)
+            }
+        },
+        None => {
+            let keys = index.list_keys().map_err(|e| e.to_string())?;
+            if keys.iter().any(|k| k.is_root) {
+                return Ok(None);
+            }
+            let new = NewKey {
+                name: "root".into(),
+                ..Default::default()
+            };
+            let k = crate::keys::create_key(index, new, true).map_err(key_error)?;
+            Ok(Some(k))
+        }
     }
 }
 
@@ -600,6 +762,105 @@ impl ObjectStore for LocalStore {
             })
         })
         .await
+    }
+
+    async fn plan_batch(
+        &self,
+        bucket: &Bucket,
+        items: Vec<BatchItem>,
+        order: BatchOrder,
+    ) -> StoreResult<BatchPlan> {
+        crate::batch::plan_batch(&self.engine, bucket.id, items, order).await
+    }
+
+    async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink) {
+        crate::batch::read_batch(&self.engine, plan, sink).await
+    }
+
+    async fn read_stream(&self, bucket: &Bucket, query: StreamQuery, sink: &mut dyn EntrySink) {
+        crate::batch::read_stream(&self.engine, bucket.id, query, sink).await
+    }
+
+    fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
+        Ok(Box::new(crate::batch::LocalBatchWriter::new(
+            self.engine.clone(),
+            bucket.id,
+        )))
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<AccessKey>> {
+        let keys = self.run(|e| Ok(e.index.list_keys()?)).await?;
+        Ok(keys.into_iter().map(crate::keys::access_key_of).collect())
+    }
+
+    async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
+        let rec = self
+            .run(move |e| crate::keys::create_key(&e.index, new, false))
+            .await?;
+        self.engine.forget_access_key(&rec.access_key);
+        Ok(crate::keys::access_key_of(rec))
+    }
+
+    async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>> {
+        let ak = access_key.to_string();
+        let gone = self
+            .run(move |e| crate::keys::delete_key(&e.index, &ak))
+            .await?;
+        self.engine.forget_access_key(access_key);
+        Ok(gone.map(crate::keys::access_key_of))
+    }
+
+    async fn status(&self, flush: bool) -> StoreResult<Report> {
+        if flush {
+            self.run(|e| Ok(e.index.flush_and_compact_objects()?))
+                .await?;
+        }
+        Ok(crate::admin::report(&crate::admin::status(&self.engine))?)
+    }
+
+    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report> {
+        let r = crate::compact::compact(&self.engine, threshold, grace).await?;
+        Ok(crate::admin::report(&r)?)
+    }
+
+    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
+        match job {
+            JobStart::Scrub => {
+                if !self.engine.chunks.has_redundancy() {
+                    return Err(StoreError::Invalid(
+                        "scrub needs erasure coding (serve with --disk ... --ec K+M)".into(),
+                    ));
+                }
+                crate::ec::start_scrub(&self.engine, None);
+            }
+            JobStart::TierRun { days_ahead } => {
+                crate::tier::start_run(&self.engine, days_ahead);
+            }
+        }
+        self.job_progress(match job {
+            JobStart::Scrub => JobKind::Scrub,
+            JobStart::TierRun { .. } => JobKind::TierRun,
+        })
+    }
+
+    fn job_progress(&self, job: JobKind) -> StoreResult<Report> {
+        Ok(match job {
+            JobKind::Scrub => crate::admin::report(&self.engine.scrub.progress())?,
+            JobKind::TierRun => crate::admin::report(&self.engine.tiers.progress())?,
+        })
+    }
+
+    async fn tier_status(&self) -> StoreResult<Report> {
+        let st = crate::tier::status(&self.engine).await?;
+        Ok(crate::admin::report(&st)?)
+    }
+
+    async fn faults(&self, set: Option<Report>) -> StoreResult<Report> {
+        Ok(crate::admin::faults(&self.engine, set)?)
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        crate::admin::metrics(&self.engine)
     }
 }
 

@@ -280,26 +280,32 @@ impl Tiers {
         self.job.progress()
     }
 
-    pub fn metrics(&self) -> [(&'static str, u64); 5] {
+    /// (name, help, value) of the tier counters.
+    pub fn metrics(&self) -> [(&'static str, &'static str, u64); 5] {
         [
             (
                 "packrat_tier_bytes_moved_total",
+                "Bytes moved to storage tiers.",
                 self.counters.bytes_moved.load(Relaxed),
             ),
             (
                 "packrat_tier_objects_moved_total",
+                "Objects moved to storage tiers.",
                 self.counters.objects_moved.load(Relaxed),
             ),
             (
                 "packrat_tier_reads_total",
+                "Reads from storage tiers.",
                 self.counters.reads.load(Relaxed),
             ),
             (
                 "packrat_tier_read_errors_total",
+                "Reads from storage tiers that failed.",
                 self.counters.read_errors.load(Relaxed),
             ),
             (
                 "packrat_tier_read_microseconds_total",
+                "Time spent reading from storage tiers, in microseconds.",
                 self.counters.read_us_total.load(Relaxed),
             ),
         ]

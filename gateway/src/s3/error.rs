@@ -165,6 +165,14 @@ impl From<packrat_store_api::StoreError> for S3Error {
             E::NoSuchKey => {
                 S3Error::new(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
             }
+            E::NoSuchMember(member) => S3Error::new(
+                S3ErrorCode::NoSuchKey,
+                format!("The TAR object has no member {member:?}."),
+            ),
+            E::RangeNotSatisfiable { size } => S3Error::new(
+                S3ErrorCode::InvalidRange,
+                format!("The requested range is not satisfiable (size {size})."),
+            ),
             E::NoSuchUpload => S3Error::new(
                 S3ErrorCode::NoSuchUpload,
                 "The specified upload does not exist. The upload ID may be invalid, or the upload \
@@ -235,29 +243,6 @@ impl From<packrat_store_api::StoreError> for S3Error {
                 None => S3Error::internal("request body", source),
             },
         }
-    }
-}
-
-// Not in fuzz builds (see above). Only for the handlers that still reach the engine, the
-// index or the chunk store directly instead of through the store trait.
-#[cfg(not(fuzzing))]
-impl From<packrat_store::EngineError> for S3Error {
-    fn from(e: packrat_store::EngineError) -> Self {
-        e.0.into()
-    }
-}
-
-#[cfg(not(fuzzing))]
-impl From<packrat_index::IndexError> for S3Error {
-    fn from(e: packrat_index::IndexError) -> Self {
-        packrat_store::EngineError::from(e).into()
-    }
-}
-
-#[cfg(not(fuzzing))]
-impl From<packrat_chunk_store::ChunkStoreError> for S3Error {
-    fn from(e: packrat_chunk_store::ChunkStoreError) -> Self {
-        packrat_store::EngineError::from(e).into()
     }
 }
 

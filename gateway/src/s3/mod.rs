@@ -1,5 +1,6 @@
 //! The S3 protocol layer: signatures, bodies, checksums, XML, errors and the handlers. It sees
-//! storage only through [`packrat_store::engine::Engine`] and never names RocksDB or a file.
+//! storage only through the `ObjectStore` trait (`packrat_store_api`) and never names RocksDB,
+//! the engine or a file.
 
 pub mod batch;
 pub mod batch_request;

@@ -1,0 +1,101 @@
+//! What an operator asks of a store: access keys, status, the long jobs (compaction, scrub,
+//! tier runs) and the store's own metrics.
+//!
+//! Reports are JSON documents in the store's own shape (one node's counters today, a
+//! cluster's per node tomorrow): the admin API passes them through and the CLI reads the
+//! fields it shows. Metrics are typed, so the S3 layer renders every store's figures the same
+//! way next to its own.
+
+use serde::{Deserialize, Serialize};
+
+/// A report as the admin API answers it.
+pub type Report = serde_json::Value;
+
+/// An access key as the store keeps it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AccessKey {
+    pub access_key: String,
+    pub secret_key: String,
+    pub name: String,
+    pub owner_id: String,
+    pub is_root: bool,
+    pub created_ms: i64,
+}
+
+/// A key to create; access and secret keys are generated when not given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NewKey {
+    pub name: String,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+}
+
+/// The background jobs an operator starts and follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobKind {
+    /// Reads every erasure-coded shard and repairs what it finds wrong.
+    Scrub,
+    /// Applies lifecycle rules and moves cold data to its storage tier.
+    TierRun,
+}
+
+/// How a job is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobStart {
+    Scrub,
+    /// A tier run that treats objects as `days_ahead` days older than they are.
+    TierRun {
+        days_ahead: u32,
+    },
+}
+
+/// What a metric counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Only ever grows (`_total`).
+    Counter,
+    /// Goes up and down.
+    Gauge,
+    /// Counts observations by bounds (see [`MetricValue::Histogram`]).
+    Histogram,
+}
+
+/// One figure of a store, in base units (bytes, seconds).
+#[derive(Debug, Clone)]
+pub struct Metric {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: MetricKind,
+    pub value: MetricValue,
+}
+
+#[derive(Debug, Clone)]
+pub enum MetricValue {
+    Value(f64),
+    /// Observations at most each bound (`le`, cumulative), their sum and count.
+    Histogram {
+        buckets: Vec<(f64, u64)>,
+        sum: f64,
+        count: u64,
+    },
+}
+
+impl Metric {
+    pub fn counter(name: &'static str, help: &'static str, value: u64) -> Self {
+        Self {
+            name,
+            help,
+            kind: MetricKind::Counter,
+            value: MetricValue::Value(value as f64),
+        }
+    }
+
+    pub fn gauge(name: &'static str, help: &'static str, value: u64) -> Self {
+        Self {
+            name,
+            help,
+            kind: MetricKind::Gauge,
+            value: MetricValue::Value(value as f64),
+        }
+    }
+}
