@@ -2,23 +2,8 @@
 //! arbitrary bytes cut at an arbitrary point: bytes or an S3 error, never a panic or a hang.
 #![no_main]
 
-#[allow(dead_code)]
-mod config {
-    pub const BODY_IDLE_TIMEOUT_SECS: u64 = 30;
-}
-
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/body.rs"]
-mod body;
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/error.rs"]
-mod error;
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/sigv4.rs"]
-mod sigv4;
-
-use body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 use libfuzzer_sys::fuzz_target;
+use packrat_gateway::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 
 fuzz_target!(|input: &[u8]| {
     if input.len() < 3 {

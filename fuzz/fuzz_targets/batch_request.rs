@@ -2,12 +2,8 @@
 //! item range always lies inside the object.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/batch_request.rs"]
-mod batch_request;
-
-use batch_request as br;
 use libfuzzer_sys::fuzz_target;
+use packrat_gateway::s3::batch_request as br;
 
 fuzz_target!(|data: &[u8]| {
     let _ = serde_json::from_slice::<br::BatchRequest>(data);

@@ -2,14 +2,8 @@
 //! none, or an S3 error; never a panic.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/error.rs"]
-mod error;
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/range.rs"]
-mod range;
-
 use libfuzzer_sys::fuzz_target;
+use packrat_gateway::s3::range;
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 8 {

@@ -2,14 +2,8 @@
 //! parsed claim, never a panic.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/error.rs"]
-mod error;
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/sigv4.rs"]
-mod sigv4;
-
 use libfuzzer_sys::fuzz_target;
+use packrat_gateway::s3::sigv4;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {

@@ -2,14 +2,8 @@
 //! MalformedXML or a parsed document, never a panic.
 #![no_main]
 
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/error.rs"]
-mod error;
-#[allow(dead_code)]
-#[path = "../../gateway/src/s3/xml.rs"]
-mod xml;
-
 use libfuzzer_sys::fuzz_target;
+use packrat_gateway::s3::xml;
 
 fuzz_target!(|data: &[u8]| {
     let _ = xml::parse::<xml::Delete>(data);

@@ -6,11 +6,11 @@
 //! per-worker HDR histogram merged at the end. Given `--server-pid`, the server's CPU time (from
 //! `/proc/PID/stat`) per operation and its RSS are reported too.
 
-use crate::s3::sigv4;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
 use http::{HeaderMap, HeaderValue, Method, Request};
 use http_body_util::{BodyExt, Full};
+use packrat_gateway::s3::sigv4;
 use serde::Serialize;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

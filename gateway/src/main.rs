@@ -3,12 +3,10 @@
 //! `packrat serve` runs the gateway, index and chunk store in one process; `packrat admin`
 //! manages access keys of a running server (or, with `--data-dir`, of a stopped one).
 
-mod admin;
+mod admin_client;
 mod bench;
-mod config;
-mod metrics;
-mod s3;
-mod server;
+
+use packrat_gateway::{admin, config, server};
 
 use clap::{Parser, Subcommand};
 use config::ServeConfig;
@@ -513,11 +511,12 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
         }
         AdminCommand::Tier(TierCommand::Run { days_ahead }) => {
             let (ak, sk) = root_credentials()?;
-            return admin::run_tier(&args.endpoint, &args.region, &ak, &sk, days_ahead).await;
+            return admin_client::run_tier(&args.endpoint, &args.region, &ak, &sk, days_ahead)
+                .await;
         }
         AdminCommand::Scrub => {
             let (ak, sk) = root_credentials()?;
-            return admin::run_scrub(&args.endpoint, &args.region, &ak, &sk).await;
+            return admin_client::run_scrub(&args.endpoint, &args.region, &ak, &sk).await;
         }
         AdminCommand::Status { .. }
         | AdminCommand::Compact { .. }
@@ -542,8 +541,8 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 }
                 _ => (Method::GET, "status".to_string()),
             };
-            let body =
-                admin::call_ok(&args.endpoint, &args.region, &ak, &sk, method, &path).await?;
+            let body = admin_client::call_ok(&args.endpoint, &args.region, &ak, &sk, method, &path)
+                .await?;
             println!("{}", String::from_utf8_lossy(&body));
             return Ok(());
         }
@@ -616,7 +615,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
         }
     };
     let (status, body) =
-        admin::call(&args.endpoint, &args.region, &ak, &sk, method, &path, body).await?;
+        admin_client::call(&args.endpoint, &args.region, &ak, &sk, method, &path, body).await?;
     if !status.is_success() {
         return Err(format!(
             "server answered {status}: {}",

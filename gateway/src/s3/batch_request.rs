@@ -3,12 +3,12 @@
 //! hash and shuffle of epoch streams, are in `packrat_store_api::batch`. Pure functions,
 //! fuzzed (`fuzz/fuzz_targets/batch_request.rs`).
 
-use packrat_store_api::batch::ItemRange;
+pub use packrat_store_api::batch::ItemRange;
 use serde::Deserialize;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct BatchRequest {
+pub struct BatchRequest {
     pub items: Vec<BatchItem>,
     #[serde(default)]
     pub order: Order,
@@ -18,7 +18,7 @@ pub(crate) struct BatchRequest {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct BatchItem {
+pub struct BatchItem {
     pub key: String,
     pub range: Option<String>,
     pub member: Option<String>,
@@ -27,7 +27,7 @@ pub(crate) struct BatchItem {
 
 #[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Order {
+pub enum Order {
     #[default]
     Request,
     Storage,
@@ -35,13 +35,13 @@ pub(crate) enum Order {
 
 #[derive(Debug, Default, Deserialize, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum OnError {
+pub enum OnError {
     #[default]
     Continue,
     Abort,
 }
 
-pub(crate) fn parse_item_range(spec: &str) -> Result<ItemRange, String> {
+pub fn parse_item_range(spec: &str) -> Result<ItemRange, String> {
     let bad = || format!("the range {spec:?} is not of the form bytes=A-B, bytes=A- or bytes=-N");
     let r = spec.trim().strip_prefix("bytes=").ok_or_else(bad)?;
     if r.contains(',') {
@@ -68,7 +68,7 @@ pub(crate) fn parse_item_range(spec: &str) -> Result<ItemRange, String> {
     }
 }
 
-pub(crate) fn parse_shard(s: &str) -> Option<(u64, u64)> {
+pub fn parse_shard(s: &str) -> Option<(u64, u64)> {
     let (i, n) = s.split_once('/')?;
     let (i, n): (u64, u64) = (i.parse().ok()?, n.parse().ok()?);
     (n >= 1 && i < n).then_some((i, n))

@@ -435,8 +435,6 @@ impl BodyReader {
 
 /// A request body is what a write streams into the store. Its errors (a bad chunk signature,
 /// an incomplete body, a timeout) travel through the store unchanged, as `StoreError::Source`.
-/// Not in fuzz builds, which compile this file without the store.
-#[cfg(not(fuzzing))]
 #[async_trait::async_trait]
 impl packrat_store_api::ByteSource for BodyReader {
     async fn next_piece(&mut self) -> packrat_store_api::StoreResult<Option<Bytes>> {

@@ -143,9 +143,7 @@ impl std::fmt::Display for S3Error {
 impl std::error::Error for S3Error {}
 
 // The store's failures as S3 errors: the one place where a storage failure gets its S3 code,
-// status and message. Not in fuzz builds, which compile this file on its own without the store
-// (and RocksDB).
-#[cfg(not(fuzzing))]
+// status and message.
 impl From<packrat_store_api::StoreError> for S3Error {
     fn from(e: packrat_store_api::StoreError) -> Self {
         use packrat_store_api::{Digest, StoreError as E};
