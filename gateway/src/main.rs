@@ -419,11 +419,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
+    let stop = shutdown_signal()?;
     println!("packrat: listening on http://{addr}");
     let state = Arc::new(server::AppState::new(Arc::new(opened.store), config));
     tokio::select! {
         r = server::serve(listener, state) => r.map_err(|e| e.to_string()),
-        _ = shutdown_signal() => {
+        _ = stop => {
             // Every acknowledged write is already durable; nothing to flush.
             tracing::info!("shutting down");
             Ok(())
@@ -431,15 +432,20 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
 }
 
-async fn shutdown_signal() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => return std::future::pending().await,
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+/// SIGTERM or SIGINT. The handlers are installed when this is called, not when the future is
+/// first polled: called before the server says it is listening, a stop sent the moment it is
+/// up is a clean stop, not the signal's default action (death by SIGTERM, seen by a test that
+/// stopped the server right after its "listening" line).
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>, String> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| format!("SIGTERM handler: {e}"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| format!("SIGINT handler: {e}"))?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }
 
 fn root_credentials() -> Result<(String, String), String> {
