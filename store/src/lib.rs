@@ -26,6 +26,7 @@ pub mod error;
 pub mod job;
 pub mod keys;
 pub mod local;
+pub mod meta;
 pub mod multipart;
 pub mod tier;
 pub mod verify;

@@ -188,7 +188,8 @@ impl Tiers {
             else {
                 continue;
             };
-            let seg: TierSegment = serde_json::from_slice(&v).map_err(|e| e.to_string())?;
+            let seg: TierSegment = crate::meta::decode(&v)
+                .map_err(|e| format!("tier segment {id} in the catalog: {e}"))?;
             if !tiers.contains_key(&seg.tier) {
                 tracing::error!(segment = id, tier = %seg.tier, "a segment lives on a tier that is no longer configured: its objects cannot be read until --tier {} is given again", seg.tier);
             }
@@ -321,8 +322,7 @@ impl Tiers {
     }
 
     fn catalog_put(&self, index: &RocksIndex, id: u64, seg: TierSegment) -> EngineResult<()> {
-        let v = serde_json::to_vec(&seg).map_err(|e| EngineError::internal("catalog", e))?;
-        index.put_meta(&seg_key(id), &v)?;
+        index.put_meta(&seg_key(id), &crate::meta::encode(&seg))?;
         self.catalog
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -343,14 +343,13 @@ impl Tiers {
 // ---- lifecycle configurations (stored in the index's meta column family) ----
 
 pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> EngineResult<()> {
-    let v = serde_json::to_vec(rules).map_err(|e| EngineError::internal("lifecycle", e))?;
-    Ok(index.put_meta(&lifecycle_key(bucket_id), &v)?)
+    Ok(index.put_meta(&lifecycle_key(bucket_id), &crate::meta::encode(&rules))?)
 }
 
 pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> EngineResult<Option<Vec<Rule>>> {
     match index.get_meta(&lifecycle_key(bucket_id))? {
         None => Ok(None),
-        Some(v) => serde_json::from_slice(&v)
+        Some(v) => crate::meta::decode(&v)
             .map(Some)
             .map_err(|e| EngineError::internal("lifecycle", e)),
     }
@@ -371,7 +370,7 @@ fn all_lifecycles(index: &RocksIndex) -> EngineResult<HashMap<u64, Vec<Rule>>> {
             continue;
         };
         let rules: Vec<Rule> =
-            serde_json::from_slice(&v).map_err(|e| EngineError::internal("lifecycle", e))?;
+            crate::meta::decode(&v).map_err(|e| EngineError::internal("lifecycle", e))?;
         out.insert(id, rules);
     }
     Ok(out)
