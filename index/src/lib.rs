@@ -128,6 +128,14 @@ fn upload_key(bucket_id: u64, key: &str, upload_id: &str) -> Vec<u8> {
     k
 }
 
+/// A TAR member's key in `members`: the identity of the TAR's bytes, then the member name.
+fn member_key(id: &[u8; 16], name: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(16 + name.len());
+    k.extend_from_slice(id);
+    k.extend_from_slice(name.as_bytes());
+    k
+}
+
 fn part_key(upload_id: &str, part_number: u32) -> Vec<u8> {
     let mut k = Vec::with_capacity(upload_id.len() + 5);
     k.extend_from_slice(upload_id.as_bytes());
@@ -606,9 +614,7 @@ impl RocksIndex {
 
     /// One member of an indexed TAR.
     pub fn get_member(&self, id: &[u8; 16], name: &str) -> Result<Option<MemberRecord>> {
-        let mut k = id.to_vec();
-        k.extend_from_slice(name.as_bytes());
-        self.get_decoded(CF_MEMBERS, &k)
+        self.get_decoded(CF_MEMBERS, &member_key(id, name))
     }
 
     /// Stores a TAR's member index and its summary in one synced batch.
@@ -621,9 +627,7 @@ impl RocksIndex {
         let cf = self.cf(CF_MEMBERS);
         let mut batch = WriteBatch::default();
         for (name, m) in members {
-            let mut k = id.to_vec();
-            k.extend_from_slice(name.as_bytes());
-            batch.put_cf(cf, k, records::encode(m));
+            batch.put_cf(cf, member_key(id, name), records::encode(m));
         }
         batch.put_cf(cf, id, records::encode(summary));
         self.write_gate()?;
@@ -953,6 +957,27 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+
+    /// The key layouts of ARCHITECTURE.md's column family table, pinned: a change here makes
+    /// existing data directories unreadable, so it needs a migration, not a new test value.
+    #[test]
+    fn key_layouts_are_pinned() {
+        let hex = |v: Vec<u8>| v.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        // objects: bucket id (u64 BE) ++ key bytes.
+        assert_eq!(hex(object_key(0x0102, "a/b")), "0000000000000102612f62");
+        // uploads: bucket id ++ key ++ 0x00 ++ upload id.
+        assert_eq!(hex(upload_key(7, "k", "U1")), "00000000000000076b005531");
+        // parts: upload id ++ 0x00 ++ part number (u32 BE).
+        assert_eq!(hex(part_key("U1", 258)), "55310000000102");
+        // members: the TAR's byte identity (16 bytes) ++ member name.
+        assert_eq!(
+            hex(member_key(&[0xab; 16], "x.jpg")),
+            "abababababababababababababababab782e6a7067"
+        );
+        // Keys of one bucket sort together and by key bytes, so a prefix listing is one scan.
+        assert!(object_key(1, "zz") < object_key(2, ""));
+        assert!(object_key(1, "a") < object_key(1, "a/"));
+    }
 
     fn obj(size: u64) -> ObjectRecord {
         ObjectRecord {
