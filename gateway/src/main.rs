@@ -14,7 +14,6 @@ use http::Method;
 use packrat_chunk_store::{IoBackend, SEGMENT_BYTES_DEFAULT};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::StoreError;
 use packrat_store_api::admin::{AccessKey, NewKey};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -333,14 +332,6 @@ fn listen(addr: SocketAddr, max_connections: usize) -> std::io::Result<tokio::ne
     socket.listen(backlog)
 }
 
-/// A key refused by the store's rules, as the CLI says it.
-fn key_error(e: packrat_store::EngineError) -> String {
-    match e.0 {
-        StoreError::Invalid(message) => message,
-        e => e.to_string(),
-    }
-}
-
 fn index_dir(data_dir: &Path) -> PathBuf {
     data_dir.join("index")
 }
@@ -575,7 +566,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                     },
                     false,
                 )
-                .map_err(key_error)?;
+                .map_err(packrat_store::keys::refusal)?;
                 print_created(&packrat_store::keys::access_key_of(k));
                 Ok(())
             }
@@ -589,7 +580,9 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 Ok(())
             }
             KeyCommand::Delete { access_key } => {
-                match packrat_store::keys::delete_key(&index, &access_key).map_err(key_error)? {
+                match packrat_store::keys::delete_key(&index, &access_key)
+                    .map_err(packrat_store::keys::refusal)?
+                {
                     Some(_) => {
                         println!("deleted {access_key}");
                         Ok(())

@@ -14,7 +14,8 @@
 use crate::StoreError;
 use bytes::{Bytes, BytesMut};
 
-/// One item of a batch GET: bytes of an object, or of one member of a TAR object.
+/// One item of a batch GET: bytes of an object, or of one member of a TAR object. Its entry is
+/// named by the key, or `key/member` for a member.
 #[derive(Debug, Clone)]
 pub struct BatchItem {
     pub key: String,
@@ -24,8 +25,6 @@ pub struct BatchItem {
     pub range: Option<ItemRange>,
     /// The caller's label, handed back with the entry.
     pub tag: Option<String>,
-    /// The entry's name in the output.
-    pub name: String,
 }
 
 /// In what order a batch's entries are emitted.

@@ -678,20 +678,20 @@ pub(crate) async fn plan_batch(
         }
     }
     // Member indexes of the TAR objects that items name members of.
-    let mut tar_ids: HashMap<&str, [u8; 16]> = HashMap::new();
+    let mut tar_ids: HashMap<String, [u8; 16]> = HashMap::new();
     for (it, obj) in items.iter().zip(&objects) {
         if let (Some(_), Some(obj)) = (&it.member, obj)
-            && !tar_ids.contains_key(it.key.as_str())
+            && !tar_ids.contains_key(&it.key)
         {
             let id = tar_index(engine, &it.key, obj).await?;
-            tar_ids.insert(&it.key, id);
+            tar_ids.insert(it.key.clone(), id);
         }
     }
     let mut entries = Vec::with_capacity(items.len());
     let mut total = 0u64;
     // Each record's lines are asked for 16 items ahead and what it points to 8 ahead, so the
     // cache misses of a batch of random keys overlap (see `ObjectRecord::prefetch`).
-    for (i, it) in items.iter().enumerate() {
+    for (i, it) in items.into_iter().enumerate() {
         if let Some(Some(o)) = objects.get(i + 16) {
             ObjectRecord::prefetch(o);
         }
@@ -699,46 +699,60 @@ pub(crate) async fn plan_batch(
             o.prefetch_heap();
         }
         let obj = objects[i].take();
-        let failed = |err: StoreError| Entry {
-            name: it.name.clone(),
-            tag: it.tag.clone(),
-            body: Err(err),
+        let BatchItem {
+            key,
+            member,
+            range,
+            tag,
+        } = it;
+        // An entry is named by its key, or `key/member` for a TAR member.
+        let (name, member) = match member {
+            None => (key, None),
+            Some(m) => {
+                let id = tar_ids.get(&key).copied();
+                (format!("{key}/{m}"), Some((id, m)))
+            }
+        };
+        let mut entry = Entry {
+            name,
+            tag,
+            body: Err(StoreError::NoSuchKey),
         };
         let Some(obj) = obj else {
-            entries.push(failed(StoreError::NoSuchKey));
+            entries.push(entry);
             continue;
         };
-        let (base, len) = match &it.member {
+        let (base, len) = match member {
             None => (0, obj.size),
-            Some(m) => {
-                let id = tar_ids[it.key.as_str()];
+            Some((id, m)) => {
+                // Every existing object named with a member was indexed above.
+                let id = id.ok_or_else(|| StoreError::internal("batch", "a TAR not indexed"))?;
                 let engine = engine.clone();
                 let m2 = m.clone();
                 match blocking(move || Ok(engine.index.get_member(&id, &m2)?)).await? {
                     Some(mr) => (mr.offset, mr.size),
                     None => {
-                        entries.push(failed(StoreError::NoSuchMember(m.clone())));
+                        entry.body = Err(StoreError::NoSuchMember(m));
+                        entries.push(entry);
                         continue;
                     }
                 }
             }
         };
-        let (start, end) = match it.range {
+        let (start, end) = match range {
             None => (0, len),
             Some(r) => match resolve_item_range(r, len) {
                 Some(x) => x,
                 None => {
-                    entries.push(failed(StoreError::RangeNotSatisfiable { size: len }));
+                    entry.body = Err(StoreError::RangeNotSatisfiable { size: len });
+                    entries.push(entry);
                     continue;
                 }
             },
         };
         total += end - start;
-        entries.push(Entry {
-            name: it.name.clone(),
-            tag: it.tag.clone(),
-            body: Ok(Piece::new(obj, base + start, base + end)),
-        });
+        entry.body = Ok(Piece::new(obj, base + start, base + end));
+        entries.push(entry);
     }
     if order == BatchOrder::Storage {
         // Errors first (they cost nothing), then in disk order.

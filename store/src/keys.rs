@@ -27,6 +27,14 @@ pub fn generate_secret_key() -> String {
     )
 }
 
+/// A key operation's failure as an operator reads it: a refusal's own text, else the error.
+pub fn refusal(e: EngineError) -> String {
+    match e.0 {
+        StoreError::Invalid(message) => message,
+        e => e.to_string(),
+    }
+}
+
 fn invalid(message: impl Into<String>) -> EngineError {
     EngineError(StoreError::Invalid(message.into()))
 }

@@ -2,12 +2,14 @@
 //!
 //! Owns the write protocol (stream into records, verify digests, key locks and write
 //! conditions, group commit: records durable, then the index entry, then the answer) in
-//! [`engine`]; reads of object bytes (verified chunk by chunk, locally or from a tier);
-//! compaction ([`compact`]); storage tiers, the tier mover and lifecycle execution ([`tier`]);
+//! `engine` (private to the crate); reads of object bytes (verified chunk by chunk, locally
+//! or from a tier); batch reads and writes ([`batch`]); access keys ([`keys`]); status,
+//! fault switches and metrics ([`admin`]); versioned meta records ([`meta`]); compaction ([`compact`]); storage tiers, the tier mover and lifecycle execution ([`tier`]);
 //! erasure-coding upkeep (sealing, repair, disk probes, scrub: [`ec`]); the offline verifier
 //! ([`verify`]); and the progress of long admin jobs ([`job`]).
 //!
-//! Main types: [`engine::Engine`] and [`EngineError`], a `packrat_store_api::StoreError` that
+//! Main types: [`LocalStore`] (the engine behind the `ObjectStore` trait, opened from
+//! [`local::LocalOptions`]) and [`EngineError`], a `packrat_store_api::StoreError` that
 //! the index's, chunk store's and tiers' failures convert into. The vocabulary it shares with
 //! the S3 layer (errors, checksums, lifecycle rules, the `ByteSource` a write reads from) is
 //! in `packrat-store-api`.
@@ -21,7 +23,7 @@ pub mod admin;
 pub mod batch;
 pub mod compact;
 pub mod ec;
-pub mod engine;
+pub(crate) mod engine;
 pub mod error;
 pub mod job;
 pub mod keys;

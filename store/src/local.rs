@@ -73,7 +73,7 @@ pub struct Opened {
 }
 
 impl LocalStore {
-    pub fn new(engine: Arc<Engine>) -> Self {
+    fn new(engine: Arc<Engine>) -> Self {
         Self { engine }
     }
 
@@ -165,10 +165,6 @@ fn ensure_root_key(
     index: &RocksIndex,
     root: Option<(String, String)>,
 ) -> Result<Option<KeyRecord>, String> {
-    let key_error = |e: EngineError| match e.0 {
-        StoreError::Invalid(m) => m,
-        e => e.to_string(),
-    };
     match root {
         Some((ak, sk)) => match index.get_key(&ak).map_err(|e| e.to_string())? {
             Some(k) if k.is_root && k.secret_key == sk => Ok(None),
@@ -184,7 +180,7 @@ fn ensure_root_key(
                     access_key: Some(ak),
                     secret_key: Some(sk),
                 };
-                crate::keys::create_key(index, new, true).map_err(key_error)?;
+                crate::keys::create_key(index, new, true).map_err(crate::keys::refusal)?;
                 Ok(None)
             }
         },
@@ -197,7 +193,7 @@ fn ensure_root_key(
                 name: "root".into(),
                 ..Default::default()
             };
-            let k = crate::keys::create_key(index, new, true).map_err(key_error)?;
+            let k = crate::keys::create_key(index, new, true).map_err(crate::keys::refusal)?;
             Ok(Some(k))
         }
     }

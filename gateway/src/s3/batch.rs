@@ -283,16 +283,11 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
                     .map_err(|m| bad(S3ErrorCode::InvalidArgument, format!("item {i}: {m}")))?,
             ),
         };
-        let name = match &it.member {
-            Some(m) => format!("{}/{m}", it.key),
-            None => it.key.clone(),
-        };
         items.push(BatchItem {
             key: it.key,
             member: it.member,
             range,
             tag: it.tag,
-            name,
         });
     }
     let order = match r.order {
