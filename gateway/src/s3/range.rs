@@ -129,4 +129,78 @@ mod tests {
             S3ErrorCode::InvalidRange
         );
     }
+
+    #[test]
+    fn multi_range_sets() {
+        assert_eq!(multi_ranges(Some("bytes=0-9"), 100).unwrap(), None);
+        assert_eq!(
+            multi_ranges(Some("bytes=0-9, 20-, -5"), 100).unwrap(),
+            Some(vec![(0, 10), (20, 100), (95, 100)])
+        );
+        assert_eq!(
+            multi_ranges(Some("bytes=0-9,200-"), 100).unwrap(),
+            Some(vec![(0, 10)])
+        );
+        assert_eq!(multi_ranges(Some("bytes=0-9,x-"), 100).unwrap(), None);
+        assert_eq!(
+            multi_ranges(Some("bytes=200-,300-"), 100).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
+        let many = format!("bytes={}", vec!["0-0"; 300].join(","));
+        assert_eq!(
+            multi_ranges(Some(&many), 100).unwrap_err().code,
+            S3ErrorCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn ranges() {
+        assert_eq!(
+            resolve_range(Some("bytes=0-9"), 100).unwrap(),
+            Some((0, 10))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=90-"), 100).unwrap(),
+            Some((90, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=-10"), 100).unwrap(),
+            Some((90, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=-500"), 100).unwrap(),
+            Some((0, 100))
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=50-500"), 100).unwrap(),
+            Some((50, 100))
+        );
+        assert_eq!(resolve_range(Some("bytes=0-1,5-6"), 100).unwrap(), None);
+        assert_eq!(resolve_range(Some("items=0-1"), 100).unwrap(), None);
+        assert_eq!(resolve_range(Some("bytes=9-3"), 100).unwrap(), None);
+        assert_eq!(
+            resolve_range(Some("bytes=100-"), 100).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
+        assert_eq!(
+            resolve_range(Some("bytes=0-0"), 0).unwrap_err().code,
+            S3ErrorCode::InvalidRange
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2048))]
+        /// Range headers of any shape against any size: a range, none, or an S3 error.
+        #[test]
+        fn range_parsers_never_panic(h in "(bytes=)?[-0-9, ]{0,40}|\\PC{0,40}", size in 0u64..u64::MAX) {
+            if let Ok(Some((a, b))) = resolve_range(Some(&h), size) {
+                proptest::prop_assert!(a <= b && b <= size);
+            }
+            if let Ok(Some(v)) = multi_ranges(Some(&h), size) {
+                for (a, b) in v {
+                    proptest::prop_assert!(a < b && b <= size);
+                }
+            }
+        }
+    }
 }

@@ -1,0 +1,257 @@
+//! Buckets: list, create, head, delete, location, the canned ACL and lifecycle configuration.
+
+use super::*;
+
+/// S3 bucket naming rules.
+pub fn valid_bucket_name(name: &str) -> bool {
+    let b = name.as_bytes();
+    if !(3..=63).contains(&b.len()) {
+        return false;
+    }
+    let ok_chars = b
+        .iter()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'.' || *c == b'-');
+    let ends = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let ip_like = name.split('.').count() == 4 && name.split('.').all(|p| p.parse::<u8>().is_ok());
+    ok_chars
+        && ends(b[0])
+        && ends(b[b.len() - 1])
+        && !name.contains("..")
+        && !name.contains(".-")
+        && !name.contains("-.")
+        && !ip_like
+        && !name.starts_with("xn--")
+        && !name.starts_with("sthree-")
+        && !name.ends_with("-s3alias")
+        && !name.ends_with("--ol-s3")
+}
+
+pub(super) async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) -> R {
+    let id = need_identity(req)?;
+    let mut x = Xml::new();
+    x.root("ListAllMyBucketsResult");
+    x.open("Owner");
+    x.elem("ID", &id.owner_id);
+    x.elem("DisplayName", &id.name);
+    x.close("Owner");
+    x.open("Buckets");
+    for b in state.store.list_buckets().await? {
+        if id.is_root || b.owner_id == id.owner_id {
+            x.open("Bucket");
+            x.elem("Name", &b.name);
+            x.elem("CreationDate", &iso8601(b.created_ms));
+            x.elem("BucketRegion", &state.config.region);
+            x.close("Bucket");
+        }
+    }
+    x.close("Buckets");
+    x.close("ListAllMyBucketsResult");
+    xml_ok(x)
+}
+
+fn canned_acl_public(req: &S3Request) -> S3Result<Option<bool>> {
+    match req.header("x-amz-acl") {
+        None => Ok(None),
+        Some("private") => Ok(Some(false)),
+        Some("public-read") => Ok(Some(true)),
+        Some(other) => Err(err(
+            S3ErrorCode::NotImplemented,
+            format!("packrat supports the canned ACLs 'private' and 'public-read', not '{other}'"),
+        )),
+    }
+}
+
+pub(super) async fn handle_create_bucket(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let id = need_identity(req)?.clone();
+    if !valid_bucket_name(name) {
+        return Err(err(
+            S3ErrorCode::InvalidBucketName,
+            "The specified bucket is not valid.",
+        ));
+    }
+    let public = canned_acl_public(req)?.unwrap_or(false);
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let conf: xml::CreateBucketConfiguration = xml::parse(&body)?;
+        if let Some(loc) = conf.location_constraint.filter(|l| !l.is_empty())
+            && loc != state.config.region
+        {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                format!(
+                    "This server serves region '{}', not '{loc}'",
+                    state.config.region
+                ),
+            ));
+        }
+    }
+    let result = state
+        .store
+        .create_bucket(NewBucket {
+            name: name.to_string(),
+            owner_id: id.owner_id.clone(),
+            owner_name: id.name.clone(),
+            created_ms: now_ms(),
+            public_read: public,
+        })
+        .await;
+    match result {
+        Ok(_) => Response::builder()
+            .header("location", format!("/{name}"))
+            .body(empty())
+            .map_err(|e| S3Error::internal("response", e)),
+        Err(StoreError::BucketExists) => {
+            let existing = state.store.bucket(name)?;
+            let me = need_identity(req)?;
+            if existing.is_some_and(|b| b.owner_id == me.owner_id) {
+                Err(err(
+                    S3ErrorCode::BucketAlreadyOwnedByYou,
+                    "Your previous request to create the named bucket succeeded and you already own it.",
+                ))
+            } else {
+                Err(err(
+                    S3ErrorCode::BucketAlreadyExists,
+                    "The requested bucket name is not available.",
+                ))
+            }
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub(super) async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    load_bucket(state, req, name, Access::Read)?;
+    Response::builder()
+        .header("x-amz-bucket-region", state.config.region.as_str())
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+pub(super) async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    state.store.delete_bucket(&b).await?;
+    no_content()
+}
+
+pub(super) async fn handle_get_bucket_location(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+) -> R {
+    load_bucket(state, req, name, Access::Read)?;
+    let mut x = Xml::new();
+    // us-east-1 is reported as an empty constraint, as S3 does.
+    let region = if state.config.region == "us-east-1" {
+        ""
+    } else {
+        state.config.region.as_str()
+    };
+    x.root("LocationConstraint");
+    x.text(region);
+    x.close("LocationConstraint");
+    xml_ok(x)
+}
+
+pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let Some(public) = canned_acl_public(req)? else {
+        return Err(err(
+            S3ErrorCode::NotImplemented,
+            "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
+        ));
+    };
+    state.store.set_bucket_public(&b, public).await?;
+    Ok(Response::new(empty()))
+}
+
+pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Read)?;
+    let mut x = Xml::new();
+    x.root("AccessControlPolicy");
+    x.open("Owner");
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.close("Owner");
+    x.open("AccessControlList");
+    x.raw("<Grant><Grantee xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" xsi:type=\"CanonicalUser\">");
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.raw("</Grantee><Permission>FULL_CONTROL</Permission></Grant>");
+    if b.public_read {
+        x.raw("<Grant><Grantee xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\" xsi:type=\"Group\"><URI>http://acs.amazonaws.com/groups/global/AllUsers</URI></Grantee><Permission>READ</Permission></Grant>");
+    }
+    x.close("AccessControlList");
+    x.close("AccessControlPolicy");
+    xml_ok(x)
+}
+
+pub(super) async fn handle_put_lifecycle(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let is_tier = |class: &str| class != "STANDARD" && state.store.is_storage_class(class);
+    let rules = crate::s3::lifecycle::parse(&body, &is_tier)?;
+    state.store.put_lifecycle(&b, rules).await?;
+    Ok(Response::new(empty()))
+}
+
+pub(super) async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let b = load_bucket(state, req, name, Access::Read)?;
+    let rules = state.store.get_lifecycle(&b).await?;
+    let Some(rules) = rules else {
+        return Err(err(
+            S3ErrorCode::NoSuchLifecycleConfiguration,
+            "The lifecycle configuration does not exist",
+        ));
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(full(crate::s3::lifecycle::to_xml(&rules)))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+pub(super) async fn handle_delete_lifecycle(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    state.store.delete_lifecycle(&b).await?;
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bucket_names() {
+        for ok in ["abc", "my-bucket.data", "a1b", "0ab"] {
+            assert!(valid_bucket_name(ok), "{ok}");
+        }
+        for bad in [
+            "ab",
+            "ABC",
+            "-abc",
+            "abc-",
+            "a..b",
+            "192.168.1.1",
+            "a_b",
+            "xn--abc",
+            &"a".repeat(64),
+        ] {
+            assert!(!valid_bucket_name(bad), "{bad}");
+        }
+    }
+}

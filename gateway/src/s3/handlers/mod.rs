@@ -1,0 +1,497 @@
+//! S3 operations: one `handle_<op>` per operation, and `dispatch` choosing among them.
+
+use super::checksum::{self, ChecksumAlgorithm, ChecksumWire};
+use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::range::{multi_ranges, resolve_range};
+use super::sigv4::uri_encode;
+use super::xml::{self, Xml};
+use crate::config;
+use crate::s3::tagging::Tags;
+use crate::server::{AppState, RespBody, S3Request, empty, full};
+use base64::Engine as _;
+use bytes::Bytes;
+use chrono::{DateTime, TimeZone, Utc};
+use http::{HeaderMap, Method, Response, StatusCode};
+use http_body_util::BodyExt;
+use md5::{Digest, Md5};
+use packrat_store_api::{
+    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum,
+    ObjectInfo, ObjectPage, ObjectRead, PutObject, PutPart, StoreError, Upload, UploadQuery,
+    WriteCondition, etag_matches,
+};
+use std::sync::Arc;
+
+mod buckets;
+mod listing;
+mod multipart;
+mod objects;
+mod tagging;
+
+type R = S3Result<Response<RespBody>>;
+
+/// Sub-resources packrat does not implement; requests for them answer NotImplemented.
+const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
+    "tagging",
+    "policy",
+    "cors",
+    "versioning",
+    "versions",
+    "website",
+    "encryption",
+    "object-lock",
+    "retention",
+    "legal-hold",
+    "attributes",
+    "torrent",
+    "replication",
+    "logging",
+    "notification",
+    "accelerate",
+    "requestPayment",
+    "ownershipControls",
+    "publicAccessBlock",
+    "analytics",
+    "metrics",
+    "inventory",
+    "intelligent-tiering",
+    "select",
+    "restore",
+    "policyStatus",
+    "session",
+];
+
+pub(crate) fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn dt(ms: i64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
+}
+
+fn iso8601(ms: i64) -> String {
+    dt(ms).format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string()
+}
+
+fn http_date(ms: i64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    httpdate::fmt_http_date(t)
+}
+
+/// Seconds since the epoch of an HTTP date (IMF-fixdate, RFC 850 or asctime form).
+fn parse_http_date(s: &str) -> Option<i64> {
+    let t = httpdate::parse_http_date(s.trim()).ok()?;
+    t.duration_since(std::time::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs() as i64)
+}
+
+fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
+    S3Error::new(code, msg)
+}
+
+fn no_such_key() -> S3Error {
+    err(S3ErrorCode::NoSuchKey, "The specified key does not exist.")
+}
+
+fn no_such_bucket() -> S3Error {
+    err(
+        S3ErrorCode::NoSuchBucket,
+        "The specified bucket does not exist",
+    )
+}
+
+fn no_such_upload() -> S3Error {
+    err(
+        S3ErrorCode::NoSuchUpload,
+        "The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.",
+    )
+}
+
+fn xml_ok(x: Xml) -> R {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(full(x.finish()))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+fn quoted(etag: &str) -> String {
+    format!("\"{etag}\"")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    Read,
+    Write,
+}
+
+/// Loads a bucket and checks that the caller may use it. Anonymous callers may only read
+/// buckets made public-read; a user touches only its own buckets; the root key touches all.
+pub(crate) fn load_bucket(
+    state: &AppState,
+    req: &S3Request,
+    name: &str,
+    access: Access,
+) -> S3Result<Bucket> {
+    let b = state.store.bucket(name)?;
+    match (&req.identity, b) {
+        (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
+        (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+        (Some(_), None) => Err(no_such_bucket()),
+        (Some(id), Some(b)) if id.is_root || id.owner_id == b.owner_id => Ok(b),
+        (Some(_), Some(_)) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+    }
+}
+
+fn need_identity(req: &S3Request) -> S3Result<&Identity> {
+    req.identity
+        .as_ref()
+        .ok_or_else(|| err(S3ErrorCode::AccessDenied, "Access Denied"))
+}
+
+pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
+    // Object tagging is implemented; bucket tagging is not.
+    let object_tagging = |s: &&&str| **s == "tagging" && req.key.is_some();
+    if let Some(sub) = UNSUPPORTED_SUBRESOURCES
+        .iter()
+        .filter(|s| !object_tagging(s))
+        .find(|s| req.has_q(s))
+    {
+        return (
+            "unsupported",
+            Err(err(
+                S3ErrorCode::NotImplemented,
+                format!("packrat does not implement the '{sub}' sub-resource"),
+            )),
+        );
+    }
+    let m = req.method.clone();
+    let bucket = req.bucket.clone();
+    let key = req.key.clone();
+    if let Some(k) = &key
+        && k.len() > config::KEY_BYTES_MAX
+    {
+        return (
+            "key",
+            Err(err(S3ErrorCode::KeyTooLongError, "Your key is too long")),
+        );
+    }
+    match (bucket.as_deref(), key.as_deref()) {
+        (None, _) => match m {
+            Method::GET => (
+                "ListBuckets",
+                buckets::handle_list_buckets(state, &req).await,
+            ),
+            _ => (
+                "service",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
+        },
+        (Some(b), None) => match m {
+            Method::PUT if req.has_q("lifecycle") => (
+                "PutBucketLifecycleConfiguration",
+                buckets::handle_put_lifecycle(state, &mut req, b).await,
+            ),
+            Method::GET if req.has_q("lifecycle") => (
+                "GetBucketLifecycleConfiguration",
+                buckets::handle_get_lifecycle(state, &req, b).await,
+            ),
+            Method::DELETE if req.has_q("lifecycle") => (
+                "DeleteBucketLifecycle",
+                buckets::handle_delete_lifecycle(state, &req, b).await,
+            ),
+            Method::PUT if req.has_q("acl") => (
+                "PutBucketAcl",
+                buckets::handle_put_bucket_acl(state, &req, b).await,
+            ),
+            Method::PUT => (
+                "CreateBucket",
+                buckets::handle_create_bucket(state, &mut req, b).await,
+            ),
+            Method::HEAD => (
+                "HeadBucket",
+                buckets::handle_head_bucket(state, &req, b).await,
+            ),
+            Method::DELETE => (
+                "DeleteBucket",
+                buckets::handle_delete_bucket(state, &req, b).await,
+            ),
+            Method::GET if req.has_q("location") => (
+                "GetBucketLocation",
+                buckets::handle_get_bucket_location(state, &req, b).await,
+            ),
+            Method::GET if req.has_q("acl") => (
+                "GetBucketAcl",
+                buckets::handle_get_bucket_acl(state, &req, b).await,
+            ),
+            Method::GET if req.has_q("uploads") => (
+                "ListMultipartUploads",
+                listing::handle_list_multipart_uploads(state, &req, b).await,
+            ),
+            Method::GET if req.has_q("stream") => (
+                "EpochStream",
+                crate::s3::batch::handle_epoch_stream(state, &req, b).await,
+            ),
+            Method::GET => (
+                "ListObjects",
+                listing::handle_list_objects(state, &req, b).await,
+            ),
+            Method::POST if req.has_q("delete") => (
+                "DeleteObjects",
+                objects::handle_delete_objects(state, &mut req, b).await,
+            ),
+            Method::POST if req.has_q("batch") => (
+                "BatchGet",
+                crate::s3::batch::handle_batch_get(state, &mut req, b).await,
+            ),
+            _ => (
+                "bucket",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
+        },
+        (Some(b), Some(k)) => match m {
+            Method::GET if req.has_q("tagging") => (
+                "GetObjectTagging",
+                tagging::handle_get_object_tagging(state, &req, b, k).await,
+            ),
+            Method::PUT if req.has_q("tagging") => (
+                "PutObjectTagging",
+                tagging::handle_put_object_tagging(state, &mut req, b, k).await,
+            ),
+            Method::DELETE if req.has_q("tagging") => (
+                "DeleteObjectTagging",
+                tagging::handle_delete_object_tagging(state, &req, b, k).await,
+            ),
+            Method::PUT
+                if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") =>
+            {
+                (
+                    "UploadPartCopy",
+                    multipart::handle_upload_part(state, &mut req, b, k, true).await,
+                )
+            }
+            Method::PUT if req.has_q("uploadId") => (
+                "UploadPart",
+                multipart::handle_upload_part(state, &mut req, b, k, false).await,
+            ),
+            Method::PUT if req.has_q("acl") => (
+                "PutObjectAcl",
+                Err(err(
+                    S3ErrorCode::NotImplemented,
+                    "packrat does not implement object ACLs",
+                )),
+            ),
+            Method::PUT if req.headers.contains_key("x-amz-copy-source") => (
+                "CopyObject",
+                objects::handle_copy_object(state, &mut req, b, k).await,
+            ),
+            Method::PUT => (
+                "PutObject",
+                objects::handle_put_object(state, &mut req, b, k).await,
+            ),
+            Method::GET if req.has_q("uploadId") => (
+                "ListParts",
+                multipart::handle_list_parts(state, &req, b, k).await,
+            ),
+            Method::GET if req.has_q("acl") => (
+                "GetObjectAcl",
+                Err(err(
+                    S3ErrorCode::NotImplemented,
+                    "packrat does not implement object ACLs",
+                )),
+            ),
+            Method::GET => (
+                "GetObject",
+                objects::handle_get_object(state, &req, b, k, false).await,
+            ),
+            Method::HEAD => (
+                "HeadObject",
+                objects::handle_get_object(state, &req, b, k, true).await,
+            ),
+            Method::DELETE if req.has_q("uploadId") => (
+                "AbortMultipartUpload",
+                multipart::handle_abort_multipart_upload(state, &req, b, k).await,
+            ),
+            Method::DELETE => (
+                "DeleteObject",
+                objects::handle_delete_object(state, &req, b, k).await,
+            ),
+            Method::POST if req.has_q("uploads") => (
+                "CreateMultipartUpload",
+                multipart::handle_create_multipart_upload(state, &req, b, k).await,
+            ),
+            Method::POST if req.has_q("uploadId") => (
+                "CompleteMultipartUpload",
+                multipart::handle_complete_multipart_upload(state, &mut req, b, k).await,
+            ),
+            _ => (
+                "object",
+                Err(err(
+                    S3ErrorCode::MethodNotAllowed,
+                    "The specified method is not allowed against this resource.",
+                )),
+            ),
+        },
+    }
+}
+
+// ---------------------------------------------------------------- shared helpers
+
+fn no_content() -> R {
+    Response::builder()
+        .status(StatusCode::NO_CONTENT)
+        .body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+/// Reads a small XML request body, checking Content-MD5 and a flexible checksum if sent.
+async fn read_xml_body(req: &mut S3Request) -> S3Result<Vec<u8>> {
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    if let Some(want) = content_md5(&req.headers)?
+        && <[u8; 16]>::from(Md5::digest(&body)) != want
+    {
+        return Err(err(
+            S3ErrorCode::BadDigest,
+            "The Content-MD5 you specified did not match what we received.",
+        ));
+    }
+    let (alg, sent) = requested_checksum(&req.headers)?;
+    if let (Some(alg), Some(sent)) = (alg, sent) {
+        let mut h = checksum::Hasher::new(alg);
+        h.update(&body);
+        if h.finish().0 != sent {
+            return Err(err(
+                S3ErrorCode::BadDigest,
+                "The checksum you specified did not match what we received.",
+            ));
+        }
+    }
+    Ok(body)
+}
+
+fn parse_max(req: &S3Request, name: &str) -> S3Result<usize> {
+    match req.q(name) {
+        None => Ok(config::LIST_KEYS_MAX),
+        Some(v) => v
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(|n| (n as usize).min(config::LIST_KEYS_MAX))
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::InvalidArgument,
+                    format!("{name} must be a non-negative integer"),
+                )
+            }),
+    }
+}
+
+fn owner_xml(x: &mut Xml, tag: &str, b: &Bucket) {
+    x.open(tag);
+    x.elem("ID", &b.owner_id);
+    x.elem("DisplayName", &b.owner_name);
+    x.close(tag);
+}
+
+/// The checksum algorithm of a write and the value sent up front (header), if any. A
+/// trailer-announced checksum is verified when the body ends.
+pub(crate) fn requested_checksum(
+    headers: &HeaderMap,
+) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
+    let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
+    for alg in checksum::ALL {
+        if let Some(v) = headers.get(alg.header()).and_then(|v| v.to_str().ok()) {
+            if found.is_some() {
+                return Err(err(
+                    S3ErrorCode::InvalidRequest,
+                    "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
+                ));
+            }
+            found = Some((alg, checksum::decode_sent(alg, v)?));
+        }
+    }
+    if let Some((alg, v)) = found {
+        return Ok((Some(alg), Some(v)));
+    }
+    if let Some(t) = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()) {
+        let alg = ChecksumAlgorithm::from_header(t.trim()).ok_or_else(|| {
+            err(
+                S3ErrorCode::InvalidRequest,
+                format!("The trailer {t} is not a supported checksum"),
+            )
+        })?;
+        return Ok((Some(alg), None));
+    }
+    match headers
+        .get("x-amz-sdk-checksum-algorithm")
+        .and_then(|v| v.to_str().ok())
+    {
+        Some(a) => Ok((Some(ChecksumAlgorithm::parse(a)?), None)),
+        None => Ok((None, None)),
+    }
+}
+
+pub(crate) fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
+    match headers.get("content-md5").and_then(|v| v.to_str().ok()) {
+        None => Ok(None),
+        Some(v) => base64::engine::general_purpose::STANDARD
+            .decode(v.trim())
+            .ok()
+            .and_then(|b| <[u8; 16]>::try_from(b).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                err(
+                    S3ErrorCode::InvalidDigest,
+                    "The Content-MD5 you specified was invalid.",
+                )
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The gateway library (the S3 handlers, the batch extensions, the server, the admin API)
+    /// sees storage only through the `ObjectStore` trait: no file of it names the engine, the
+    /// index, the chunk store or the store crate outside its tests. Only the binary's files
+    /// (`main.rs`, `admin_client.rs`, `bench.rs`) open a `LocalStore`.
+    #[test]
+    fn handlers_reach_storage_only_through_the_trait() {
+        fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).expect("read src") {
+                let p = e.expect("dir entry").path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    out.push(p);
+                }
+            }
+        }
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        walk(&src, &mut files);
+        let binary = ["main.rs", "admin_client.rs", "bench.rs"].map(|f| src.join(f));
+        let library: Vec<_> = files.iter().filter(|f| !binary.contains(f)).collect();
+        assert!(
+            library.iter().any(|f| f.ends_with("s3/handlers/objects.rs")),
+            "the walk found the handlers: {library:?}"
+        );
+        for file in library {
+            let text = std::fs::read_to_string(file).expect("read source");
+            let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+            for banned in [
+                "state.engine",
+                "packrat_index",
+                "packrat_chunk_store",
+                "packrat_store::",
+                "packrat_tiering",
+            ] {
+                assert!(!code.contains(banned), "{} names {banned}", file.display());
+            }
+        }
+    }
+}

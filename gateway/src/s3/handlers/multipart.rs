@@ -1,0 +1,298 @@
+//! Multipart uploads: create, upload part (and part copy), complete, abort, list parts.
+
+use super::*;
+
+/// The upload named by `uploadId` (a malformed id is no upload at all).
+async fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<Upload> {
+    let id = req.q("uploadId").unwrap_or("");
+    if id.len() != 32 || !id.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(no_such_upload());
+    }
+    state
+        .store
+        .upload(b, key, id)
+        .await?
+        .ok_or_else(no_such_upload)
+}
+
+pub(super) async fn handle_create_multipart_upload(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let id = need_identity(req)?;
+    let meta = objects::object_meta(state, &req.headers)?;
+    let alg = req
+        .header("x-amz-checksum-algorithm")
+        .map(ChecksumAlgorithm::parse)
+        .transpose()?;
+    let kind = match (req.header("x-amz-checksum-type"), alg) {
+        (_, None) => None,
+        (Some("FULL_OBJECT"), Some(a)) if a.is_crc() => Some("FULL_OBJECT"),
+        (Some("FULL_OBJECT"), Some(_)) => {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "The FULL_OBJECT checksum type needs a CRC algorithm",
+            ));
+        }
+        (Some("COMPOSITE"), Some(ChecksumAlgorithm::Crc64Nvme)) => {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "CRC64NVME supports only the FULL_OBJECT checksum type",
+            ));
+        }
+        (Some("COMPOSITE"), Some(_)) => Some("COMPOSITE"),
+        (None, Some(ChecksumAlgorithm::Crc64Nvme)) => Some("FULL_OBJECT"),
+        (None, Some(_)) => Some("COMPOSITE"),
+        (Some(_), Some(_)) => {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                "Unknown x-amz-checksum-type",
+            ));
+        }
+    };
+    let new = NewUpload {
+        owner_id: id.owner_id.clone(),
+        initiated_ms: now_ms(),
+        attrs: meta.into_attrs(0),
+        checksum: alg,
+        checksum_type: kind.map(str::to_string),
+    };
+    let upload_id = state.store.create_upload(&b, key, new).await?.upload_id;
+    let mut x = Xml::new();
+    x.root("InitiateMultipartUploadResult");
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("UploadId", &upload_id);
+    x.close("InitiateMultipartUploadResult");
+    let mut rb = Response::builder().header("content-type", "application/xml");
+    if let (Some(a), Some(k)) = (alg, kind) {
+        rb = rb
+            .header("x-amz-checksum-algorithm", a.name())
+            .header("x-amz-checksum-type", k);
+    }
+    rb.body(full(x.finish()))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+pub(super) async fn handle_upload_part(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+    copy: bool,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let part_number = req
+        .q("partNumber")
+        .and_then(|p| p.parse::<u32>().ok())
+        .filter(|n| (1..=config::PARTS_MAX).contains(n))
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                "Part number must be an integer between 1 and 10000, inclusive",
+            )
+        })?;
+    let upload = load_upload(state, req, &b, key).await?;
+    let upload_alg = upload.checksum;
+    let part = if copy {
+        let (_, _, src) = objects::load_copy_source(state, req).await?;
+        let (start, end) = match req.header("x-amz-copy-source-range") {
+            None => (0, src.size),
+            Some(r) => match resolve_range(Some(r), src.size) {
+                Ok(Some(r)) => r,
+                _ => {
+                    return Err(err(
+                        S3ErrorCode::InvalidArgument,
+                        "The x-amz-copy-source-range value must be of the form bytes=first-last within the source object",
+                    ));
+                }
+            },
+        };
+        state
+            .store
+            .upload_part_copy(&b, key, &upload.upload_id, part_number, &src, start, end)
+            .await?
+    } else {
+        if !req.headers.contains_key("content-length")
+            && !req.headers.contains_key("x-amz-decoded-content-length")
+        {
+            return Err(err(
+                S3ErrorCode::MissingContentLength,
+                "You must provide the Content-Length HTTP header.",
+            ));
+        }
+        let (alg, sent) = requested_checksum(&req.headers)?;
+        if let (Some(a), Some(u)) = (alg, upload_alg)
+            && a != u
+        {
+            return Err(err(
+                S3ErrorCode::InvalidRequest,
+                format!(
+                    "Checksum Type mismatch occurred, expected checksum Type: {}, actual checksum Type: {}",
+                    u.name(),
+                    a.name()
+                ),
+            ));
+        }
+        let put = PutPart {
+            checksum: alg,
+            expected_checksum: sent,
+            content_md5: content_md5(&req.headers)?,
+        };
+        state
+            .store
+            .upload_part(&b, key, &upload.upload_id, part_number, &mut req.body, put)
+            .await?
+    };
+    if copy {
+        let mut x = Xml::new();
+        x.root("CopyPartResult");
+        x.elem("LastModified", &iso8601(part.last_modified_ms));
+        x.elem("ETag", &quoted(&part.etag));
+        x.close("CopyPartResult");
+        return xml_ok(x);
+    }
+    let mut rb = Response::builder().header("etag", quoted(&part.etag));
+    if let Some(c) = &part.checksum
+        && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        rb = rb.header(a.header(), c.value.as_str());
+    }
+    rb.body(empty())
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+pub(super) async fn handle_complete_multipart_upload(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
+    let cond = objects::write_condition(&req.headers)?;
+    let upload = load_upload(state, req, &b, key).await?;
+    let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
+    if doc.parts.is_empty() {
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            "You must specify at least one part",
+        ));
+    }
+    let parts = doc
+        .parts
+        .into_iter()
+        .map(|p| {
+            let sent = [
+                (ChecksumAlgorithm::Crc32, p.crc32),
+                (ChecksumAlgorithm::Crc32c, p.crc32c),
+                (ChecksumAlgorithm::Crc64Nvme, p.crc64nvme),
+                (ChecksumAlgorithm::Sha1, p.sha1),
+                (ChecksumAlgorithm::Sha256, p.sha256),
+            ];
+            CompletePart {
+                part_number: p.part_number,
+                etag: p.etag,
+                checksums: sent
+                    .into_iter()
+                    .filter_map(|(a, v)| v.map(|v| (a, v)))
+                    .collect(),
+            }
+        })
+        .collect();
+    let obj = state
+        .store
+        .complete_upload(&b, key, &upload.upload_id, parts, &cond)
+        .await?;
+    let mut x = Xml::new();
+    x.root("CompleteMultipartUploadResult");
+    x.elem(
+        "Location",
+        &format!("/{bname}/{}", uri_encode(key.as_bytes(), true)),
+    );
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("ETag", &quoted(&obj.etag));
+    if let Some(c) = &obj.checksum
+        && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+    {
+        x.elem(a.xml_name(), &c.value);
+        x.elem("ChecksumType", &c.kind);
+    }
+    x.close("CompleteMultipartUploadResult");
+    xml_ok(x)
+}
+
+pub(super) async fn handle_abort_multipart_upload(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let upload = load_upload(state, req, &b, key).await?;
+    state.store.abort_upload(&b, key, &upload.upload_id).await?;
+    no_content()
+}
+
+pub(super) async fn handle_list_parts(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let upload = load_upload(state, req, &b, key).await?;
+    let max = parse_max(req, "max-parts")?;
+    let marker: u32 = match req.q("part-number-marker") {
+        None => 0,
+        Some(m) => m.parse().map_err(|_| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                "part-number-marker must be an integer",
+            )
+        })?,
+    };
+    let (parts, truncated) = state.store.list_parts(&upload, &b, marker, max).await?;
+    let mut x = Xml::new();
+    x.root("ListPartsResult");
+    x.elem("Bucket", bname);
+    x.elem("Key", key);
+    x.elem("UploadId", &upload.upload_id);
+    owner_xml(&mut x, "Initiator", &b);
+    owner_xml(&mut x, "Owner", &b);
+    x.elem(
+        "StorageClass",
+        upload.storage_class.as_deref().unwrap_or("STANDARD"),
+    );
+    x.elem("PartNumberMarker", &marker.to_string());
+    if let Some(last) = parts.last() {
+        x.elem("NextPartNumberMarker", &last.part_number.to_string());
+    }
+    x.elem("MaxParts", &max.to_string());
+    x.elem("IsTruncated", if truncated { "true" } else { "false" });
+    if let Some(a) = upload.checksum {
+        x.elem("ChecksumAlgorithm", a.name());
+    }
+    if let Some(t) = &upload.checksum_type {
+        x.elem("ChecksumType", t);
+    }
+    for p in &parts {
+        x.open("Part");
+        x.elem("PartNumber", &p.part_number.to_string());
+        x.elem("LastModified", &iso8601(p.last_modified_ms));
+        x.elem("ETag", &quoted(&p.etag));
+        x.elem("Size", &p.size.to_string());
+        if let Some(c) = &p.checksum
+            && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
+        {
+            x.elem(a.xml_name(), &c.value);
+        }
+        x.close("Part");
+    }
+    x.close("ListPartsResult");
+    xml_ok(x)
+}

@@ -1,0 +1,58 @@
+//! Object tagging: get, put and delete an object's tag set.
+
+use super::*;
+
+pub(super) async fn handle_get_object_tagging(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let obj = state
+        .store
+        .head_object(&b, key)
+        .await?
+        .ok_or_else(no_such_key)?;
+    xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))
+}
+
+pub(super) async fn handle_put_object_tagging(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let tags = crate::s3::tagging::parse_xml(&body)?;
+    state
+        .store
+        .update_object(
+            &b,
+            key,
+            &WriteCondition::default(),
+            Box::new(move |cur| cur.tags = tags),
+        )
+        .await?;
+    Ok(Response::new(empty()))
+}
+
+pub(super) async fn handle_delete_object_tagging(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    bname: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, bname, Access::Write)?;
+    state
+        .store
+        .update_object(
+            &b,
+            key,
+            &WriteCondition::default(),
+            Box::new(|cur| cur.tags.clear()),
+        )
+        .await?;
+    no_content()
+}
