@@ -8,8 +8,10 @@ import json
 import os
 import subprocess
 
+import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.config import Config
+from botocore.exceptions import ClientError, ResponseStreamingError
 
 import conftest
 from conftest import Server
@@ -163,3 +165,85 @@ def test_failing_index_writes(faulty):
     check(c, acked)  # the delete that failed did not happen
     acked.update(put_many(c, "after/", 5))
     check(c, acked)
+
+
+def test_a_read_that_fails_midway_through_a_streamed_get_never_serves_wrong_bytes(faulty):
+    srv, c = faulty
+    big = os.urandom(3 * 1024 * 1024 + 17)  # four 1 MiB records
+    c.put_object(Bucket="faulty", Key="big", Body=big)
+    # The first record reads; the second fails, after the response has started.
+    got = set_faults(srv, rules=[{"op": "read", "fault": "eio", "after": 1, "times": 1}])
+    assert got["rules"] == [{"op": "read", "fault": "eio", "after": 1, "times": 1, "every": 0}]
+    with pytest.raises(ResponseStreamingError):
+        c.get_object(Bucket="faulty", Key="big")["Body"].read()
+    assert set_faults(srv)["injected"] == 1
+    assert c.get_object(Bucket="faulty", Key="big")["Body"].read() == big
+
+
+def test_intermittent_write_faults_fail_some_puts_and_lose_none(faulty):
+    srv, _ = faulty
+    # No retry at all (botocore's `max_attempts` counts retries, so the shared clients retry
+    # once): each failed attempt is a failed PUT here.
+    c = boto3.client("s3", endpoint_url=srv.endpoint, region_name=conftest.REGION,
+                     aws_access_key_id=conftest.ROOT_AK, aws_secret_access_key=conftest.ROOT_SK,
+                     config=Config(s3={"addressing_style": "path"},
+                                   retries={"total_max_attempts": 1, "mode": "standard"}))
+    set_faults(srv, rules=[{"op": "write", "fault": "eio", "every": 3}])
+    acked, failed = {}, []
+    for i in range(12):
+        body = os.urandom(2000 + i)
+        try:
+            c.put_object(Bucket="faulty", Key=f"k{i}", Body=body)
+            acked[f"k{i}"] = hashlib.md5(body).hexdigest()
+        except ClientError as e:
+            assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
+            failed.append(f"k{i}")
+    assert set_faults(srv)["injected"] == len(failed)
+    assert failed == ["k0", "k3", "k6", "k9"], failed
+    check(c, acked)
+    for k in failed:
+        assert absent(c, k)
+
+
+def test_failing_index_deletes_only(faulty):
+    srv, c = faulty
+    acked = put_many(c, "ok/", 3)
+    set_faults(srv, rules=[{"op": "index_delete", "fault": "eio"}])
+    acked.update(put_many(c, "during/", 3))  # writes that delete nothing go on
+    with pytest.raises(ClientError) as e:
+        c.delete_object(Bucket="faulty", Key="ok/0")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
+    set_faults(srv)
+    check(c, acked)  # the delete that failed did not happen
+    c.delete_object(Bucket="faulty", Key="ok/0")
+    assert absent(c, "ok/0")
+
+
+def test_a_failing_tier_upload_leaves_objects_local_and_the_next_run_moves_them(workdir):
+    root = workdir / ("tierfault-" + os.urandom(3).hex())
+    root.mkdir()
+    srv = Server(root / "data", ["--fault-injection", "--tier", f"STANDARD_IA=dir:{root / 'hdd'}",
+                                 "--tier-interval", "0"]).start()
+    try:
+        c = srv.client()
+        c.create_bucket(Bucket="cold")
+        bodies = {f"o{i}": os.urandom(5000 + i) for i in range(20)}
+        for k, b in bodies.items():
+            c.put_object(Bucket="cold", Key=k, Body=b, StorageClass="STANDARD_IA")
+        set_faults(srv, rules=[{"op": "tier_upload", "fault": "eio"}])
+        env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK,
+                   PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK)
+        run = [conftest.BIN, "admin", "--endpoint", srv.endpoint, "tier", "run"]
+        out = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode != 0 and "storage tier STANDARD_IA failed" in out.stdout + out.stderr, \
+            out.stdout + out.stderr
+        assert set_faults(srv)["injected"] >= 1
+        for k, b in bodies.items():
+            assert c.get_object(Bucket="cold", Key=k)["Body"].read() == b
+        out = subprocess.run(run, capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert [p.name for p in root.joinpath("hdd").rglob("seg-*")], "no segment reached the tier"
+        for k, b in bodies.items():
+            assert c.get_object(Bucket="cold", Key=k)["Body"].read() == b
+    finally:
+        srv.stop()

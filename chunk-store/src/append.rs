@@ -2,14 +2,13 @@
 //! records, rotation, and group commit (`sync_through`).
 
 use crate::catalog::{Placement, segment_path, sync_dir};
-use crate::faults::{Fault, injected_error};
 use crate::record::{RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader};
 use crate::{
     ChunkStore, ChunkStoreError, RECORD_PAYLOAD_BYTES_MAX, RecordLocation, Result, WriteTicket,
     crc32c, io_err,
 };
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::fs::File;
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -57,54 +56,6 @@ pub(crate) fn record_header(
     Ok((len, header))
 }
 
-/// Writes `header` then `payload` at `offset` with `pwritev`, so the record is not first
-/// copied into one buffer (for 1 MiB chunks that copy, and the fresh pages it touched, cost
-/// more CPU than the write itself).
-pub(crate) fn write_all_vectored_at(
-    file: &File,
-    header: &[u8],
-    payload: &[u8],
-    offset: u64,
-) -> std::io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    let total = header.len() + payload.len();
-    let mut done = 0usize;
-    while done < total {
-        let (h, p) = if done < header.len() {
-            (&header[done..], payload)
-        } else {
-            (&header[..0], &payload[done - header.len()..])
-        };
-        let iov = [
-            libc::iovec {
-                iov_base: h.as_ptr() as *mut libc::c_void,
-                iov_len: h.len(),
-            },
-            libc::iovec {
-                iov_base: p.as_ptr() as *mut libc::c_void,
-                iov_len: p.len(),
-            },
-        ];
-        let at = i64::try_from(offset + done as u64)
-            .map_err(|_| std::io::Error::other("offset past i64"))?;
-        // SAFETY: both iovecs point into slices that stay borrowed for the call; the kernel
-        // only reads from them.
-        let n = unsafe { libc::pwritev(file.as_raw_fd(), iov.as_ptr(), 2, at) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
-            return Err(std::io::Error::from(std::io::ErrorKind::WriteZero));
-        }
-        done += n as usize;
-    }
-    Ok(())
-}
-
 impl ChunkStore {
     /// Creates segment `id` on its disks; with erasure coding a disk that fails is marked
     /// failed and the segment is placed on the next healthy ones.
@@ -144,19 +95,17 @@ impl ChunkStore {
         for d in on {
             let dir = &self.disks[d].segments;
             let path = segment_path(dir, id);
+            let io = &*self.io;
+            let mut created = false;
             let made = (|| {
-                let file = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&path)
-                    .map_err(|e| io_err(&path, e))?;
-                file.write_all_at(&header.encode(), 0)
+                let file = io.create_new(&path).map_err(|e| io_err(&path, e))?;
+                created = true;
+                io.write_at(&file, &path, &[&header.encode()], 0)
                     .map_err(|e| io_err(&path, e))?;
                 // The header and the directory entry are made durable now, so that a later
                 // fdatasync of appended records never depends on metadata that was not synced.
-                file.sync_all().map_err(|e| io_err(&path, e))?;
-                sync_dir(dir)?;
+                io.sync(&file, &path, true).map_err(|e| io_err(&path, e))?;
+                sync_dir(io, dir)?;
                 Ok::<_, ChunkStoreError>(file)
             })();
             match made {
@@ -169,8 +118,14 @@ impl ChunkStore {
                     if self.ec.is_some() && !matches!(e, ChunkStoreError::NoSpace { .. }) {
                         self.disks[d].fail(&e);
                     }
-                    for c in &copies {
-                        let _ = std::fs::remove_file(&c.path);
+                    // Nothing was written to the copies made so far: they go, and so does this
+                    // one if it was created.
+                    for p in copies
+                        .iter()
+                        .map(|c| &c.path)
+                        .chain(created.then_some(&path))
+                    {
+                        let _ = io.remove_file(p);
                     }
                     return Err(e);
                 }
@@ -216,21 +171,11 @@ impl ChunkStore {
             self.rotate(&mut active)?;
         }
         let offset = active.offset;
-        match self.faults.hit(&self.faults.write) {
-            Fault::None => {}
-            Fault::Torn => {
-                // Half the record reaches the file, as in a write cut short by a crash or a
-                // failing disk; the offset is not advanced, so the next record overwrites it.
-                let half = (RECORD_HEADER_BYTES + payload.len()) / 2;
-                let mut rec = header.to_vec();
-                rec.extend_from_slice(payload);
-                let _ = active.copies[0].file.write_all_at(&rec[..half], offset);
-                return Err(io_err(&active.copies[0].path, injected_error(Fault::Eio)));
-            }
-            f => return Err(io_err(&active.copies[0].path, injected_error(f))),
-        }
         for c in &active.copies {
-            if let Err(e) = write_all_vectored_at(&c.file, &header, payload, offset) {
+            if let Err(e) = self
+                .io
+                .write_at(&c.file, &c.path, &[&header, payload], offset)
+            {
                 // A failed write may have left part of the record in the file; the offset is
                 // not advanced past it, and the next record overwrites it. With several
                 // copies the segment is abandoned: its copies may now differ.
@@ -270,7 +215,17 @@ impl ChunkStore {
             // Everything in the old segment becomes durable here, so `sync_through` can treat
             // any ticket of an older segment as already synced.
             for c in &active.copies {
-                c.file.sync_data().map_err(|e| io_err(&c.path, e))?;
+                if let Err(e) = self.io.sync(&c.file, &c.path, false) {
+                    // As in `sync_through`: the segment's unsynced bytes cannot be trusted, and
+                    // its waiting writers are told their writes failed; the next append retries
+                    // the rotation without this sync.
+                    active.poisoned = true;
+                    let err = io_err(&c.path, e);
+                    if self.ec.is_some() && !matches!(err, ChunkStoreError::NoSpace { .. }) {
+                        self.disks[c.disk].fail(&err);
+                    }
+                    return Err(err);
+                }
             }
         }
         let mut next = self.create_segment(active.id + 1)?;
@@ -289,11 +244,15 @@ impl ChunkStore {
     /// get the lock.
     pub fn sync_through(&self, ticket: WriteTicket) -> Result<()> {
         let mut durable = self.durable.lock().unwrap_or_else(|p| p.into_inner());
-        if *durable >= ticket {
+        // The common case, without the append lock: this segment is synced past the ticket.
+        if durable.segment_id == ticket.segment_id && durable.end_offset >= ticket.end_offset {
             return Ok(());
         }
         let (files, written) = {
             let active = self.active.lock().unwrap_or_else(|p| p.into_inner());
+            // An older segment's ticket is answered by how that segment ended, never by the
+            // durable mark (a later segment's sync moves past it): a segment abandoned after a
+            // failed fsync stays not durable.
             if ticket.segment_id < active.durable_below {
                 // Rotation synced the whole older segment before it switched.
                 return Ok(());
@@ -305,6 +264,9 @@ impl ChunkStore {
                         "an fsync of this segment failed; the write is not durable",
                     ),
                 });
+            }
+            if *durable >= ticket {
+                return Ok(());
             }
             (
                 active
@@ -318,18 +280,15 @@ impl ChunkStore {
                 },
             )
         };
-        let sync_one = |file: &File| match self.faults.hit(&self.faults.sync) {
-            Fault::None => file.sync_data(),
-            f => Err(injected_error(f)),
-        };
+        let sync_one = |file: &File, path: &Path| self.io.sync(file, path, false);
         let results: Vec<std::io::Result<()>> = if files.len() == 1 {
-            vec![sync_one(&files[0].1)]
+            vec![sync_one(&files[0].1, &files[0].2)]
         } else {
             // Copies sit on different disks: their syncs run side by side.
             std::thread::scope(|s| {
                 let hs: Vec<_> = files
                     .iter()
-                    .map(|(_, f, _)| s.spawn(|| sync_one(f)))
+                    .map(|(_, f, p)| s.spawn(|| sync_one(f, p)))
                     .collect();
                 hs.into_iter()
                     .map(|h| {
@@ -453,5 +412,91 @@ mod tests {
         }
         let st = s.stats();
         assert!(st.syncs <= 800);
+    }
+
+    /// Segment creation, its directory fsync and the rotation's fsync each fail a write
+    /// cleanly: the append that hit the fault is refused, nothing acknowledged before it is
+    /// lost, a half-made segment file is removed, and appends work again once the fault clears.
+    #[test]
+    fn faults_in_segment_creation_and_rotation_refuse_the_write_and_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, io) = faulty_store(dir.path(), 4096, false);
+        let mut acked = Vec::new();
+        type Acked = Vec<(RecordLocation, u32, Vec<u8>)>;
+        fn put(s: &ChunkStore, acked: &mut Acked, i: u32) -> Result<()> {
+            let data = vec![i as u8; 1500];
+            let (loc, t) = s.append([3; 16], i, &data)?;
+            s.sync_through(t)?;
+            acked.push((loc, i, data));
+            Ok(())
+        }
+        let files = |d: &Path| std::fs::read_dir(d).unwrap().count();
+        for (n, rule) in [
+            eio(IoOp::Create, Some("seg-"), 0, Some(1)),
+            eio(IoOp::Write, Some("seg-"), 0, Some(1)),
+            eio(IoOp::Sync, None, 0, Some(1)),
+            eio(IoOp::SyncDir, None, 0, Some(1)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let before = files(dir.path());
+            let op = rule.op;
+            // Fill the active segment so that the next append rotates, then fail the rotation.
+            let at_rotation = s.stats().active_segment_id;
+            while s.stats().active_segment_id == at_rotation
+                && s.stats().active_segment_bytes + 1540 <= 4096
+            {
+                let i = 100 * n as u32 + acked.len() as u32;
+                put(&s, &mut acked, i).unwrap();
+            }
+            io.set_rules(vec![rule]);
+            let injected = io.injected();
+            assert!(
+                put(&s, &mut acked, 9999).is_err(),
+                "{op:?} fault must refuse the write"
+            );
+            assert_eq!(io.injected(), injected + 1, "{op:?}");
+            io.set_rules(Vec::new());
+            if op != IoOp::Sync {
+                // A failed creation leaves no file behind (the rotation's own sync, which
+                // fails before any creation, makes none).
+                assert!(
+                    files(dir.path()) <= before + 1,
+                    "{op:?}: stray segment files"
+                );
+            }
+            put(&s, &mut acked, 5000 + n as u32).unwrap();
+        }
+        for (loc, i, data) in &acked {
+            assert_eq!(&s.read(loc, &[3; 16], *i).unwrap(), data);
+        }
+        // After a restart every acknowledged record still reads.
+        drop(s);
+        let s = store(dir.path(), 4096);
+        for (loc, i, data) in &acked {
+            assert_eq!(&s.read(loc, &[3; 16], *i).unwrap(), data);
+        }
+    }
+
+    /// A failed fsync in a rotation poisons the old segment: a writer still waiting on it is
+    /// told its write failed (it was never synced), and appends move to a new segment.
+    #[test]
+    fn a_failed_rotation_sync_fails_the_writers_still_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, io) = faulty_store(dir.path(), 4096, false);
+        let (_, waiting) = s.append([4; 16], 0, &[1u8; 1500]).unwrap();
+        s.append([4; 16], 1, &[2u8; 1500]).unwrap();
+        io.set_rules(vec![eio(IoOp::Sync, None, 0, Some(1))]);
+        // This append rotates; the rotation's sync fails.
+        assert!(s.append([4; 16], 2, &[3u8; 1500]).is_err());
+        io.set_rules(Vec::new());
+        let (loc, t) = s.append([4; 16], 3, &[4u8; 1500]).unwrap();
+        s.sync_through(t).unwrap();
+        assert!(
+            s.sync_through(waiting).is_err(),
+            "a write whose segment failed to sync must not be acknowledged"
+        );
+        assert_ne!(loc.segment_id, waiting.segment_id);
     }
 }

@@ -4,14 +4,13 @@
 
 use crate::append::ActiveSegment;
 use crate::disks::Disk;
-use crate::faults::Faults;
+use crate::io::SegmentIo;
 use crate::segment_file::scan_segment;
 use crate::{
     ChunkStore, ChunkStoreError, ChunkStoreOptions, ChunkStoreStats, EcCounters, IoBackend, Result,
     WriteTicket, ec, io_err, uring,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, RwLock};
@@ -45,9 +44,8 @@ fn parse_segment_name(name: &str) -> Option<u64> {
 }
 
 /// fsync a directory so that a file created or renamed in it survives a crash.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(|e| io_err(dir, e))?;
-    f.sync_all().map_err(|e| io_err(dir, e))
+pub(crate) fn sync_dir(io: &dyn SegmentIo, dir: &Path) -> Result<()> {
+    io.sync_dir(dir).map_err(|e| io_err(dir, e))
 }
 
 fn list_dir<T>(dir: &Path, parse: impl Fn(&str) -> Option<T>) -> Result<Vec<(T, u64)>> {
@@ -124,12 +122,18 @@ impl ChunkStore {
                      shards are read around and rebuilt by repair"
                 );
             }
-            std::fs::create_dir_all(&d.segments).map_err(|e| io_err(&d.segments, e))?;
+            options
+                .io
+                .create_dir_all(&d.segments)
+                .map_err(|e| io_err(&d.segments, e))?;
             if options.ec.is_some() {
-                std::fs::create_dir_all(&d.shards).map_err(|e| io_err(&d.shards, e))?;
+                options
+                    .io
+                    .create_dir_all(&d.shards)
+                    .map_err(|e| io_err(&d.shards, e))?;
             }
         }
-        let catalog = Self::load_catalog(&disks, options.ec, read_only)?;
+        let catalog = Self::load_catalog(&*options.io, &disks, options.ec, read_only)?;
         let next_id = catalog.keys().next_back().map_or(1, |id| id + 1);
         if let Some((&last, Placement::Copies(on))) = catalog.iter().next_back()
             && let Some(&d) = on.first()
@@ -180,7 +184,7 @@ impl ChunkStore {
             suspects: Mutex::new(BTreeSet::new()),
             retired: Mutex::new(Vec::new()),
             maintenance: Mutex::new(()),
-            faults: Faults::default(),
+            io: options.io.clone(),
             ec: options.ec,
             read_only,
             seal_blocked: Default::default(),
@@ -205,6 +209,8 @@ impl ChunkStore {
             .unwrap_or_else(|p| p.into_inner())
             .segments += 1;
         let uring = match store.options.io_backend {
+            // An I/O backend that must see every read gets no io_uring reads.
+            _ if !store.io.raw_reads() => None,
             IoBackend::Pread => None,
             wanted => match uring::UringReader::start(&first) {
                 Ok(r) => {
@@ -229,13 +235,14 @@ impl ChunkStore {
     /// (the seal had finished); one with copies and an incomplete shard set loses the shards
     /// (the seal had not, and runs again).
     fn load_catalog(
+        io: &dyn SegmentIo,
         disks: &[Disk],
         ec: Option<(usize, usize)>,
         read_only: bool,
     ) -> Result<BTreeMap<u64, Placement>> {
         let remove = |p: &Path| {
             if !read_only {
-                let _ = std::fs::remove_file(p);
+                let _ = io.remove_file(p);
             }
         };
         let mut copies: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
@@ -257,9 +264,10 @@ impl ChunkStore {
                     let Some((id, index)) = ec::parse_shard_name(&name) else {
                         continue;
                     };
-                    let header = File::open(&path)
+                    let header = io
+                        .open(&path)
                         .map_err(|e| io_err(&path, e))
-                        .and_then(|f| ec::read_shard_header(&f, &path));
+                        .and_then(|f| ec::read_shard_header(io, &f, &path));
                     match header {
                         Ok(h) if h.segment_id == id && h.index as usize == index => {
                             shards.entry(id).or_default().push((index, d, h))
@@ -386,7 +394,7 @@ impl ChunkStore {
         let files = self.segment_files(segment_id, &place);
         let mut dirs = BTreeSet::new();
         for (_, path) in &files {
-            match std::fs::remove_file(path) {
+            match self.io.remove_file(path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io_err(path, e)),
@@ -397,7 +405,7 @@ impl ChunkStore {
         }
         drop(catalog);
         for dir in dirs {
-            sync_dir(&dir)?;
+            sync_dir(&*self.io, &dir)?;
         }
         self.retired
             .lock()

@@ -1,8 +1,8 @@
 //! Data disks: choosing disks for new segments, marking failed ones, probing idle ones, and
 //! their space for status.
 
+use crate::io::{SegmentIo, read_exact_at};
 use crate::{ChunkStore, ChunkStoreError, Result};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// One data disk: a directory (a mount point in production) holding segment copies under
@@ -56,9 +56,9 @@ pub(crate) fn fs_space(path: &Path) -> Option<(u64, u64)> {
     Some((s.f_blocks as u64 * frsize, s.f_bavail as u64 * frsize))
 }
 
-/// One disk probe (see [`ChunkStore::probe_disks`]).
-fn probe_disk(root: &Path) -> std::io::Result<()> {
-    use std::io::{Read, Write};
+/// One disk probe (see [`ChunkStore::probe_disks`]): a file is written, synced, read back,
+/// compared and removed, through the store's file operations.
+pub(crate) fn probe_disk(io: &dyn SegmentIo, root: &Path) -> std::io::Result<()> {
     let path = root.join(PROBE_FILE);
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -68,11 +68,11 @@ fn probe_disk(root: &Path) -> std::io::Result<()> {
         *b = (stamp >> ((i % 8) * 8)) as u8 ^ i as u8;
     }
     let result = (|| {
-        let mut f = File::create(&path)?;
-        f.write_all(&data)?;
-        f.sync_data()?;
-        let mut back = Vec::with_capacity(PROBE_BYTES);
-        File::open(&path)?.read_to_end(&mut back)?;
+        let f = io.create(&path)?;
+        io.write_at(&f, &path, &[&data], 0)?;
+        io.sync(&f, &path, false)?;
+        let mut back = vec![0u8; PROBE_BYTES];
+        read_exact_at(io, &io.open(&path)?, &path, &mut back, 0)?;
         if back != data {
             return Err(std::io::Error::other(
                 "read back differs from what was written",
@@ -80,7 +80,7 @@ fn probe_disk(root: &Path) -> std::io::Result<()> {
         }
         Ok(())
     })();
-    let _ = std::fs::remove_file(&path);
+    let _ = io.remove_file(&path);
     result
 }
 
@@ -119,7 +119,7 @@ impl ChunkStore {
             return failed;
         }
         for d in self.disks.iter().filter(|d| d.usable()) {
-            if let Err(e) = probe_disk(&d.root) {
+            if let Err(e) = probe_disk(&*self.io, &d.root) {
                 use std::sync::atomic::Ordering::Relaxed;
                 self.counters.disk_probe_failures.fetch_add(1, Relaxed);
                 d.fail(&format_args!("disk probe: {e}"));

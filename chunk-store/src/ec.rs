@@ -34,10 +34,10 @@
 //! any `k` others. The block crcs let a rebuild use only verified bytes, and let the scrubber
 //! find rot without knowing where records are.
 
+use crate::io::{SegmentIo, read_exact_at};
 use crate::{ChunkStoreError, Result, crc32c, io_err};
 use packrat_erasure::{Codec, Layout};
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -139,16 +139,18 @@ fn corrupt(id: u64, offset: u64, reason: impl Into<String>) -> ChunkStoreError {
 }
 
 /// Reads the header of a shard file.
-pub fn read_shard_header(file: &File, path: &Path) -> Result<ShardHeader> {
+pub fn read_shard_header(io: &dyn SegmentIo, file: &File, path: &Path) -> Result<ShardHeader> {
     let mut b = [0u8; HEADER_USED];
-    file.read_exact_at(&mut b, 0).map_err(|e| io_err(path, e))?;
+    read_exact_at(io, file, path, &mut b, 0).map_err(|e| io_err(path, e))?;
     ShardHeader::decode(&b).map_err(|r| corrupt(0, 0, format!("{}: {r}", path.display())))
 }
 
 /// Reads body bytes `[from, to)` of a shard (block-aligned `from`) and checks every block
 /// against its stored crc. `Err` carries the reason the range cannot be trusted.
 fn read_verified(
+    io: &dyn SegmentIo,
     file: &File,
+    path: &Path,
     shard_len: u64,
     from: u64,
     to: u64,
@@ -156,11 +158,17 @@ fn read_verified(
 ) -> std::io::Result<()> {
     debug_assert_eq!(from % SHARD_BLOCK_BYTES, 0);
     buf.resize((to - from) as usize, 0);
-    file.read_exact_at(buf, SHARD_HEADER_BYTES + from)?;
+    read_exact_at(io, file, path, buf, SHARD_HEADER_BYTES + from)?;
     let first = from / SHARD_BLOCK_BYTES;
     let count = (to - from).div_ceil(SHARD_BLOCK_BYTES);
     let mut crcs = vec![0u8; count as usize * 4];
-    file.read_exact_at(&mut crcs, SHARD_HEADER_BYTES + shard_len + first * 4)?;
+    read_exact_at(
+        io,
+        file,
+        path,
+        &mut crcs,
+        SHARD_HEADER_BYTES + shard_len + first * 4,
+    )?;
     for (n, block) in buf.chunks(SHARD_BLOCK_BYTES as usize).enumerate() {
         let want = u32::from_le_bytes([
             crcs[n * 4],
@@ -185,10 +193,12 @@ pub struct ShardSet {
     pub files: Vec<Option<Arc<File>>>,
     pub paths: Vec<PathBuf>,
     codec: Codec,
+    io: Arc<dyn SegmentIo>,
 }
 
 impl ShardSet {
     pub fn new(
+        io: Arc<dyn SegmentIo>,
         id: u64,
         layout: Layout,
         files: Vec<Option<Arc<File>>>,
@@ -201,6 +211,7 @@ impl ShardSet {
             files,
             paths,
             codec,
+            io,
         })
     }
 
@@ -247,7 +258,14 @@ impl ShardSet {
         for (shard, within, n) in self.pieces(offset, dst.len() as u64) {
             let out = &mut dst[at..at + n];
             let direct = match (&self.files[shard], rebuild_all) {
-                (Some(f), false) => f.read_exact_at(out, SHARD_HEADER_BYTES + within).is_ok(),
+                (Some(f), false) => read_exact_at(
+                    &*self.io,
+                    f,
+                    &self.paths[shard],
+                    out,
+                    SHARD_HEADER_BYTES + within,
+                )
+                .is_ok(),
                 _ => false,
             };
             if !direct {
@@ -278,7 +296,7 @@ impl ShardSet {
             }
             let Some(f) = f else { continue };
             let mut buf = Vec::new();
-            match read_verified(f, s, from, to, &mut buf) {
+            match read_verified(&*self.io, f, &self.paths[i], s, from, to, &mut buf) {
                 Ok(()) => {
                     pieces[i] = Some(buf);
                     have += 1;
@@ -322,7 +340,7 @@ impl ShardSet {
         let Some(f) = &self.files[i] else {
             return Err("missing".into());
         };
-        let h = read_shard_header(f, &self.paths[i]).map_err(|e| e.to_string())?;
+        let h = read_shard_header(&*self.io, f, &self.paths[i]).map_err(|e| e.to_string())?;
         if h.segment_id != self.id
             || h.index as usize != i
             || h.segment_len != self.layout.len
@@ -336,7 +354,8 @@ impl ShardSet {
         let mut row = 0;
         while row < s {
             let end = (row + ROW_BYTES).min(s);
-            read_verified(f, s, row, end, &mut buf).map_err(|e| e.to_string())?;
+            read_verified(&*self.io, f, &self.paths[i], s, row, end, &mut buf)
+                .map_err(|e| e.to_string())?;
             pace(end - row);
             row = end;
         }
@@ -349,7 +368,7 @@ impl ShardSet {
         let s = self.shard_len();
         let mut writers = tmp_paths
             .iter()
-            .map(|p| ShardWriter::create(p, s))
+            .map(|p| ShardWriter::create(self.io.clone(), p, s))
             .collect::<Result<Vec<_>>>()?;
         let mut row = 0;
         while row < s {
@@ -388,6 +407,7 @@ fn header_for(id: u64, layout: &Layout, index: usize) -> ShardHeader {
 
 /// One shard file being written: rows in order, then the block crcs and the header.
 struct ShardWriter {
+    io: Arc<dyn SegmentIo>,
     file: File,
     path: PathBuf,
     shard_len: u64,
@@ -395,14 +415,10 @@ struct ShardWriter {
 }
 
 impl ShardWriter {
-    fn create(path: &Path, shard_len: u64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
+    fn create(io: Arc<dyn SegmentIo>, path: &Path, shard_len: u64) -> Result<Self> {
+        let file = io.create(path).map_err(|e| io_err(path, e))?;
         Ok(Self {
+            io,
             file,
             path: path.to_path_buf(),
             shard_len,
@@ -412,8 +428,8 @@ impl ShardWriter {
 
     fn write_row(&mut self, at: u64, bytes: &[u8]) -> Result<()> {
         debug_assert_eq!(at % SHARD_BLOCK_BYTES, 0);
-        self.file
-            .write_all_at(bytes, SHARD_HEADER_BYTES + at)
+        self.io
+            .write_at(&self.file, &self.path, &[bytes], SHARD_HEADER_BYTES + at)
             .map_err(|e| io_err(&self.path, e))?;
         for block in bytes.chunks(SHARD_BLOCK_BYTES as usize) {
             self.crcs.extend_from_slice(&crc32c(block).to_le_bytes());
@@ -422,22 +438,27 @@ impl ShardWriter {
     }
 
     fn finish(self, header: ShardHeader) -> Result<()> {
-        self.file
-            .write_all_at(&self.crcs, SHARD_HEADER_BYTES + self.shard_len)
+        let io = &self.io;
+        io.write_at(
+            &self.file,
+            &self.path,
+            &[&self.crcs],
+            SHARD_HEADER_BYTES + self.shard_len,
+        )
+        .map_err(|e| io_err(&self.path, e))?;
+        io.write_at(&self.file, &self.path, &[&header.encode()], 0)
             .map_err(|e| io_err(&self.path, e))?;
-        self.file
-            .write_all_at(&header.encode(), 0)
-            .map_err(|e| io_err(&self.path, e))?;
-        self.file.sync_all().map_err(|e| io_err(&self.path, e))
+        io.sync(&self.file, &self.path, true)
+            .map_err(|e| io_err(&self.path, e))
     }
 }
 
 /// Encodes the first `len` bytes of a segment copy into `k` data and `m` parity shard files
 /// (`tmp_paths`, in shard order, synced; the caller renames them into place).
 pub fn encode_segment(
+    io: &Arc<dyn SegmentIo>,
     id: u64,
-    src: &File,
-    src_path: &Path,
+    (src, src_path): (&File, &Path),
     len: u64,
     k: usize,
     m: usize,
@@ -448,7 +469,7 @@ pub fn encode_segment(
     let s = layout.shard_len as u64;
     let mut writers = tmp_paths
         .iter()
-        .map(|p| ShardWriter::create(p, s))
+        .map(|p| ShardWriter::create(io.clone(), p, s))
         .collect::<Result<Vec<_>>>()?;
     let mut pieces: Vec<Vec<u8>> = vec![Vec::new(); k + m];
     let mut row = 0;
@@ -463,7 +484,7 @@ pub fn encode_segment(
             let start = i as u64 * s + row;
             if start < len {
                 let avail = (len - start).min(n as u64) as usize;
-                src.read_exact_at(&mut piece[..avail], start)
+                read_exact_at(&**io, src, src_path, &mut piece[..avail], start)
                     .map_err(|e| io_err(src_path, e))?;
             }
         }
@@ -494,13 +515,20 @@ mod tests {
         std::fs::write(&src_path, &data).unwrap();
         let src = File::open(&src_path).unwrap();
         let paths: Vec<PathBuf> = (0..6).map(|i| dir.path().join(format!("s{i}"))).collect();
-        let layout = encode_segment(9, &src, &src_path, len, 4, 2, &paths).unwrap();
+        let io: Arc<dyn SegmentIo> = Arc::new(crate::io::RealIo);
+        let layout = encode_segment(&io, 9, (&src, &src_path), len, 4, 2, &paths).unwrap();
         let open = |p: &PathBuf| File::open(p).ok().map(Arc::new);
-        let mut set =
-            ShardSet::new(9, layout, paths.iter().map(open).collect(), paths.clone()).unwrap();
+        let mut set = ShardSet::new(
+            io.clone(),
+            9,
+            layout,
+            paths.iter().map(open).collect(),
+            paths.clone(),
+        )
+        .unwrap();
         for (i, path) in paths.iter().enumerate() {
             set.check(i, &mut |_| {}).unwrap();
-            let h = read_shard_header(set.files[i].as_ref().unwrap(), path).unwrap();
+            let h = read_shard_header(&*io, set.files[i].as_ref().unwrap(), path).unwrap();
             assert_eq!(h.index as usize, i);
         }
         // Direct reads, across a shard boundary, and past the end.
@@ -546,8 +574,14 @@ mod tests {
         set.rebuild_shards(&[2, 4], &tmp).unwrap();
         std::fs::rename(&tmp[0], &paths[2]).unwrap();
         std::fs::rename(&tmp[1], &paths[4]).unwrap();
-        let set =
-            ShardSet::new(9, layout, paths.iter().map(open).collect(), paths.clone()).unwrap();
+        let set = ShardSet::new(
+            io.clone(),
+            9,
+            layout,
+            paths.iter().map(open).collect(),
+            paths.clone(),
+        )
+        .unwrap();
         for i in 0..6 {
             set.check(i, &mut |_| {}).unwrap();
         }

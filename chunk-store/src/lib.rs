@@ -29,6 +29,7 @@ mod catalog;
 mod disks;
 pub mod ec;
 mod faults;
+pub mod io;
 mod mapped;
 mod read;
 mod record;
@@ -38,7 +39,8 @@ mod upkeep;
 mod uring;
 
 pub use disks::DiskStatus;
-pub use faults::{Fault, Faults};
+pub use faults::Fault;
+pub use io::{FaultRule, FaultyIo, IoOp, RealIo, SegmentIo};
 pub use read::Span;
 pub use record::{
     RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, decode_record_header,
@@ -158,6 +160,8 @@ pub struct ChunkStoreOptions {
     pub disks: Vec<PathBuf>,
     /// Erasure coding `(k, m)` across `disks`; `None` keeps every segment in one directory.
     pub ec: Option<(usize, usize)>,
+    /// The file operations: [`RealIo`], or a test's [`FaultyIo`] or simulation.
+    pub io: Arc<dyn SegmentIo>,
 }
 
 impl Default for ChunkStoreOptions {
@@ -167,6 +171,7 @@ impl Default for ChunkStoreOptions {
             io_backend: IoBackend::Auto,
             disks: Vec::new(),
             ec: None,
+            io: Arc::new(RealIo),
         }
     }
 }
@@ -235,7 +240,8 @@ pub struct ChunkStore {
     read_only: bool,
     /// Set while too few disks are healthy to encode (logged once).
     seal_blocked: std::sync::atomic::AtomicBool,
-    faults: Faults,
+    /// Every file operation goes through this (the file system, or a test's faulty one).
+    io: Arc<dyn SegmentIo>,
     /// Mapped reads are paused until this many milliseconds after `opened` (a mapped copy
     /// waited for the disk: the data is not hot).
     mapped_paused_until_ms: AtomicU64,
@@ -261,9 +267,10 @@ impl ChunkStore {
         segment_path(&self.disks[0].segments, id)
     }
 
-    /// The fault-injection switchboard (see [`Faults`]).
-    pub fn faults(&self) -> &Faults {
-        &self.faults
+    /// The file operations this store makes (see [`SegmentIo`]): the tier mover and the
+    /// index ask it before their own I/O, so fault rules and simulations cover them too.
+    pub fn io(&self) -> &Arc<dyn SegmentIo> {
+        &self.io
     }
 
     /// Whether reads go through io_uring (`read_with` completes on the io_uring thread).
@@ -315,9 +322,40 @@ mod testing {
                 io_backend: IoBackend::Auto,
                 disks: disks.to_vec(),
                 ec: Some((4, 2)),
+                ..Default::default()
             },
         )
         .unwrap()
+    }
+
+    /// A store whose file operations go through fault rules (`ec`: 4+2 over six disks under
+    /// `dir`), and the rules.
+    pub(crate) fn faulty_store(dir: &Path, seg: u64, ec: bool) -> (ChunkStore, Arc<FaultyIo>) {
+        let io = Arc::new(FaultyIo::default());
+        let s = ChunkStore::open(
+            dir,
+            ChunkStoreOptions {
+                segment_bytes_max: seg,
+                disks: (0..6).map(|i| dir.join(format!("d{i}"))).collect(),
+                ec: ec.then_some((4, 2)),
+                io: io.clone(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        (s, io)
+    }
+
+    /// A rule failing `op` with EIO from its `after`th occurrence on, `times` times.
+    pub(crate) fn eio(op: IoOp, path: Option<&str>, after: u64, times: Option<u64>) -> FaultRule {
+        FaultRule {
+            op,
+            fault: Fault::Eio,
+            path: path.map(str::to_string),
+            after,
+            times,
+            every: 0,
+        }
     }
 
     pub(crate) fn payload(i: u32) -> Vec<u8> {

@@ -2,21 +2,24 @@
 //! neighbouring records, with erasure coding's fallbacks to another copy or a rebuild.
 
 use crate::catalog::{Placement, segment_path};
-use crate::faults::{Fault, injected_error};
+use crate::io::read_exact_at;
 use crate::record::{RECORD_HEADER_BYTES, decode_record_header};
 use crate::{
     ChunkStore, ChunkStoreError, IoBackend, RecordDone, RecordLocation, Result, crc32c, ec, io_err,
     mapped,
 };
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Open files of one segment, cached for reads.
 pub(crate) enum Handle {
-    /// The files, and a mapping of the first, made on first use (`None`: it could not be).
-    Copies(Vec<Arc<File>>, std::sync::OnceLock<Option<mapped::Mapping>>),
+    /// The files and their paths, and a mapping of the first, made on first use (`None`: it
+    /// could not be).
+    Copies(
+        Vec<(Arc<File>, PathBuf)>,
+        std::sync::OnceLock<Option<mapped::Mapping>>,
+    ),
     Shards(Arc<ec::ShardSet>),
 }
 
@@ -156,9 +159,6 @@ impl<B: AsRef<[u8]>> Span<B> {
 
 impl ChunkStore {
     pub(crate) fn reader(&self, segment_id: u64) -> Result<Arc<Handle>> {
-        if let f @ (Fault::Eio | Fault::Enospc | Fault::Torn) = self.faults.hit(&self.faults.read) {
-            return Err(io_err(&self.seg_path(segment_id), injected_error(f)));
-        }
         if let Some(h) = self
             .readers
             .read()
@@ -183,7 +183,7 @@ impl ChunkStore {
     }
 
     pub(crate) fn open_handle(&self, id: u64, place: &Placement) -> Result<Handle> {
-        let open = |path: &Path| match File::open(path) {
+        let open = |path: &Path| match self.io.open(path) {
             Ok(f) => Ok(Some(Arc::new(f))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(path, e)),
@@ -193,8 +193,9 @@ impl ChunkStore {
                 let mut files = Vec::new();
                 let mut last_err = None;
                 for &d in on {
-                    match open(&segment_path(&self.disks[d].segments, id)) {
-                        Ok(Some(f)) => files.push(f),
+                    let path = segment_path(&self.disks[d].segments, id);
+                    match open(&path) {
+                        Ok(Some(f)) => files.push((f, path)),
                         Ok(None) => {}
                         Err(e) => last_err = Some(e),
                     }
@@ -219,7 +220,11 @@ impl ChunkStore {
                     paths.push(path);
                 }
                 Ok(Handle::Shards(Arc::new(ec::ShardSet::new(
-                    id, *layout, files, paths,
+                    self.io.clone(),
+                    id,
+                    *layout,
+                    files,
+                    paths,
                 )?)))
             }
         }
@@ -230,7 +235,7 @@ impl ChunkStore {
     pub(crate) fn direct(&self, loc: &RecordLocation) -> Result<Option<(Arc<File>, u64)>> {
         let total = RECORD_HEADER_BYTES as u64 + u64::from(loc.len);
         Ok(match &*self.reader(loc.segment_id)? {
-            Handle::Copies(files, _) => Some((files[0].clone(), loc.offset)),
+            Handle::Copies(files, _) => Some((files[0].0.clone(), loc.offset)),
             Handle::Shards(set) => set.direct(loc.offset, total),
         })
     }
@@ -287,10 +292,10 @@ impl ChunkStore {
         match &*handle {
             Handle::Copies(files, _) => {
                 let mut first_err = None;
-                for f in files {
+                for (f, path) in files {
                     let mut buf = vec![0u8; total];
-                    let read = f.read_exact_at(&mut buf, loc.offset);
-                    match verify_record(loc, read.map(|()| buf), object_id, chunk_index, &path) {
+                    let read = read_exact_at(&*self.io, f, path, &mut buf, loc.offset);
+                    match verify_record(loc, read.map(|()| buf), object_id, chunk_index, path) {
                         Ok(p) => {
                             if let Some(e) = first_err {
                                 self.note_degraded(loc.segment_id, &e);
@@ -363,7 +368,10 @@ impl ChunkStore {
         object_id: &[u8; 16],
         chunk_index: u32,
     ) -> Option<Result<Vec<u8>>> {
-        if self.uring.is_none() || self.options.io_backend != IoBackend::Auto {
+        if self.uring.is_none()
+            || self.options.io_backend != IoBackend::Auto
+            || !self.io.raw_reads()
+        {
             return None;
         }
         let (file, at) = match self.direct(loc) {
@@ -421,7 +429,6 @@ impl ChunkStore {
     /// unreadable shard are rebuilt; bytes that read but fail a record check are for the
     /// caller to read again with [`read`](Self::read).
     pub fn read_span_into(&self, segment_id: u64, offset: u64, dst: &mut [u8]) -> Result<usize> {
-        let path = self.seg_path(segment_id);
         let handle = self.reader(segment_id)?;
         let files = match &*handle {
             Handle::Copies(files, _) => files,
@@ -433,22 +440,25 @@ impl ChunkStore {
                 return Ok(n);
             }
         };
-        let file = &files[0];
-        if let Some(r) = read_if_cached(file, dst, offset) {
-            r.map_err(|e| io_err(&path, e))?;
+        if self.io.raw_reads()
+            && let Some(r) = read_if_cached(&files[0].0, dst, offset)
+        {
+            r.map_err(|e| io_err(&files[0].1, e))?;
             return Ok(dst.len());
         }
         let mut last_err = None;
-        for file in files {
+        for (file, path) in files {
             let mut filled = 0usize;
             let mut failed = false;
             while filled < dst.len() {
-                match file.read_at(&mut dst[filled..], offset + filled as u64) {
+                match self
+                    .io
+                    .read_at(file, path, &mut dst[filled..], offset + filled as u64)
+                {
                     Ok(0) => break,
                     Ok(n) => filled += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        last_err = Some(io_err(&path, e));
+                        last_err = Some(io_err(path, e));
                         failed = true;
                         break;
                     }
@@ -575,5 +585,62 @@ mod tests {
             rx.recv().unwrap().1,
             Err(ChunkStoreError::Corrupt { .. })
         ));
+    }
+
+    /// Read faults hit the chosen reads only: a run of reads fails from the Nth on (as in the
+    /// middle of a streamed GET) and reads again once the fault clears; with erasure coding,
+    /// a disk whose reads fail is read around, and every record still verifies.
+    #[test]
+    fn read_faults_fail_the_chosen_reads_and_redundancy_reads_around_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, io) = faulty_store(dir.path(), 1 << 20, false);
+        let mut locs = Vec::new();
+        for i in 0..6u32 {
+            let (loc, t) = s.append([8; 16], i, &payload(i)).unwrap();
+            s.sync_through(t).unwrap();
+            locs.push(loc);
+        }
+        io.set_rules(vec![eio(IoOp::Read, None, 3, None)]);
+        let got: Vec<bool> = (0..6u32)
+            .map(|i| s.read(&locs[i as usize], &[8; 16], i).is_ok())
+            .collect();
+        assert_eq!(got, [true, true, true, false, false, false]);
+        // No fast path reads around the rules.
+        let mut buf = vec![0u8; locs[0].len as usize];
+        let one = [crate::RecordRead {
+            loc: locs[0],
+            object_id: [8; 16],
+            chunk_index: 0,
+            dst: 0,
+        }];
+        assert!(!s.read_cached_records_into(&one, &mut buf));
+        assert!(!s.read_mapped_records_into(&one, &mut buf));
+        assert!(s.read_cached(&locs[0], &[8; 16], 0).is_none());
+        io.set_rules(Vec::new());
+        for (i, loc) in locs.iter().enumerate() {
+            assert_eq!(s.read(loc, &[8; 16], i as u32).unwrap(), payload(i as u32));
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let (s, io) = faulty_store(dir.path(), 256 * 1024, true);
+        let mut locs = Vec::new();
+        for i in 0..8u32 {
+            let (loc, t) = s.append([9; 16], i, &payload(i)).unwrap();
+            s.sync_through(t).unwrap();
+            locs.push(loc);
+        }
+        s.seal_active().unwrap();
+        s.seal_due(None).unwrap();
+        for d in 0..6 {
+            io.set_rules(vec![eio(IoOp::Read, Some(&format!("/d{d}/")), 0, None)]);
+            for (i, loc) in locs.iter().enumerate() {
+                assert_eq!(
+                    s.read(loc, &[9; 16], i as u32).unwrap(),
+                    payload(i as u32),
+                    "disk {d} failing reads"
+                );
+            }
+        }
+        assert!(s.stats().degraded_reads > 0);
     }
 }

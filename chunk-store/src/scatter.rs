@@ -114,6 +114,9 @@ impl ChunkStore {
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
     pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+        if !self.io.raw_reads() {
+            return false;
+        }
         check_slots(reads, buf.len());
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
@@ -195,6 +198,7 @@ impl ChunkStore {
     pub fn mapped_reads_enabled(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         self.options.io_backend == IoBackend::Auto
+            && self.io.raw_reads()
             && self.opened.elapsed().as_millis() as u64 >= self.mapped_paused_until_ms.load(Relaxed)
     }
 
@@ -231,11 +235,12 @@ impl ChunkStore {
             };
             let Some(map) = map.get_or_init(|| {
                 let len = files[0]
+                    .0
                     .metadata()
                     .ok()?
                     .len()
                     .max(self.options.segment_bytes_max);
-                mapped::Mapping::new(&files[0], usize::try_from(len).ok()?).ok()
+                mapped::Mapping::new(&files[0].0, usize::try_from(len).ok()?).ok()
             }) else {
                 return false;
             };

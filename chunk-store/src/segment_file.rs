@@ -1,18 +1,21 @@
 //! Standalone segment files (the tier mover's) and segment scans (start-up and offline verify).
 
-use crate::append::{record_header, write_all_vectored_at};
+use crate::append::record_header;
+use crate::io::SegmentIo;
 use crate::record::{
     RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, decode_record_header,
 };
 use crate::{ChunkStoreError, RecordLocation, Result, crc32c, io_err};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Writes one standalone segment file (segment header, then records) outside the store's own
 /// directories: the tier mover builds the segments it sends to slower tiers with it, in the
 /// same format, so their records verify exactly like local ones.
 pub struct SegmentFileWriter {
+    io: Arc<dyn SegmentIo>,
     pub(crate) file: File,
     pub(crate) path: PathBuf,
     pub(crate) id: u64,
@@ -20,22 +23,19 @@ pub struct SegmentFileWriter {
 }
 
 impl SegmentFileWriter {
-    pub fn create(path: &Path, id: u64) -> Result<Self> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|e| io_err(path, e))?;
+    /// Creates (or truncates) the file at `path` through `io` (a store's: [`crate::ChunkStore::io`]).
+    pub fn create(io: Arc<dyn SegmentIo>, path: &Path, id: u64) -> Result<Self> {
+        let file = io.create(path).map_err(|e| io_err(path, e))?;
         let header = SegmentHeader {
             segment_id: id,
             created_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
         };
-        file.write_all_at(&header.encode(), 0)
+        io.write_at(&file, path, &[&header.encode()], 0)
             .map_err(|e| io_err(path, e))?;
         Ok(Self {
+            io,
             file,
             path: path.to_path_buf(),
             id,
@@ -59,7 +59,8 @@ impl SegmentFileWriter {
         payload: &[u8],
     ) -> Result<RecordLocation> {
         let (len, header) = record_header(object_id, chunk_index, payload)?;
-        write_all_vectored_at(&self.file, &header, payload, self.offset)
+        self.io
+            .write_at(&self.file, &self.path, &[&header, payload], self.offset)
             .map_err(|e| io_err(&self.path, e))?;
         let loc = RecordLocation {
             segment_id: self.id,
@@ -72,7 +73,9 @@ impl SegmentFileWriter {
 
     /// Makes the file durable and returns its length.
     pub fn finish(self) -> Result<u64> {
-        self.file.sync_all().map_err(|e| io_err(&self.path, e))?;
+        self.io
+            .sync(&self.file, &self.path, true)
+            .map_err(|e| io_err(&self.path, e))?;
         Ok(self.offset)
     }
 }

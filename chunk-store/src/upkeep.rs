@@ -2,12 +2,12 @@
 //! the erasure-coding status.
 
 use crate::catalog::{Placement, segment_path, sync_dir, tmp_path};
+use crate::disks::probe_disk;
 use crate::disks::{DiskStatus, fs_space};
 use crate::read::Handle;
 use crate::record::SEGMENT_HEADER_BYTES;
 use crate::segment_file::scan_segment;
 use crate::{ChunkStore, ChunkStoreError, Result, ec, io_err};
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -131,7 +131,8 @@ impl ChunkStore {
                 "segment copy ends in bytes that do not verify (torn by a crash); encoded as is, never read"
             );
         }
-        let src = File::open(&path).map_err(|e| io_err(&path, e))?;
+        let io = &*self.io;
+        let src = io.open(&path).map_err(|e| io_err(&path, e))?;
         let targets = self.pick_disks(id, k + m, &[])?;
         let finals: Vec<PathBuf> = targets
             .iter()
@@ -140,15 +141,15 @@ impl ChunkStore {
             .collect();
         let tmps: Vec<PathBuf> = finals.iter().map(|p| tmp_path(p)).collect();
         for &d in &targets {
-            std::fs::create_dir_all(&self.disks[d].shards)
+            io.create_dir_all(&self.disks[d].shards)
                 .map_err(|e| io_err(&self.disks[d].shards, e))?;
         }
         let remove_all = |paths: &[PathBuf]| {
             for p in paths {
-                let _ = std::fs::remove_file(p);
+                let _ = io.remove_file(p);
             }
         };
-        let layout = match ec::encode_segment(id, &src, &path, len, k, m, &tmps) {
+        let layout = match ec::encode_segment(&self.io, id, (&src, &path), len, k, m, &tmps) {
             Ok(l) => l,
             Err(e) => {
                 remove_all(&tmps);
@@ -162,14 +163,14 @@ impl ChunkStore {
             return Ok(false);
         }
         for (t, f) in tmps.iter().zip(&finals) {
-            if let Err(e) = std::fs::rename(t, f) {
+            if let Err(e) = io.rename(t, f) {
                 remove_all(&tmps);
                 remove_all(&finals);
                 return Err(io_err(f, e));
             }
         }
         for &d in &targets {
-            sync_dir(&self.disks[d].shards)?;
+            sync_dir(io, &self.disks[d].shards)?;
         }
         let place = Placement::Shards {
             layout,
@@ -186,8 +187,8 @@ impl ChunkStore {
         // reads already under way).
         for &d in on {
             let p = segment_path(&self.disks[d].segments, id);
-            if std::fs::remove_file(&p).is_ok() {
-                let _ = sync_dir(&self.disks[d].segments);
+            if io.remove_file(&p).is_ok() {
+                let _ = sync_dir(io, &self.disks[d].segments);
             }
         }
         use std::sync::atomic::Ordering::Relaxed;
@@ -240,16 +241,15 @@ impl ChunkStore {
         for d in &self.disks {
             // A disk that failed earlier and is writable again (replaced) is taken back.
             if d.failed.load(std::sync::atomic::Ordering::Relaxed)
-                && std::fs::create_dir_all(&d.shards).is_ok()
-                && std::fs::create_dir_all(&d.segments).is_ok()
-                && std::fs::write(d.root.join(".probe"), b"ok").is_ok()
+                && self.io.create_dir_all(&d.shards).is_ok()
+                && self.io.create_dir_all(&d.segments).is_ok()
+                && probe_disk(&*self.io, &d.root).is_ok()
             {
-                let _ = std::fs::remove_file(d.root.join(".probe"));
                 d.failed.store(false, std::sync::atomic::Ordering::Relaxed);
                 tracing::info!(disk = %d.root.display(), "disk is writable again");
             } else if !d.root.is_dir() {
-                let _ = std::fs::create_dir_all(&d.shards);
-                let _ = std::fs::create_dir_all(&d.segments);
+                let _ = self.io.create_dir_all(&d.shards);
+                let _ = self.io.create_dir_all(&d.segments);
             }
         }
         report.segments_sealed = self.seal_pending()?;
@@ -294,6 +294,7 @@ impl ChunkStore {
         pace: &mut dyn FnMut(u64),
         report: &mut ScrubReport,
     ) -> Result<()> {
+        let io = &*self.io;
         let place = self
             .catalog
             .lock()
@@ -372,19 +373,19 @@ impl ChunkStore {
             .collect();
         let tmps: Vec<PathBuf> = finals.iter().map(|p| tmp_path(p)).collect();
         for &d in &chosen {
-            std::fs::create_dir_all(&self.disks[d].shards)
+            io.create_dir_all(&self.disks[d].shards)
                 .map_err(|e| io_err(&self.disks[d].shards, e))?;
         }
         let mut files = set.files.clone();
         for &i in &bad {
             files[i] = None;
         }
-        let survivors = ec::ShardSet::new(id, layout, files, set.paths.clone())?;
+        let survivors = ec::ShardSet::new(self.io.clone(), id, layout, files, set.paths.clone())?;
         match survivors.rebuild_shards(&bad, &tmps) {
             Ok(()) => {}
             Err(e) => {
                 for t in &tmps {
-                    let _ = std::fs::remove_file(t);
+                    let _ = io.remove_file(t);
                 }
                 if matches!(e, ChunkStoreError::Unrecoverable { .. }) {
                     tracing::error!(segment = id, error = %e, "segment cannot be repaired");
@@ -403,17 +404,16 @@ impl ChunkStore {
         };
         let mut now = now;
         for ((&i, &d), (t, f)) in bad.iter().zip(&chosen).zip(tmps.iter().zip(&finals)) {
-            std::fs::rename(t, f).map_err(|e| io_err(f, e))?;
+            io.rename(t, f).map_err(|e| io_err(f, e))?;
             if let Some(old) = now[i]
                 && old != d
             {
-                let _ =
-                    std::fs::remove_file(self.disks[old].shards.join(ec::shard_file_name(id, i)));
+                let _ = io.remove_file(&self.disks[old].shards.join(ec::shard_file_name(id, i)));
             }
             now[i] = Some(d);
         }
         for &d in &chosen {
-            sync_dir(&self.disks[d].shards)?;
+            sync_dir(io, &self.disks[d].shards)?;
         }
         let place = Placement::Shards { layout, disks: now };
         let handle = Arc::new(self.open_handle(id, &place)?);
@@ -664,5 +664,61 @@ mod tests {
         // Only one shard and no copy: the segment is beyond repair, and says so.
         let r = s.read(&locs[0], &[7; 16], 0);
         assert!(r.is_err() || r.unwrap() == payload(0));
+    }
+
+    /// Faults in sealing (a shard write, a rename into place, a directory fsync) leave the
+    /// segment mirrored and readable, with no temporary shard left behind; the next seal,
+    /// once the fault clears, encodes it.
+    #[test]
+    fn a_seal_that_fails_keeps_the_copies_and_is_redone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, io) = faulty_store(dir.path(), 64 * 1024, true);
+        let mut locs = Vec::new();
+        for i in 0..12u32 {
+            let data = payload(i % 2);
+            let (loc, t) = s.append([6; 16], i, &data).unwrap();
+            s.sync_through(t).unwrap();
+            locs.push((loc, data));
+        }
+        s.seal_active().unwrap();
+        let encoded = || s.stats().segments_encoded;
+        let leftovers = || {
+            (0..6)
+                .flat_map(|d| std::fs::read_dir(dir.path().join(format!("d{d}/shards"))).unwrap())
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .ends_with(".tmp")
+                })
+                .count()
+        };
+        for rule in [
+            eio(IoOp::Write, Some("shards"), 3, Some(1)),
+            eio(IoOp::Rename, Some("shards"), 2, Some(1)),
+            eio(IoOp::SyncDir, Some("shards"), 0, Some(1)),
+        ] {
+            io.set_rules(vec![rule.clone()]);
+            let before = encoded();
+            s.seal_due(None).unwrap();
+            assert!(io.injected() > 0, "{rule:?} was never hit");
+            assert_eq!(
+                encoded(),
+                before,
+                "{rule:?}: the segment must stay mirrored"
+            );
+            assert_eq!(leftovers(), 0, "{rule:?} left temporary shards");
+            for (i, (loc, data)) in locs.iter().enumerate() {
+                assert_eq!(&s.read(loc, &[6; 16], i as u32).unwrap(), data, "{rule:?}");
+            }
+        }
+        io.set_rules(Vec::new());
+        s.seal_due(None).unwrap();
+        assert_eq!(encoded(), 1, "the segment is encoded once the faults clear");
+        assert_eq!(s.ec_status().unwrap().segments_sealed, 0);
+        for (i, (loc, data)) in locs.iter().enumerate() {
+            assert_eq!(&s.read(loc, &[6; 16], i as u32).unwrap(), data);
+        }
     }
 }

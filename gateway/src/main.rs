@@ -380,6 +380,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         scrub_interval: Duration::from_secs(args.scrub_interval),
         scrub_rate: args.scrub_rate,
         disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
+        fault_injection: args.fault_injection,
     })?;
     if let Some(k) = &opened.generated_root {
         println!(

@@ -1,7 +1,7 @@
 //! Column family `keys`: access keys by access key id.
 
 use crate::records::KeyRecord;
-use crate::{CF_KEYS, IndexError, Result, RocksIndex, records};
+use crate::{CF_KEYS, IndexError, IndexWrite, Result, RocksIndex, records};
 use rocksdb::IteratorMode;
 
 impl RocksIndex {
@@ -15,6 +15,7 @@ impl RocksIndex {
 
     pub fn delete_key(&self, access_key: &str) -> Result<bool> {
         let existed = self.get_key(access_key)?.is_some();
+        self.write_gate(IndexWrite::Delete)?;
         self.db
             .delete_cf_opt(self.cf(CF_KEYS), access_key, &Self::sync_opts())?;
         Ok(existed)

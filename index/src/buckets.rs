@@ -1,7 +1,10 @@
 //! Column family `buckets`: bucket records by name, and bucket id allocation (in `meta`).
 
 use crate::records::BucketRecord;
-use crate::{CF_BUCKETS, CF_META, CF_OBJECTS, CF_UPLOADS, IndexError, Result, RocksIndex, records};
+use crate::{
+    CF_BUCKETS, CF_META, CF_OBJECTS, CF_UPLOADS, IndexError, IndexWrite, Result, RocksIndex,
+    records,
+};
 use rocksdb::{IteratorMode, WriteBatch};
 
 const META_NEXT_BUCKET_ID: &[u8] = b"next_bucket_id";
@@ -32,7 +35,7 @@ impl RocksIndex {
             (next + 1).to_le_bytes(),
         );
         batch.put_cf(self.cf(CF_BUCKETS), name, records::encode(&rec));
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Put)?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(rec)
     }
@@ -77,6 +80,7 @@ impl RocksIndex {
             }
             it.status()?;
         }
+        self.write_gate(IndexWrite::Delete)?;
         self.db
             .delete_cf_opt(self.cf(CF_BUCKETS), name, &Self::sync_opts())?;
         Ok(())

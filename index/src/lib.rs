@@ -50,11 +50,25 @@ pub enum IndexError {
     NoSuchBucket,
     #[error("bucket is not empty")]
     BucketNotEmpty,
-    #[error("injected index write failure (fault injection)")]
-    Injected,
+    #[error("index write refused: {0}")]
+    Injected(String),
 }
 
 pub type Result<T> = std::result::Result<T, IndexError>;
+
+/// The kind of an index write, for a [`WriteGate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexWrite {
+    /// A write that only adds or replaces entries.
+    Put,
+    /// A write that removes entries (deletes, aborts, completions of uploads).
+    Delete,
+}
+
+/// Asked before every index write; an error refuses the write (nothing reaches RocksDB).
+pub trait WriteGate: Send + Sync {
+    fn check(&self, write: IndexWrite) -> std::result::Result<(), String>;
+}
 
 const CF_BUCKETS: &str = "buckets";
 const CF_OBJECTS: &str = "objects";
@@ -70,8 +84,8 @@ const OBJECT_CACHE_ENTRIES: usize = 256 * 1024;
 
 pub struct RocksIndex {
     db: DB,
-    /// Fault injection for tests: when set, every write fails before reaching RocksDB.
-    pub fail_writes: std::sync::atomic::AtomicBool,
+    /// Asked before every write (fault injection in tests; see [`RocksIndex::set_gate`]).
+    gate: std::sync::OnceLock<std::sync::Arc<dyn WriteGate>>,
     /// Serialises bucket creation and deletion (name uniqueness, id allocation, emptiness).
     bucket_lock: Mutex<()>,
     /// Decoded object records of recent point lookups (see `cache.rs` for why it is coherent).
@@ -124,7 +138,7 @@ impl RocksIndex {
         let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
         Ok(Self {
             db,
-            fail_writes: Default::default(),
+            gate: std::sync::OnceLock::new(),
             bucket_lock: Mutex::new(()),
             objects: cache::ObjectCache::new(OBJECT_CACHE_ENTRIES),
         })
@@ -137,11 +151,18 @@ impl RocksIndex {
             .expect("column family created at open")
     }
 
-    fn write_gate(&self) -> Result<()> {
-        if self.fail_writes.load(std::sync::atomic::Ordering::Relaxed) {
-            return Err(IndexError::Injected);
+    /// Installs the gate every later write asks first (once; later calls are ignored). The
+    /// store installs its file-I/O backend's, so that fault rules reach index writes and
+    /// deletes too.
+    pub fn set_gate(&self, gate: std::sync::Arc<dyn WriteGate>) {
+        let _ = self.gate.set(gate);
+    }
+
+    fn write_gate(&self, write: IndexWrite) -> Result<()> {
+        match self.gate.get() {
+            Some(g) => g.check(write).map_err(IndexError::Injected),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn sync_opts() -> WriteOptions {
@@ -165,7 +186,7 @@ impl RocksIndex {
         key: &[u8],
         value: &T,
     ) -> Result<()> {
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Put)?;
         self.db
             .put_cf_opt(self.cf(cf), key, records::encode(value), &Self::sync_opts())?;
         Ok(())

@@ -8,7 +8,7 @@
 use crate::layout::{member_key, prefix_successor};
 use crate::objects::bytes_identity;
 use crate::records::{MemberRecord, ObjectRecord, TarIndexRecord};
-use crate::{CF_MEMBERS, CF_OBJECTS, IndexError, Result, RocksIndex, records};
+use crate::{CF_MEMBERS, CF_OBJECTS, IndexError, IndexWrite, Result, RocksIndex, records};
 use rocksdb::WriteBatch;
 use std::collections::HashMap;
 
@@ -84,7 +84,7 @@ impl RocksIndex {
             batch.put_cf(cf, member_key(id, name), records::encode(m));
         }
         batch.put_cf(cf, id, records::encode(summary));
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Put)?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }

@@ -3,13 +3,13 @@
 //! under their own key prefixes `lifecycle/`, `tierseg/`, `tier-next-segment`). The values
 //! are the caller's.
 
-use crate::{CF_META, Result, RocksIndex};
+use crate::{CF_META, IndexWrite, Result, RocksIndex};
 use rocksdb::WriteBatch;
 
 impl RocksIndex {
     /// Writes (synced) a named value.
     pub fn put_meta(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Put)?;
         let mut batch = WriteBatch::default();
         batch.put_cf(self.cf(CF_META), key, value);
         self.db.write_opt(batch, &Self::sync_opts())?;
@@ -22,7 +22,7 @@ impl RocksIndex {
 
     /// Removes (synced) a named value; removing a missing one is not an error.
     pub fn delete_meta(&self, key: &[u8]) -> Result<()> {
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Delete)?;
         let mut batch = WriteBatch::default();
         batch.delete_cf(self.cf(CF_META), key);
         self.db.write_opt(batch, &Self::sync_opts())?;

@@ -3,7 +3,7 @@
 
 use crate::layout::{object_key, object_key_into, prefix_successor};
 use crate::records::{ObjectRecord, PartRecord};
-use crate::{CF_OBJECTS, CF_PARTS, IndexError, Result, RocksIndex, cache, records};
+use crate::{CF_OBJECTS, CF_PARTS, IndexError, IndexWrite, Result, RocksIndex, cache, records};
 use rocksdb::{ReadOptions, WriteBatch};
 use std::sync::Arc;
 
@@ -103,7 +103,12 @@ impl RocksIndex {
                 }
             }
         }
-        self.write_gate()?;
+        let kind = if ops.iter().any(|op| matches!(op, ObjectOp::Delete { .. })) {
+            IndexWrite::Delete
+        } else {
+            IndexWrite::Put
+        };
+        self.write_gate(kind)?;
         let written = self.db.write_opt(batch, &Self::sync_opts());
         // Whether or not it went through (a failed batch changes nothing; forget anyway).
         for (k, _) in &changes {
@@ -366,11 +371,19 @@ mod tests {
         // Same key in another bucket: its own entry.
         assert_eq!(size(i.get_object(2, "b").unwrap()), None);
         // A write that fails changes nothing, and the old record is still what is served.
-        i.fail_writes
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        struct Refuse(std::sync::atomic::AtomicBool);
+        impl WriteGate for Refuse {
+            fn check(&self, _: IndexWrite) -> std::result::Result<(), String> {
+                match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+                    true => Err("refused".into()),
+                    false => Ok(()),
+                }
+            }
+        }
+        let gate = Arc::new(Refuse(true.into()));
+        i.set_gate(gate.clone());
         assert!(i.put_object(1, "b", &obj(6)).is_err());
-        i.fail_writes
-            .store(false, std::sync::atomic::Ordering::Relaxed);
+        gate.0.store(false, std::sync::atomic::Ordering::Relaxed);
         assert_eq!(sizes(&["b"]), vec![Some(5)]);
     }
 

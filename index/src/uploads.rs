@@ -3,7 +3,9 @@
 use crate::layout::{object_key, part_key, prefix_successor, upload_key};
 use crate::objects::bytes_identity;
 use crate::records::{ObjectRecord, PartRecord, UploadRecord};
-use crate::{CF_OBJECTS, CF_PARTS, CF_UPLOADS, IndexError, Result, RocksIndex, records};
+use crate::{
+    CF_OBJECTS, CF_PARTS, CF_UPLOADS, IndexError, IndexWrite, Result, RocksIndex, records,
+};
 use rocksdb::{Direction, IteratorMode, WriteBatch};
 
 /// One page of a multipart-upload listing.
@@ -72,7 +74,7 @@ impl RocksIndex {
     pub fn abort_upload(&self, rec: &UploadRecord) -> Result<()> {
         let mut batch = WriteBatch::default();
         self.delete_upload_into(&mut batch, rec)?;
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Delete)?;
         self.db.write_opt(batch, &Self::sync_opts())?;
         Ok(())
     }
@@ -85,7 +87,7 @@ impl RocksIndex {
         let k = object_key(upload.bucket_id, &upload.key);
         self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
         batch.put_cf(self.cf(CF_OBJECTS), &k, records::encode(object));
-        self.write_gate()?;
+        self.write_gate(IndexWrite::Delete)?;
         let written = self.db.write_opt(batch, &Self::sync_opts());
         self.objects.invalidate(&k);
         written?;

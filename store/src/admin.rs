@@ -3,7 +3,7 @@
 
 use crate::engine::{COMMIT_LATENCY_BUCKETS_US, Engine};
 use crate::error::{EngineError, EngineResult};
-use packrat_chunk_store::Fault;
+use packrat_chunk_store::{Fault, FaultRule, FaultyIo, IoOp};
 use packrat_store_api::StoreError;
 use packrat_store_api::admin::{Metric, MetricKind, MetricValue, Report};
 use serde::{Deserialize, Serialize};
@@ -60,7 +60,11 @@ pub fn report<T: Serialize>(v: &T) -> EngineResult<Report> {
     serde_json::to_value(v).map_err(|e| EngineError::internal("report", e))
 }
 
-/// The fault switches of `packrat serve --fault-injection`.
+/// The fault rules of `packrat serve --fault-injection`, as the admin API reads and sets
+/// them. `write`, `sync`, `read` and `index_write` are shorthands, each a rule that fails every
+/// such operation (`index_write`: index writes and deletes); `rules` are rules in full (an
+/// operation, a fault, and optionally a path, `after`, `times`, `every`). Setting replaces
+/// every rule; `{}` clears them.
 #[derive(Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 struct Faults {
@@ -68,33 +72,53 @@ struct Faults {
     sync: Fault,
     read: Fault,
     index_write: Fault,
+    rules: Vec<FaultRule>,
     injected: u64,
 }
 
-/// Sets the fault switches from `set` (if given) and answers them.
-pub fn faults(engine: &Engine, set: Option<Report>) -> EngineResult<Report> {
-    let chunks = &engine.chunks;
-    let index = &engine.index;
+/// A rule that fails every `op`.
+fn always(op: IoOp, fault: Fault) -> FaultRule {
+    FaultRule {
+        op,
+        fault,
+        path: None,
+        after: 0,
+        times: None,
+        every: 0,
+    }
+}
+
+/// Sets the fault rules from `set` (if given) and answers them.
+pub fn faults(io: &FaultyIo, set: Option<Report>) -> EngineResult<Report> {
     if let Some(v) = set {
         let f: Faults = serde_json::from_value(v)
             .map_err(|e| EngineError(StoreError::Invalid(format!("bad JSON body: {e}"))))?;
-        chunks.faults().set(f.write, f.sync, f.read);
-        index
-            .fail_writes
-            .store(f.index_write != Fault::None, Relaxed);
-        tracing::warn!(write = ?f.write, sync = ?f.sync, read = ?f.read, index_write = ?f.index_write, "faults set");
+        let mut rules = vec![
+            always(IoOp::Write, f.write),
+            always(IoOp::Sync, f.sync),
+            always(IoOp::Read, f.read),
+            always(IoOp::IndexWrite, f.index_write),
+            always(IoOp::IndexDelete, f.index_write),
+        ];
+        rules.extend(f.rules);
+        rules.retain(|r| r.fault != Fault::None);
+        tracing::warn!(rules = ?rules, "fault rules set");
+        io.set_rules(rules);
     }
-    let (write, sync, read) = chunks.faults().get();
+    let rules = io.rules();
+    let shorthand = |op: IoOp| {
+        rules
+            .iter()
+            .find(|r| *r == &always(op, r.fault))
+            .map_or(Fault::None, |r| r.fault)
+    };
     report(&Faults {
-        write,
-        sync,
-        read,
-        index_write: if index.fail_writes.load(Relaxed) {
-            Fault::Eio
-        } else {
-            Fault::None
-        },
-        injected: chunks.faults().injected.load(Relaxed),
+        write: shorthand(IoOp::Write),
+        sync: shorthand(IoOp::Sync),
+        read: shorthand(IoOp::Read),
+        index_write: shorthand(IoOp::IndexWrite),
+        injected: io.injected(),
+        rules,
     })
 }
 

@@ -49,7 +49,9 @@ impl From<packrat_index::IndexError> for EngineError {
             E::BucketExists => StoreError::BucketExists,
             E::NoSuchBucket => StoreError::NoSuchBucket,
             E::BucketNotEmpty => StoreError::BucketNotEmpty,
-            E::Rocks(_) | E::Corrupt { .. } | E::Injected => StoreError::internal("index error", e),
+            E::Rocks(_) | E::Corrupt { .. } | E::Injected(_) => {
+                StoreError::internal("index error", e)
+            }
         })
     }
 }

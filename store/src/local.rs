@@ -9,11 +9,13 @@ use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
-use packrat_chunk_store::{ChunkStore, ChunkStoreOptions, IoBackend};
-use packrat_index::RocksIndex;
+use packrat_chunk_store::{
+    ChunkStore, ChunkStoreOptions, FaultyIo, IoBackend, IoOp, RealIo, SegmentIo,
+};
 use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
 };
+use packrat_index::{IndexWrite, RocksIndex, WriteGate};
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{
     BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery,
@@ -33,6 +35,8 @@ use std::time::Duration;
 
 pub struct LocalStore {
     engine: Arc<Engine>,
+    /// The fault rules under the store, with `fault_injection` (tests only).
+    faults: Option<Arc<FaultyIo>>,
 }
 
 /// How `packrat serve` opens its store.
@@ -64,6 +68,9 @@ pub struct LocalOptions {
     pub scrub_interval: Duration,
     pub scrub_rate: u64,
     pub disk_probe_interval: Duration,
+    /// Tests only: every file operation (and index write, and tier transfer) goes through
+    /// fault rules that the admin API sets (`packrat serve --fault-injection`).
+    pub fault_injection: bool,
 }
 
 /// A store just opened, with the root key it generated (to show once), if it did.
@@ -73,8 +80,8 @@ pub struct Opened {
 }
 
 impl LocalStore {
-    fn new(engine: Arc<Engine>) -> Self {
-        Self { engine }
+    fn new(engine: Arc<Engine>, faults: Option<Arc<FaultyIo>>) -> Self {
+        Self { engine, faults }
     }
 
     /// Opens (or creates) a data directory: the index, the segments, the tiers; makes sure a
@@ -90,6 +97,15 @@ impl LocalStore {
             )
         })?;
         let generated_root = ensure_root_key(&index, o.root)?;
+        let faults = o.fault_injection.then(|| Arc::new(FaultyIo::default()));
+        let io: Arc<dyn SegmentIo> = match &faults {
+            Some(f) => f.clone(),
+            None => Arc::new(RealIo),
+        };
+        index.set_gate(Arc::new(IndexGate {
+            io: io.clone(),
+            path: o.data_dir.join("index"),
+        }));
         let segments_dir = match (o.disks.as_slice(), o.ec) {
             ([], Some(_)) => return Err("--ec needs --disk directories (at least K+M)".into()),
             ([], None) => o.data_dir.join("segments"),
@@ -108,6 +124,7 @@ impl LocalStore {
                 ec: o.ec,
                 segment_bytes_max: o.segment_bytes_max,
                 io_backend: o.io_backend,
+                io: io.clone(),
             },
         )
         .map_err(|e| e.to_string())?;
@@ -117,6 +134,7 @@ impl LocalStore {
                 cache_bytes: o.tier_cache_bytes,
                 segment_bytes: o.tier_segment_bytes,
                 rate: o.tier_rate,
+                io,
             },
             &o.data_dir,
             &index,
@@ -144,7 +162,7 @@ impl LocalStore {
             );
         }
         Ok(Opened {
-            store: LocalStore::new(engine),
+            store: LocalStore::new(engine, faults),
             generated_root: generated_root.map(crate::keys::access_key_of),
         })
     }
@@ -156,6 +174,23 @@ impl LocalStore {
     ) -> StoreResult<T> {
         let engine = self.engine.clone();
         Ok(blocking(move || f(&engine)).await?)
+    }
+}
+
+/// The index's write gate: index writes and deletes ask the store's file operations first,
+/// so fault rules (and simulations) reach them like any other I/O.
+struct IndexGate {
+    io: Arc<dyn SegmentIo>,
+    path: PathBuf,
+}
+
+impl WriteGate for IndexGate {
+    fn check(&self, write: IndexWrite) -> Result<(), String> {
+        let op = match write {
+            IndexWrite::Put => IoOp::IndexWrite,
+            IndexWrite::Delete => IoOp::IndexDelete,
+        };
+        self.io.before(op, &self.path).map_err(|e| e.to_string())
     }
 }
 
@@ -852,7 +887,12 @@ impl ObjectStore for LocalStore {
     }
 
     async fn faults(&self, set: Option<Report>) -> StoreResult<Report> {
-        Ok(crate::admin::faults(&self.engine, set)?)
+        let Some(faults) = &self.faults else {
+            return Err(StoreError::Invalid(
+                "fault injection is off (packrat serve --fault-injection)".into(),
+            ));
+        };
+        Ok(crate::admin::faults(faults, set)?)
     }
 
     fn metrics(&self) -> Vec<Metric> {

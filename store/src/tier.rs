@@ -24,7 +24,9 @@
 use crate::engine::{Engine, Relocation, blocking};
 use crate::error::{EngineError, EngineResult};
 use bytes::Bytes;
-use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SegmentFileWriter, Span};
+use packrat_chunk_store::{
+    IoOp, RECORD_HEADER_BYTES, RecordLocation, SegmentFileWriter, SegmentIo, Span,
+};
 use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
 use packrat_store_api::StoreError;
 use packrat_store_api::lifecycle::{self, Action, Rule};
@@ -106,6 +108,8 @@ pub struct Tiers {
     counters: Counters,
     /// One run at a time.
     running: tokio::sync::Mutex<()>,
+    /// The store's file operations, asked before every tier transfer (fault rules in tests).
+    io: Arc<dyn SegmentIo>,
 }
 
 pub struct TierOptions {
@@ -114,6 +118,9 @@ pub struct TierOptions {
     pub segment_bytes: u64,
     /// Bytes per second a move may read and write (0: unthrottled).
     pub rate: u64,
+    /// The store's file operations (the chunk store's): staged segment files are written
+    /// through them, and tier transfers ask them first.
+    pub io: Arc<dyn SegmentIo>,
 }
 
 fn credentials(class: &str) -> Option<S3Credentials> {
@@ -205,6 +212,7 @@ impl Tiers {
             job: Default::default(),
             counters: Counters::default(),
             running: tokio::sync::Mutex::new(()),
+            io: opts.io,
         })
     }
 
@@ -214,6 +222,17 @@ impl Tiers {
             .unwrap_or_else(|p| p.into_inner())
             .get(&id)
             .cloned()
+    }
+
+    /// Asks the store's file operations before a transfer of segment `id` to or from `tier`;
+    /// a refusal (an injected fault) fails it as an unreachable tier would.
+    fn before_transfer(&self, op: IoOp, tier: &str, id: u64) -> EngineResult<()> {
+        let what = PathBuf::from(format!("tier/{tier}/seg-{id:016x}.pkr"));
+        self.io.before(op, &what).map_err(|e| {
+            EngineError(StoreError::Unavailable(format!(
+                "storage tier {tier} failed: {e}"
+            )))
+        })
     }
 
     fn tier_for(&self, id: u64) -> EngineResult<(Arc<Tier>, TierSegment)> {
@@ -236,7 +255,14 @@ impl Tiers {
     pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> EngineResult<Bytes> {
         let (tier, seg) = self.tier_for(id)?;
         let t = Instant::now();
-        let r = self.cache.read(&tier, id, seg.len, offset, len).await;
+        let r = match self.before_transfer(IoOp::TierRead, &seg.tier, id) {
+            Ok(()) => self
+                .cache
+                .read(&tier, id, seg.len, offset, len)
+                .await
+                .map_err(EngineError::from),
+            Err(e) => Err(e),
+        };
         self.counters.reads.fetch_add(1, Relaxed);
         self.counters
             .read_us_total
@@ -244,7 +270,7 @@ impl Tiers {
         if r.is_err() {
             self.counters.read_errors.fetch_add(1, Relaxed);
         }
-        Ok(r?)
+        r
     }
 
     /// One record of a tier segment, verified exactly as a local one.
@@ -750,7 +776,7 @@ async fn move_to_tier(
             if current.is_none() {
                 let id = tiers.allocate_id(&engine.index)?;
                 let path = tiers.staging.join(format!("seg-{id:016x}.pkr"));
-                let w = SegmentFileWriter::create(&path, id)?;
+                let w = SegmentFileWriter::create(tiers.io.clone(), &path, id)?;
                 tiers.catalog_put(
                     &engine.index,
                     id,
@@ -835,6 +861,7 @@ async fn finish_segment(
         Ok((len, crc))
     })
     .await?;
+    tiers.before_transfer(IoOp::TierUpload, &tier.class, id)?;
     tier.upload(id, &path).await?;
     tier.verify(id, len, crc).await?;
     tiers.catalog_put(
@@ -961,6 +988,9 @@ async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> Engine
         let Some(tier) = engine.tiers.tiers.get(&seg.tier) else {
             continue;
         };
+        engine
+            .tiers
+            .before_transfer(IoOp::TierDelete, &seg.tier, id)?;
         tier.delete(id).await?;
         engine.tiers.cache.forget(id, seg.len);
         engine.tiers.catalog_remove(&engine.index, id)?;

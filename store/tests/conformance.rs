@@ -31,6 +31,7 @@ async fn local_store() -> Arc<dyn ObjectStore> {
         scrub_interval: Duration::ZERO,
         scrub_rate: 0,
         disk_probe_interval: Duration::ZERO,
+        fault_injection: false,
     })
     .unwrap();
     Arc::new(opened.store)

@@ -477,7 +477,9 @@ mod tests {
         let binary = ["main.rs", "admin_client.rs", "bench.rs"].map(|f| src.join(f));
         let library: Vec<_> = files.iter().filter(|f| !binary.contains(f)).collect();
         assert!(
-            library.iter().any(|f| f.ends_with("s3/handlers/objects.rs")),
+            library
+                .iter()
+                .any(|f| f.ends_with("s3/handlers/objects.rs")),
             "the walk found the handlers: {library:?}"
         );
         for file in library {
