@@ -14,6 +14,7 @@ use http::Method;
 use packrat_chunk_store::{IoBackend, SEGMENT_BYTES_DEFAULT};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
+use packrat_store_api::SystemClock;
 use packrat_store_api::admin::{AccessKey, NewKey};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -381,6 +382,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         scrub_rate: args.scrub_rate,
         disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
         fault_injection: args.fault_injection,
+        clock: Arc::new(SystemClock),
     })?;
     if let Some(k) = &opened.generated_root {
         println!(
@@ -566,6 +568,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                         secret_key,
                     },
                     false,
+                    &SystemClock,
                 )
                 .map_err(packrat_store::keys::refusal)?;
                 print_created(&packrat_store::keys::access_key_of(k));

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use packrat_store_api::{Identity, ObjectStore};
+use packrat_store_api::{Clock, Identity, ObjectStore};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +30,9 @@ pub fn empty() -> RespBody {
 pub struct AppState {
     /// Storage, as the S3 handlers see it.
     pub store: Arc<dyn ObjectStore>,
+    /// The store's clock: the one source of the date (SigV4 request times, presigned expiry,
+    /// the last-modified and creation times handed to the store).
+    pub clock: Arc<dyn Clock>,
     pub config: ServeConfig,
     pub signing_keys: sigv4::SigningKeyCache,
     pub metrics: Metrics,
@@ -72,6 +75,7 @@ impl AppState {
     pub fn new(store: Arc<dyn ObjectStore>, config: ServeConfig) -> Self {
         let connections_max = config.max_connections.max(1);
         Self {
+            clock: store.clock(),
             store,
             config,
             signing_keys: Default::default(),
@@ -346,7 +350,7 @@ fn authenticate(
             return Ok((None, None, mode));
         }
     };
-    let now = chrono::Utc::now().timestamp();
+    let now = state.clock.now_ms().div_euclid(1000);
     sigv4::check_time(&claim, now)?;
     if claim.service != "s3" {
         return Err(S3Error::new(
@@ -445,7 +449,7 @@ fn authenticate_sigv2_query(
             "Expires must be a unix time",
         )
     })?;
-    if chrono::Utc::now().timestamp() > exp {
+    if state.clock.now_ms().div_euclid(1000) > exp {
         return Err(S3Error::new(
             S3ErrorCode::AccessDenied,
             "Request has expired",

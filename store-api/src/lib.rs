@@ -10,12 +10,14 @@
 pub mod admin;
 pub mod batch;
 pub mod checksum;
+pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod error;
 pub mod lifecycle;
 pub mod source;
 
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Digest, StoreError, StoreResult};
 pub use source::ByteSource;
 pub mod types;
@@ -226,11 +228,14 @@ pub trait ObjectStore: Send + Sync + 'static {
     fn job_progress(&self, job: JobKind) -> StoreResult<Report>;
     /// Storage tiers: what each holds, what is due to move.
     async fn tier_status(&self) -> StoreResult<Report>;
-    /// Test fault injection: sets the store's fault switches if `set` is given, and answers
-    /// them. `Invalid` for switches the store does not have.
+    /// Test fault injection: sets the store's fault rules if `set` is given, and answers
+    /// them. `Invalid` for rules the store does not have, or with fault injection off.
     async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;
     /// The store's own figures (segments, commits, disks, tiers, index).
     fn metrics(&self) -> Vec<Metric>;
+    /// The clock the store dates everything by; the S3 layer reads the time from it too
+    /// (last-modified times it passes in, SigV4 request times, presigned expiry).
+    fn clock(&self) -> std::sync::Arc<dyn Clock>;
 }
 
 /// The bytes of one object range, in order, as verified pieces.

@@ -896,9 +896,9 @@ impl LocalBatchWriter {
     pub(crate) fn new(engine: Arc<Engine>, bucket_id: u64) -> Self {
         Self {
             pin: engine.pin_write(),
+            now_ms: engine.clock.now_ms(),
             engine,
             bucket_id,
-            now_ms: crate::tier::now_ms(),
             objects: Vec::new(),
             current: None,
             last_ticket: None,

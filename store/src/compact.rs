@@ -115,7 +115,7 @@ pub async fn compact(
         segment_bytes: all_bytes,
         live_bytes: live_total,
         dead_bytes: all_bytes.saturating_sub(live_total),
-        measured_ms: chrono::Utc::now().timestamp_millis(),
+        measured_ms: engine.clock.now_ms(),
     };
     *engine.last_space.lock().unwrap_or_else(|p| p.into_inner()) = Some(report.before);
     // Segments holding records of writes not yet indexed are off limits (they would look

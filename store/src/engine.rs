@@ -21,8 +21,8 @@ use packrat_chunk_store::{ChunkStore, WriteTicket};
 use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, PartRecord, RocksIndex, UploadRecord,
 };
-use packrat_store_api::ByteSource;
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
+use packrat_store_api::{ByteSource, Clock};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
 use packrat_store_api::{WriteCondition, etag_matches};
 use std::collections::HashMap;
@@ -110,6 +110,8 @@ struct CommitJob {
 const INLINE_READ_BYTES_MAX: u32 = 64 * 1024;
 
 pub struct Engine {
+    /// Every date the store records or acts on (see `packrat_store_api::clock`).
+    pub(crate) clock: Arc<dyn Clock>,
     pub(crate) index: Arc<RocksIndex>,
     pub(crate) chunks: Arc<ChunkStore>,
     commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
@@ -235,7 +237,12 @@ pub async fn blocking<T: Send + 'static>(
 }
 
 impl Engine {
-    pub fn new(index: RocksIndex, chunks: ChunkStore, tiers: crate::tier::Tiers) -> Self {
+    pub fn new(
+        index: RocksIndex,
+        chunks: ChunkStore,
+        tiers: crate::tier::Tiers,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let index = Arc::new(index);
         let chunks = Arc::new(chunks);
         let (commit_tx, commit_rx) = tokio::sync::mpsc::channel(COMMIT_QUEUE_JOBS_MAX);
@@ -248,6 +255,7 @@ impl Engine {
                 .expect("spawning the commit thread")
         };
         Self {
+            clock,
             index,
             chunks,
             commit_tx,

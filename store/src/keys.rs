@@ -4,8 +4,8 @@
 
 use crate::error::{EngineError, EngineResult};
 use packrat_index::{KeyRecord, RocksIndex};
-use packrat_store_api::StoreError;
 use packrat_store_api::admin::{AccessKey, NewKey};
+use packrat_store_api::{Clock, StoreError};
 
 fn random_token(len: usize, alphabet: &[u8]) -> String {
     (0..len)
@@ -41,7 +41,12 @@ fn invalid(message: impl Into<String>) -> EngineError {
 
 /// Creates a key record; `Invalid` if the name or a given key breaks the rules, or the access
 /// key exists.
-pub fn create_key(index: &RocksIndex, new: NewKey, is_root: bool) -> EngineResult<KeyRecord> {
+pub fn create_key(
+    index: &RocksIndex,
+    new: NewKey,
+    is_root: bool,
+    clock: &dyn Clock,
+) -> EngineResult<KeyRecord> {
     if new.name.is_empty() || new.name.len() > 64 {
         return Err(invalid("a key needs a name of 1 to 64 characters"));
     }
@@ -64,7 +69,7 @@ pub fn create_key(index: &RocksIndex, new: NewKey, is_root: bool) -> EngineResul
         name: new.name,
         owner_id: hex::encode(rand::random::<[u8; 16]>()),
         is_root,
-        created_ms: crate::tier::now_ms(),
+        created_ms: clock.now_ms(),
     };
     index.put_key(&rec)?;
     Ok(rec)

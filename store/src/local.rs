@@ -16,6 +16,7 @@ use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
 };
 use packrat_index::{IndexWrite, RocksIndex, WriteGate};
+use packrat_store_api::Clock;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{
     BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery,
@@ -71,6 +72,8 @@ pub struct LocalOptions {
     /// Tests only: every file operation (and index write, and tier transfer) goes through
     /// fault rules that the admin API sets (`packrat serve --fault-injection`).
     pub fault_injection: bool,
+    /// Where the store reads the date (the system clock; a manual one in tests).
+    pub clock: Arc<dyn Clock>,
 }
 
 /// A store just opened, with the root key it generated (to show once), if it did.
@@ -96,7 +99,7 @@ impl LocalStore {
                 o.data_dir.display()
             )
         })?;
-        let generated_root = ensure_root_key(&index, o.root)?;
+        let generated_root = ensure_root_key(&index, o.root, &*o.clock)?;
         let faults = o.fault_injection.then(|| Arc::new(FaultyIo::default()));
         let io: Arc<dyn SegmentIo> = match &faults {
             Some(f) => f.clone(),
@@ -139,7 +142,7 @@ impl LocalStore {
             &o.data_dir,
             &index,
         )?;
-        let engine = Arc::new(Engine::new(index, chunks, tiers));
+        let engine = Arc::new(Engine::new(index, chunks, tiers, o.clock));
         if !o.compact_interval.is_zero() {
             crate::compact::spawn_background(
                 engine.clone(),
@@ -199,6 +202,7 @@ impl WriteGate for IndexGate {
 fn ensure_root_key(
     index: &RocksIndex,
     root: Option<(String, String)>,
+    clock: &dyn Clock,
 ) -> Result<Option<KeyRecord>, String> {
     match root {
         Some((ak, sk)) => match index.get_key(&ak).map_err(|e| e.to_string())? {
@@ -215,7 +219,7 @@ fn ensure_root_key(
                     access_key: Some(ak),
                     secret_key: Some(sk),
                 };
-                crate::keys::create_key(index, new, true).map_err(crate::keys::refusal)?;
+                crate::keys::create_key(index, new, true, clock).map_err(crate::keys::refusal)?;
                 Ok(None)
             }
         },
@@ -228,7 +232,8 @@ fn ensure_root_key(
                 name: "root".into(),
                 ..Default::default()
             };
-            let k = crate::keys::create_key(index, new, true).map_err(crate::keys::refusal)?;
+            let k =
+                crate::keys::create_key(index, new, true, clock).map_err(crate::keys::refusal)?;
             Ok(Some(k))
         }
     }
@@ -404,7 +409,7 @@ impl LocalStore {
             record_id: w.record_id,
             etag: hex::encode(w.md5),
             size: w.size,
-            last_modified_ms: crate::tier::now_ms(),
+            last_modified_ms: self.engine.clock.now_ms(),
             chunks: w.chunks.clone(),
             checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
                 algorithm: alg.name().to_string(),
@@ -721,7 +726,7 @@ impl ObjectStore for LocalStore {
         parts: Vec<CompletePart>,
         condition: &WriteCondition,
     ) -> StoreResult<ObjectInfo> {
-        let now = crate::tier::now_ms();
+        let now = self.engine.clock.now_ms();
         let rec = self
             .engine
             .complete_upload(bucket.id, key, upload_id, condition, |upload, stored| {
@@ -826,7 +831,7 @@ impl ObjectStore for LocalStore {
 
     async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
         let rec = self
-            .run(move |e| crate::keys::create_key(&e.index, new, false))
+            .run(move |e| crate::keys::create_key(&e.index, new, false, &*e.clock))
             .await?;
         self.engine.forget_access_key(&rec.access_key);
         Ok(crate::keys::access_key_of(rec))
@@ -897,6 +902,10 @@ impl ObjectStore for LocalStore {
 
     fn metrics(&self) -> Vec<Metric> {
         crate::admin::metrics(&self.engine)
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.engine.clock.clone()
     }
 }
 

@@ -148,10 +148,6 @@ fn lifecycle_key(bucket_id: u64) -> Vec<u8> {
     k
 }
 
-pub(crate) fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 impl Tiers {
     pub fn open(
         opts: TierOptions,
@@ -562,7 +558,7 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
     let _one = tiers.running.lock().await;
     let started = Instant::now();
     let mut report = RunReport::default();
-    let now = now_ms() + i64::from(days_ahead) * 86_400_000;
+    let now = engine.clock.now_ms() + i64::from(days_ahead) * 86_400_000;
     apply_lifecycle(engine, now, &mut report).await?;
     if tiers.tiers.is_empty()
         && tiers
@@ -785,7 +781,7 @@ async fn move_to_tier(
                         len: 0,
                         crc32c: 0,
                         ready: false,
-                        created_ms: now_ms(),
+                        created_ms: engine.clock.now_ms(),
                     },
                 )?;
                 current = Some((id, w, path));
@@ -872,7 +868,7 @@ async fn finish_segment(
             len,
             crc32c: crc,
             ready: true,
-            created_ms: now_ms(),
+            created_ms: engine.clock.now_ms(),
         },
     )?;
     let bytes: u64 = relocations

@@ -32,6 +32,7 @@ async fn local_store() -> Arc<dyn ObjectStore> {
         scrub_rate: 0,
         disk_probe_interval: Duration::ZERO,
         fault_injection: false,
+        clock: Arc::new(packrat_store_api::SystemClock),
     })
     .unwrap();
     Arc::new(opened.store)

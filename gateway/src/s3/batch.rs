@@ -17,7 +17,7 @@
 use super::batch_request::{BatchRequest, OnError, Order, parse_item_range, parse_shard};
 use super::checksum::{self, ChecksumWire, Hasher};
 use super::error::{S3Error, S3ErrorCode, S3Result};
-use super::handlers::{Access, content_md5, load_bucket, now_ms, requested_checksum};
+use super::handlers::{Access, content_md5, load_bucket, requested_checksum};
 use crate::config;
 use crate::server::{AppState, RespBody, S3Request};
 use bytes::{Bytes, BytesMut};
@@ -64,6 +64,8 @@ struct Out {
     abort_on_error: bool,
     /// Set once the client is gone or the stream was cut or ended: nothing more is produced.
     stopped: bool,
+    /// When the reply started (unix seconds): the time of its error entries.
+    started_secs: i64,
 }
 
 /// Frame buffers kept for reuse.
@@ -172,7 +174,7 @@ impl EntrySink for Out {
             &mut self.buf,
             &name,
             body.len() as u64,
-            now_ms() / 1000,
+            self.started_secs,
             &extra,
         );
         self.buf.extend_from_slice(body.as_bytes());
@@ -218,6 +220,7 @@ fn tar_response(
 }
 
 fn output(
+    state: &AppState,
     abort_on_error: bool,
 ) -> (
     Out,
@@ -231,6 +234,7 @@ fn output(
             sent: Default::default(),
             abort_on_error,
             stopped: false,
+            started_secs: state.clock.now_ms().div_euclid(1000),
         },
         rx,
     )
@@ -305,7 +309,7 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
         ));
     }
     let count = plan.entries;
-    let (mut out, rx) = output(r.on_error == OnError::Abort);
+    let (mut out, rx) = output(state, r.on_error == OnError::Abort);
     let store = state.store.clone();
     tokio::spawn(async move { store.read_batch(plan, &mut out).await });
     tar_response(rx, &[("x-packrat-batch-items", count.to_string())])
@@ -357,7 +361,7 @@ pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: 
             ));
         }
     };
-    let (mut out, rx) = output(abort);
+    let (mut out, rx) = output(state, abort);
     let store = state.store.clone();
     let query = StreamQuery {
         prefix,

@@ -95,7 +95,7 @@ pub(super) async fn handle_create_bucket(
             name: name.to_string(),
             owner_id: id.owner_id.clone(),
             owner_name: id.name.clone(),
-            created_ms: now_ms(),
+            created_ms: state.clock.now_ms(),
             public_read: public,
         })
         .await;

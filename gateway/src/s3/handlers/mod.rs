@@ -60,10 +60,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "session",
 ];
 
-pub(crate) fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
-}
-
 fn dt(ms: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(ms).single().unwrap_or_default()
 }

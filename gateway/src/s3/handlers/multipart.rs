@@ -55,7 +55,7 @@ pub(super) async fn handle_create_multipart_upload(
     };
     let new = NewUpload {
         owner_id: id.owner_id.clone(),
-        initiated_ms: now_ms(),
+        initiated_ms: state.clock.now_ms(),
         attrs: meta.into_attrs(0),
         checksum: alg,
         checksum_type: kind.map(str::to_string),

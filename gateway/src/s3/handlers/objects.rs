@@ -165,7 +165,7 @@ pub(super) async fn handle_put_object(
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
     let put = PutObject {
-        attrs: meta.into_attrs(now_ms()),
+        attrs: meta.into_attrs(state.clock.now_ms()),
         checksum: alg,
         expected_checksum: sent,
         content_md5: md5,
@@ -298,7 +298,7 @@ pub(super) async fn handle_copy_object(
             tags: Tags::new(),
         }
     };
-    let attrs = ObjectMeta { tags, ..meta }.into_attrs(now_ms());
+    let attrs = ObjectMeta { tags, ..meta }.into_attrs(state.clock.now_ms());
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {
         Some(a) => Some(ChecksumAlgorithm::parse(a)?),
