@@ -1,52 +1,22 @@
-//! Batch reads and writes of one node: the plans behind batch GET and epoch streams, their
-//! reads, TAR member indexes, and batch PUT's writer. The S3 layer formats the output (an
-//! [`EntrySink`]); everything here is storage: which records, where they lie, how they are
-//! read and verified.
-//!
-//! Reads are planned in windows, emitted in the order asked. Small entries that are whole
-//! records (the usual sample) are read straight into their place in the sink's frame: the
-//! frame's headers are written first, then one vectored read per run of neighbouring records
-//! scatters the payloads into place, and each is checksum-verified there. Other entries that
-//! lie inside one record are read through spans (neighbouring records merged into one
-//! positioned read into a window buffer, each record then verified; large payloads go out as
-//! slices of that buffer). Entries spanning records stream chunk by chunk. Memory per request
-//! is bounded by the window and the frames, whatever the number of items or bytes in the batch.
+//! Reading planned entries into an `EntrySink`: single records (inline, zero-copy or scattered
+//! into the frame), spans of neighbouring records, streamed multi-record entries; every payload
+//! verified.
 
-use crate::engine::{Engine, ObjectReader, RecordWriter, WritePin, blocking};
+use super::{SPAN_BYTES_MAX, SPAN_GAP_BYTES_MAX, WINDOW_BYTES_MAX, ZERO_COPY_BYTES_MIN};
+use crate::engine::{Engine, ObjectReader, blocking};
 use crate::error::EngineError;
 use bytes::Bytes;
-use packrat_chunk_store::{RecordLocation, RecordRead, Span, WriteTicket};
-use packrat_index::{MemberRecord, ObjectRecord, TarIndexRecord};
-use packrat_store_api::batch::{
-    BatchItem, BatchOrder, BatchPlan, BatchWriter, EntryHead, EntrySink, StreamQuery, key_hash,
-    resolve_item_range, shuffle,
-};
+use packrat_chunk_store::{RecordLocation, RecordRead, Span};
+use packrat_index::ObjectRecord;
+use packrat_store_api::batch::{EntryHead, EntrySink};
 use packrat_store_api::{StoreError, StoreResult};
-use packrat_tar::{TarError, TarEvent, TarParser};
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Entries read and emitted together: at most this many...
-const WINDOW_ITEMS_MAX: usize = 1024;
-/// ...and at most this many bytes of span-read entries.
-const WINDOW_BYTES_MAX: u64 = 8 * 1024 * 1024;
-/// Records at most this far apart are read in one span (the gap is read and discarded).
-const SPAN_GAP_BYTES_MAX: u64 = 64 * 1024;
-/// Largest single span read.
-const SPAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
-/// Payloads at least this large go to the connection as slices of the read buffer; smaller
-/// ones are copied into frames (fewer, larger writes).
-const ZERO_COPY_BYTES_MIN: u64 = 32 * 1024;
-/// Keys looked up at a time by a batch GET (a cached block costs the worker ~0.2 ms).
-const LOOKUP_BLOCK: usize = 1024;
-/// Keys listed at a time by an epoch stream.
-const STREAM_PAGE_KEYS: usize = 1000;
-
 /// What one entry carries: bytes `[start, end)` of an object, or why it cannot.
-struct Entry {
-    name: String,
-    tag: Option<String>,
-    body: Result<Piece, StoreError>,
+pub(super) struct Entry {
+    pub(super) name: String,
+    pub(super) tag: Option<String>,
+    pub(super) body: Result<Piece, StoreError>,
 }
 
 impl Entry {
@@ -58,25 +28,25 @@ impl Entry {
     }
 }
 
-struct Piece {
-    obj: Arc<ObjectRecord>,
-    start: u64,
-    end: u64,
+pub(super) struct Piece {
+    pub(super) obj: Arc<ObjectRecord>,
+    pub(super) start: u64,
+    pub(super) end: u64,
     /// Set if the piece lies inside a single chunk (then it is span-read, or read in place).
     /// Worked out once, when the piece is made: the batch's later passes (windows, planning,
     /// reading) then do not go back to the record's chunk list, which by then has left the
     /// CPU caches (a batch of random keys misses them on nearly every record).
-    single: Option<Single>,
+    pub(super) single: Option<Single>,
 }
 
 #[derive(Clone, Copy)]
-struct Single {
+pub(super) struct Single {
     /// The chunk's position in the object's chunk list, and its first byte in the object.
-    chunk: usize,
+    pub(super) chunk: usize,
     chunk_start: u64,
     loc: RecordLocation,
     /// The identity written into the chunk's record (record id, chunk index).
-    identity: ([u8; 16], u32),
+    pub(super) identity: ([u8; 16], u32),
     /// What the entry's header carries, copied for the same reason.
     mtime_ms: i64,
     etag: InlineEtag,
@@ -86,12 +56,12 @@ struct Single {
 /// multipart object); longer ones are read from the record.
 #[derive(Clone, Copy)]
 struct InlineEtag {
-    len: u8,
-    bytes: [u8; 47],
+    pub(super) len: u8,
+    pub(super) bytes: [u8; 47],
 }
 
 impl InlineEtag {
-    fn new(etag: &str) -> Self {
+    pub(super) fn new(etag: &str) -> Self {
         let mut bytes = [0u8; 47];
         match bytes.get_mut(..etag.len()) {
             Some(b) => {
@@ -108,7 +78,7 @@ impl InlineEtag {
         }
     }
 
-    fn get(&self) -> Option<&str> {
+    pub(super) fn get(&self) -> Option<&str> {
         let b = self.bytes.get(..usize::from(self.len))?;
         // Copied from a `str` whole, so always valid.
         std::str::from_utf8(b).ok()
@@ -116,7 +86,7 @@ impl InlineEtag {
 }
 
 impl Piece {
-    fn new(obj: Arc<ObjectRecord>, start: u64, end: u64) -> Self {
+    pub(super) fn new(obj: Arc<ObjectRecord>, start: u64, end: u64) -> Self {
         let mut p = Piece {
             obj,
             start,
@@ -142,7 +112,7 @@ impl Piece {
     }
 
     /// The chunk holding byte `start`, and that chunk's first byte in the object.
-    fn first_chunk(&self) -> Option<(usize, u64)> {
+    pub(super) fn first_chunk(&self) -> Option<(usize, u64)> {
         if let Some(s) = &self.single {
             return Some((s.chunk, s.chunk_start));
         }
@@ -158,11 +128,11 @@ impl Piece {
     }
 
     /// `(chunk, chunk start)` if the piece lies inside a single chunk (then it is span-read).
-    fn single_chunk(&self) -> Option<(usize, u64)> {
+    pub(super) fn single_chunk(&self) -> Option<(usize, u64)> {
         self.single.map(|s| (s.chunk, s.chunk_start))
     }
 
-    fn location(&self, chunk: usize) -> RecordLocation {
+    pub(super) fn location(&self, chunk: usize) -> RecordLocation {
         if let Some(s) = &self.single
             && s.chunk == chunk
         {
@@ -176,7 +146,7 @@ impl Piece {
         }
     }
 
-    fn chunk_identity(&self, chunk: usize) -> ([u8; 16], u32) {
+    pub(super) fn chunk_identity(&self, chunk: usize) -> ([u8; 16], u32) {
         match &self.single {
             Some(s) if s.chunk == chunk => s.identity,
             _ => self.obj.chunk_identity(chunk),
@@ -200,10 +170,10 @@ fn whole_record(e: &Entry) -> Option<usize> {
 /// A batch's reading side: the engine, the sink entries go to, and the window buffer that span
 /// reads land in, reused window after window (buffers freed on other threads are slow to
 /// return to the system).
-struct Emitter<'a> {
-    engine: Arc<Engine>,
-    sink: &'a mut dyn EntrySink,
-    window_buf: Vec<u8>,
+pub(super) struct Emitter<'a> {
+    pub(super) engine: Arc<Engine>,
+    pub(super) sink: &'a mut dyn EntrySink,
+    pub(super) window_buf: Vec<u8>,
 }
 
 impl Emitter<'_> {
@@ -224,7 +194,7 @@ impl Emitter<'_> {
 
     /// Reads and emits one window of entries in the given order: runs of whole records through
     /// [`Self::scattered`], everything else through [`Self::spans`].
-    async fn window(&mut self, window: Vec<Entry>) {
+    pub(super) async fn window(&mut self, window: Vec<Entry>) {
         let mut whole: Vec<(Entry, usize)> = Vec::new();
         let mut other: Vec<Entry> = Vec::new();
         for e in window {
@@ -343,7 +313,7 @@ impl Emitter<'_> {
     /// Reads and emits entries in the given order: every entry that lies inside one record is
     /// read through spans (merged neighbouring reads into one buffer, then each record
     /// verified and copied out); larger entries stream chunk by chunk.
-    async fn spans(&mut self, window: Vec<Entry>) {
+    pub(super) async fn spans(&mut self, window: Vec<Entry>) {
         let engine = self.engine.clone();
         // Plan the span reads of every entry that lies inside one record: (entry, chunk,
         // chunk's first byte in the object) and where that record is.
@@ -489,12 +459,12 @@ impl Emitter<'_> {
 
 /// Where one span of a window landed in the window's buffer.
 struct SpanSlot {
-    segment_id: u64,
+    pub(super) segment_id: u64,
     /// Offset in the segment of the span's first byte.
-    offset: u64,
+    pub(super) offset: u64,
     /// Position and length (as read) in the window buffer.
-    at: usize,
-    len: usize,
+    pub(super) at: usize,
+    pub(super) len: usize,
 }
 
 /// Reads the spans covering the records `wanted` (entry, location) into `buf`, one after the
@@ -554,428 +524,4 @@ fn read_spans(
         at += len;
     }
     (buf, spans, span_of)
-}
-
-/// Entries per window: up to [`WINDOW_ITEMS_MAX`] entries and [`WINDOW_BYTES_MAX`] bytes of
-/// span-read data (a multi-record entry streams and does not count).
-fn windows(entries: Vec<Entry>) -> Vec<Vec<Entry>> {
-    let mut out = Vec::new();
-    let mut cur = Vec::new();
-    let mut bytes = 0u64;
-    for e in entries {
-        let b = match &e.body {
-            Ok(p) if p.single_chunk().is_some() => p.end - p.start,
-            _ => 0,
-        };
-        if !cur.is_empty() && (cur.len() >= WINDOW_ITEMS_MAX || bytes + b > WINDOW_BYTES_MAX) {
-            out.push(std::mem::take(&mut cur));
-            bytes = 0;
-        }
-        bytes += b;
-        cur.push(e);
-    }
-    if !cur.is_empty() {
-        out.push(cur);
-    }
-    out
-}
-
-/// The member index of a TAR object: built on first use by reading the object once, then kept
-/// in the index under the identity of the object's bytes.
-async fn tar_index(
-    engine: &Arc<Engine>,
-    key: &str,
-    obj: &Arc<ObjectRecord>,
-) -> StoreResult<[u8; 16]> {
-    let not_tar = |why: &str| {
-        StoreError::Invalid(format!(
-            "The object {key:?} is not a TAR archive ({why}); `member` needs one"
-        ))
-    };
-    if obj.chunks.is_empty() {
-        return Err(not_tar("it is empty"));
-    }
-    let id = obj.chunk_identity(0).0;
-    let known = {
-        let engine = engine.clone();
-        blocking(move || Ok(engine.index.get_tar_index(&id)?)).await?
-    };
-    if let Some(t) = known {
-        return match t.not_a_tar {
-            Some(why) => Err(not_tar(&why)),
-            None => Ok(id),
-        };
-    }
-    let mut parser = TarParser::new();
-    let mut members: Vec<(String, MemberRecord)> = Vec::new();
-    let mut reader = ObjectReader::new(engine.clone(), obj.clone(), 0, obj.size);
-    let mut parsed: Result<(), TarError> = Ok(());
-    while let Some(d) = reader.next().await? {
-        parsed = parser.push(&d, &mut |ev| {
-            if let TarEvent::File { name, size, offset } = ev
-                && !name.is_empty()
-            {
-                members.push((name, MemberRecord { offset, size }));
-            }
-            Ok::<(), TarError>(())
-        });
-        if parsed.is_err() || parser.is_done() {
-            break;
-        }
-    }
-    let parsed = parsed.and_then(|()| parser.finish());
-    let summary = TarIndexRecord {
-        members: members.len() as u64,
-        not_a_tar: parsed.as_ref().err().map(|e| e.0.clone()),
-    };
-    if summary.not_a_tar.is_some() {
-        members.clear();
-    }
-    let result = summary.not_a_tar.clone();
-    let count = summary.members;
-    {
-        let engine = engine.clone();
-        blocking(move || Ok(engine.index.put_tar_index(&id, &summary, &members)?)).await?;
-    }
-    tracing::info!(key, members = count, not_a_tar = ?result, "indexed TAR members");
-    match result {
-        Some(why) => Err(not_tar(&why)),
-        None => Ok(id),
-    }
-}
-
-/// Plans a batch GET (see `ObjectStore::plan_batch`).
-pub(crate) async fn plan_batch(
-    engine: &Arc<Engine>,
-    bucket_id: u64,
-    items: Vec<BatchItem>,
-    order: BatchOrder,
-) -> StoreResult<BatchPlan> {
-    // The records, a block of keys at a time: from the record cache on this task (the records
-    // are then in this core's caches for what follows); the keys it does not hold in one
-    // batched multi-get on a blocking thread.
-    let mut objects: Vec<Option<Arc<ObjectRecord>>> = Vec::with_capacity(items.len());
-    for block in items.chunks(LOOKUP_BLOCK) {
-        let refs: Vec<&str> = block.iter().map(|i| i.key.as_str()).collect();
-        let mut found = engine.index.cached_objects(bucket_id, &refs);
-        let missing: Vec<usize> = (0..found.len()).filter(|&i| found[i].is_none()).collect();
-        if !missing.is_empty() {
-            let engine = engine.clone();
-            let keys: Vec<String> = missing.iter().map(|&i| block[i].key.clone()).collect();
-            let read = blocking(move || {
-                let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-                Ok(engine.index.multi_get_objects(bucket_id, &refs)?)
-            })
-            .await?;
-            for (i, rec) in missing.into_iter().zip(read) {
-                found[i] = rec;
-            }
-        }
-        objects.extend(found);
-        if items.len() > LOOKUP_BLOCK {
-            // Let the worker's other tasks run between blocks of a large batch.
-            tokio::task::yield_now().await;
-        }
-    }
-    // Member indexes of the TAR objects that items name members of.
-    let mut tar_ids: HashMap<String, [u8; 16]> = HashMap::new();
-    for (it, obj) in items.iter().zip(&objects) {
-        if let (Some(_), Some(obj)) = (&it.member, obj)
-            && !tar_ids.contains_key(&it.key)
-        {
-            let id = tar_index(engine, &it.key, obj).await?;
-            tar_ids.insert(it.key.clone(), id);
-        }
-    }
-    let mut entries = Vec::with_capacity(items.len());
-    let mut total = 0u64;
-    // Each record's lines are asked for 16 items ahead and what it points to 8 ahead, so the
-    // cache misses of a batch of random keys overlap (see `ObjectRecord::prefetch`).
-    for (i, it) in items.into_iter().enumerate() {
-        if let Some(Some(o)) = objects.get(i + 16) {
-            ObjectRecord::prefetch(o);
-        }
-        if let Some(Some(o)) = objects.get(i + 8) {
-            o.prefetch_heap();
-        }
-        let obj = objects[i].take();
-        let BatchItem {
-            key,
-            member,
-            range,
-            tag,
-        } = it;
-        // An entry is named by its key, or `key/member` for a TAR member.
-        let (name, member) = match member {
-            None => (key, None),
-            Some(m) => {
-                let id = tar_ids.get(&key).copied();
-                (format!("{key}/{m}"), Some((id, m)))
-            }
-        };
-        let mut entry = Entry {
-            name,
-            tag,
-            body: Err(StoreError::NoSuchKey),
-        };
-        let Some(obj) = obj else {
-            entries.push(entry);
-            continue;
-        };
-        let (base, len) = match member {
-            None => (0, obj.size),
-            Some((id, m)) => {
-                // Every existing object named with a member was indexed above.
-                let id = id.ok_or_else(|| StoreError::internal("batch", "a TAR not indexed"))?;
-                let engine = engine.clone();
-                let m2 = m.clone();
-                match blocking(move || Ok(engine.index.get_member(&id, &m2)?)).await? {
-                    Some(mr) => (mr.offset, mr.size),
-                    None => {
-                        entry.body = Err(StoreError::NoSuchMember(m));
-                        entries.push(entry);
-                        continue;
-                    }
-                }
-            }
-        };
-        let (start, end) = match range {
-            None => (0, len),
-            Some(r) => match resolve_item_range(r, len) {
-                Some(x) => x,
-                None => {
-                    entry.body = Err(StoreError::RangeNotSatisfiable { size: len });
-                    entries.push(entry);
-                    continue;
-                }
-            },
-        };
-        total += end - start;
-        entry.body = Ok(Piece::new(obj, base + start, base + end));
-        entries.push(entry);
-    }
-    if order == BatchOrder::Storage {
-        // Errors first (they cost nothing), then in disk order.
-        entries.sort_by_cached_key(|e| match &e.body {
-            Err(_) => (0, 0, 0),
-            Ok(p) => match p.first_chunk() {
-                Some((c, _)) => {
-                    let l = p.location(c);
-                    (1, l.segment_id, l.offset)
-                }
-                None => (0, 0, 1),
-            },
-        });
-    }
-    Ok(BatchPlan {
-        entries: entries.len(),
-        bytes: total,
-        plan: Box::new(entries),
-    })
-}
-
-/// Reads a plan made by [`plan_batch`] (see `ObjectStore::read_batch`).
-pub(crate) async fn read_batch(engine: &Arc<Engine>, plan: BatchPlan, sink: &mut dyn EntrySink) {
-    let Ok(entries) = plan.plan.downcast::<Vec<Entry>>() else {
-        let err = StoreError::internal("batch", "a plan made by another store");
-        sink.cut(&err).await;
-        return;
-    };
-    let mut em = Emitter {
-        engine: engine.clone(),
-        sink,
-        window_buf: Vec::new(),
-    };
-    for w in windows(*entries) {
-        em.window(w).await;
-        if em.sink.stopped() {
-            return;
-        }
-    }
-    em.sink.finish().await;
-}
-
-/// Reads one shard of an epoch stream (see `ObjectStore::read_stream`).
-pub(crate) async fn read_stream(
-    engine: &Arc<Engine>,
-    bucket_id: u64,
-    query: StreamQuery,
-    sink: &mut dyn EntrySink,
-) {
-    let mut em = Emitter {
-        engine: engine.clone(),
-        sink,
-        window_buf: Vec::new(),
-    };
-    let mut after: Option<String> = None;
-    let mut window: Vec<Entry> = Vec::new();
-    let mut window_bytes = 0u64;
-    let mut window_no = 0u64;
-    // Entries with more than one record stream without being held, so only span-read entries
-    // count toward the window's bytes; the shuffle window is bounded by both.
-    let shuffle_bytes_max = WINDOW_BYTES_MAX * 4;
-    loop {
-        let page = {
-            let engine = engine.clone();
-            let prefix = query.prefix.clone();
-            let after2 = after.clone();
-            blocking(move || {
-                Ok(engine.index.list_objects(
-                    bucket_id,
-                    &prefix,
-                    None,
-                    after2.as_deref(),
-                    STREAM_PAGE_KEYS,
-                )?)
-            })
-            .await
-        };
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => {
-                em.sink.cut(&e.0).await;
-                return;
-            }
-        };
-        for (key, rec) in page.objects {
-            if key_hash(&key) % query.shards != query.shard {
-                continue;
-            }
-            let size = rec.size;
-            let piece = Piece::new(Arc::new(rec), 0, size);
-            if piece.single_chunk().is_some() {
-                window_bytes += size;
-            }
-            window.push(Entry {
-                name: key,
-                tag: None,
-                body: Ok(piece),
-            });
-            if window.len() >= query.window || window_bytes >= shuffle_bytes_max {
-                shuffle(&mut window, query.seed, window_no);
-                window_no += 1;
-                window_bytes = 0;
-                for w in windows(std::mem::take(&mut window)) {
-                    em.window(w).await;
-                    if em.sink.stopped() {
-                        return;
-                    }
-                }
-            }
-        }
-        if !page.truncated {
-            break;
-        }
-        after = page.last;
-    }
-    shuffle(&mut window, query.seed, window_no);
-    for w in windows(window) {
-        em.window(w).await;
-        if em.sink.stopped() {
-            return;
-        }
-    }
-    em.sink.finish().await;
-}
-
-/// A batch PUT into one bucket: each object cut into records as its bytes arrive, on the
-/// calling thread (a trip through the blocking pool per small object would cost more than
-/// its page-cache write), all committed in one index batch.
-pub(crate) struct LocalBatchWriter {
-    engine: Arc<Engine>,
-    bucket_id: u64,
-    /// Keeps the objects' segments from compaction until they are indexed.
-    pin: WritePin,
-    now_ms: i64,
-    objects: Vec<(String, ObjectRecord)>,
-    current: Option<(String, RecordWriter)>,
-    last_ticket: Option<WriteTicket>,
-}
-
-impl LocalBatchWriter {
-    pub(crate) fn new(engine: Arc<Engine>, bucket_id: u64) -> Self {
-        Self {
-            pin: engine.pin_write(),
-            now_ms: engine.clock.now_ms(),
-            engine,
-            bucket_id,
-            objects: Vec::new(),
-            current: None,
-            last_ticket: None,
-        }
-    }
-
-    fn ticket(&mut self, t: Option<WriteTicket>) {
-        if let Some(t) = t {
-            self.last_ticket = Some(self.last_ticket.map_or(t, |l| l.max(t)));
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl BatchWriter for LocalBatchWriter {
-    fn begin(&mut self, key: String) -> StoreResult<()> {
-        if self.current.is_some() {
-            return Err(StoreError::internal(
-                "batch PUT",
-                "an object begun before the last ended",
-            ));
-        }
-        self.current = Some((key, RecordWriter::new()));
-        Ok(())
-    }
-
-    fn write(&mut self, data: &[u8]) -> StoreResult<()> {
-        let Some((_, w)) = self.current.as_mut() else {
-            return Err(StoreError::internal("batch PUT", "bytes before any object"));
-        };
-        let t = w.push(&self.engine.chunks, data)?;
-        self.ticket(t);
-        Ok(())
-    }
-
-    fn end(&mut self) -> StoreResult<u64> {
-        let Some((key, w)) = self.current.take() else {
-            return Err(StoreError::internal(
-                "batch PUT",
-                "an end without an object",
-            ));
-        };
-        let written = w.finish(&self.engine.chunks)?;
-        self.ticket(written.ticket);
-        let size = written.size;
-        self.objects.push((
-            key,
-            ObjectRecord {
-                record_id: written.record_id,
-                size,
-                etag: hex::encode(written.md5),
-                last_modified_ms: self.now_ms,
-                chunks: written.chunks,
-                ..Default::default()
-            },
-        ));
-        Ok(size)
-    }
-
-    fn count(&self) -> usize {
-        self.objects.len()
-    }
-
-    async fn commit(self: Box<Self>) -> StoreResult<usize> {
-        let Self {
-            engine,
-            bucket_id,
-            pin,
-            objects,
-            last_ticket,
-            ..
-        } = *self;
-        let count = objects.len();
-        engine
-            .commit_objects(bucket_id, objects, last_ticket)
-            .await?;
-        drop(pin);
-        Ok(count)
-    }
 }
