@@ -76,6 +76,35 @@ pub struct LocalOptions {
     pub clock: Arc<dyn Clock>,
 }
 
+impl LocalOptions {
+    /// A store in `data_dir` on one disk, with no tiers and no background work, dated by the
+    /// system clock: what tests start from (`LocalOptions { field: ..., ..LocalOptions::new(dir) }`).
+    pub fn new(data_dir: PathBuf) -> Self {
+        Self {
+            data_dir,
+            root: None,
+            disks: Vec::new(),
+            ec: None,
+            segment_bytes_max: 4 * 1024 * 1024,
+            io_backend: IoBackend::Auto,
+            tiers: Vec::new(),
+            tier_cache_bytes: 1 << 20,
+            tier_segment_bytes: 1 << 20,
+            tier_rate: 0,
+            compact_interval: Duration::ZERO,
+            compact_threshold: 0.5,
+            compact_grace: Duration::ZERO,
+            tier_interval: Duration::ZERO,
+            seal_idle: Duration::ZERO,
+            scrub_interval: Duration::ZERO,
+            scrub_rate: 0,
+            disk_probe_interval: Duration::ZERO,
+            fault_injection: false,
+            clock: Arc::new(packrat_store_api::SystemClock),
+        }
+    }
+}
+
 /// A store just opened, with the root key it generated (to show once), if it did.
 pub struct Opened {
     pub store: LocalStore,

@@ -2,7 +2,6 @@
 //! act on days that pass on that clock (not on the system's), and what the store dates itself
 //! (keys it creates, tier segments) carries the clock's time.
 
-use packrat_chunk_store::IoBackend;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::{JobKind, JobStart, NewKey};
 use packrat_store_api::conformance::{MemSource, new_bucket};
@@ -18,26 +17,8 @@ const START_MS: i64 = 1_924_992_000_000;
 fn open(clock: Arc<ManualClock>) -> Arc<dyn ObjectStore> {
     let dir = tempfile::tempdir().unwrap().keep();
     let opened = LocalStore::open(LocalOptions {
-        data_dir: dir,
-        root: None,
-        disks: Vec::new(),
-        ec: None,
-        segment_bytes_max: 4 * 1024 * 1024,
-        io_backend: IoBackend::Auto,
-        tiers: Vec::new(),
-        tier_cache_bytes: 1 << 20,
-        tier_segment_bytes: 1 << 20,
-        tier_rate: 0,
-        compact_interval: Duration::ZERO,
-        compact_threshold: 0.5,
-        compact_grace: Duration::ZERO,
-        tier_interval: Duration::ZERO,
-        seal_idle: Duration::ZERO,
-        scrub_interval: Duration::ZERO,
-        scrub_rate: 0,
-        disk_probe_interval: Duration::ZERO,
-        fault_injection: false,
         clock,
+        ..LocalOptions::new(dir)
     })
     .unwrap();
     Arc::new(opened.store)
