@@ -31,6 +31,7 @@ pub mod ec;
 mod faults;
 pub mod io;
 mod mapped;
+pub mod powerloss;
 mod read;
 mod record;
 mod scatter;
@@ -41,6 +42,7 @@ mod uring;
 pub use disks::DiskStatus;
 pub use faults::Fault;
 pub use io::{FaultRule, FaultyIo, IoOp, RealIo, SegmentIo};
+pub use powerloss::{CrashReport, PowerLossIo};
 pub use read::Span;
 pub use record::{
     RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, decode_record_header,
