@@ -310,7 +310,7 @@ impl Armed {
 /// [`read_at`]: SegmentIo::read_at
 #[derive(Debug, Default)]
 pub struct FaultyIo {
-    rules: Mutex<Vec<std::sync::Arc<Armed>>>,
+    rules: Mutex<Vec<Armed>>,
     injected: AtomicU64,
 }
 
@@ -320,12 +320,10 @@ impl FaultyIo {
         let armed = rules
             .into_iter()
             .filter(|r| r.fault != Fault::None)
-            .map(|rule| {
-                std::sync::Arc::new(Armed {
-                    rule,
-                    seen: AtomicU64::new(0),
-                    failed: AtomicU64::new(0),
-                })
+            .map(|rule| Armed {
+                rule,
+                seen: AtomicU64::new(0),
+                failed: AtomicU64::new(0),
             })
             .collect();
         *self.rules.lock().unwrap_or_else(|p| p.into_inner()) = armed;
@@ -348,7 +346,8 @@ impl FaultyIo {
 
     /// The fault that hits this operation, if any (every matching rule counts it).
     fn hit(&self, op: IoOp, path: &Path) -> Option<Fault> {
-        let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        // Counted under the lock (atomics only, nothing blocks), so no copy of the rules.
+        let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         let mut fault = None;
         for a in rules.iter().filter(|a| a.rule.op == op) {
             if let Some(p) = &a.rule.path
@@ -360,6 +359,7 @@ impl FaultyIo {
                 fault = Some(a.rule.fault);
             }
         }
+        drop(rules);
         if fault.is_some() {
             self.injected.fetch_add(1, Relaxed);
         }

@@ -34,6 +34,10 @@ struct Sim {
     ops: u64,
     /// The machine dies after this many operations: later ones fail and change nothing.
     dead_after: Option<u64>,
+    /// Planted bugs (tests of the simulation itself): file syncs, or directory syncs, that
+    /// make nothing durable, as if the store acknowledged without them.
+    #[cfg(test)]
+    forget_syncs: (bool, bool),
 }
 
 impl Sim {
@@ -85,12 +89,6 @@ fn parent(p: &Path) -> PathBuf {
 impl PowerLossIo {
     fn sim(&self) -> std::sync::MutexGuard<'_, Sim> {
         self.sim.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// File operations made through the simulation so far (a harness picks its crash point by
-    /// this count).
-    pub fn ops(&self) -> u64 {
-        self.sim().ops
     }
 
     /// The power goes after `ops` more file operations: from then on every operation fails
@@ -237,6 +235,10 @@ impl SegmentIo for PowerLossIo {
         let mut sim = self.sim();
         sim.op()?;
         RealIo.sync(file, path, all)?;
+        #[cfg(test)]
+        if sim.forget_syncs.0 {
+            return Ok(());
+        }
         let content = std::fs::read(path)?;
         sim.durable.insert(path.to_path_buf(), content);
         Ok(())
@@ -246,6 +248,10 @@ impl SegmentIo for PowerLossIo {
         let mut sim = self.sim();
         sim.op()?;
         RealIo.sync_dir(dir)?;
+        #[cfg(test)]
+        if sim.forget_syncs.1 {
+            return Ok(());
+        }
         sim.pending.remove(dir);
         Ok(())
     }
@@ -310,74 +316,16 @@ mod tests {
     use crate::testing::*;
     use std::sync::Arc;
 
-    /// `PowerLossIo` with its syncs (or directory syncs) turned into no-ops: a planted bug, as
-    /// if the store acknowledged without them.
-    #[derive(Debug)]
-    struct Skip {
-        sim: Arc<PowerLossIo>,
-        file_syncs: bool,
-        dir_syncs: bool,
-    }
-
-    impl SegmentIo for Skip {
-        fn create_new(&self, p: &Path) -> std::io::Result<File> {
-            self.sim.create_new(p)
-        }
-        fn create(&self, p: &Path) -> std::io::Result<File> {
-            self.sim.create(p)
-        }
-        fn open(&self, p: &Path) -> std::io::Result<File> {
-            self.sim.open(p)
-        }
-        fn write_at(&self, f: &File, p: &Path, b: &[&[u8]], o: u64) -> std::io::Result<()> {
-            self.sim.write_at(f, p, b, o)
-        }
-        fn read_at(&self, f: &File, p: &Path, b: &mut [u8], o: u64) -> std::io::Result<usize> {
-            self.sim.read_at(f, p, b, o)
-        }
-        fn sync(&self, f: &File, p: &Path, all: bool) -> std::io::Result<()> {
-            match self.file_syncs {
-                true => Ok(()),
-                false => self.sim.sync(f, p, all),
-            }
-        }
-        fn sync_dir(&self, d: &Path) -> std::io::Result<()> {
-            match self.dir_syncs {
-                true => Ok(()),
-                false => self.sim.sync_dir(d),
-            }
-        }
-        fn rename(&self, a: &Path, b: &Path) -> std::io::Result<()> {
-            self.sim.rename(a, b)
-        }
-        fn remove_file(&self, p: &Path) -> std::io::Result<()> {
-            self.sim.remove_file(p)
-        }
-        fn create_dir_all(&self, d: &Path) -> std::io::Result<()> {
-            self.sim.create_dir_all(d)
-        }
-        fn before(&self, op: IoOp, w: &Path) -> std::io::Result<()> {
-            self.sim.before(op, w)
-        }
-        fn raw_reads(&self) -> bool {
-            true
-        }
-    }
-
     /// Appends records until a seeded crash point (counted in file operations), acknowledging
     /// each after `sync_through`; then crashes, reopens and answers the acknowledged records
     /// that do not read back intact.
-    fn lost_after_crash(
-        io: Arc<dyn SegmentIo>,
-        sim: &PowerLossIo,
-        seed: u64,
-    ) -> (Vec<u32>, CrashReport) {
+    fn lost_after_crash(sim: Arc<PowerLossIo>, seed: u64) -> (Vec<u32>, CrashReport) {
         let dir = tempfile::tempdir().unwrap();
         let s = ChunkStore::open(
             dir.path(),
             ChunkStoreOptions {
                 segment_bytes_max: 16 * 1024,
-                io,
+                io: sim.clone(),
                 ..Default::default()
             },
         )
@@ -418,8 +366,7 @@ mod tests {
     fn acknowledged_appends_survive_every_simulated_power_cut() {
         let mut cut = CrashReport::default();
         for seed in 0..200 {
-            let sim = Arc::new(PowerLossIo::default());
-            let (lost, report) = lost_after_crash(sim.clone(), &sim, seed);
+            let (lost, report) = lost_after_crash(Arc::default(), seed);
             assert!(
                 lost.is_empty(),
                 "seed {seed}: acknowledged records lost: {lost:?}"
@@ -444,12 +391,8 @@ mod tests {
         for (file_syncs, dir_syncs) in [(true, false), (false, true)] {
             let caught = (0..200).any(|seed| {
                 let sim = Arc::new(PowerLossIo::default());
-                let io = Arc::new(Skip {
-                    sim: sim.clone(),
-                    file_syncs,
-                    dir_syncs,
-                });
-                !lost_after_crash(io, &sim, seed).0.is_empty()
+                sim.sim().forget_syncs = (file_syncs, dir_syncs);
+                !lost_after_crash(sim, seed).0.is_empty()
             });
             assert!(
                 caught,

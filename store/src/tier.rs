@@ -251,14 +251,12 @@ impl Tiers {
     pub async fn read_range(&self, id: u64, offset: u64, len: u64) -> EngineResult<Bytes> {
         let (tier, seg) = self.tier_for(id)?;
         let t = Instant::now();
-        let r = match self.before_transfer(IoOp::TierRead, &seg.tier, id) {
-            Ok(()) => self
-                .cache
-                .read(&tier, id, seg.len, offset, len)
-                .await
-                .map_err(EngineError::from),
-            Err(e) => Err(e),
-        };
+        // Every outcome is counted below, so failures are collected, not returned early.
+        let r: EngineResult<Bytes> = async {
+            self.before_transfer(IoOp::TierRead, &seg.tier, id)?;
+            Ok(self.cache.read(&tier, id, seg.len, offset, len).await?)
+        }
+        .await;
         self.counters.reads.fetch_add(1, Relaxed);
         self.counters
             .read_us_total
