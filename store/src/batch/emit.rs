@@ -193,56 +193,48 @@ impl Emitter<'_> {
     }
 
     /// Reads and emits one window of entries in the given order: runs of whole records through
-    /// [`Self::scattered`], everything else through [`Self::spans`].
-    pub(super) async fn window(&mut self, window: Vec<Entry>) {
-        let mut whole: Vec<(Entry, usize)> = Vec::new();
-        let mut other: Vec<Entry> = Vec::new();
-        for e in window {
+    /// [`Self::scattered`], everything else through [`Self::spans`]. Entries are read where
+    /// they lie: an entry is a few hundred bytes, and moving each into a run of its own cost
+    /// batch GET a measurable share of its memory copies.
+    pub(super) async fn window(&mut self, window: &[Entry]) {
+        let mut i = 0;
+        while i < window.len() {
             if self.sink.stopped() {
                 return;
             }
-            match whole_record(&e) {
-                Some(c) => {
-                    if !other.is_empty() {
-                        self.spans(std::mem::take(&mut other)).await;
-                    }
-                    whole.push((e, c));
-                }
-                None => {
-                    if !whole.is_empty() {
-                        self.scattered(std::mem::take(&mut whole)).await;
-                    }
-                    other.push(e);
-                }
+            let whole = whole_record(&window[i]).is_some();
+            let run = window[i..]
+                .iter()
+                .position(|e| whole_record(e).is_some() != whole)
+                .map_or(window.len(), |n| i + n);
+            if whole {
+                self.scattered(&window[i..run]).await;
+            } else {
+                self.spans(&window[i..run]).await;
             }
-        }
-        if !whole.is_empty() {
-            self.scattered(whole).await;
-        }
-        if !other.is_empty() {
-            self.spans(other).await;
+            i = run;
         }
     }
 
-    /// Emits entries that are whole records (entry, its chunk) a frame at a time: the frame
+    /// Emits entries that are whole records (see [`whole_record`]) a frame at a time: the frame
     /// is laid out first (headers written, each payload's place reserved), then every record
     /// is read straight into its place, neighbours on disk sharing one vectored read, and
     /// verified. One copy out of the page cache, none between buffers. A frame not wholly in
     /// the page cache is read with all its records in flight at once. If any record fails,
     /// the frame is laid out again through [`Self::spans`], which reports the failure as an
     /// error entry.
-    async fn scattered(&mut self, entries: Vec<(Entry, usize)>) {
+    async fn scattered(&mut self, entries: &[Entry]) {
         let engine = self.engine.clone();
-        let mut entries = entries.into_iter();
+        let mut next = 0;
         loop {
             let base = self.sink.frame_len();
-            let mut group = Vec::new();
+            let first = next;
             let mut chunks = Vec::new();
             let mut reads = Vec::new();
-            while group.is_empty() || !self.sink.frame_full() {
-                let Some((e, c)) = entries.next() else { break };
-                let Ok(p) = &e.body else {
-                    unreachable!("whole_record only admits entries with a body")
+            while next == first || !self.sink.frame_full() {
+                let Some(e) = entries.get(next) else { break };
+                let (Ok(p), Some(c)) = (&e.body, whole_record(e)) else {
+                    unreachable!("only whole records are passed here")
                 };
                 let size = p.end - p.start;
                 let (mtime_ms, etag) = match &p.single {
@@ -258,9 +250,10 @@ impl Emitter<'_> {
                     chunk_index,
                     dst,
                 });
-                group.push(e);
                 chunks.push(c);
+                next += 1;
             }
+            let group = &entries[first..next];
             if group.is_empty() {
                 return;
             }
@@ -313,7 +306,7 @@ impl Emitter<'_> {
     /// Reads and emits entries in the given order: every entry that lies inside one record is
     /// read through spans (merged neighbouring reads into one buffer, then each record
     /// verified and copied out); larger entries stream chunk by chunk.
-    pub(super) async fn spans(&mut self, window: Vec<Entry>) {
+    pub(super) async fn spans(&mut self, window: &[Entry]) {
         let engine = self.engine.clone();
         // Plan the span reads of every entry that lies inside one record: (entry, chunk,
         // chunk's first byte in the object) and where that record is.

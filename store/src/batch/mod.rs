@@ -48,24 +48,24 @@ const STREAM_PAGE_KEYS: usize = 1000;
 
 /// Entries per window: up to [`WINDOW_ITEMS_MAX`] entries and [`WINDOW_BYTES_MAX`] bytes of
 /// span-read data (a multi-record entry streams and does not count).
-fn windows(entries: Vec<Entry>) -> Vec<Vec<Entry>> {
+fn windows(entries: &[Entry]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
-    let mut cur = Vec::new();
+    let mut start = 0;
     let mut bytes = 0u64;
-    for e in entries {
+    for (i, e) in entries.iter().enumerate() {
         let b = match &e.body {
             Ok(p) if p.single_chunk().is_some() => p.end - p.start,
             _ => 0,
         };
-        if !cur.is_empty() && (cur.len() >= WINDOW_ITEMS_MAX || bytes + b > WINDOW_BYTES_MAX) {
-            out.push(std::mem::take(&mut cur));
+        if i > start && (i - start >= WINDOW_ITEMS_MAX || bytes + b > WINDOW_BYTES_MAX) {
+            out.push(start..i);
+            start = i;
             bytes = 0;
         }
         bytes += b;
-        cur.push(e);
     }
-    if !cur.is_empty() {
-        out.push(cur);
+    if start < entries.len() {
+        out.push(start..entries.len());
     }
     out
 }
@@ -212,8 +212,8 @@ pub(crate) async fn read_batch(engine: &Arc<Engine>, plan: BatchPlan, sink: &mut
         sink,
         window_buf: Vec::new(),
     };
-    for w in windows(*entries) {
-        em.window(w).await;
+    for w in windows(&entries) {
+        em.window(&entries[w]).await;
         if em.sink.stopped() {
             return;
         }
@@ -281,12 +281,13 @@ pub(crate) async fn read_stream(
                 shuffle(&mut window, query.seed, window_no);
                 window_no += 1;
                 window_bytes = 0;
-                for w in windows(std::mem::take(&mut window)) {
-                    em.window(w).await;
+                for w in windows(&window) {
+                    em.window(&window[w]).await;
                     if em.sink.stopped() {
                         return;
                     }
                 }
+                window.clear();
             }
         }
         if !page.truncated {
@@ -295,8 +296,8 @@ pub(crate) async fn read_stream(
         after = page.last;
     }
     shuffle(&mut window, query.seed, window_no);
-    for w in windows(window) {
-        em.window(w).await;
+    for w in windows(&window) {
+        em.window(&window[w]).await;
         if em.sink.stopped() {
             return;
         }
