@@ -362,10 +362,26 @@ pub fn parse_presigned(query: &[(String, String)]) -> S3Result<SignatureClaim> {
 }
 
 /// Parses `YYYYMMDDTHHMMSSZ` into unix seconds.
+/// The fields are read by position (chrono's `parse_from_str` parses its format string again on
+/// every call, 0.7% of a 4 KiB GET's CPU); chrono still checks the date and time are real.
 pub fn parse_amz_date(s: &str) -> Option<i64> {
-    chrono::NaiveDateTime::parse_from_str(s, "%Y%m%dT%H%M%SZ")
-        .ok()
-        .map(|d| d.and_utc().timestamp())
+    let b = s.as_bytes();
+    if b.len() != 16 || b[8] != b'T' || b[15] != b'Z' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| -> Option<u32> {
+        b[r].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(num(0..4)? as i32, num(4..6)?, num(6..8)?)?;
+    let (h, m, sec) = (num(9..11)?, num(11..13)?, num(13..15)?);
+    // A leap second (:60) is read as chrono reads it, the last instant of second :59.
+    let t = match sec {
+        60 => date.and_hms_nano_opt(h, m, 59, 1_000_000_000)?,
+        _ => date.and_hms_opt(h, m, sec)?,
+    };
+    Some(t.and_utc().timestamp())
 }
 
 /// Checks the request time against the clock (and, for presigned URLs, the expiry).
@@ -685,8 +701,47 @@ mod tests {
         assert!(check_time(&claim("20240101T000000Z", Some(10)), t + 11).is_err());
     }
 
+    #[test]
+    fn amz_dates_parse_as_chrono_parses_them() {
+        let chrono = |s: &str| {
+            chrono::NaiveDateTime::parse_from_str(s, "%Y%m%dT%H%M%SZ")
+                .ok()
+                .map(|d| d.and_utc().timestamp())
+        };
+        for s in [
+            "20240101T000000Z",
+            "20241231T235959Z",
+            "20240229T120000Z",
+            "20230229T120000Z",
+            "20241301T000000Z",
+            "20240132T000000Z",
+            "20240101T240000Z",
+            "20240101T006000Z",
+            "20240101T235960Z",
+            "20240101T120060Z",
+            "20240101T120061Z",
+            "2024010lT000000Z",
+            "20240101 000000Z",
+            "20240101T000000",
+            "20240101T000000ZZ",
+            "+2024101T000000Z",
+            "",
+        ] {
+            assert_eq!(parse_amz_date(s), chrono(s), "{s:?}");
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1024))]
+        /// Any 16 characters of the date's alphabet parse exactly as chrono's own parser does.
+        #[test]
+        fn amz_date_parser_agrees_with_chrono(s in "[0-9]{8}T[0-9]{6}Z|[0-9TZ+ -]{14,17}") {
+            let chrono = chrono::NaiveDateTime::parse_from_str(&s, "%Y%m%dT%H%M%SZ")
+                .ok()
+                .map(|d| d.and_utc().timestamp());
+            proptest::prop_assert_eq!(parse_amz_date(&s), chrono);
+        }
+
         /// Authorization headers, presigned queries, query strings and dates of any shape are
         /// refused or parsed, never a panic.
         #[test]
