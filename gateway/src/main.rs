@@ -382,6 +382,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         scrub_rate: args.scrub_rate,
         disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
         fault_injection: args.fault_injection,
+        io: None,
         clock: Arc::new(SystemClock),
     })?;
     if let Some(k) = &opened.generated_root {
@@ -485,17 +486,26 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             let dir = args.data_dir.as_ref().ok_or(
                 "verify works offline: stop the server and pass its --data-dir".to_string(),
             )?;
-            let index = RocksIndex::open(&index_dir(dir)).map_err(|e| {
-                format!(
-                    "cannot open {}: {e} (is the server still running?)",
-                    dir.display()
-                )
-            })?;
-            let segments = match disks.as_slice() {
-                [one] if ec.is_none() => one.join("segments"),
-                _ => dir.join("segments"),
-            };
-            let report = packrat_store::verify::run(&index, &segments, &disks, ec, json)?;
+            if !dir.is_dir() {
+                return Err(format!("{} is not a directory", dir.display()));
+            }
+            // RocksDB writes an info log even when it opens read-only: it goes to a directory
+            // of its own, removed afterwards, so the data directory is left byte for byte.
+            let log_dir =
+                std::env::temp_dir().join(format!("packrat-verify-{}", std::process::id()));
+            std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
+            let index = RocksIndex::open_read_only(&index_dir(dir), &log_dir);
+            let report = index
+                .map_err(|e| format!("cannot verify {}: {e}", dir.display()))
+                .and_then(|index| {
+                    let segments = match disks.as_slice() {
+                        [one] if ec.is_none() => one.join("segments"),
+                        _ => dir.join("segments"),
+                    };
+                    packrat_store::verify::run(&index, &segments, &disks, ec, json)
+                });
+            let _ = std::fs::remove_dir_all(&log_dir);
+            let report = report?;
             if json {
                 println!(
                     "{}",

@@ -52,6 +52,9 @@ pub enum IndexError {
     BucketNotEmpty,
     #[error("index write refused: {0}")]
     Injected(String),
+    /// A read-only open found no packrat index at the path, or one in use.
+    #[error("{0}")]
+    NotAvailable(String),
 }
 
 pub type Result<T> = std::result::Result<T, IndexError>;
@@ -107,6 +110,47 @@ impl RocksIndex {
         db_opts.create_missing_column_families(true);
         db_opts.set_max_background_jobs(2);
         db_opts.set_keep_log_file_num(4);
+        let db = DB::open_cf_descriptors(&db_opts, path, Self::column_families())?;
+        Ok(Self::with_db(db))
+    }
+
+    /// Opens an existing index without writing to it: nothing is created, the write-ahead log
+    /// is replayed in memory only, and RocksDB's own info log goes to `log_dir` (outside the
+    /// index). Refuses a path with no index, an index without packrat's column families, and
+    /// an index a running server holds (its `LOCK` file is locked).
+    pub fn open_read_only(path: &Path, log_dir: &Path) -> Result<Self> {
+        if !path.join("CURRENT").is_file() {
+            return Err(IndexError::NotAvailable(format!(
+                "no packrat index at {} (not a packrat data directory, or an empty one)",
+                path.display()
+            )));
+        }
+        if lock_held(&path.join("LOCK")) {
+            return Err(IndexError::NotAvailable(format!(
+                "the index at {} is in use: stop the server first",
+                path.display()
+            )));
+        }
+        let mut db_opts = Options::default();
+        db_opts.create_if_missing(false);
+        db_opts.set_db_log_dir(log_dir);
+        let db = DB::open_cf_descriptors_read_only(&db_opts, path, Self::column_families(), false)
+            .map_err(|e| {
+                IndexError::NotAvailable(format!("{} is not a packrat index: {e}", path.display()))
+            })?;
+        Ok(Self::with_db(db))
+    }
+
+    fn with_db(db: DB) -> Self {
+        Self {
+            db,
+            gate: std::sync::OnceLock::new(),
+            bucket_lock: Mutex::new(()),
+            objects: cache::ObjectCache::new(OBJECT_CACHE_ENTRIES),
+        }
+    }
+
+    fn column_families() -> Vec<ColumnFamilyDescriptor> {
         let cache = Cache::new_lru_cache(BLOCK_CACHE_BYTES);
         let cf = |name: &str, bloom: bool| {
             let mut bb = BlockBasedOptions::default();
@@ -135,13 +179,7 @@ impl RocksIndex {
             cf(CF_META, false),
             cf(CF_MEMBERS, true),
         ];
-        let db = DB::open_cf_descriptors(&db_opts, path, cfs)?;
-        Ok(Self {
-            db,
-            gate: std::sync::OnceLock::new(),
-            bucket_lock: Mutex::new(()),
-            objects: cache::ObjectCache::new(OBJECT_CACHE_ENTRIES),
-        })
+        cfs
     }
 
     fn cf(&self, name: &'static str) -> &rocksdb::ColumnFamily {
@@ -242,6 +280,24 @@ impl RocksIndex {
     }
 }
 
+/// Whether another process holds RocksDB's lock on `lock` (a POSIX record lock, which RocksDB
+/// takes with `fcntl`): asked with `F_GETLK`, which takes no lock itself.
+fn lock_held(lock: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(f) = std::fs::File::open(lock) else {
+        return false;
+    };
+    // SAFETY: `flock` is plain data, zeroed is a valid value; the descriptor is open for the
+    // duration of the call.
+    unsafe {
+        let mut fl: libc::flock = std::mem::zeroed();
+        fl.l_type = libc::F_WRLCK as libc::c_short;
+        fl.l_whence = libc::SEEK_SET as libc::c_short;
+        libc::fcntl(f.as_raw_fd(), libc::F_GETLK, &mut fl) == 0
+            && fl.l_type != libc::F_UNLCK as libc::c_short
+    }
+}
+
 /// Helpers shared by the unit tests of every module.
 #[cfg(test)]
 mod testing {
@@ -259,5 +315,79 @@ mod testing {
         let d = tempfile::tempdir().unwrap();
         let i = RocksIndex::open(d.path()).unwrap();
         (d, i)
+    }
+}
+
+#[cfg(test)]
+mod read_only_tests {
+    use super::testing::*;
+
+    fn listing(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
+        let mut v: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let m = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.len(),
+                    m.modified().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_read_only_open_sees_unflushed_writes_and_changes_no_file() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        {
+            let i = RocksIndex::open(d.path()).unwrap();
+            let b = i
+                .create_bucket("b", |id| BucketRecord {
+                    id,
+                    ..Default::default()
+                })
+                .unwrap();
+            // Synced to the write-ahead log only (no flush): what a crash leaves.
+            i.put_object(b.id, "k", &obj(7)).unwrap();
+        }
+        let before = listing(d.path());
+        let ro = RocksIndex::open_read_only(d.path(), logs.path()).unwrap();
+        let b = ro.get_bucket("b").unwrap().unwrap();
+        assert_eq!(ro.get_object(b.id, "k").unwrap().unwrap().size, 7);
+        drop(ro);
+        assert_eq!(
+            listing(d.path()),
+            before,
+            "a read-only open changed the index directory"
+        );
+    }
+
+    #[test]
+    fn a_read_only_open_refuses_a_directory_without_an_index() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        let err = RocksIndex::open_read_only(d.path(), logs.path())
+            .err()
+            .unwrap();
+        assert!(matches!(err, IndexError::NotAvailable(_)), "{err}");
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            0,
+            "it created files"
+        );
+        // A RocksDB database that is not packrat's (none of its column families).
+        let other = tempfile::tempdir().unwrap();
+        drop(rocksdb::DB::open_default(other.path()).unwrap());
+        let err = RocksIndex::open_read_only(other.path(), logs.path())
+            .err()
+            .unwrap();
+        assert!(
+            matches!(err, IndexError::NotAvailable(ref m) if m.contains("not a packrat index")),
+            "{err}"
+        );
     }
 }

@@ -49,7 +49,7 @@ impl From<packrat_index::IndexError> for EngineError {
             E::BucketExists => StoreError::BucketExists,
             E::NoSuchBucket => StoreError::NoSuchBucket,
             E::BucketNotEmpty => StoreError::BucketNotEmpty,
-            E::Rocks(_) | E::Corrupt { .. } | E::Injected(_) => {
+            E::Rocks(_) | E::Corrupt { .. } | E::Injected(_) | E::NotAvailable(_) => {
                 StoreError::internal("index error", e)
             }
         })

@@ -72,6 +72,10 @@ pub struct LocalOptions {
     /// Tests only: every file operation (and index write, and tier transfer) goes through
     /// fault rules that the admin API sets (`packrat serve --fault-injection`).
     pub fault_injection: bool,
+    /// Tests only: the file-I/O backend under the store instead of the file system itself
+    /// (a power-loss simulation, `packrat_chunk_store::PowerLossIo`). Not with
+    /// `fault_injection`, which brings its own.
+    pub io: Option<Arc<dyn SegmentIo>>,
     /// Where the store reads the date (the system clock; a manual one in tests).
     pub clock: Arc<dyn Clock>,
 }
@@ -100,6 +104,7 @@ impl LocalOptions {
             scrub_rate: 0,
             disk_probe_interval: Duration::ZERO,
             fault_injection: false,
+            io: None,
             clock: Arc::new(packrat_store_api::SystemClock),
         }
     }
@@ -130,9 +135,13 @@ impl LocalStore {
         })?;
         let generated_root = ensure_root_key(&index, o.root, &*o.clock)?;
         let faults = o.fault_injection.then(|| Arc::new(FaultyIo::default()));
-        let io: Arc<dyn SegmentIo> = match &faults {
-            Some(f) => f.clone(),
-            None => Arc::new(RealIo),
+        let io: Arc<dyn SegmentIo> = match (&faults, o.io) {
+            (Some(_), Some(_)) => {
+                return Err("fault injection brings its own file-I/O backend".into());
+            }
+            (Some(f), None) => f.clone(),
+            (None, Some(io)) => io,
+            (None, None) => Arc::new(RealIo),
         };
         index.set_gate(Arc::new(IndexGate {
             io: io.clone(),

@@ -2,7 +2,8 @@
 //! stopped server's data directory. Every chunk of every object and of every uploaded part is
 //! read and verified (record identity, length, crc32c); object sizes must equal the sum of their
 //! chunks; objects must belong to an existing bucket. It also measures live and dead bytes per
-//! segment (what compaction would reclaim). It never writes.
+//! segment (what compaction would reclaim). It never writes: the index is opened read-only
+//! (see `RocksIndex::open_read_only`) and the segments through `ChunkStore::open_read_only`.
 
 use packrat_chunk_store::{
     ChunkStore, ChunkStoreOptions, RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES,
@@ -14,6 +15,7 @@ use std::time::Instant;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    pub buckets: u64,
     pub objects: u64,
     pub object_bytes: u64,
     pub parts: u64,
@@ -116,6 +118,7 @@ pub fn run(
         quiet,
     };
     let buckets: HashSet<u64> = index.bucket_ids().map_err(|e| e.to_string())?;
+    ck.report.buckets = buckets.len() as u64;
     let ck_cell = std::cell::RefCell::new(&mut ck);
     index
         .scan_references(
@@ -183,8 +186,8 @@ pub fn run(
 
 pub fn print(r: &Report) {
     println!(
-        "objects       {} ({} bytes), {} uploaded parts, {} records verified",
-        r.objects, r.object_bytes, r.parts, r.records_checked
+        "objects       {} in {} buckets ({} bytes), {} uploaded parts, {} records verified",
+        r.objects, r.buckets, r.object_bytes, r.parts, r.records_checked
     );
     println!(
         "segments      {} ({} bytes): {} live, {} dead ({:.1}%)",
