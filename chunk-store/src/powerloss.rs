@@ -34,9 +34,7 @@ struct Sim {
     ops: u64,
     /// The machine dies after this many operations: later ones fail and change nothing.
     dead_after: Option<u64>,
-    /// Planted bugs (tests of the simulation itself): file syncs, or directory syncs, that
-    /// make nothing durable, as if the store acknowledged without them.
-    #[cfg(test)]
+    /// Planted bugs (see [`PowerLossIo::forget_syncs`]).
     forget_syncs: (bool, bool),
 }
 
@@ -98,6 +96,21 @@ impl PowerLossIo {
     pub fn die_after(&self, ops: u64) {
         let mut sim = self.sim();
         sim.dead_after = Some(sim.ops + ops);
+    }
+
+    /// Whether the power is gone (an operation failed for it since the last [`crash`]).
+    ///
+    /// [`crash`]: Self::crash
+    pub fn is_dead(&self) -> bool {
+        let sim = self.sim();
+        sim.dead_after.is_some_and(|d| sim.ops >= d)
+    }
+
+    /// Plants a bug, for tests of the harnesses built on the simulation: file syncs (`files`)
+    /// or directory syncs (`dirs`) succeed but make nothing durable, as if the store had
+    /// acknowledged without them. A harness that passes with this set finds nothing.
+    pub fn forget_syncs(&self, files: bool, dirs: bool) {
+        self.sim().forget_syncs = (files, dirs);
     }
 
     /// Applies a power cut to the files: see the module docs. `tear_seed`, if given, keeps a
@@ -235,7 +248,6 @@ impl SegmentIo for PowerLossIo {
         let mut sim = self.sim();
         sim.op()?;
         RealIo.sync(file, path, all)?;
-        #[cfg(test)]
         if sim.forget_syncs.0 {
             return Ok(());
         }
@@ -248,7 +260,6 @@ impl SegmentIo for PowerLossIo {
         let mut sim = self.sim();
         sim.op()?;
         RealIo.sync_dir(dir)?;
-        #[cfg(test)]
         if sim.forget_syncs.1 {
             return Ok(());
         }
@@ -301,8 +312,18 @@ impl SegmentIo for PowerLossIo {
         RealIo.create_dir_all(dir)
     }
 
-    fn before(&self, _op: IoOp, _what: &Path) -> std::io::Result<()> {
-        Ok(())
+    /// Index writes and deletes, and tier transfers, are crash points too: after the power
+    /// is gone they fail (the dead machine never made them). One that returned is durable
+    /// (the index writes synced).
+    fn before(&self, op: IoOp, _what: &Path) -> std::io::Result<()> {
+        match op {
+            IoOp::IndexWrite
+            | IoOp::IndexDelete
+            | IoOp::TierUpload
+            | IoOp::TierRead
+            | IoOp::TierDelete => self.sim().op(),
+            _ => Ok(()),
+        }
     }
 
     fn raw_reads(&self) -> bool {
@@ -391,7 +412,7 @@ mod tests {
         for (file_syncs, dir_syncs) in [(true, false), (false, true)] {
             let caught = (0..200).any(|seed| {
                 let sim = Arc::new(PowerLossIo::default());
-                sim.sim().forget_syncs = (file_syncs, dir_syncs);
+                sim.forget_syncs(file_syncs, dir_syncs);
                 !lost_after_crash(sim, seed).0.is_empty()
             });
             assert!(
