@@ -97,13 +97,16 @@ class Server:
                              aws_access_key_id=ak, aws_secret_access_key=sk)
 
     def client(self, ak=ROOT_AK, sk=ROOT_SK, **config):
-        cfg = Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 1, "mode": "standard"},
-            connect_timeout=10,
-            read_timeout=120,
-            **config,
-        )
+        # One attempt per call (botocore's `max_attempts` counts retries, `total_max_attempts`
+        # attempts): a retry would hide a 500, a reset or an injected fault from the test.
+        opts = {
+            "s3": {"addressing_style": "path"},
+            "retries": {"total_max_attempts": 1, "mode": "standard"},
+            "connect_timeout": 10,
+            "read_timeout": 120,
+        }
+        opts.update(config)
+        cfg = Config(**opts)
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint,

@@ -8,9 +8,7 @@ import json
 import os
 import subprocess
 
-import boto3
 import pytest
-from botocore.config import Config
 from botocore.exceptions import ClientError, ResponseStreamingError
 
 import conftest
@@ -182,12 +180,7 @@ def test_a_read_that_fails_midway_through_a_streamed_get_never_serves_wrong_byte
 
 def test_intermittent_write_faults_fail_some_puts_and_lose_none(faulty):
     srv, _ = faulty
-    # No retry at all (botocore's `max_attempts` counts retries, so the shared clients retry
-    # once): each failed attempt is a failed PUT here.
-    c = boto3.client("s3", endpoint_url=srv.endpoint, region_name=conftest.REGION,
-                     aws_access_key_id=conftest.ROOT_AK, aws_secret_access_key=conftest.ROOT_SK,
-                     config=Config(s3={"addressing_style": "path"},
-                                   retries={"total_max_attempts": 1, "mode": "standard"}))
+    c = srv.client()  # one attempt per call: each failed attempt is a failed PUT here
     set_faults(srv, rules=[{"op": "write", "fault": "eio", "every": 3}])
     acked, failed = {}, []
     for i in range(12):

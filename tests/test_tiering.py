@@ -143,8 +143,11 @@ def test_lifecycle_moves_a_prefix_to_the_hdd_tier(workdir):
         assert {o["StorageClass"] for o in listed} == {"STANDARD_IA"}
         for k in hot_expected:
             if k.startswith("tmp/"):
-                with pytest.raises(ClientError):
-                    s3.head_object(Bucket="data", Key=k)
+                # Expired by the lifecycle rule: gone, as S3 says it (not any error).
+                with pytest.raises(ClientError) as e:
+                    s3.get_object(Bucket="data", Key=k)
+                assert e.value.response["Error"]["Code"] == "NoSuchKey", e.value.response
+                assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
         # A copy onto itself with STANDARD brings one back to NVMe.
         s3.copy_object(Bucket="data", Key="cold/00007.bin", CopySource={"Bucket": "data", "Key": "cold/00007.bin"},
                        StorageClass="STANDARD")
@@ -153,8 +156,9 @@ def test_lifecycle_moves_a_prefix_to_the_hdd_tier(workdir):
         got = s3.get_object(Bucket="data", Key="cold/00007.bin")["Body"].read()
         assert hashlib.md5(got).hexdigest() == expected["cold/00007.bin"]
         s3.delete_bucket_lifecycle(Bucket="data")
-        with pytest.raises(ClientError):
+        with pytest.raises(ClientError) as e:
             s3.get_bucket_lifecycle_configuration(Bucket="data")
+        assert e.value.response["Error"]["Code"] == "NoSuchLifecycleConfiguration", e.value.response
         metrics = urllib.request.urlopen(srv.endpoint + "/metrics").read().decode()
         assert "packrat_tier_bytes_moved_total" in metrics
     finally:
