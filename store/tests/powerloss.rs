@@ -139,30 +139,19 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
                 .collect();
             let pick = rng.below(100);
             let (what, key, new, result): (&'static str, String, State, Result<(), StoreError>) =
-                if keys.is_empty() || pick < 45 {
-                    let key = format!("k{i:03}");
+                if keys.is_empty() || pick < 70 {
+                    let (what, key) = if keys.is_empty() || pick < 45 {
+                        ("put", format!("k{i:03}"))
+                    } else {
+                        let key = keys[rng.below(keys.len() as u64) as usize].clone();
+                        ("overwrite", key)
+                    };
                     let data = body(&mut rng);
+                    let mut src = MemSource::new(data.clone());
                     let r = store
-                        .put_object(
-                            &b,
-                            &key,
-                            &mut MemSource::new(data.clone()),
-                            PutObject::default(),
-                        )
+                        .put_object(&b, &key, &mut src, PutObject::default())
                         .await;
-                    ("put", key, Some(data), r.map(|_| ()))
-                } else if pick < 70 {
-                    let key = keys[rng.below(keys.len() as u64) as usize].clone();
-                    let data = body(&mut rng);
-                    let r = store
-                        .put_object(
-                            &b,
-                            &key,
-                            &mut MemSource::new(data.clone()),
-                            PutObject::default(),
-                        )
-                        .await;
-                    ("overwrite", key, Some(data), r.map(|_| ()))
+                    (what, key, Some(data), r.map(|_| ()))
                 } else if pick < 90 {
                     let key = keys[rng.below(keys.len() as u64) as usize].clone();
                     let r = store.delete_object(&b, &key).await;
