@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer, AddressSanitizer) of every parser that sees
-# network or disk bytes: TAR, on-disk records and segment headers, the erasure codec, XML
-# bodies, SigV4 headers and presigned queries, Range headers, batch GET requests and the
-# aws-chunked body decoder. Targets are in fuzz/fuzz_targets; the parsers are compiled from the
-# gateway's own source files, without the index or RocksDB, so a build takes about a minute.
+# network or disk bytes: TAR, on-disk records, segment headers and index records, the erasure
+# codec, XML bodies (tagging and lifecycle included), SigV4 and SigV2 authentication (signed
+# requests accepted, tampered ones refused), request headers (metadata, tagging, checksums,
+# conditions, copy source), Range headers, batch GET requests, routing and the aws-chunked body
+# decoder with real chunk signatures. Targets are in fuzz/fuzz_targets; they use the gateway
+# library and the index's record encodings without RocksDB, so a build takes about a minute.
+# Each target starts from its checked-in seeds (fuzz/seeds/TARGET, read only) and the local
+# corpus it grows (fuzz/corpus/TARGET, not checked in).
 #
 #   scripts/fuzz.sh            # every target for 20 s (the smoke run scripts/test.sh does)
 #   scripts/fuzz.sh 600        # every target for 10 minutes
@@ -20,7 +24,8 @@ export RUSTC_BOOTSTRAP=1
 cargo fuzz build -O
 for t in $(cargo fuzz list); do
   mkdir -p "corpus/$t"
-  out=$(cargo fuzz run -O "$t" -- -max_total_time="$per_target" -print_final_stats=1 2>&1) || {
+  [ -d "seeds/$t" ] || { echo "fuzz target $t has no seeds: add some under fuzz/seeds/$t" >&2; exit 1; }
+  out=$(cargo fuzz run -O "$t" "corpus/$t" "seeds/$t" -- -max_total_time="$per_target" -print_final_stats=1 2>&1) || {
     echo "$out" | tail -40
     echo "fuzz target $t FAILED (crash input saved under fuzz/artifacts/$t)" >&2
     exit 1

@@ -17,10 +17,10 @@ fuzz_target!(|data: &[u8]| {
         headers.insert("host", v);
     }
     for domain in [None, Some("s3.example.test")] {
-        if let Ok((bucket, key)) = route::split_target(domain, &headers, path) {
-            if key.is_some() {
-                assert!(bucket.is_some());
-            }
+        if let Ok((bucket, key)) = route::split_target(domain, &headers, path)
+            && key.is_some()
+        {
+            assert!(bucket.is_some());
         }
     }
     let _ = sigv4::parse_query(query);

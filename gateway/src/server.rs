@@ -5,7 +5,7 @@ use crate::config::ServeConfig;
 use crate::metrics::Metrics;
 use crate::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
-use crate::s3::{handlers, sigv4, xml};
+use crate::s3::{auth, handlers, sigv4, xml};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
@@ -241,8 +241,15 @@ async fn route_and_run(
         }
     }
     let query = sigv4::parse_query(&raw_query);
-    let identity = match authenticate(
-        state,
+    let keys = |ak: &str| -> S3Result<Option<Identity>> { Ok(state.store.access_key(ak)?) };
+    let ctx = auth::AuthContext {
+        now_secs: state.clock.now_ms().div_euclid(1000),
+        region: &state.config.region,
+        signing_keys: &state.signing_keys,
+        access_key: &keys,
+    };
+    let identity = match auth::authenticate(
+        &ctx,
         &parts.method,
         &raw_path,
         &raw_query,
@@ -299,177 +306,6 @@ fn text(status: StatusCode, s: &str) -> Response<RespBody> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     r
-}
-
-type AuthOutcome = (Option<Identity>, Option<ChunkSigning>, PayloadMode);
-
-/// Verifies the request's signature (header or presigned) and returns the caller's key.
-fn authenticate(
-    state: &AppState,
-    method: &Method,
-    raw_path: &str,
-    raw_query: &str,
-    query: &[(String, String)],
-    headers: &HeaderMap,
-) -> S3Result<AuthOutcome> {
-    let sha_header = headers
-        .get("x-amz-content-sha256")
-        .and_then(|v| v.to_str().ok());
-    let auth_header = headers.get("authorization").and_then(|v| v.to_str().ok());
-    let presigned = query.iter().any(|(k, _)| k == "X-Amz-Signature");
-    let q = |name: &str| {
-        query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    };
-    if auth_header.is_none()
-        && !presigned
-        && let (Some(ak), Some(sig), Some(expires)) =
-            (q("AWSAccessKeyId"), q("Signature"), q("Expires"))
-    {
-        return authenticate_sigv2_query(state, method, raw_path, query, headers, ak, sig, expires);
-    }
-    let claim = match (auth_header, presigned) {
-        (Some(_), true) => {
-            return Err(S3Error::new(
-                S3ErrorCode::InvalidArgument,
-                "Only one auth mechanism allowed",
-            ));
-        }
-        (Some(h), false) => sigv4::parse_authorization(h, headers)?,
-        (None, true) => sigv4::parse_presigned(query)?,
-        (None, false) => {
-            let mode = PayloadMode::from_header(sha_header)?;
-            if mode.is_chunked() && !matches!(mode, PayloadMode::StreamingUnsignedTrailer) {
-                return Err(S3Error::new(
-                    S3ErrorCode::AccessDenied,
-                    "A signed streaming body needs a signed request",
-                ));
-            }
-            return Ok((None, None, mode));
-        }
-    };
-    let now = state.clock.now_ms().div_euclid(1000);
-    sigv4::check_time(&claim, now)?;
-    if claim.service != "s3" {
-        return Err(S3Error::new(
-            S3ErrorCode::AuthorizationHeaderMalformed,
-            format!(
-                "The credential scope names service '{}'; expected 's3'",
-                claim.service
-            ),
-        ));
-    }
-    if claim.region != state.config.region {
-        return Err(S3Error::new(
-            S3ErrorCode::AuthorizationHeaderMalformed,
-            format!(
-                "The authorization header is malformed; the region '{}' is wrong; expecting '{}'",
-                claim.region, state.config.region
-            ),
-        ));
-    }
-    if !claim.signed_headers.iter().any(|h| h == "host") {
-        return Err(S3Error::new(
-            S3ErrorCode::AccessDenied,
-            "The host header must be signed",
-        ));
-    }
-    let key = state.store.access_key(&claim.access_key)?.ok_or_else(|| {
-        S3Error::new(
-            S3ErrorCode::InvalidAccessKeyId,
-            "The AWS Access Key Id you provided does not exist in our records.",
-        )
-    })?;
-    let payload_hash = if presigned {
-        sha_header.unwrap_or(sigv4::UNSIGNED_PAYLOAD).to_string()
-    } else {
-        sha_header
-            .ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::InvalidRequest,
-                    "Missing required header for this request: x-amz-content-sha256",
-                )
-            })?
-            .to_string()
-    };
-    let creq = sigv4::canonical_request(&sigv4::CanonicalInput {
-        method: method.as_str(),
-        raw_path,
-        raw_query,
-        headers,
-        signed_headers: &claim.signed_headers,
-        payload_hash: &payload_hash,
-        presigned,
-    });
-    let scope = claim.scope();
-    let sts = sigv4::string_to_sign(&claim.amz_date, &scope, &creq);
-    let signing_key =
-        state
-            .signing_keys
-            .get(&key.access_key, &key.secret_key, &claim.date, &claim.region);
-    let want = sigv4::sign_hex(&signing_key, &sts);
-    if !sigv4::signatures_equal(&want, &claim.signature) {
-        tracing::debug!(canonical_request = %creq, "signature mismatch");
-        return Err(S3Error::new(
-            S3ErrorCode::SignatureDoesNotMatch,
-            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
-        ));
-    }
-    let mode = if presigned {
-        PayloadMode::Unsigned
-    } else {
-        PayloadMode::from_header(Some(&payload_hash))?
-    };
-    let signing = matches!(mode, PayloadMode::StreamingSigned { .. }).then(|| ChunkSigning {
-        signing_key,
-        amz_date: claim.amz_date.clone(),
-        scope,
-        seed_signature: claim.signature.clone(),
-    });
-    Ok((Some(key), signing, mode))
-}
-
-/// Legacy SigV2 presigned URLs (`AWSAccessKeyId`, `Signature`, `Expires`), read-only use.
-#[allow(clippy::too_many_arguments)]
-fn authenticate_sigv2_query(
-    state: &AppState,
-    method: &Method,
-    raw_path: &str,
-    query: &[(String, String)],
-    headers: &HeaderMap,
-    access_key: &str,
-    signature: &str,
-    expires: &str,
-) -> S3Result<AuthOutcome> {
-    let exp: i64 = expires.parse().map_err(|_| {
-        S3Error::new(
-            S3ErrorCode::AuthorizationQueryParametersError,
-            "Expires must be a unix time",
-        )
-    })?;
-    if state.clock.now_ms().div_euclid(1000) > exp {
-        return Err(S3Error::new(
-            S3ErrorCode::AccessDenied,
-            "Request has expired",
-        ));
-    }
-    let key = state.store.access_key(access_key)?.ok_or_else(|| {
-        S3Error::new(
-            S3ErrorCode::InvalidAccessKeyId,
-            "The AWS Access Key Id you provided does not exist in our records.",
-        )
-    })?;
-    let sts = sigv4::sigv2_string_to_sign(method.as_str(), raw_path, query, headers, expires);
-    let want = sigv4::sigv2_signature(&key.secret_key, &sts);
-    if !sigv4::signatures_equal(&want, signature) {
-        return Err(S3Error::new(
-            S3ErrorCode::SignatureDoesNotMatch,
-            "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
-        ));
-    }
-    Ok((Some(key), None, PayloadMode::Unsigned))
 }
 
 fn make_body_reader(

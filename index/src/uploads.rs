@@ -171,7 +171,6 @@ impl RocksIndex {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::testing::*;
 
     #[test]

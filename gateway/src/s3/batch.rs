@@ -17,7 +17,8 @@
 use super::batch_request::{BatchRequest, OnError, Order, parse_item_range, parse_shard};
 use super::checksum::{self, ChecksumWire, Hasher};
 use super::error::{S3Error, S3ErrorCode, S3Result};
-use super::handlers::{Access, content_md5, load_bucket, requested_checksum};
+use super::handlers::{Access, load_bucket};
+use super::headers::{content_md5, requested_checksum};
 use crate::config;
 use crate::server::{AppState, RespBody, S3Request};
 use bytes::{Bytes, BytesMut};

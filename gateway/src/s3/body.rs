@@ -368,6 +368,13 @@ impl BodyReader {
                         if line.is_empty() {
                             break;
                         }
+                        // Without a signed trailer nothing after the last chunk is signed: a
+                        // trailing header there could be anything a middlebox added.
+                        if self.mode == (PayloadMode::StreamingSigned { trailer: false }) {
+                            return Err(bad_chunk(
+                                "a signed body without a signed trailer ends after its last chunk",
+                            ));
+                        }
                         if self.trailers.len() >= TRAILER_LINES_MAX {
                             return Err(bad_chunk("too many trailing headers"));
                         }
@@ -520,6 +527,15 @@ mod tests {
         let mode = PayloadMode::StreamingSigned { trailer: false };
         let mut r = reader(&[&body], mode.clone(), Some(signing.clone()), 66560);
         assert_eq!(drain(&mut r).await.unwrap().len(), 66560);
+        // Trailing headers after the last chunk are outside every signature: refused.
+        let mut trailed = body.clone();
+        trailed.truncate(trailed.len() - 2);
+        trailed.extend_from_slice(b"x-amz-checksum-crc32:AAAAAA==\r\n\r\n");
+        let mut r = reader(&[&trailed], mode.clone(), Some(signing.clone()), 66560);
+        assert_eq!(
+            drain(&mut r).await.unwrap_err().code,
+            S3ErrorCode::InvalidRequest
+        );
         // One flipped payload byte breaks the chunk signature.
         body[200] = b'b';
         let mut r = reader(&[&body], mode, Some(signing), 66560);

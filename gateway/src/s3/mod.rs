@@ -2,12 +2,14 @@
 //! storage only through the `ObjectStore` trait (`packrat_store_api`) and never names RocksDB,
 //! the engine or a file.
 
+pub mod auth;
 pub mod batch;
 pub mod batch_request;
 pub mod body;
 pub mod checksum;
 pub mod error;
 pub mod handlers;
+pub mod headers;
 pub mod lifecycle;
 pub mod range;
 pub mod route;

@@ -2,6 +2,9 @@
 
 use super::checksum::{self, ChecksumAlgorithm, ChecksumWire};
 use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::headers::{
+    self, ObjectMeta, content_md5, object_meta, requested_checksum, write_condition,
+};
 use super::range::{multi_ranges, resolve_range};
 use super::sigv4::uri_encode;
 use super::xml::{self, Xml};
@@ -11,13 +14,12 @@ use crate::server::{AppState, RespBody, S3Request, empty, full};
 use base64::Engine as _;
 use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
 use packrat_store_api::{
-    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum,
-    ObjectInfo, ObjectPage, ObjectRead, PutObject, PutPart, StoreError, Upload, UploadQuery,
-    WriteCondition, etag_matches,
+    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectChecksum, ObjectInfo,
+    ObjectPage, ObjectRead, PutObject, PutPart, StoreError, Upload, UploadQuery, WriteCondition,
 };
 use std::sync::Arc;
 
@@ -71,14 +73,6 @@ fn iso8601(ms: i64) -> String {
 fn http_date(ms: i64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
     httpdate::fmt_http_date(t)
-}
-
-/// Seconds since the epoch of an HTTP date (IMF-fixdate, RFC 850 or asctime form).
-fn parse_http_date(s: &str) -> Option<i64> {
-    let t = httpdate::parse_http_date(s.trim()).ok()?;
-    t.duration_since(std::time::UNIX_EPOCH)
-        .ok()
-        .map(|d| d.as_secs() as i64)
 }
 
 fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
@@ -392,61 +386,6 @@ fn owner_xml(x: &mut Xml, tag: &str, b: &Bucket) {
     x.elem("ID", &b.owner_id);
     x.elem("DisplayName", &b.owner_name);
     x.close(tag);
-}
-
-/// The checksum algorithm of a write and the value sent up front (header), if any. A
-/// trailer-announced checksum is verified when the body ends.
-pub(crate) fn requested_checksum(
-    headers: &HeaderMap,
-) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
-    let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
-    for alg in checksum::ALL {
-        if let Some(v) = headers.get(alg.header()).and_then(|v| v.to_str().ok()) {
-            if found.is_some() {
-                return Err(err(
-                    S3ErrorCode::InvalidRequest,
-                    "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
-                ));
-            }
-            found = Some((alg, checksum::decode_sent(alg, v)?));
-        }
-    }
-    if let Some((alg, v)) = found {
-        return Ok((Some(alg), Some(v)));
-    }
-    if let Some(t) = headers.get("x-amz-trailer").and_then(|v| v.to_str().ok()) {
-        let alg = ChecksumAlgorithm::from_header(t.trim()).ok_or_else(|| {
-            err(
-                S3ErrorCode::InvalidRequest,
-                format!("The trailer {t} is not a supported checksum"),
-            )
-        })?;
-        return Ok((Some(alg), None));
-    }
-    match headers
-        .get("x-amz-sdk-checksum-algorithm")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(a) => Ok((Some(ChecksumAlgorithm::parse(a)?), None)),
-        None => Ok((None, None)),
-    }
-}
-
-pub(crate) fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
-    match headers.get("content-md5").and_then(|v| v.to_str().ok()) {
-        None => Ok(None),
-        Some(v) => base64::engine::general_purpose::STANDARD
-            .decode(v.trim())
-            .ok()
-            .and_then(|b| <[u8; 16]>::try_from(b).ok())
-            .map(Some)
-            .ok_or_else(|| {
-                err(
-                    S3ErrorCode::InvalidDigest,
-                    "The Content-MD5 you specified was invalid.",
-                )
-            }),
-    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ pub(super) async fn handle_create_multipart_upload(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let id = need_identity(req)?;
-    let meta = objects::object_meta(state, &req.headers)?;
+    let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let alg = req
         .header("x-amz-checksum-algorithm")
         .map(ChecksumAlgorithm::parse)
@@ -173,7 +173,7 @@ pub(super) async fn handle_complete_multipart_upload(
 ) -> R {
     let b = load_bucket(state, req, bname, Access::Write)?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
-    let cond = objects::write_condition(&req.headers)?;
+    let cond = write_condition(&req.headers)?;
     let upload = load_upload(state, req, &b, key).await?;
     let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
     if doc.parts.is_empty() {

@@ -2,130 +2,6 @@
 
 use super::*;
 
-/// Metadata and stored headers taken from a PUT, COPY (REPLACE) or CreateMultipartUpload.
-pub(super) struct ObjectMeta {
-    content_type: Option<String>,
-    headers: Vec<(String, String)>,
-    user_meta: Vec<(String, String)>,
-    storage_class: Option<String>,
-    /// From `x-amz-tagging`.
-    tags: Tags,
-}
-
-impl ObjectMeta {
-    pub(super) fn into_attrs(self, last_modified_ms: i64) -> ObjectAttrs {
-        ObjectAttrs {
-            last_modified_ms,
-            content_type: self.content_type,
-            headers: self.headers,
-            user_meta: self.user_meta,
-            storage_class: self.storage_class,
-            tags: self.tags,
-        }
-    }
-}
-
-const STORED_HEADERS: [&str; 5] = [
-    "content-encoding",
-    "content-disposition",
-    "content-language",
-    "cache-control",
-    "expires",
-];
-
-pub(super) fn object_meta(state: &AppState, headers: &HeaderMap) -> S3Result<ObjectMeta> {
-    let mut user_meta = Vec::new();
-    let mut meta_bytes = 0;
-    for (k, v) in headers {
-        if let Some(n) = k.as_str().strip_prefix("x-amz-meta-") {
-            let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
-            meta_bytes += n.len() + v.len();
-            user_meta.push((n.to_string(), v));
-        }
-    }
-    if meta_bytes > config::USER_METADATA_BYTES_MAX {
-        return Err(err(
-            S3ErrorCode::MetadataTooLarge,
-            format!(
-                "Your metadata headers exceed the maximum allowed metadata size of {} bytes",
-                config::USER_METADATA_BYTES_MAX
-            ),
-        ));
-    }
-    user_meta.sort();
-    let mut stored = Vec::new();
-    for h in STORED_HEADERS {
-        if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
-            let v = if h == "content-encoding" {
-                // aws-chunked describes the transfer, not the object: S3 drops it.
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|e| !e.eq_ignore_ascii_case("aws-chunked") && !e.is_empty())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            } else {
-                v.to_string()
-            };
-            if !v.is_empty() {
-                stored.push((h.to_string(), v));
-            }
-        }
-    }
-    let storage_class = match headers
-        .get("x-amz-storage-class")
-        .and_then(|v| v.to_str().ok())
-    {
-        None | Some("STANDARD") => None,
-        Some(c) if state.store.is_storage_class(c) => Some(c.to_string()),
-        Some(c) => {
-            return Err(err(
-                S3ErrorCode::InvalidStorageClass,
-                format!(
-                    "The storage class {c} is not configured on this server: STANDARD, or a tier given with packrat serve --tier CLASS=..."
-                ),
-            ));
-        }
-    };
-    let tags = match headers.get("x-amz-tagging") {
-        None => Tags::new(),
-        Some(v) => crate::s3::tagging::parse_header(v.to_str().map_err(|_| {
-            err(
-                S3ErrorCode::InvalidTag,
-                "The x-amz-tagging header must be URL-encoded ASCII",
-            )
-        })?)?,
-    };
-    Ok(ObjectMeta {
-        content_type: headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-        headers: stored,
-        user_meta,
-        storage_class,
-        tags,
-    })
-}
-
-pub(super) fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
-    let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
-    if let Some(v) = inm
-        && v.trim() != "*"
-    {
-        return Err(err(
-            S3ErrorCode::NotImplemented,
-            "If-None-Match on writes supports only '*'",
-        ));
-    }
-    Ok(WriteCondition {
-        if_none_match_any: inm.is_some(),
-        if_match: headers
-            .get("if-match")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string),
-    })
-}
-
 fn checksum_headers(
     mut b: http::response::Builder,
     c: &Option<ObjectChecksum>,
@@ -160,7 +36,7 @@ pub(super) async fn handle_put_object(
             "You must provide the Content-Length HTTP header.",
         ));
     }
-    let meta = object_meta(state, &req.headers)?;
+    let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
@@ -180,64 +56,27 @@ pub(super) async fn handle_put_object(
     .map_err(|e| S3Error::internal("response", e))
 }
 
-/// Parses `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded).
-fn copy_source(req: &S3Request) -> S3Result<(String, String)> {
-    let raw = req.header("x-amz-copy-source").unwrap_or("");
-    let raw = raw.split_once("?versionId=").map_or(raw, |(p, _)| p);
-    let decoded = String::from_utf8(crate::s3::sigv4::percent_decode(raw))
-        .map_err(|_| err(S3ErrorCode::InvalidArgument, "Invalid copy source encoding"))?;
-    let s = decoded.strip_prefix('/').unwrap_or(&decoded);
-    match s.split_once('/') {
-        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
-        _ => Err(err(
-            S3ErrorCode::InvalidArgument,
-            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
-        )),
-    }
-}
-
 /// Loads the copy source and checks the `x-amz-copy-source-if-*` conditions.
 pub(super) async fn load_copy_source(
     state: &AppState,
     req: &S3Request,
 ) -> S3Result<(String, String, ObjectInfo)> {
-    let (sb, sk) = copy_source(req)?;
+    let (sb, sk) = headers::copy_source(req.header("x-amz-copy-source").unwrap_or(""))?;
     let sbucket = load_bucket(state, req, &sb, Access::Read)?;
     let src = state
         .store
         .head_object(&sbucket, &sk)
         .await?
         .ok_or_else(no_such_key)?;
-    let pre = || {
-        err(
+    if !headers::copy_source_conditions_hold(
+        &req.headers,
+        &src.etag,
+        src.attrs.last_modified_ms / 1000,
+    ) {
+        return Err(err(
             S3ErrorCode::PreconditionFailed,
             "At least one of the pre-conditions you specified did not hold",
-        )
-    };
-    if let Some(m) = req.header("x-amz-copy-source-if-match")
-        && !etag_matches(m, &src.etag)
-    {
-        return Err(pre());
-    }
-    if let Some(m) = req.header("x-amz-copy-source-if-none-match")
-        && etag_matches(m, &src.etag)
-    {
-        return Err(pre());
-    }
-    let secs = src.attrs.last_modified_ms / 1000;
-    if let Some(t) = req
-        .header("x-amz-copy-source-if-unmodified-since")
-        .and_then(parse_http_date)
-        && secs > t
-    {
-        return Err(pre());
-    }
-    if let Some(t) = req
-        .header("x-amz-copy-source-if-modified-since")
-        .and_then(parse_http_date)
-        && secs <= t
-    {
-        return Err(pre());
+        ));
     }
     Ok((sb, sk, src))
 }
@@ -281,7 +120,7 @@ pub(super) async fn handle_copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
         ));
     }
-    let sent = object_meta(state, &req.headers)?;
+    let sent = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let tags = if replace_tags {
         sent.tags.clone()
     } else {
@@ -414,48 +253,21 @@ pub(super) async fn handle_delete_objects(
 
 // ---------------------------------------------------------------- reads
 
-/// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since (RFC 9110
-/// order, as S3 applies them).
+/// The read conditions of a GET or HEAD, as S3 answers them (304 with the ETag and
+/// Last-Modified, or 412).
 fn check_read_conditions(req: &S3Request, obj: &ObjectInfo) -> S3Result<()> {
-    let secs = obj.attrs.last_modified_ms / 1000;
-    let etag = quoted(&obj.etag);
-    let lm = http_date(obj.attrs.last_modified_ms);
-    let not_modified = || {
-        err(S3ErrorCode::NotModified, "Not Modified")
-            .with_header("etag", etag.clone())
-            .with_header("last-modified", lm.clone())
-    };
-    let failed = || {
-        err(
+    match headers::read_conditions(&req.headers, &obj.etag, obj.attrs.last_modified_ms / 1000) {
+        Ok(()) => Ok(()),
+        Err(headers::ConditionFailure::NotModified) => {
+            Err(err(S3ErrorCode::NotModified, "Not Modified")
+                .with_header("etag", quoted(&obj.etag))
+                .with_header("last-modified", http_date(obj.attrs.last_modified_ms)))
+        }
+        Err(headers::ConditionFailure::PreconditionFailed) => Err(err(
             S3ErrorCode::PreconditionFailed,
             "At least one of the pre-conditions you specified did not hold",
-        )
-    };
-    let if_match = req.header("if-match");
-    if let Some(m) = if_match
-        && !etag_matches(m, &obj.etag)
-    {
-        return Err(failed());
+        )),
     }
-    if if_match.is_none()
-        && let Some(t) = req.header("if-unmodified-since").and_then(parse_http_date)
-        && secs > t
-    {
-        return Err(failed());
-    }
-    let inm = req.header("if-none-match");
-    if let Some(m) = inm
-        && etag_matches(m, &obj.etag)
-    {
-        return Err(not_modified());
-    }
-    if inm.is_none()
-        && let Some(t) = req.header("if-modified-since").and_then(parse_http_date)
-        && secs <= t
-    {
-        return Err(not_modified());
-    }
-    Ok(())
 }
 
 pub(super) async fn handle_get_object(
@@ -549,7 +361,7 @@ pub(super) async fn handle_get_object(
         .or_else(|| obj.attrs.content_type.clone())
         .unwrap_or_else(|| "binary/octet-stream".to_string());
     rb = rb.header("content-type", ct);
-    for h in STORED_HEADERS {
+    for h in headers::STORED_HEADERS {
         let v = override_of(h).or_else(|| {
             obj.attrs
                 .headers
