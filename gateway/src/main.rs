@@ -381,6 +381,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         scrub_interval: Duration::from_secs(args.scrub_interval),
         scrub_rate: args.scrub_rate,
         disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
+        ec_upkeep: true,
         fault_injection: args.fault_injection,
         io: None,
         clock: Arc::new(SystemClock),

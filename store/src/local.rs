@@ -69,6 +69,10 @@ pub struct LocalOptions {
     pub scrub_interval: Duration,
     pub scrub_rate: u64,
     pub disk_probe_interval: Duration,
+    /// Erasure coding's background upkeep, every second: sealing idle segments, repairing
+    /// what reads found damaged, the probes and scrubs above. Off (tests), sealing and repair
+    /// happen only in a scrub job.
+    pub ec_upkeep: bool,
     /// Tests only: every file operation (and index write, and tier transfer) goes through
     /// fault rules that the admin API sets (`packrat serve --fault-injection`).
     pub fault_injection: bool,
@@ -103,6 +107,7 @@ impl LocalOptions {
             scrub_interval: Duration::ZERO,
             scrub_rate: 0,
             disk_probe_interval: Duration::ZERO,
+            ec_upkeep: false,
             fault_injection: false,
             io: None,
             clock: Arc::new(packrat_store_api::SystemClock),
@@ -194,6 +199,8 @@ impl LocalStore {
         }
         if let Some((k, m)) = o.ec {
             tracing::info!(k, m, disks = o.disks.len(), "erasure coding on");
+        }
+        if o.ec.is_some() && o.ec_upkeep {
             crate::ec::spawn_background(
                 engine.clone(),
                 o.seal_idle,

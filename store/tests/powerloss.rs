@@ -10,17 +10,23 @@
 //! 3. every acknowledged write reads back byte for byte, every acknowledged delete is gone,
 //!    and the key of the one operation cut by the power reads as before it or after it.
 //!
+//! Two layouts: one disk, and erasure coding 2+1 over four disks, where open segments are
+//! mirrored (every copy on its own disk, each cut and torn on its own), a seal operation (a
+//! scrub) encodes sealed segments into shards, and shards are renamed into place and their
+//! copies removed while the power may go.
+//!
 //! A seed reproduces a failure: `PACKRAT_POWERLOSS_SEED=N cargo test -p packrat-store --test
-//! powerloss`. `PACKRAT_POWERLOSS_SEEDS` sets how many seeds run (300 by default; the long mode
-//! in docs/reliability.md runs 2,000).
+//! powerloss`. `PACKRAT_POWERLOSS_SEEDS` sets how many seeds run per layout (300 by default on
+//! one disk, half that under erasure coding; the long mode in docs/reliability.md runs 2,000).
 
 use packrat_chunk_store::{CrashReport, PowerLossIo};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
+use packrat_store_api::admin::{JobKind, JobStart};
 use packrat_store_api::conformance::{MemSource, new_bucket};
 use packrat_store_api::{Bucket, ObjectStore, PutObject, StoreError};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,6 +58,8 @@ struct Outcome {
     died_mid_run: bool,
     cut_op: Option<&'static str>,
     crash: CrashReport,
+    /// Shard files on the disks after the cut (erasure coding: segments sealed and encoded).
+    shards: u64,
 }
 
 const OPS: usize = 60;
@@ -59,12 +67,55 @@ const OPS: usize = 60;
 /// takes about 200-300, so most points fall inside the run).
 const CRASH_POINTS: u64 = 250;
 
-fn options(dir: &Path) -> LocalOptions {
-    LocalOptions {
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Layout {
+    OneDisk,
+    /// Erasure coding 2+1 across four disks.
+    Erasure,
+}
+
+const EC: (usize, usize) = (2, 1);
+
+fn disks(dir: &Path) -> Vec<PathBuf> {
+    (0..4).map(|i| dir.join(format!("disk{i}"))).collect()
+}
+
+fn options(dir: &Path, layout: Layout) -> LocalOptions {
+    let o = LocalOptions {
         // Small segments: rotations (new files, directory fsyncs) happen every few writes.
         segment_bytes_max: 96 * 1024,
         ..LocalOptions::new(dir.to_path_buf())
+    };
+    match layout {
+        Layout::OneDisk => o,
+        Layout::Erasure => LocalOptions {
+            disks: disks(dir),
+            ec: Some(EC),
+            ..o
+        },
     }
+}
+
+/// Seals what is due and encodes it into shards (a scrub does that first), and waits for it.
+async fn seal(store: &dyn ObjectStore) -> Result<(), StoreError> {
+    let before = finished_scrubs(store)?;
+    store.start_job(JobStart::Scrub)?;
+    loop {
+        let p = store.job_progress(JobKind::Scrub)?;
+        if !p["running"].as_bool().unwrap_or(false) && finished_scrubs(store)? > before {
+            return match p["error"].as_str() {
+                Some(e) => Err(StoreError::internal("seal", e)),
+                None => Ok(()),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn finished_scrubs(store: &dyn ObjectStore) -> Result<u64, StoreError> {
+    Ok(store.job_progress(JobKind::Scrub)?["finished_runs"]
+        .as_u64()
+        .unwrap_or(0))
 }
 
 fn body(rng: &mut Rng) -> Vec<u8> {
@@ -107,7 +158,7 @@ fn show(s: &State) -> String {
 }
 
 /// Runs one seed; `Err` describes what the crash lost or broke.
-fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
+fn run_seed(seed: u64, layout: Layout, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -125,7 +176,7 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
     let bucket = rt.block_on(async {
         let opened = LocalStore::open(LocalOptions {
             io: Some(sim.clone()),
-            ..options(dir.path())
+            ..options(dir.path(), layout)
         })
         .map_err(|e| format!("open: {e}"))?;
         let store: &dyn ObjectStore = &opened.store;
@@ -156,6 +207,8 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
                     let key = keys[rng.below(keys.len() as u64) as usize].clone();
                     let r = store.delete_object(&b, &key).await;
                     ("delete", key, None, r)
+                } else if layout == Layout::Erasure && pick < 95 {
+                    ("seal", String::new(), None, seal(store).await)
                 } else {
                     // Every segment with a dead byte is rewritten: moves, index updates,
                     // segment removals.
@@ -165,14 +218,21 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
             match result {
                 Ok(()) => {
                     out.acked += 1;
-                    if what != "compact" {
+                    if !key.is_empty() {
                         model.insert(key, new);
+                    }
+                    // The power went inside an operation that still succeeded (a seal that
+                    // left a segment as copies to retry later): it stays acknowledged.
+                    if sim.is_dead() {
+                        out.died_mid_run = true;
+                        out.cut_op = Some(what);
+                        break;
                     }
                 }
                 Err(e) if sim.is_dead() => {
                     out.died_mid_run = true;
                     out.cut_op = Some(what);
-                    if what != "compact" {
+                    if !key.is_empty() {
                         let old = model.get(&key).cloned().flatten();
                         cut = Some((key, old, new));
                     }
@@ -186,12 +246,28 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
         Ok::<String, String>(b.name)
     })?;
     out.crash = sim.crash(Some(seed)).map_err(|e| format!("crash: {e}"))?;
+    out.shards = disks(dir.path())
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d.join("shards")).ok())
+        .map(|entries| entries.count() as u64)
+        .sum();
 
     // 1. The offline verifier, read-only, on the directory the cut left.
     let logs = tempfile::tempdir().unwrap();
     let index = RocksIndex::open_read_only(&dir.path().join("index"), logs.path())
         .map_err(|e| format!("read-only index: {e}"))?;
-    let report = packrat_store::verify::run(&index, &dir.path().join("segments"), &[], None, true)?;
+    let report = match layout {
+        Layout::OneDisk => {
+            packrat_store::verify::run(&index, &dir.path().join("segments"), &[], None, true)?
+        }
+        Layout::Erasure => packrat_store::verify::run(
+            &index,
+            &dir.path().join("segments"),
+            &disks(dir.path()),
+            Some(EC),
+            true,
+        )?,
+    };
     drop(index);
     if report.problem_count > 0 {
         return Err(format!("offline verify: {:?}", report.problems));
@@ -199,7 +275,8 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
 
     // 2 and 3. The store recovers the raw directory; every acknowledged state reads back.
     rt.block_on(async {
-        let opened = LocalStore::open(options(dir.path())).map_err(|e| format!("reopen: {e}"))?;
+        let opened =
+            LocalStore::open(options(dir.path(), layout)).map_err(|e| format!("reopen: {e}"))?;
         let store: &dyn ObjectStore = &opened.store;
         let b = store
             .bucket(&bucket)
@@ -241,26 +318,37 @@ fn run_seed(seed: u64, plant: Option<(bool, bool)>) -> Result<Outcome, String> {
     Ok(out)
 }
 
-fn seeds() -> Vec<u64> {
+/// The seeds to run: `PACKRAT_POWERLOSS_SEED` alone, or `PACKRAT_POWERLOSS_SEEDS` of them
+/// (`default` when unset).
+fn seeds(default: u64) -> Vec<u64> {
     if let Ok(s) = std::env::var("PACKRAT_POWERLOSS_SEED") {
         return vec![s.parse().expect("PACKRAT_POWERLOSS_SEED is a number")];
     }
     let n: u64 = std::env::var("PACKRAT_POWERLOSS_SEEDS")
         .map(|s| s.parse().expect("PACKRAT_POWERLOSS_SEEDS is a number"))
-        .unwrap_or(300);
+        .unwrap_or(default);
     (0..n).collect()
 }
 
 #[test]
 fn no_acknowledged_write_is_lost_at_any_crash_point() {
-    let seeds = seeds();
+    crash_points(Layout::OneDisk, seeds(300));
+}
+
+#[test]
+fn no_acknowledged_write_is_lost_at_any_crash_point_under_erasure_coding() {
+    crash_points(Layout::Erasure, seeds(150));
+}
+
+fn crash_points(layout: Layout, seeds: Vec<u64>) {
     let started = std::time::Instant::now();
     let (mut acked, mut mid_run) = (0u64, 0u64);
     let mut cuts: BTreeMap<&str, u64> = BTreeMap::new();
     let mut crash = CrashReport::default();
+    let mut shards = 0;
     for &seed in &seeds {
-        let o = run_seed(seed, None).unwrap_or_else(|e| {
-            panic!("seed {seed} (PACKRAT_POWERLOSS_SEED={seed} reproduces it): {e}")
+        let o = run_seed(seed, layout, None).unwrap_or_else(|e| {
+            panic!("{layout:?}, seed {seed} (PACKRAT_POWERLOSS_SEED={seed} reproduces it): {e}")
         });
         acked += o.acked;
         mid_run += u64::from(o.died_mid_run);
@@ -271,11 +359,12 @@ fn no_acknowledged_write_is_lost_at_any_crash_point() {
         crash.bytes_lost += o.crash.bytes_lost;
         crash.bytes_torn_in += o.crash.bytes_torn_in;
         crash.dir_changes_undone += o.crash.dir_changes_undone;
+        shards += o.shards;
     }
     println!(
-        "power loss: {} seeded crash points in {:.1} s, {acked} acknowledged operations checked; \
+        "power loss, {layout:?}: {} seeded crash points in {:.1} s, {acked} acknowledged operations checked; \
          the power went during: {cuts:?}; the cuts rolled back {} files, lost {} unsynced bytes, \
-         tore in {} bytes and undid {} directory changes",
+         tore in {} bytes and undid {} directory changes; {shards} shard files were left",
         seeds.len(),
         started.elapsed().as_secs_f64(),
         crash.files_rolled_back,
@@ -291,23 +380,36 @@ fn no_acknowledged_write_is_lost_at_any_crash_point() {
             seeds.len()
         );
         assert!(crash.bytes_lost > 0 && crash.bytes_torn_in > 0 && crash.dir_changes_undone > 0);
+        if layout == Layout::Erasure {
+            // Segments were sealed, and the power went while one was.
+            assert!(
+                shards > 0 && cuts.contains_key("seal"),
+                "{cuts:?}, {shards} shards"
+            );
+        }
     }
 }
 
 /// The harness finds the bugs it exists for: a store that acknowledges without the segment
 /// fsync, or without the directory fsync of a new segment, loses acknowledged writes (or
-/// leaves the index pointing at records that are gone) at some crash point.
+/// leaves the index pointing at records that are gone) at some crash point, on one disk and
+/// under erasure coding.
 #[test]
 fn a_planted_missing_fsync_is_caught() {
-    for (files, dirs, what) in [
-        (true, false, "segment fsyncs"),
-        (false, true, "directory fsyncs"),
-    ] {
-        let caught =
-            (0..200).find_map(|seed| run_seed(seed, Some((files, dirs))).err().map(|e| (seed, e)));
-        let Some((seed, e)) = caught else {
-            panic!("skipping {what} went unnoticed in 200 seeds");
-        };
-        println!("skipping {what}: caught at seed {seed}: {e}");
+    for layout in [Layout::OneDisk, Layout::Erasure] {
+        for (files, dirs, what) in [
+            (true, false, "segment fsyncs"),
+            (false, true, "directory fsyncs"),
+        ] {
+            let caught = (0..200).find_map(|seed| {
+                run_seed(seed, layout, Some((files, dirs)))
+                    .err()
+                    .map(|e| (seed, e))
+            });
+            let Some((seed, e)) = caught else {
+                panic!("{layout:?}: skipping {what} went unnoticed in 200 seeds");
+            };
+            println!("{layout:?}: skipping {what}: caught at seed {seed}: {e}");
+        }
     }
 }
