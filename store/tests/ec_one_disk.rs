@@ -10,20 +10,16 @@
 //!   offline verifier finds nothing wrong;
 //! - leave a failed write's key as it was (absent for a new key).
 
+mod common;
+
+use common::{EC, disks, read_state, seal};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::admin::{JobKind, JobStart};
 use packrat_store_api::conformance::{MemSource, new_bucket};
 use packrat_store_api::{Bucket, ObjectStore, PutObject, StoreError};
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-const EC: (usize, usize) = (2, 1);
 const WRITES: usize = 40;
-
-fn disks(dir: &Path) -> Vec<PathBuf> {
-    (0..4).map(|i| dir.join(format!("disk{i}"))).collect()
-}
 
 fn options(dir: &Path, fault_injection: bool) -> LocalOptions {
     LocalOptions {
@@ -40,35 +36,10 @@ fn body(i: usize) -> Vec<u8> {
     (0..len).map(|j| (j * 31 + i * 7) as u8).collect()
 }
 
-async fn read(store: &dyn ObjectStore, b: &Bucket, key: &str) -> Option<Vec<u8>> {
-    let info = store.head_object(b, key).await.expect("HEAD")?;
-    let mut r = store.read_object(&info, 0, info.size).expect("GET");
-    let mut out = Vec::new();
-    while let Some(piece) = r.next().await.expect("GET body") {
-        out.extend_from_slice(&piece);
-    }
-    Some(out)
-}
-
-async fn seal(store: &dyn ObjectStore) {
-    let before = store.job_progress(JobKind::Scrub).unwrap()["finished_runs"]
-        .as_u64()
-        .unwrap();
-    store.start_job(JobStart::Scrub).unwrap();
-    loop {
-        let p = store.job_progress(JobKind::Scrub).unwrap();
-        if p["finished_runs"].as_u64().unwrap() > before {
-            assert!(p["error"].is_null(), "the scrub failed: {p}");
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// Every acknowledged write reads back; every failed one left its key absent.
 async fn check(store: &dyn ObjectStore, b: &Bucket, acked: &[usize], failed: &[usize], when: &str) {
     for &i in acked {
-        let got = read(store, b, &format!("k{i:03}")).await;
+        let got = read_state(store, b, &format!("k{i:03}")).await.unwrap();
         assert!(
             got.as_deref() == Some(&body(i)[..]),
             "{when}: k{i:03} was acknowledged and reads back {:?} bytes",
@@ -77,7 +48,7 @@ async fn check(store: &dyn ObjectStore, b: &Bucket, acked: &[usize], failed: &[u
     }
     for &i in failed {
         assert_eq!(
-            read(store, b, &format!("k{i:03}")).await,
+            read_state(store, b, &format!("k{i:03}")).await.unwrap(),
             None,
             "{when}: k{i:03} failed"
         );
@@ -119,7 +90,7 @@ fn run(rule: serde_json::Value) -> (Vec<usize>, Vec<usize>) {
             .unwrap();
         assert!(injected > 0, "the rule {rule} never fired");
         check(store, &b, &acked, &failed, "with the fault").await;
-        seal(store).await;
+        seal(store).await.expect("the seal");
         check(store, &b, &acked, &failed, "after the seal").await;
         (acked, failed, b.name)
     });

@@ -19,14 +19,16 @@
 //! powerloss`. `PACKRAT_POWERLOSS_SEEDS` sets how many seeds run per layout (300 by default on
 //! one disk, half that under erasure coding; the long mode in docs/reliability.md runs 2,000).
 
+mod common;
+
+use common::{EC, disks, read_state, seal};
 use packrat_chunk_store::{CrashReport, PowerLossIo};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::admin::{JobKind, JobStart};
 use packrat_store_api::conformance::{MemSource, new_bucket};
-use packrat_store_api::{Bucket, ObjectStore, PutObject, StoreError};
+use packrat_store_api::{ObjectStore, PutObject, StoreError};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -74,12 +76,6 @@ enum Layout {
     Erasure,
 }
 
-const EC: (usize, usize) = (2, 1);
-
-fn disks(dir: &Path) -> Vec<PathBuf> {
-    (0..4).map(|i| dir.join(format!("disk{i}"))).collect()
-}
-
 fn options(dir: &Path, layout: Layout) -> LocalOptions {
     let o = LocalOptions {
         // Small segments: rotations (new files, directory fsyncs) happen every few writes.
@@ -96,28 +92,6 @@ fn options(dir: &Path, layout: Layout) -> LocalOptions {
     }
 }
 
-/// Seals what is due and encodes it into shards (a scrub does that first), and waits for it.
-async fn seal(store: &dyn ObjectStore) -> Result<(), StoreError> {
-    let before = finished_scrubs(store)?;
-    store.start_job(JobStart::Scrub)?;
-    loop {
-        let p = store.job_progress(JobKind::Scrub)?;
-        if !p["running"].as_bool().unwrap_or(false) && finished_scrubs(store)? > before {
-            return match p["error"].as_str() {
-                Some(e) => Err(StoreError::internal("seal", e)),
-                None => Ok(()),
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-fn finished_scrubs(store: &dyn ObjectStore) -> Result<u64, StoreError> {
-    Ok(store.job_progress(JobKind::Scrub)?["finished_runs"]
-        .as_u64()
-        .unwrap_or(0))
-}
-
 fn body(rng: &mut Rng) -> Vec<u8> {
     let len = match rng.below(20) {
         0 => 0,
@@ -130,24 +104,6 @@ fn body(rng: &mut Rng) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(fill))
         .collect()
-}
-
-async fn read_state(store: &dyn ObjectStore, b: &Bucket, key: &str) -> Result<State, String> {
-    let Some(info) = store
-        .head_object(b, key)
-        .await
-        .map_err(|e| format!("HEAD {key}: {e}"))?
-    else {
-        return Ok(None);
-    };
-    let mut r = store
-        .read_object(&info, 0, info.size)
-        .map_err(|e| format!("GET {key}: {e}"))?;
-    let mut out = Vec::new();
-    while let Some(piece) = r.next().await.map_err(|e| format!("GET {key}: {e}"))? {
-        out.extend_from_slice(&piece);
-    }
-    Ok(Some(out))
 }
 
 fn show(s: &State) -> String {

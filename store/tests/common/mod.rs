@@ -1,0 +1,70 @@
+//! What the store's integration tests share: reading an object whole, a synchronous seal, and
+//! the erasure-coded layout they run on.
+
+#![allow(dead_code)] // each test binary uses its own subset
+
+use packrat_store_api::admin::{JobKind, JobStart};
+use packrat_store_api::{Bucket, ObjectStore, StoreError};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Erasure coding 2+1 across four disks.
+pub const EC: (usize, usize) = (2, 1);
+
+pub fn disks(dir: &Path) -> Vec<PathBuf> {
+    (0..4).map(|i| dir.join(format!("disk{i}"))).collect()
+}
+
+/// An object's bytes (`None`: no such object), read whole through the trait.
+pub async fn get(
+    store: &dyn ObjectStore,
+    b: &Bucket,
+    key: &str,
+) -> Result<Option<Vec<u8>>, StoreError> {
+    let Some(info) = store.head_object(b, key).await? else {
+        return Ok(None);
+    };
+    let mut r = store.read_object(&info, 0, info.size)?;
+    let mut out = Vec::new();
+    while let Some(piece) = r.next().await? {
+        out.extend_from_slice(&piece);
+    }
+    Ok(Some(out))
+}
+
+/// [`get`], its error told as text naming the key.
+pub async fn read_state(
+    store: &dyn ObjectStore,
+    b: &Bucket,
+    key: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    get(store, b, key)
+        .await
+        .map_err(|e| format!("GET {key}: {e}"))
+}
+
+/// Runs a job (a scrub, a tier run) to its end; a failed run is an error.
+pub async fn run_job(store: &dyn ObjectStore, job: JobStart) -> Result<(), StoreError> {
+    let kind = match job {
+        JobStart::Scrub => JobKind::Scrub,
+        JobStart::TierRun { .. } => JobKind::TierRun,
+    };
+    let finished = |p: &serde_json::Value| p["finished_runs"].as_u64().unwrap_or(0);
+    let before = finished(&store.job_progress(kind)?);
+    store.start_job(job)?;
+    loop {
+        let p = store.job_progress(kind)?;
+        if finished(&p) > before {
+            return match p["error"].as_str() {
+                Some(e) => Err(StoreError::internal("job", e)),
+                None => Ok(()),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Seals what is due and encodes it into shards (a scrub does that first), and waits for it.
+pub async fn seal(store: &dyn ObjectStore) -> Result<(), StoreError> {
+    run_job(store, JobStart::Scrub).await
+}
