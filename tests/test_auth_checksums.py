@@ -181,6 +181,60 @@ def test_presigned_urls(server, s3, bucket):
     assert e.value.code == 403
 
 
+def http_error(url):
+    """The status and body of a request that must fail."""
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(url)
+    return e.value.code, e.value.read()
+
+
+def test_sigv2_presigned_urls_sign_what_they_select(server, s3, bucket):
+    """boto3's legacy (SigV2) presigned URLs work for objects and bucket listings; every part
+    of them is checked; the extensions, whose parameters SigV2 would not sign, refuse them; and
+    they live at most seven days."""
+    v2 = server.client(signature_version="s3")
+    for k in ["secret/a", "secret/b", "pub/x"]:
+        s3.put_object(Bucket=bucket, Key=k, Body=b"bytes of " + k.encode())
+    url = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "pub/x"}, ExpiresIn=300)
+    assert "AWSAccessKeyId=" in url and "X-Amz-Signature" not in url
+    assert urllib.request.urlopen(url).read() == b"bytes of pub/x"
+    # Bucket listings (botocore signs the bucket as "/bucket/"), v1 and v2, with a prefix.
+    for op, params in [
+        ("list_objects", {"Bucket": bucket}),
+        ("list_objects", {"Bucket": bucket, "Prefix": "pub/"}),
+        ("list_objects_v2", {"Bucket": bucket}),
+    ]:
+        listing = urllib.request.urlopen(v2.generate_presigned_url(op, Params=params, ExpiresIn=300)).read()
+        assert b"<Key>pub/x</Key>" in listing, (op, params)
+    # Each part tampered with.
+    status, body = http_error(url.replace("Signature=", "Signature=A"))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    expires = url.split("Expires=")[1].split("&")[0]
+    status, body = http_error(url.replace(f"Expires={expires}", f"Expires={int(expires) + 1}"))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    status, body = http_error(url.replace(f"AWSAccessKeyId={AK}", "AWSAccessKeyId=PKNOSUCHKEY"))
+    assert status == 403 and b"InvalidAccessKeyId" in body
+    status, body = http_error(url.replace("/pub/x?", "/secret/a?"))
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    status, body = http_error(url + "&acl")
+    assert status == 403 and b"SignatureDoesNotMatch" in body
+    # A listing URL turned into an epoch stream or a batch GET of what it does not sign.
+    listing = v2.generate_presigned_url("list_objects", Params={"Bucket": bucket}, ExpiresIn=300)
+    for extra in ["&stream=&prefix=secret/&shard=0/1&seed=1", "&stream=", "&batch="]:
+        status, body = http_error(listing + extra)
+        assert status == 403 and b"AccessDenied" in body and b"SigV4" in body, extra
+        assert b"bytes of" not in body
+    # At most seven days ahead; expired is expired.
+    far = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "pub/x"}, ExpiresIn=8 * 86400)
+    status, body = http_error(far)
+    assert status == 400 and b"AuthorizationQueryParametersError" in body
+    week = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "pub/x"}, ExpiresIn=7 * 86400 - 60)
+    assert urllib.request.urlopen(week).read() == b"bytes of pub/x"
+    old = v2.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "pub/x"}, ExpiresIn=-10)
+    status, body = http_error(old)
+    assert status == 403 and b"expired" in body
+
+
 def test_public_read_bucket(server, s3, bucket):
     s3.put_object(Bucket=bucket, Key="pub", Body=b"hello")
     url = f"{server.endpoint}/{bucket}/pub"

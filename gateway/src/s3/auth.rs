@@ -9,6 +9,10 @@ use super::sigv4;
 use http::{HeaderMap, Method};
 use packrat_store_api::Identity;
 
+/// Query parameters that select a packrat extension (the epoch stream, batch GET and their
+/// options): never accepted under SigV2, which would not sign them.
+pub const EXTENSION_PARAMS: &[&str] = &["stream", "batch", "shard", "seed", "window", "on_error"];
+
 /// What authentication needs from the server.
 pub struct AuthContext<'a> {
     /// The server clock, in unix seconds.
@@ -173,15 +177,39 @@ fn authenticate_sigv2_query(
             "Request has expired",
         ));
     }
+    if exp - ctx.now_secs > sigv4::PRESIGN_EXPIRES_SECS_MAX {
+        return Err(S3Error::new(
+            S3ErrorCode::AuthorizationQueryParametersError,
+            "Expires must be at most 7 days (604800 seconds) ahead",
+        ));
+    }
+    // SigV2 signs only AWS's own sub-resources: a parameter that turns a request into one of
+    // packrat's extensions (a listing into an epoch stream of the objects' bytes) would ride
+    // along unsigned, so those need SigV4.
+    if let Some((k, _)) = query
+        .iter()
+        .find(|(k, _)| EXTENSION_PARAMS.contains(&k.as_str()))
+    {
+        return Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            format!(
+                "'{k}' selects a packrat extension, which SigV2 would leave unsigned: sign the request with SigV4"
+            ),
+        ));
+    }
     let key = (ctx.access_key)(access_key)?.ok_or_else(|| {
         S3Error::new(
             S3ErrorCode::InvalidAccessKeyId,
             "The AWS Access Key Id you provided does not exist in our records.",
         )
     })?;
-    let sts = sigv4::sigv2_string_to_sign(method.as_str(), raw_path, query, headers, expires);
-    let want = sigv4::sigv2_signature(&key.secret_key, &sts);
-    if !sigv4::signatures_equal(&want, signature) {
+    let signed_as = |path: &str| {
+        let sts = sigv4::sigv2_string_to_sign(method.as_str(), path, query, headers, expires);
+        sigv4::signatures_equal(&sigv4::sigv2_signature(&key.secret_key, &sts), signature)
+    };
+    // A bucket's canonical resource is `/bucket/` to botocore and `/bucket` to others.
+    let bucket_only = raw_path.len() > 1 && !raw_path[1..].contains('/');
+    if !signed_as(raw_path) && !(bucket_only && signed_as(&format!("{raw_path}/"))) {
         return Err(S3Error::new(
             S3ErrorCode::SignatureDoesNotMatch,
             "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
