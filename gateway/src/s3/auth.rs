@@ -209,7 +209,8 @@ fn authenticate_sigv2_query(
     };
     // A bucket's canonical resource is `/bucket/` to botocore and `/bucket` to others.
     let bucket_only = raw_path.len() > 1 && !raw_path[1..].contains('/');
-    if !signed_as(raw_path) && !(bucket_only && signed_as(&format!("{raw_path}/"))) {
+    let signed = signed_as(raw_path) || (bucket_only && signed_as(&format!("{raw_path}/")));
+    if !signed {
         return Err(S3Error::new(
             S3ErrorCode::SignatureDoesNotMatch,
             "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
