@@ -285,3 +285,10 @@ pub fn copy_source_conditions_hold(
             .and_then(parse_http_date)
             .is_some_and(|t| last_modified_secs <= t))
 }
+
+/// Whether a header asks for server-side encryption (SSE-S3, SSE-KMS, SSE-C, or SSE-C of a
+/// copy source).
+pub fn is_encryption_header(name: &str) -> bool {
+    name.starts_with("x-amz-server-side-encryption")
+        || name.starts_with("x-amz-copy-source-server-side-encryption")
+}

@@ -155,6 +155,23 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
             )),
         );
     }
+    // A client that asks for encryption must not believe its bytes are encrypted: until
+    // packrat encrypts, such a request is refused, not stored in plaintext.
+    if let Some(h) = req
+        .headers
+        .keys()
+        .find(|h| headers::is_encryption_header(h.as_str()))
+    {
+        return (
+            "unsupported",
+            Err(err(
+                S3ErrorCode::NotImplemented,
+                format!(
+                    "packrat does not implement server-side encryption ({h}); the request was refused rather than stored unencrypted"
+                ),
+            )),
+        );
+    }
     let m = req.method.clone();
     let bucket = req.bucket.clone();
     let key = req.key.clone();
