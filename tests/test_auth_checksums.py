@@ -254,6 +254,33 @@ def test_public_read_bucket(server, s3, bucket):
         urllib.request.urlopen(url)
 
 
+def test_anonymous_readers_of_a_public_bucket_get_objects_and_listings_only(server, s3, bucket):
+    """public-read opens a bucket's objects and listings to anonymous callers, not its ACL,
+    location, lifecycle rules, object tags or multipart uploads and parts."""
+    s3.put_object(Bucket=bucket, Key="pub", Body=b"hello", Tagging="owner=alice&project=secret")
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+        {"ID": "private-rule", "Status": "Enabled", "Filter": {"Prefix": "tmp/"}, "Expiration": {"Days": 3}}]})
+    upload = s3.create_multipart_upload(Bucket=bucket, Key="in-progress")["UploadId"]
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    base = f"{server.endpoint}/{bucket}"
+    r = urllib.request.urlopen(f"{base}/pub")
+    assert r.read() == b"hello"
+    assert r.headers.get("x-amz-tagging-count") is None
+    assert b"<Key>pub</Key>" in urllib.request.urlopen(f"{base}?list-type=2").read()
+    for what in ["?acl", "?location", "?lifecycle", "?uploads", "/pub?tagging",
+                 f"/in-progress?uploadId={upload}"]:
+        status, body = http_error(base + what)
+        assert status == 403 and b"AccessDenied" in body, what
+        for secret in [b"private-rule", b"project", b"in-progress", b"OwnerID", b"<ID>"]:
+            assert secret not in body, (what, secret)
+    # The owner still reads all of it.
+    assert s3.get_object(Bucket=bucket, Key="pub")["TagCount"] == 2
+    assert s3.get_object_tagging(Bucket=bucket, Key="pub")["TagSet"]
+    assert s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"][0]["ID"] == "private-rule"
+    assert s3.list_parts(Bucket=bucket, Key="in-progress", UploadId=upload).get("Parts", []) == []
+    s3.abort_multipart_upload(Bucket=bucket, Key="in-progress", UploadId=upload)
+
+
 def admin(server, *args, data_dir=None):
     env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=AK, PACKRAT_ROOT_SECRET_KEY=SK)
     where = ["--data-dir", data_dir] if data_dir else ["--endpoint", server.endpoint]

@@ -142,7 +142,7 @@ pub(super) async fn handle_get_bucket_location(
     req: &S3Request,
     name: &str,
 ) -> R {
-    load_bucket(state, req, name, Access::Read)?;
+    load_bucket(state, req, name, Access::Owner)?;
     let mut x = Xml::new();
     // us-east-1 is reported as an empty constraint, as S3 does.
     let region = if state.config.region == "us-east-1" {
@@ -169,7 +169,7 @@ pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request
 }
 
 pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Read)?;
+    let b = load_bucket(state, req, name, Access::Owner)?;
     let mut x = Xml::new();
     x.root("AccessControlPolicy");
     x.open("Owner");
@@ -203,7 +203,7 @@ pub(super) async fn handle_put_lifecycle(
 }
 
 pub(super) async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Read)?;
+    let b = load_bucket(state, req, name, Access::Owner)?;
     let rules = state.store.get_lifecycle(&b).await?;
     let Some(rules) = rules else {
         return Err(err(

@@ -138,7 +138,7 @@ pub(super) async fn handle_list_multipart_uploads(
     req: &S3Request,
     bname: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    let b = load_bucket(state, req, bname, Access::Owner)?;
     let prefix = req.q("prefix").unwrap_or("");
     let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
     let max = parse_max(req, "max-uploads")?;

@@ -111,7 +111,11 @@ fn quoted(etag: &str) -> String {
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
+    /// Object bytes, HEAD and listings: anonymous callers too, on a public-read bucket.
     Read,
+    /// Reading configuration and metadata beyond objects' bytes (ACL, location, lifecycle,
+    /// object tags, multipart uploads and parts): the owner (or root) only, never anonymous.
+    Owner,
     Write,
 }
 

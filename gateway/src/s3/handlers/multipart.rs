@@ -244,7 +244,7 @@ pub(super) async fn handle_list_parts(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    let b = load_bucket(state, req, bname, Access::Owner)?;
     let upload = load_upload(state, req, &b, key).await?;
     let max = parse_max(req, "max-parts")?;
     let marker: u32 = match req.q("part-number-marker") {

@@ -379,7 +379,8 @@ pub(super) async fn handle_get_object(
     if let Some(c) = &obj.attrs.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());
     }
-    if !obj.attrs.tags.is_empty() {
+    // Tags are the owner's to read (GetObjectTagging); an anonymous reader is not told of them.
+    if !obj.attrs.tags.is_empty() && req.identity.is_some() {
         rb = rb.header("x-amz-tagging-count", obj.attrs.tags.len());
     }
     if req

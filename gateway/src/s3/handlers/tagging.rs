@@ -8,7 +8,7 @@ pub(super) async fn handle_get_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    let b = load_bucket(state, req, bname, Access::Owner)?;
     let obj = state
         .store
         .head_object(&b, key)
