@@ -17,8 +17,11 @@ fuzz_target!(|data: &[u8]| {
         assert!(a <= b && b <= size);
     }
     if let Ok(Some(v)) = range::multi_ranges(Some(h), size) {
-        for (a, b) in v {
+        for &(a, b) in &v {
             assert!(a < b && b <= size);
         }
+        // Overlaps are merged: an answer never holds more than the object.
+        let total: u128 = v.iter().map(|&(a, b)| u128::from(b - a)).sum();
+        assert!(total <= u128::from(size));
     }
 });
