@@ -9,6 +9,7 @@ import os
 import random
 import subprocess
 import tarfile
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -81,6 +82,53 @@ def test_batch_get_request_order_contents_tags_and_errors(pc, dataset, s3):
     for s in got:
         if s.ok:
             assert s.etag == hashlib.md5(objs[s.name]).hexdigest(), s.name
+
+
+def test_batch_get_entry_names_are_safe_to_extract_and_errors_unmistakable(server, pc, s3, bucket, tmp_path):
+    """Keys that `tar -x` would write outside its directory (`../x`, `/x`, `a/../../x`) come as
+    `__key__/<percent-encoded>` entries with the exact key in `packrat.key`; a real key under
+    `__error__/` is never taken for an error entry; the client gives back exact keys."""
+    hostile = {
+        "../escape.txt": b"dot-dot",
+        "/abs.txt": b"absolute",
+        "a/../../up.txt": b"climbs",
+        "__error__/looks-like-an-error": b"I am data",
+        "__key__/x": b"reserved prefix",
+        "ok/fine.txt": b"plain",
+    }
+    # Raw signed PUTs: the paths go on the wire as written, with no client normalising them.
+    for k, v in hostile.items():
+        st, _, body = signed_request(server.endpoint, "PUT", f"/{bucket}/" + urllib.parse.quote(k, safe="/"), body=v)
+        assert st == 200, (k, body)
+    items = [{"key": k} for k in hostile] + [{"key": "../missing"}]
+    req = json.dumps({"items": items}).encode()
+    st, _, tar_bytes = signed_request(server.endpoint, "POST", f"/{bucket}", "batch=", body=req)
+    assert st == 200
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as tf:
+        members = tf.getmembers()
+    names = [m.name for m in members]
+    for n in names:
+        assert not n.startswith("/") and ".." not in n.split("/"), n
+    by_key = {m.pax_headers.get("packrat.key", m.name): m for m in members}
+    assert set(by_key) == set(hostile) | {"../missing"}
+    assert by_key["ok/fine.txt"].name == "ok/fine.txt" and "packrat.key" not in by_key["ok/fine.txt"].pax_headers
+    assert by_key["../escape.txt"].name == "__key__/..%2Fescape.txt"
+    assert "packrat.error" not in by_key["__error__/looks-like-an-error"].pax_headers
+    assert by_key["../missing"].pax_headers["packrat.error"] == "NoSuchKey"
+    assert by_key["../missing"].name.startswith("__error__/__key__/")
+    # GNU tar extracts all of it inside its own directory.
+    inner = tmp_path / "a" / "b" / "out"
+    inner.mkdir(parents=True)
+    (tmp_path / "reply.tar").write_bytes(tar_bytes)
+    subprocess.run(["tar", "-xf", str(tmp_path / "reply.tar"), "-C", str(inner)], check=True)
+    outside = [p for p in tmp_path.rglob("*") if p.is_file() and inner not in p.parents]
+    assert sorted(p.name for p in outside) == ["reply.tar"]
+    # The client answers exact keys; only the missing one is an error.
+    got = {sm.name: sm for sm in pc.batch_get(bucket, list(hostile) + ["../missing"])}
+    assert set(got) == set(hostile) | {"../missing"}
+    for k, v in hostile.items():
+        assert got[k].ok and got[k].data == v, k
+    assert got["../missing"].error[0] == "NoSuchKey"
 
 
 def test_batch_get_of_many_blocks_of_keys(pc, dataset):

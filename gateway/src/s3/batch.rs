@@ -109,13 +109,18 @@ impl EntrySink for Out {
     }
 
     fn header(&mut self, e: EntryHead<'_>, size: u64, mtime_ms: i64, etag: &str) {
-        let mut pairs = [("packrat.etag", etag), ("", "")];
+        let name = entry_name(e.name);
+        let mut pairs = [("packrat.etag", etag), ("", ""), ("", "")];
         let mut n = 1;
         if let Some(t) = e.tag {
             pairs[n] = ("packrat.tag", t);
             n += 1;
         }
-        tar::write_entry_header(&mut self.buf, e.name, size, mtime_ms / 1000, &pairs[..n]);
+        if name != e.name {
+            pairs[n] = ("packrat.key", e.name);
+            n += 1;
+        }
+        tar::write_entry_header(&mut self.buf, &name, size, mtime_ms / 1000, &pairs[..n]);
     }
 
     fn reserve(&mut self, size: u64) -> usize {
@@ -160,14 +165,15 @@ impl EntrySink for Out {
         !self.stopped
     }
 
-    /// An error entry is named `__error__/{name}` and says `{code}: {message}`; with
+    /// An error entry is named `__error__/{name}`, says `{code}: {message}` and carries the
+    /// pax records `packrat.error` (the code) and `packrat.key` (the item's exact name); with
     /// `on_error: abort` the archive ends after it.
     async fn error(&mut self, e: EntryHead<'_>, error: &StoreError) -> bool {
         let err = S3Error::from(error.clone());
         let code = err.code.parts().0;
         let body = format!("{code}: {}\n", err.message);
-        let name = format!("__error__/{}", e.name);
-        let mut extra = vec![("packrat.error", code)];
+        let name = format!("{ERROR_PREFIX}{}", entry_name(e.name));
+        let mut extra = vec![("packrat.error", code), ("packrat.key", e.name)];
         if let Some(t) = e.tag {
             extra.push(("packrat.tag", t));
         }
@@ -201,6 +207,34 @@ impl EntrySink for Out {
             self.flush().await;
         }
     }
+}
+
+/// Where error entries live; no object entry is ever named under it (see [`entry_name`]).
+pub const ERROR_PREFIX: &str = "__error__/";
+/// Where entries of keys that are not safe to extract as named live.
+pub const RENAMED_PREFIX: &str = "__key__/";
+
+/// The TAR name of an entry for `name` (a key, or `key/member`): the name itself when `tar -x`
+/// may create it as is, inside the directory it runs in; otherwise `__key__/` and the name
+/// percent-encoded as in a URI path segment (`/` too: one path component, never `..`), its
+/// exact form in the entry's `packrat.key` pax record. Unsafe: empty, an absolute path, a `..` component, a NUL,
+/// or a name under `__error__/` or `__key__/`, which are packrat's, so an object entry can
+/// never be taken for an error entry. Costs one scan of the name per entry.
+pub fn entry_name(name: &str) -> std::borrow::Cow<'_, str> {
+    let safe = !name.is_empty()
+        && !name.starts_with('/')
+        && !name.contains('\0')
+        && !name.split('/').any(|c| c == "..")
+        && !name.starts_with(ERROR_PREFIX)
+        && !name.starts_with(RENAMED_PREFIX);
+    if safe {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut encoded = super::sigv4::uri_encode(name.as_bytes(), false);
+    if encoded == ".." {
+        encoded = "%2E%2E".into();
+    }
+    std::borrow::Cow::Owned(format!("{RENAMED_PREFIX}{encoded}"))
 }
 
 fn tar_response(
@@ -535,6 +569,33 @@ pub async fn handle_snowball_put(
 mod tests {
     use super::*;
     use packrat_store_api::batch::{ItemRange, resolve_item_range};
+
+    #[test]
+    fn entry_names_are_safe_to_extract() {
+        for ok in [
+            "a",
+            "train/000001.jpg",
+            "a/b..c/.d",
+            "..x",
+            "x/...",
+            "__errors__/x",
+        ] {
+            assert_eq!(entry_name(ok), ok);
+        }
+        for (bad, want) in [
+            ("../escape.txt", "__key__/..%2Fescape.txt"),
+            ("/etc/passwd", "__key__/%2Fetc%2Fpasswd"),
+            ("a/../../b", "__key__/a%2F..%2F..%2Fb"),
+            ("a/..", "__key__/a%2F.."),
+            ("..", "__key__/%2E%2E"),
+            ("__error__/fake", "__key__/__error__%2Ffake"),
+            ("__key__/x", "__key__/__key__%2Fx"),
+        ] {
+            let got = entry_name(bad);
+            assert_eq!(got, want, "{bad}");
+            assert!(!got.split('/').any(|c| c == ".." || c.is_empty()));
+        }
+    }
 
     #[test]
     fn item_ranges_parse() {

@@ -167,7 +167,10 @@ mod tests {
             Some(vec![(0, 20), (30, 40)])
         );
         let same = format!("bytes={}", vec!["0-"; 256].join(","));
-        assert_eq!(multi_ranges(Some(&same), 100).unwrap(), Some(vec![(0, 100)]));
+        assert_eq!(
+            multi_ranges(Some(&same), 100).unwrap(),
+            Some(vec![(0, 100)])
+        );
         assert_eq!(
             multi_ranges(Some("bytes=0-9,200-"), 100).unwrap(),
             Some(vec![(0, 10)])

@@ -56,19 +56,23 @@ def _read_tar(stream) -> Iterator[Sample]:
             f = tf.extractfile(m)
             data = f.read() if f is not None else b""
             pax = dict(m.pax_headers)
-            if m.name.startswith(ERROR_PREFIX):
+            # The exact key (or key/member): a name that `tar -x` could not create where it
+            # stands (`../x`, `/x`) travels under `__key__/` with the key in `packrat.key`.
+            name = pax.get("packrat.key", m.name)
+            # An error entry is told by its `packrat.error` record, never by its name alone.
+            if "packrat.error" in pax:
                 text = data.decode("utf-8", "replace").strip()
-                code, _, message = text.partition(": ")
+                _, _, message = text.partition(": ")
                 yield Sample(
-                    name=m.name[len(ERROR_PREFIX):],
+                    name=name,
                     data=b"",
                     tag=pax.get("packrat.tag"),
-                    error=(pax.get("packrat.error", code), message),
+                    error=(pax["packrat.error"], message),
                     headers=pax,
                 )
             else:
                 yield Sample(
-                    name=m.name,
+                    name=name,
                     data=data,
                     etag=pax.get("packrat.etag"),
                     tag=pax.get("packrat.tag"),
