@@ -3,7 +3,9 @@
 import datetime
 import hashlib
 import os
+import urllib.error
 import urllib.parse
+import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
@@ -321,12 +323,56 @@ def test_copy_object(s3, bucket):
 
 
 def test_unsupported_operations_say_not_implemented(s3, bucket):
+    for attempt in [
+        lambda: s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}),
+        lambda: s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}),
+        lambda: s3.put_bucket_cors(Bucket=bucket, CORSConfiguration={"CORSRules": [
+            {"AllowedMethods": ["GET"], "AllowedOrigins": ["*"]}]}),
+        lambda: s3.put_bucket_policy(Bucket=bucket, Policy="{}"),
+        lambda: s3.list_object_versions(Bucket=bucket),
+    ]:
+        with pytest.raises(ClientError) as e:
+            attempt()
+        assert code(e) == "NotImplemented" and status(e) == 501
+
+
+def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
+    """Reads of configurations no packrat bucket can have answer what S3 answers for a bucket
+    that never had one (tools probe them all); deleting one is a no-op; only the owner asks."""
+    missing = {
+        s3.get_bucket_cors: "NoSuchCORSConfiguration",
+        s3.get_bucket_policy: "NoSuchBucketPolicy",
+        s3.get_bucket_tagging: "NoSuchTagSet",
+        s3.get_bucket_encryption: "ServerSideEncryptionConfigurationNotFoundError",
+        s3.get_bucket_website: "NoSuchWebsiteConfiguration",
+        s3.get_object_lock_configuration: "ObjectLockConfigurationNotFoundError",
+        s3.get_bucket_replication: "ReplicationConfigurationNotFoundError",
+        s3.get_public_access_block: "NoSuchPublicAccessBlockConfiguration",
+        s3.get_bucket_ownership_controls: "OwnershipControlsNotFoundError",
+    }
+    for call, want in missing.items():
+        with pytest.raises(ClientError) as e:
+            call(Bucket=bucket)
+        assert code(e) == want and status(e) == 404, call
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    assert "LoggingEnabled" not in s3.get_bucket_logging(Bucket=bucket)
+    n = s3.get_bucket_notification_configuration(Bucket=bucket)
+    assert not any(k.endswith("Configurations") for k in n)
+    assert "Status" not in s3.get_bucket_accelerate_configuration(Bucket=bucket)
+    assert s3.get_bucket_request_payment(Bucket=bucket)["Payer"] == "BucketOwner"
+    for delete in [s3.delete_bucket_cors, s3.delete_bucket_policy, s3.delete_bucket_tagging,
+                   s3.delete_bucket_encryption, s3.delete_bucket_website]:
+        assert delete(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 204
     with pytest.raises(ClientError) as e:
-        s3.get_bucket_tagging(Bucket=bucket)
-    assert code(e) == "NotImplemented" and status(e) == 501
-    with pytest.raises(ClientError) as e:
-        s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
-    assert code(e) == "NotImplemented"
+        s3.get_bucket_cors(Bucket="no-such-bucket-here")
+    assert code(e) == "NoSuchBucket"
+    # Not for anonymous callers, even on a public-read bucket.
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    for sub in ["cors", "versioning", "policy"]:
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"{server.endpoint}/{bucket}?{sub}")
+        assert e.value.code == 403, sub
+    s3.put_bucket_acl(Bucket=bucket, ACL="private")
 
 
 def test_encryption_requests_are_refused_not_stored_in_plaintext(s3, bucket):

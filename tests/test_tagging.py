@@ -61,8 +61,10 @@ def test_tag_limits_and_errors(s3, bucket):
     # Failed requests changed nothing; a new object was not created.
     assert tagset(s3, bucket, "k") == {"keep": "me"}
     assert code_of(s3.head_object, Bucket=bucket, Key="k2") == "404"
-    # Bucket tagging is not implemented, and says so.
-    assert code_of(s3.get_bucket_tagging, Bucket=bucket) == "NotImplemented"
+    # Bucket tagging is not implemented: setting it says so; reading finds no tag set.
+    assert code_of(s3.put_bucket_tagging, Bucket=bucket,
+                   Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}) == "NotImplemented"
+    assert code_of(s3.get_bucket_tagging, Bucket=bucket) == "NoSuchTagSet"
 
 
 def test_malformed_tagging_xml(server, bucket, s3):

@@ -46,6 +46,9 @@ pub enum S3ErrorCode {
     XAmzContentSHA256Mismatch,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
+    /// 404 for a bucket configuration packrat has and this bucket does not (S3 names each:
+    /// `NoSuchCORSConfiguration`, `NoSuchBucketPolicy`, ...).
+    NotConfigured(&'static str),
 }
 
 impl S3ErrorCode {
@@ -99,6 +102,7 @@ impl S3ErrorCode {
             AuthorizationQueryParametersError => {
                 ("AuthorizationQueryParametersError", StatusCode::BAD_REQUEST)
             }
+            NotConfigured(code) => (code, StatusCode::NOT_FOUND),
         }
     }
 }

@@ -231,6 +231,78 @@ pub(super) async fn handle_delete_lifecycle(
         .map_err(|e| S3Error::internal("response", e))
 }
 
+/// Bucket configurations packrat does not implement, read or deleted: what S3 answers for a
+/// bucket that never had one, since none of packrat's buckets can. Tools that probe every
+/// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.
+/// Each entry: sub-resource, and either the 404 code or the empty document of a GET.
+const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
+    ("cors", Err("NoSuchCORSConfiguration")),
+    ("policy", Err("NoSuchBucketPolicy")),
+    ("tagging", Err("NoSuchTagSet")),
+    (
+        "encryption",
+        Err("ServerSideEncryptionConfigurationNotFoundError"),
+    ),
+    ("website", Err("NoSuchWebsiteConfiguration")),
+    ("object-lock", Err("ObjectLockConfigurationNotFoundError")),
+    ("replication", Err("ReplicationConfigurationNotFoundError")),
+    (
+        "publicAccessBlock",
+        Err("NoSuchPublicAccessBlockConfiguration"),
+    ),
+    ("ownershipControls", Err("OwnershipControlsNotFoundError")),
+    ("versioning", Ok("VersioningConfiguration")),
+    ("logging", Ok("BucketLoggingStatus")),
+    ("notification", Ok("NotificationConfiguration")),
+    ("accelerate", Ok("AccelerateConfiguration")),
+    ("requestPayment", Ok("RequestPaymentConfiguration")),
+];
+
+/// The sub-resource of a GET or DELETE of a bucket configuration no packrat bucket has.
+pub(super) fn not_configured_subresource(req: &S3Request) -> Option<&'static str> {
+    if req.key.is_some() || !matches!(req.method, Method::GET | Method::DELETE) {
+        return None;
+    }
+    NOT_CONFIGURED
+        .iter()
+        .map(|(sub, _)| *sub)
+        .find(|sub| req.has_q(sub))
+}
+
+/// GET: the 404 S3 gives for a configuration that was never set, or its empty document;
+/// DELETE: 204, there being nothing to delete. The owner's only, as S3 has it.
+pub(super) fn handle_not_configured(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+    sub: &str,
+) -> R {
+    load_bucket(state, req, name, Access::Owner)?;
+    let answer = NOT_CONFIGURED
+        .iter()
+        .find(|(s, _)| *s == sub)
+        .map(|(_, a)| *a)
+        .ok_or_else(|| S3Error::internal("sub-resource", sub))?;
+    if req.method == Method::DELETE {
+        return no_content();
+    }
+    match answer {
+        Err(code) => Err(err(
+            S3ErrorCode::NotConfigured(code),
+            format!("The bucket has no {sub} configuration"),
+        )),
+        Ok(root) => {
+            let mut x = Xml::new();
+            x.root(root);
+            if sub == "requestPayment" {
+                x.elem("Payer", "BucketOwner");
+            }
+            x.close(root);
+            xml_ok(x)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

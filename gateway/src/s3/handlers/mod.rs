@@ -144,6 +144,12 @@ fn need_identity(req: &S3Request) -> S3Result<&Identity> {
 }
 
 pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
+    if let (Some(sub), Some(bucket)) = (buckets::not_configured_subresource(&req), &req.bucket) {
+        return (
+            "NotConfigured",
+            buckets::handle_not_configured(state, &req, bucket, sub),
+        );
+    }
     // Object tagging is implemented; bucket tagging is not.
     let object_tagging = |s: &&&str| **s == "tagging" && req.key.is_some();
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES
