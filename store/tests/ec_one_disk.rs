@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{EC, disks, read_state, seal};
+use common::{EC, disks, erasure_coded, read_state, seal};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::conformance::{MemSource, new_bucket};
@@ -22,13 +22,12 @@ use std::path::Path;
 const WRITES: usize = 40;
 
 fn options(dir: &Path, fault_injection: bool) -> LocalOptions {
-    LocalOptions {
-        disks: disks(dir),
-        ec: Some(EC),
+    let o = LocalOptions {
         segment_bytes_max: 128 * 1024,
         fault_injection,
         ..LocalOptions::new(dir.to_path_buf())
-    }
+    };
+    erasure_coded(o, dir)
 }
 
 fn body(i: usize) -> Vec<u8> {

@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::{EC, disks, get, read_state, run_job, seal};
+use common::{EC, disks, erasure_coded, get, read_state, run_job, seal};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::JobStart;
@@ -51,11 +51,7 @@ fn options(dir: &Path, layout: Layout, fault_injection: bool) -> LocalOptions {
     };
     match layout {
         Layout::OneDisk => o,
-        Layout::Erasure => LocalOptions {
-            disks: disks(dir),
-            ec: Some(EC),
-            ..o
-        },
+        Layout::Erasure => erasure_coded(o, dir),
         Layout::Tiered => LocalOptions {
             tiers: vec![TierSpec {
                 class: TIER.into(),

@@ -21,7 +21,7 @@
 
 mod common;
 
-use common::{EC, disks, read_state, seal};
+use common::{EC, disks, erasure_coded, read_state, seal};
 use packrat_chunk_store::{CrashReport, PowerLossIo};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
@@ -84,11 +84,7 @@ fn options(dir: &Path, layout: Layout) -> LocalOptions {
     };
     match layout {
         Layout::OneDisk => o,
-        Layout::Erasure => LocalOptions {
-            disks: disks(dir),
-            ec: Some(EC),
-            ..o
-        },
+        Layout::Erasure => erasure_coded(o, dir),
     }
 }
 

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
+use packrat_store::local::LocalOptions;
 use packrat_store_api::admin::{JobKind, JobStart};
 use packrat_store_api::{Bucket, ObjectStore, StoreError};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,15 @@ pub const EC: (usize, usize) = (2, 1);
 
 pub fn disks(dir: &Path) -> Vec<PathBuf> {
     (0..4).map(|i| dir.join(format!("disk{i}"))).collect()
+}
+
+/// `o` on four disks under `dir` with erasure coding [`EC`].
+pub fn erasure_coded(o: LocalOptions, dir: &Path) -> LocalOptions {
+    LocalOptions {
+        disks: disks(dir),
+        ec: Some(EC),
+        ..o
+    }
 }
 
 /// An object's bytes (`None`: no such object), read whole through the trait.
