@@ -107,6 +107,42 @@ impl ChunkStore {
         Ok(chosen)
     }
 
+    /// Whether a write can be taken now: enough healthy disks for a new segment's copies (one,
+    /// or M+1 under erasure coding K+M), each with room for a segment. `Err` says why not.
+    pub fn write_readiness(&self) -> std::result::Result<(), String> {
+        if self.read_only {
+            return Err("the store was opened read-only".into());
+        }
+        let needed = self.ec.map_or(1, |(_, m)| m + 1);
+        let usable: Vec<&Disk> = self.disks.iter().filter(|d| d.usable()).collect();
+        if usable.len() < needed {
+            return Err(format!(
+                "{} of {} disks are healthy; a new segment needs {needed}",
+                usable.len(),
+                self.disks.len()
+            ));
+        }
+        let room = self.options.segment_bytes_max;
+        let with_room = usable
+            .iter()
+            .filter(|d| fs_space(&d.root).is_none_or(|(_, free)| free >= room))
+            .count();
+        if with_room < needed {
+            let free = usable
+                .iter()
+                .map(|d| {
+                    let free = fs_space(&d.root).map_or(0, |(_, f)| f);
+                    format!("{} has {free} bytes free", d.root.display())
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(format!(
+                "disk full: {free}; a new segment needs {room} bytes on {needed} disk(s)"
+            ));
+        }
+        Ok(())
+    }
+
     /// Checks every disk in use the way a write does: a small file is written, synced, read
     /// back, compared and removed. A disk that fails (or whose directory is gone) is marked
     /// failed, as an I/O error during a write would: new segments and rebuilt shards avoid it

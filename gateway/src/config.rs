@@ -61,3 +61,10 @@ pub struct ServeConfig {
     /// Enables `PUT /_packrat/admin/faults` (tests only).
     pub fault_injection: bool,
 }
+
+/// Most bytes of a request body left unread by its handler (an error answered before the body
+/// was read) that are read and dropped so the connection stays usable; past it the answer
+/// closes the connection.
+pub const UNREAD_BODY_DRAIN_BYTES_MAX: u64 = 1024 * 1024;
+/// Longest wait for that unread rest.
+pub const UNREAD_BODY_DRAIN_SECS: u64 = 2;

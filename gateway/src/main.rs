@@ -100,6 +100,10 @@ struct ServeArgs {
     /// keep-alive connection may wait idle for its next request.
     #[arg(long, env = "PACKRAT_HEADER_TIMEOUT", default_value_t = config::HEADER_READ_TIMEOUT_SECS)]
     header_timeout: u64,
+    /// On SIGTERM or SIGINT, seconds that requests under way may take to finish before their
+    /// connections are cut (no new connection is accepted meanwhile).
+    #[arg(long, env = "PACKRAT_SHUTDOWN_TIMEOUT", default_value_t = 30)]
+    shutdown_timeout: u64,
     /// Most items in one batch GET (and members in one TAR extracted by batch PUT).
     #[arg(long, env = "PACKRAT_BATCH_ITEMS_MAX", default_value_t = config::BATCH_ITEMS_MAX_DEFAULT)]
     batch_items_max: usize,
@@ -284,9 +288,30 @@ enum KeyCommand {
     Delete { access_key: String },
 }
 
+/// Blocks (`how = SIG_BLOCK`) or unblocks SIGTERM and SIGINT in the calling thread; threads
+/// started later inherit the mask.
+fn mask_stop_signals(how: libc::c_int) {
+    // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask reads it and
+    // writes no old mask (null).
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
+    // A stop signal that arrives before `packrat serve` has its handlers (while the runtime
+    // starts, say) waits, blocked, instead of killing the process; it is delivered once the
+    // handlers are in place. Other commands unblock at once.
+    mask_stop_signals(libc::SIG_BLOCK);
     no_huge_pages();
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        mask_stop_signals(libc::SIG_UNBLOCK);
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let Command::Serve(ServeArgs {
         worker_threads: Some(n),
@@ -357,6 +382,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
         .with_writer(std::io::stderr)
         .init();
+    // The stop signals are caught from here on: a SIGTERM during start-up (recovery can take a
+    // while) is a clean stop once the store is open, not death by the signal.
+    let stop = shutdown_signal()?;
+    // The handlers are in place: a signal held back since start-up is delivered now (to this
+    // thread, the only one that unblocks it).
+    mask_stop_signals(libc::SIG_UNBLOCK);
     let compact_threshold = args.compact_threshold.clamp(0.0, 1.0);
     let opened = LocalStore::open(LocalOptions {
         data_dir: args.data_dir.clone(),
@@ -415,17 +446,21 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
-    let stop = shutdown_signal()?;
     println!("packrat: listening on http://{addr}");
     let state = Arc::new(server::AppState::new(Arc::new(opened.store), config));
-    tokio::select! {
-        r = server::serve(listener, state) => r.map_err(|e| e.to_string()),
-        _ = stop => {
-            // Every acknowledged write is already durable; nothing to flush.
-            tracing::info!("shutting down");
-            Ok(())
-        }
-    }
+    let drain = Duration::from_secs(args.shutdown_timeout);
+    let stop = async move {
+        stop.await;
+        tracing::info!("stop requested; no new connections");
+    };
+    server::serve(listener, state, stop, drain)
+        .await
+        .map_err(|e| e.to_string())?;
+    // Every acknowledged write is already durable. The store closes when the last reference
+    // to it goes: its background work ends with the runtime, the commit thread is joined, and
+    // the index is closed after them.
+    tracing::info!("stopped");
+    Ok(())
 }
 
 /// SIGTERM or SIGINT. The handlers are installed when this is called, not when the future is

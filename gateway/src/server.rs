@@ -92,9 +92,24 @@ impl AppState {
     }
 }
 
-pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Result<()> {
+/// Serves until `stop` completes, then drains: no new connections are accepted, requests
+/// under way run to their end (a streamed GET to its last byte, an upload to its answer), idle
+/// keep-alive connections are closed, and after `drain` the ones still busy are cut. Returns
+/// once every connection is closed (or cut), so the store can be closed behind it.
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    stop: impl std::future::Future<Output = ()>,
+    drain: std::time::Duration,
+) -> std::io::Result<()> {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(stop);
     loop {
-        let (stream, _peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            () = &mut stop => break,
+        };
+        let (stream, _peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Running out of file descriptors must not end the server.
@@ -116,22 +131,38 @@ pub async fn serve(listener: TcpListener, state: Arc<AppState>) -> std::io::Resu
             state.config.max_headers,
             state.config.max_header_bytes,
         );
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let svc = hyper::service::service_fn(move |req| {
+            let state = state.clone();
+            async move { Ok::<_, Infallible>(handle(state, req).await) }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(std::time::Duration::from_secs(header_timeout))
+            .max_headers(max_headers)
+            .max_buf_size(max_header_bytes);
+        let conn = graceful.watch(builder.serve_connection(io, svc));
         tokio::spawn(async move {
             let _permit = permit;
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let svc = hyper::service::service_fn(move |req| {
-                let state = state.clone();
-                async move { Ok::<_, Infallible>(handle(state, req).await) }
-            });
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(std::time::Duration::from_secs(header_timeout))
-                .max_headers(max_headers)
-                .max_buf_size(max_header_bytes);
-            let _ = builder.serve_connection(io, svc).await;
+            let _ = conn.await;
         });
     }
+    drop(listener);
+    let open = state.config.max_connections - state.connections.available_permits();
+    tracing::info!(
+        connections = open,
+        drain_secs = drain.as_secs(),
+        "draining connections"
+    );
+    tokio::select! {
+        () = graceful.shutdown() => tracing::info!("all connections closed"),
+        () = tokio::time::sleep(drain) => {
+            let open = state.config.max_connections - state.connections.available_permits();
+            tracing::warn!(connections = open, "drain deadline passed; cutting the connections still open");
+        }
+    }
+    Ok(())
 }
 
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
@@ -227,7 +258,18 @@ async fn route_and_run(
     if !signed && parts.method == Method::GET {
         match raw_path.as_str() {
             "/health/live" => return ("health", Ok(text(StatusCode::OK, "ok\n"))),
-            "/health/ready" => return ("health", Ok(text(StatusCode::OK, "ready\n"))),
+            // Ready once the store is open (recovery is done before the listener exists) and
+            // while it can take writes; the reason otherwise, with 503.
+            "/health/ready" => {
+                let r = match state.store.write_readiness() {
+                    Ok(()) => text(StatusCode::OK, "ready\n"),
+                    Err(why) => text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!("not ready: {why}\n"),
+                    ),
+                };
+                return ("health", Ok(r));
+            }
             "/metrics" => {
                 return (
                     "metrics",

@@ -233,6 +233,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;
     /// The store's own figures (segments, commits, disks, tiers, index).
     fn metrics(&self) -> Vec<Metric>;
+    /// Whether the store can take writes now; `Err` says why not (too few healthy disks, a
+    /// full disk, ...). `/health/ready` answers from it.
+    fn write_readiness(&self) -> Result<(), String>;
     /// The clock the store dates everything by; the S3 layer reads the time from it too
     /// (last-modified times it passes in, SigV4 request times, presigned expiry).
     fn clock(&self) -> std::sync::Arc<dyn Clock>;

@@ -949,6 +949,10 @@ impl ObjectStore for LocalStore {
         crate::admin::metrics(&self.engine)
     }
 
+    fn write_readiness(&self) -> Result<(), String> {
+        self.engine.chunks.write_readiness()
+    }
+
     fn clock(&self) -> Arc<dyn Clock> {
         self.engine.clock.clone()
     }

@@ -417,6 +417,40 @@ impl BodyReader {
         }
     }
 
+    /// Reads and drops what is left of the raw body, up to `limit` bytes and for at most
+    /// `within`; true once the body has ended (its connection can carry the next request).
+    /// A body already read to its end, or an empty one, costs no wait.
+    pub async fn discard_rest(&mut self, limit: u64, within: std::time::Duration) -> bool {
+        use http_body::Body as _;
+        if self.finished {
+            return true;
+        }
+        match &self.body {
+            None => return true,
+            Some(BodySource::Hyper(b)) if b.is_end_stream() => return true,
+            Some(BodySource::Frames(f)) if f.is_empty() => return true,
+            _ => {}
+        }
+        let mut seen = 0u64;
+        let drained = tokio::time::timeout(within, async {
+            loop {
+                match self.raw_frame().await {
+                    Ok(Some(d)) => {
+                        seen += d.len() as u64;
+                        if seen > limit {
+                            return false;
+                        }
+                    }
+                    Ok(None) => return true,
+                    Err(_) => return false,
+                }
+            }
+        })
+        .await;
+        self.finished = true;
+        matches!(drained, Ok(true))
+    }
+
     /// Reads the whole (small) body into memory, refusing more than `limit` bytes.
     pub async fn read_to_end(&mut self, limit: usize) -> S3Result<Vec<u8>> {
         let mut out = Vec::new();

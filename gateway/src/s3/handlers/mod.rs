@@ -143,11 +143,40 @@ fn need_identity(req: &S3Request) -> S3Result<&Identity> {
         .ok_or_else(|| err(S3ErrorCode::AccessDenied, "Access Denied"))
 }
 
+/// Runs a request, then makes sure its connection can carry the next one: what the handler
+/// left of the body (an error answered before reading it, say) is read and dropped, up to
+/// [`config::UNREAD_BODY_DRAIN_BYTES_MAX`]; past that the answer says `Connection: close`. A
+/// connection closed with unread bytes in it is reset, and a client reusing it sees its next
+/// request fail (botocore without retries: "Connection was closed before we received a valid
+/// response").
 pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
-    if let (Some(sub), Some(bucket)) = (buckets::not_configured_subresource(&req), &req.bucket) {
+    let (name, r) = route(state, &mut req).await;
+    let drained = req
+        .body
+        .discard_rest(
+            config::UNREAD_BODY_DRAIN_BYTES_MAX,
+            std::time::Duration::from_secs(config::UNREAD_BODY_DRAIN_SECS),
+        )
+        .await;
+    if drained {
+        return (name, r);
+    }
+    let close = http::HeaderValue::from_static("close");
+    let r = match r {
+        Ok(mut resp) => {
+            resp.headers_mut().insert(http::header::CONNECTION, close);
+            Ok(resp)
+        }
+        Err(e) => Err(e.with_header("connection", "close".to_string())),
+    };
+    (name, r)
+}
+
+async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) {
+    if let (Some(sub), Some(bucket)) = (buckets::not_configured_subresource(req), &req.bucket) {
         return (
             "NotConfigured",
-            buckets::handle_not_configured(state, &req, bucket, sub),
+            buckets::handle_not_configured(state, req, bucket, sub),
         );
     }
     // Object tagging is implemented; bucket tagging is not.
@@ -197,7 +226,7 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
         (None, _) => match m {
             Method::GET => (
                 "ListBuckets",
-                buckets::handle_list_buckets(state, &req).await,
+                buckets::handle_list_buckets(state, req).await,
             ),
             _ => (
                 "service",
@@ -210,59 +239,59 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
         (Some(b), None) => match m {
             Method::PUT if req.has_q("lifecycle") => (
                 "PutBucketLifecycleConfiguration",
-                buckets::handle_put_lifecycle(state, &mut req, b).await,
+                buckets::handle_put_lifecycle(state, req, b).await,
             ),
             Method::GET if req.has_q("lifecycle") => (
                 "GetBucketLifecycleConfiguration",
-                buckets::handle_get_lifecycle(state, &req, b).await,
+                buckets::handle_get_lifecycle(state, req, b).await,
             ),
             Method::DELETE if req.has_q("lifecycle") => (
                 "DeleteBucketLifecycle",
-                buckets::handle_delete_lifecycle(state, &req, b).await,
+                buckets::handle_delete_lifecycle(state, req, b).await,
             ),
             Method::PUT if req.has_q("acl") => (
                 "PutBucketAcl",
-                buckets::handle_put_bucket_acl(state, &req, b).await,
+                buckets::handle_put_bucket_acl(state, req, b).await,
             ),
             Method::PUT => (
                 "CreateBucket",
-                buckets::handle_create_bucket(state, &mut req, b).await,
+                buckets::handle_create_bucket(state, req, b).await,
             ),
             Method::HEAD => (
                 "HeadBucket",
-                buckets::handle_head_bucket(state, &req, b).await,
+                buckets::handle_head_bucket(state, req, b).await,
             ),
             Method::DELETE => (
                 "DeleteBucket",
-                buckets::handle_delete_bucket(state, &req, b).await,
+                buckets::handle_delete_bucket(state, req, b).await,
             ),
             Method::GET if req.has_q("location") => (
                 "GetBucketLocation",
-                buckets::handle_get_bucket_location(state, &req, b).await,
+                buckets::handle_get_bucket_location(state, req, b).await,
             ),
             Method::GET if req.has_q("acl") => (
                 "GetBucketAcl",
-                buckets::handle_get_bucket_acl(state, &req, b).await,
+                buckets::handle_get_bucket_acl(state, req, b).await,
             ),
             Method::GET if req.has_q("uploads") => (
                 "ListMultipartUploads",
-                listing::handle_list_multipart_uploads(state, &req, b).await,
+                listing::handle_list_multipart_uploads(state, req, b).await,
             ),
             Method::GET if req.has_q("stream") => (
                 "EpochStream",
-                crate::s3::batch::handle_epoch_stream(state, &req, b).await,
+                crate::s3::batch::handle_epoch_stream(state, req, b).await,
             ),
             Method::GET => (
                 "ListObjects",
-                listing::handle_list_objects(state, &req, b).await,
+                listing::handle_list_objects(state, req, b).await,
             ),
             Method::POST if req.has_q("delete") => (
                 "DeleteObjects",
-                objects::handle_delete_objects(state, &mut req, b).await,
+                objects::handle_delete_objects(state, req, b).await,
             ),
             Method::POST if req.has_q("batch") => (
                 "BatchGet",
-                crate::s3::batch::handle_batch_get(state, &mut req, b).await,
+                crate::s3::batch::handle_batch_get(state, req, b).await,
             ),
             _ => (
                 "bucket",
@@ -275,27 +304,27 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
         (Some(b), Some(k)) => match m {
             Method::GET if req.has_q("tagging") => (
                 "GetObjectTagging",
-                tagging::handle_get_object_tagging(state, &req, b, k).await,
+                tagging::handle_get_object_tagging(state, req, b, k).await,
             ),
             Method::PUT if req.has_q("tagging") => (
                 "PutObjectTagging",
-                tagging::handle_put_object_tagging(state, &mut req, b, k).await,
+                tagging::handle_put_object_tagging(state, req, b, k).await,
             ),
             Method::DELETE if req.has_q("tagging") => (
                 "DeleteObjectTagging",
-                tagging::handle_delete_object_tagging(state, &req, b, k).await,
+                tagging::handle_delete_object_tagging(state, req, b, k).await,
             ),
             Method::PUT
                 if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") =>
             {
                 (
                     "UploadPartCopy",
-                    multipart::handle_upload_part(state, &mut req, b, k, true).await,
+                    multipart::handle_upload_part(state, req, b, k, true).await,
                 )
             }
             Method::PUT if req.has_q("uploadId") => (
                 "UploadPart",
-                multipart::handle_upload_part(state, &mut req, b, k, false).await,
+                multipart::handle_upload_part(state, req, b, k, false).await,
             ),
             Method::PUT if req.has_q("acl") => (
                 "PutObjectAcl",
@@ -306,15 +335,15 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
             ),
             Method::PUT if req.headers.contains_key("x-amz-copy-source") => (
                 "CopyObject",
-                objects::handle_copy_object(state, &mut req, b, k).await,
+                objects::handle_copy_object(state, req, b, k).await,
             ),
             Method::PUT => (
                 "PutObject",
-                objects::handle_put_object(state, &mut req, b, k).await,
+                objects::handle_put_object(state, req, b, k).await,
             ),
             Method::GET if req.has_q("uploadId") => (
                 "ListParts",
-                multipart::handle_list_parts(state, &req, b, k).await,
+                multipart::handle_list_parts(state, req, b, k).await,
             ),
             Method::GET if req.has_q("acl") => (
                 "GetObjectAcl",
@@ -325,27 +354,27 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
             ),
             Method::GET => (
                 "GetObject",
-                objects::handle_get_object(state, &req, b, k, false).await,
+                objects::handle_get_object(state, req, b, k, false).await,
             ),
             Method::HEAD => (
                 "HeadObject",
-                objects::handle_get_object(state, &req, b, k, true).await,
+                objects::handle_get_object(state, req, b, k, true).await,
             ),
             Method::DELETE if req.has_q("uploadId") => (
                 "AbortMultipartUpload",
-                multipart::handle_abort_multipart_upload(state, &req, b, k).await,
+                multipart::handle_abort_multipart_upload(state, req, b, k).await,
             ),
             Method::DELETE => (
                 "DeleteObject",
-                objects::handle_delete_object(state, &req, b, k).await,
+                objects::handle_delete_object(state, req, b, k).await,
             ),
             Method::POST if req.has_q("uploads") => (
                 "CreateMultipartUpload",
-                multipart::handle_create_multipart_upload(state, &req, b, k).await,
+                multipart::handle_create_multipart_upload(state, req, b, k).await,
             ),
             Method::POST if req.has_q("uploadId") => (
                 "CompleteMultipartUpload",
-                multipart::handle_complete_multipart_upload(state, &mut req, b, k).await,
+                multipart::handle_complete_multipart_upload(state, req, b, k).await,
             ),
             _ => (
                 "object",
