@@ -379,3 +379,22 @@ def test_admin_status(server, s3, bucket):
     assert st["segment_disk_bytes"] >= 1000
     # The key count is an estimate (deletes are subtracted approximately); the SST size is not.
     assert st["index"]["objects_estimate"] >= 0 and st["index"]["sst_bytes"] > 0
+
+
+def test_admin_options_go_before_or_after_the_subcommand_and_https_is_refused(server):
+    """`--endpoint`, `--data-dir` and `--region` are accepted after the subcommand too (they
+    were refused there: "unexpected argument"); an https endpoint is refused with a clear
+    message instead of being spoken to in plain http."""
+    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=AK, PACKRAT_ROOT_SECRET_KEY=SK)
+    env.pop("PACKRAT_ENDPOINT", None)
+    run = lambda *args: subprocess.run([conftest.BIN, "admin", *args], env=env,  # noqa: E731
+                                       capture_output=True, text=True, timeout=60)
+    out = run("key", "create", "--name", "after", "--endpoint", server.endpoint)
+    assert out.returncode == 0, out.stderr
+    ak, _ = parse_key(out)
+    out = run("key", "list", "--endpoint", server.endpoint, "--region", "us-east-1")
+    assert out.returncode == 0 and ak in out.stdout, out.stderr
+    assert run("--endpoint", server.endpoint, "key", "delete", ak).returncode == 0
+    https = server.endpoint.replace("http://", "https://")
+    out = run("key", "list", "--endpoint", https)
+    assert out.returncode != 0 and "https endpoints are not supported yet" in out.stderr, out.stderr

@@ -122,6 +122,17 @@ pub async fn call(
     let base: http::Uri = endpoint
         .parse()
         .map_err(|e| format!("bad --endpoint: {e}"))?;
+    match base.scheme_str() {
+        None | Some("http") => {}
+        Some("https") => {
+            // Speaking http to an https endpoint would send the request in the clear; the
+            // server has no TLS yet either (issue 20).
+            return Err(format!(
+                "{endpoint}: https endpoints are not supported yet (packrat serves plain http); use an http:// endpoint"
+            ));
+        }
+        Some(other) => return Err(format!("{endpoint}: unknown scheme {other}; use http://")),
+    }
     let authority = base
         .authority()
         .ok_or("the endpoint needs a host, e.g. http://127.0.0.1:9000")?

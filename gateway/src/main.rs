@@ -198,18 +198,24 @@ fn parse_ec(s: &str) -> Result<(usize, usize), String> {
 
 #[derive(clap::Args)]
 struct AdminArgs {
-    /// URL of the running server to administer.
+    /// URL of the running server to administer (before or after the subcommand).
     #[arg(
         long,
+        global = true,
         env = "PACKRAT_ENDPOINT",
         default_value = "http://127.0.0.1:9000"
     )]
     endpoint: String,
     /// Administer a stopped server by opening its data directory directly instead.
-    #[arg(long)]
+    #[arg(long, global = true)]
     data_dir: Option<PathBuf>,
     /// Region to sign admin requests for (the server's --region).
-    #[arg(long, env = "PACKRAT_REGION", default_value = "us-east-1")]
+    #[arg(
+        long,
+        global = true,
+        env = "PACKRAT_REGION",
+        default_value = "us-east-1"
+    )]
     region: String,
     #[command(subcommand)]
     command: AdminCommand,
