@@ -40,7 +40,12 @@ class Server:
         self.endpoint = None
         self.log_path = os.path.join(os.path.dirname(self.data_dir), os.path.basename(self.data_dir) + ".log")
 
+    # Every Server object, so that what a test started is stopped even when the test fails.
+    instances = []
+
     def start(self, timeout=60):
+        if self not in Server.instances:
+            Server.instances.append(self)
         env = dict(os.environ)
         env["PACKRAT_ROOT_ACCESS_KEY"] = ROOT_AK
         env["PACKRAT_ROOT_SECRET_KEY"] = ROOT_SK
@@ -129,6 +134,19 @@ def aws_env(**extra):
         **extra,
     )
     return env
+
+
+@pytest.fixture(autouse=True)
+def stop_servers_a_test_started():
+    """Stops the servers a test started and left running (a failed assertion before its
+    `srv.stop()`), so none outlives its test. Servers of wider fixtures, started before the
+    test, are left alone."""
+    before = list(Server.instances)
+    yield
+    for srv in Server.instances:
+        if srv not in before and srv.proc is not None:
+            srv.stop()
+    Server.instances[:] = [srv for srv in Server.instances if srv in before]
 
 
 @pytest.fixture(scope="session")
