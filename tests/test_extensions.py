@@ -269,22 +269,26 @@ def test_epoch_streams_partition_and_are_seeded(pc, dataset, s3):
     prefix_keys = {k for k in objs if k.startswith("train/")}
     shards = []
     for i in range(4):
-        got = list(pc.stream_epoch(name, "train/", shard=(i, 4), seed=42, window=16))
+        got = list(pc.stream_epoch(name, "train/", shard=(i, 4), seed=42, tail="drop"))
         assert all(s.ok for s in got)
         for s in got:
             assert sha(s.data) == sha(objs[s.name])
         shards.append([s.name for s in got])
+    # 301 samples over 4 ranks, the tail dropped: 75 each, one left out.
+    assert [len(sh) for sh in shards] == [75] * 4
     union = [k for sh in shards for k in sh]
     assert len(union) == len(set(union)), "shards overlap"
-    assert set(union) == prefix_keys, "shards do not cover the prefix"
+    assert len(prefix_keys - set(union)) == 1
     # The same seed gives the same order; another seed another order.
-    again = [s.name for s in pc.stream_epoch(name, "train/", shard=(1, 4), seed=42, window=16)]
+    again = [s.name for s in pc.stream_epoch(name, "train/", shard=(1, 4), seed=42, tail="drop")]
     assert again == shards[1]
-    other = [s.name for s in pc.stream_epoch(name, "train/", shard=(1, 4), seed=43, window=16)]
-    assert sorted(other) == sorted(shards[1]) and other != shards[1]
-    # Not simply key order.
+    other = [s.name for s in pc.stream_epoch(name, "train/", shard=(1, 4), seed=43, tail="drop")]
+    assert other != shards[1]
+    # Not simply key order; key order when asked.
     assert shards[0] != sorted(shards[0])
-    # Everything, one shard, default window; and an empty prefix set.
+    ordered = [s.name for s in pc.stream_epoch(name, "train/", order="sorted")]
+    assert ordered == sorted(prefix_keys)
+    # Everything, one shard; and an empty prefix set.
     assert len(list(pc.stream_epoch(name, "", seed=1))) == len(objs) + 1
     assert list(pc.stream_epoch(name, "nothing-here/")) == []
 
@@ -292,7 +296,9 @@ def test_epoch_streams_partition_and_are_seeded(pc, dataset, s3):
 def test_epoch_stream_bad_parameters(server, dataset):
     name, _, _ = dataset
     for q in ["stream=&shard=4/4", "stream=&shard=x", "stream=&shard=1/0", "stream=&seed=-1",
-              "stream=&window=0", "stream=&on_error=maybe"]:
+              "stream=&window=16", "stream=&on_error=maybe", "stream=&worker=2/2",
+              "stream=&epoch=x", "stream=&start=-1", "stream=&order=random", "stream=&group=dir",
+              "stream=&tail=keep", "stream=&listing=xyz"]:
         status, _, text = signed_request(server.endpoint, "GET", f"/{name}", query=q)
         assert status == 400 and b"InvalidArgument" in text, (q, status, text)
 
@@ -365,9 +371,10 @@ def test_dataset_splits_across_workers_and_ranks(server, dataset):
             ctx = (rank, 2, worker, 2)
             ds = EpochDataset(factory, name, "train/", seed=5, context=ctx)
             seen += [s.name for s in ds]
-    assert sorted(seen) == prefix_keys
+    # 301 samples, 2 ranks: 151 each, one sample read twice (tail="pad").
+    assert sorted(set(seen)) == prefix_keys and len(seen) == 302
     # A new epoch reorders; the same epoch repeats.
-    ds = EpochDataset(factory, name, "train/", seed=5, context=(0, 1, 0, 1), window=64)
+    ds = EpochDataset(factory, name, "train/", seed=5, context=(0, 1, 0, 1))
     e0 = [s.name for s in ds]
     assert [s.name for s in ds] == e0
     ds.set_epoch(1)

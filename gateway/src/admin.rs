@@ -12,6 +12,7 @@ use packrat_store_api::StoreError;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, NewKey};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 pub const ADMIN_PREFIX: &str = "/_packrat/admin/";
 const ADMIN_BODY_BYTES_MAX: usize = 64 * 1024;
@@ -96,6 +97,28 @@ pub async fn handle(
                 &store.status(flush).await.map_err(admin_error)?,
             )
         }
+        (&Method::GET | &Method::PUT, ("faults", "http")) if state.config.fault_injection => {
+            let f = &state.http_faults;
+            if method == Method::PUT {
+                let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
+                let set: HttpFaultsSet = serde_json::from_slice(&raw).map_err(|e| {
+                    S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
+                })?;
+                f.slowdown.store(set.slowdown, Ordering::Relaxed);
+                f.cuts.store(set.cuts, Ordering::Relaxed);
+                f.cut_after_bytes
+                    .store(set.cut_after_bytes, Ordering::Relaxed);
+                tracing::warn!(?set, "HTTP fault rules set");
+            }
+            json(
+                StatusCode::OK,
+                &HttpFaultsSet {
+                    slowdown: f.slowdown.load(Ordering::Relaxed),
+                    cuts: f.cuts.load(Ordering::Relaxed),
+                    cut_after_bytes: f.cut_after_bytes.load(Ordering::Relaxed),
+                },
+            )
+        }
         (&Method::GET | &Method::PUT, ("faults", "")) if state.config.fault_injection => {
             let set = if method == Method::PUT {
                 let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
@@ -177,4 +200,16 @@ pub async fn handle(
             "unknown administration request",
         )),
     }
+}
+
+/// `PUT /_packrat/admin/faults/http`: the HTTP layer's faults (see `server::HttpFaults`).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HttpFaultsSet {
+    #[serde(default)]
+    slowdown: u64,
+    #[serde(default)]
+    cuts: u64,
+    #[serde(default)]
+    cut_after_bytes: u64,
 }

@@ -40,6 +40,29 @@ pub struct AppState {
     pub connections: Arc<tokio::sync::Semaphore>,
     request_counter: AtomicU64,
     request_id_prefix: u32,
+    /// Faults of the HTTP layer (`--fault-injection`, tests only).
+    pub http_faults: HttpFaults,
+}
+
+/// Faults of the HTTP layer, set by `PUT /_packrat/admin/faults/http` when the server runs with
+/// `--fault-injection` (tests only): what a client's retries and resumes are tested against.
+#[derive(Default)]
+pub struct HttpFaults {
+    /// The next this many S3 requests are answered 503 SlowDown.
+    pub slowdown: AtomicU64,
+    /// The next this many TAR answers (batch GET, epoch streams) are cut...
+    pub cuts: AtomicU64,
+    /// ...after this many bytes of their body: the connection ends without the rest.
+    pub cut_after_bytes: AtomicU64,
+}
+
+impl HttpFaults {
+    /// Takes one from `counter` if it is not zero.
+    pub fn take(counter: &AtomicU64) -> bool {
+        counter
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
 }
 
 /// A request after routing and authentication, as the S3 handlers see it.
@@ -83,6 +106,7 @@ impl AppState {
             connections: Arc::new(tokio::sync::Semaphore::new(connections_max)),
             request_counter: AtomicU64::new(0),
             request_id_prefix: rand::random(),
+            http_faults: HttpFaults::default(),
         }
     }
 

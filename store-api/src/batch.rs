@@ -7,9 +7,9 @@
 //! header and payload in a frame buffer that the store may read payloads straight into, so a
 //! small sample is copied once, from the page cache into the frame.
 //!
-//! The order rules of epoch streams ([`key_hash`], [`shuffle`]) are part of the stream's
-//! contract (a seed gives the same order in every packrat version and on every store), so they
-//! live here, shared by every implementation.
+//! The order rules of epoch streams are in [`crate::stream`]; the generator they use
+//! ([`SplitMix64`]) is here, part of the stream's contract (a seed gives the same order in
+//! every packrat version and on every store).
 
 use crate::StoreError;
 use bytes::{Bytes, BytesMut};
@@ -63,17 +63,6 @@ pub struct BatchPlan {
     pub bytes: u64,
     /// The store's own plan (its records and where their bytes are).
     pub plan: Box<dyn std::any::Any + Send>,
-}
-
-/// One shard of an epoch stream: the objects under `prefix` whose [`key_hash`] is `shard`
-/// modulo `shards`, shuffled by `seed` within windows of `window` consecutive keys.
-#[derive(Debug, Clone)]
-pub struct StreamQuery {
-    pub prefix: String,
-    pub shard: u64,
-    pub shards: u64,
-    pub seed: u64,
-    pub window: usize,
 }
 
 /// An entry as the sink names it.
@@ -140,8 +129,8 @@ pub trait BatchWriter: Send {
     async fn commit(self: Box<Self>) -> Result<usize, StoreError>;
 }
 
-/// FNV-1a, 64-bit: the stable hash that assigns keys to shards (`hash(key) % n == i`). Stable
-/// across versions and platforms, so a shard's membership never changes for a given key.
+/// FNV-1a, 64-bit: a stable hash of a key (an epoch stream's listing hash is built on it).
+/// Stable across versions and platforms.
 pub fn key_hash(key: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {
@@ -171,15 +160,6 @@ impl SplitMix64 {
     }
 }
 
-/// Shuffles window number `window_no` of a stream seeded with `seed` (Fisher-Yates).
-pub fn shuffle<T>(v: &mut [T], seed: u64, window_no: u64) {
-    let mut rng = SplitMix64(seed ^ window_no.wrapping_mul(0xd1b5_4a32_d192_ed03));
-    for i in (1..v.len()).rev() {
-        let j = rng.below(i + 1);
-        v.swap(i, j);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,28 +176,10 @@ mod tests {
     }
 
     #[test]
-    fn shards_partition_and_shuffles_are_fixed() {
-        let keys: Vec<String> = (0..1000).map(|i| format!("train/{i:06}.jpg")).collect();
-        let mut seen = vec![0u32; keys.len()];
-        for s in 0..8 {
-            for (i, k) in keys.iter().enumerate() {
-                if key_hash(k) % 8 == s {
-                    seen[i] += 1;
-                }
-            }
-        }
-        assert!(seen.iter().all(|&n| n == 1));
-        // Pinned values: the hash and the generator are part of the stream's contract.
+    fn the_hash_and_the_generator_are_fixed() {
+        // Pinned values: both are part of the stream's contract.
         assert_eq!(key_hash(""), 0xcbf2_9ce4_8422_2325);
         assert_eq!(key_hash("a"), 0xaf63_dc4c_8601_ec8c);
-        let mut a: Vec<u32> = (0..10).collect();
-        shuffle(&mut a, 42, 0);
-        let mut b: Vec<u32> = (0..10).collect();
-        shuffle(&mut b, 42, 0);
-        assert_eq!(a, b);
-        let mut c: Vec<u32> = (0..10).collect();
-        shuffle(&mut c, 43, 0);
-        assert_ne!(a, c);
         assert_eq!(SplitMix64(0).next(), 0xe220_a839_7b1d_cdaf);
     }
 }

@@ -16,6 +16,7 @@ pub mod conformance;
 pub mod error;
 pub mod lifecycle;
 pub mod source;
+pub mod stream;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{Digest, StoreError, StoreResult};
@@ -33,7 +34,7 @@ pub use types::{
 pub type AttrEdit = Box<dyn for<'a> FnOnce(&'a mut ObjectAttrs) + Send>;
 
 use admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
-use batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery};
+use batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use lifecycle::Rule;
 
 /// Storage as the S3 handlers see it: the only way they reach buckets and objects. `LocalStore`
@@ -200,9 +201,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// that fails becomes an error entry when the entry's header is not yet out, else cuts
     /// the stream. Ends the stream (`sink.finish`) after the last entry.
     async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink);
-    /// Reads one shard of an epoch stream into `sink` (see [`StreamQuery`]), like
-    /// [`Self::read_batch`].
-    async fn read_stream(&self, bucket: &Bucket, query: StreamQuery, sink: &mut dyn EntrySink);
+    /// Every key under `prefix`, in key order: what an epoch stream is planned from (see
+    /// [`stream`]; the stream is then read as batches).
+    async fn stream_keys(&self, bucket: &Bucket, prefix: &str) -> StoreResult<stream::KeyList>;
     /// Starts a batch PUT into `bucket`.
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>>;
 

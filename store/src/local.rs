@@ -18,11 +18,10 @@ use packrat_index::{
 use packrat_index::{IndexWrite, RocksIndex, WriteGate};
 use packrat_store_api::Clock;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
-use packrat_store_api::batch::{
-    BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink, StreamQuery,
-};
+use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
+use packrat_store_api::stream::KeyList;
 use packrat_store_api::{
     AttrEdit, Bucket, ByteSource, CompletePart, Identity, ListQuery, NewBucket, NewUpload,
     ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectSummary,
@@ -858,8 +857,14 @@ impl ObjectStore for LocalStore {
         crate::batch::read_batch(&self.engine, plan, sink).await
     }
 
-    async fn read_stream(&self, bucket: &Bucket, query: StreamQuery, sink: &mut dyn EntrySink) {
-        crate::batch::read_stream(&self.engine, bucket.id, query, sink).await
+    async fn stream_keys(&self, bucket: &Bucket, prefix: &str) -> StoreResult<KeyList> {
+        let (id, prefix) = (bucket.id, prefix.to_string());
+        self.run(move |e| {
+            let mut keys = KeyList::default();
+            e.index.for_each_key(id, &prefix, |k| keys.push(k))?;
+            Ok(keys)
+        })
+        .await
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {

@@ -11,7 +11,10 @@ use packrat_store_api::Identity;
 
 /// Query parameters that select a packrat extension (the epoch stream, batch GET and their
 /// options): never accepted under SigV2, which would not sign them.
-pub const EXTENSION_PARAMS: &[&str] = &["stream", "batch", "shard", "seed", "window", "on_error"];
+pub const EXTENSION_PARAMS: &[&str] = &[
+    "stream", "batch", "shard", "worker", "seed", "epoch", "start", "order", "group", "tail",
+    "listing", "window", "on_error",
+];
 
 /// What authentication needs from the server.
 pub struct AuthContext<'a> {

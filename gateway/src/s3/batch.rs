@@ -2,8 +2,8 @@
 //! a TAR stream:
 //!
 //! - batch GET, `POST /{bucket}?batch` with a JSON list of items (keys, ranges, TAR members);
-//! - epoch streams, `GET /{bucket}?stream&prefix=..&shard=i/n&seed=s`: one shard of a prefix
-//!   in a seeded pseudo-random order;
+//! - epoch streams, `GET /{bucket}?stream&prefix=..&shard=i/n&worker=w/m&seed=s&epoch=e`: one
+//!   worker's share of a seeded permutation of the prefix's samples, read as batches;
 //! - TAR members: `member` names one file inside a TAR object, found through a member index
 //!   the store builds on first use;
 //! - batch PUT, a TAR sent by PutObject with `x-amz-meta-snowball-auto-extract: true`, which
@@ -25,7 +25,8 @@ use bytes::{Bytes, BytesMut};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
 use md5::{Digest, Md5};
-use packrat_store_api::batch::{BatchItem, BatchOrder, EntryHead, EntrySink, StreamQuery};
+use packrat_store_api::batch::{BatchItem, BatchOrder, EntryHead, EntrySink};
+use packrat_store_api::stream::{self, Grouping, StreamOrder, StreamQuery, Tail};
 use packrat_store_api::{Bucket, StoreError};
 use packrat_tar::{self as tar, TarError, TarEvent, TarParser};
 use std::sync::Arc;
@@ -36,9 +37,6 @@ type R = S3Result<Response<RespBody>>;
 const FRAME_BYTES: usize = 1024 * 1024;
 /// Frames buffered between the reader task and the connection.
 const FRAMES_QUEUED: usize = 4;
-/// Epoch streams shuffle within windows of this many entries by default, and at most this many.
-const STREAM_WINDOW_DEFAULT: usize = 1024;
-const STREAM_WINDOW_MAX: usize = 65_536;
 
 impl From<TarError> for S3Error {
     fn from(e: TarError) -> Self {
@@ -67,6 +65,11 @@ struct Out {
     stopped: bool,
     /// When the reply started (unix seconds): the time of its error entries.
     started_secs: i64,
+    /// The pax record an entry's tag travels in: `packrat.tag` (a batch item's label) or
+    /// `packrat.sample` (an epoch stream's sample index).
+    tag_record: &'static str,
+    /// Set while more batches follow: the end of one batch is not the end of the archive.
+    hold_finish: bool,
 }
 
 /// Frame buffers kept for reuse.
@@ -113,7 +116,7 @@ impl EntrySink for Out {
         let mut pairs = [("packrat.etag", etag), ("", ""), ("", "")];
         let mut n = 1;
         if let Some(t) = e.tag {
-            pairs[n] = ("packrat.tag", t);
+            pairs[n] = (self.tag_record, t);
             n += 1;
         }
         if name != e.name {
@@ -175,7 +178,7 @@ impl EntrySink for Out {
         let name = format!("{ERROR_PREFIX}{}", entry_name(e.name));
         let mut extra = vec![("packrat.error", code), ("packrat.key", e.name)];
         if let Some(t) = e.tag {
-            extra.push(("packrat.tag", t));
+            extra.push((self.tag_record, t));
         }
         tar::write_entry_header(
             &mut self.buf,
@@ -187,6 +190,7 @@ impl EntrySink for Out {
         self.buf.extend_from_slice(body.as_bytes());
         self.end_payload(body.len() as u64);
         if self.abort_on_error {
+            self.hold_finish = false;
             self.finish().await;
             self.stopped = true;
             return false;
@@ -202,6 +206,10 @@ impl EntrySink for Out {
     }
 
     async fn finish(&mut self) {
+        if self.hold_finish {
+            self.flush().await;
+            return;
+        }
         if !self.stopped {
             self.end_archive();
             self.flush().await;
@@ -237,12 +245,27 @@ pub fn entry_name(name: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(format!("{RENAMED_PREFIX}{encoded}"))
 }
 
+/// A TAR answer streamed from `rx`. `cut_after`: a fault (`--fault-injection`) that ends the
+/// body after that many bytes, as a dropped connection would.
 fn tar_response(
     rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
     extra: &[(&str, String)],
+    cut_after: Option<u64>,
 ) -> R {
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|f| (f.map(http_body::Frame::data), rx))
+    let stream = futures_util::stream::unfold((rx, cut_after), |(mut rx, left)| async move {
+        if left == Some(0) {
+            // The body ends in an error: hyper drops the connection, as a crash would.
+            return Some((Err(std::io::Error::other("injected cut")), (rx, left)));
+        }
+        let f = rx.recv().await?;
+        match (f, left) {
+            (Ok(b), Some(n)) => {
+                let take = b.len().min(n as usize);
+                let next = Some(n - take as u64);
+                Some((Ok(http_body::Frame::data(b.slice(..take))), (rx, next)))
+            }
+            (f, left) => Some((f.map(http_body::Frame::data), (rx, left))),
+        }
     });
     let mut rb = Response::builder()
         .status(StatusCode::OK)
@@ -252,6 +275,13 @@ fn tar_response(
     }
     rb.body(http_body_util::StreamBody::new(stream).boxed_unsync())
         .map_err(|e| S3Error::internal("response", e))
+}
+
+/// The cut a fault rule asks of the next TAR answer, if any.
+fn injected_cut(state: &AppState) -> Option<u64> {
+    let f = &state.http_faults;
+    (state.config.fault_injection && crate::server::HttpFaults::take(&f.cuts))
+        .then(|| f.cut_after_bytes.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 fn output(
@@ -270,6 +300,8 @@ fn output(
             abort_on_error,
             stopped: false,
             started_secs: state.clock.now_ms().div_euclid(1000),
+            tag_record: "packrat.tag",
+            hold_finish: false,
         },
         rx,
     )
@@ -347,72 +379,175 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
     let (mut out, rx) = output(state, r.on_error == OnError::Abort);
     let store = state.store.clone();
     tokio::spawn(async move { store.read_batch(plan, &mut out).await });
-    tar_response(rx, &[("x-packrat-batch-items", count.to_string())])
+    tar_response(
+        rx,
+        &[("x-packrat-batch-items", count.to_string())],
+        injected_cut(state),
+    )
 }
 
 // ---------------------------------------------------------------- epoch streams
 
-pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: &str) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
-    let prefix = req.q("prefix").unwrap_or("").to_string();
-    let (shard, shards) = match req.q("shard") {
-        None => (0, 1),
-        Some(s) => parse_shard(s).ok_or_else(|| {
+/// Samples planned and read as one batch by an epoch stream.
+const STREAM_BATCH_SAMPLES: usize = 1024;
+
+fn stream_param<T>(
+    req: &S3Request,
+    name: &str,
+    default: T,
+    what: &str,
+    parse: impl Fn(&str) -> Option<T>,
+) -> S3Result<T> {
+    match req.q(name) {
+        None => Ok(default),
+        Some(s) => parse(s).ok_or_else(|| {
             bad(
                 S3ErrorCode::InvalidArgument,
-                format!("shard={s:?} must be i/n with 0 <= i < n"),
+                format!("{name}={s:?} must be {what}"),
             )
-        })?,
-    };
-    let seed: u64 = match req.q("seed") {
-        None => 0,
-        Some(s) => s.parse().map_err(|_| {
-            bad(
-                S3ErrorCode::InvalidArgument,
-                format!("seed={s:?} must be an unsigned 64-bit integer"),
-            )
-        })?,
-    };
-    let window: usize = match req.q("window") {
-        None => STREAM_WINDOW_DEFAULT,
-        Some(s) => s
-            .parse()
-            .ok()
-            .filter(|w| (1..=STREAM_WINDOW_MAX).contains(w))
-            .ok_or_else(|| {
-                bad(
-                    S3ErrorCode::InvalidArgument,
-                    format!("window={s:?} must be 1 to {STREAM_WINDOW_MAX}"),
-                )
-            })?,
-    };
-    let abort = match req.q("on_error") {
-        None | Some("continue") => false,
-        Some("abort") => true,
-        Some(s) => {
-            return Err(bad(
-                S3ErrorCode::InvalidArgument,
-                format!("on_error={s:?} must be continue or abort"),
-            ));
-        }
-    };
-    let (mut out, rx) = output(state, abort);
-    let store = state.store.clone();
-    let query = StreamQuery {
-        prefix,
+        }),
+    }
+}
+
+/// An epoch stream's query (see [`packrat_store_api::stream`]), its `on_error` and the
+/// listing hash a resuming client expects.
+fn stream_query(req: &S3Request) -> S3Result<(StreamQuery, bool, Option<u64>)> {
+    if req.q("window").is_some() {
+        return Err(bad(
+            S3ErrorCode::InvalidArgument,
+            "window= is no longer supported: an epoch stream is a permutation of the whole \
+             prefix (order=shuffle), or key order (order=sorted)",
+        ));
+    }
+    let u64_param = |s: &str| s.parse::<u64>().ok();
+    let (shard, shards) = stream_param(req, "shard", (0, 1), "i/n with 0 <= i < n", parse_shard)?;
+    let (worker, workers) =
+        stream_param(req, "worker", (0, 1), "w/n with 0 <= w < n", parse_shard)?;
+    let q = StreamQuery {
+        prefix: req.q("prefix").unwrap_or("").to_string(),
         shard,
         shards,
-        seed,
-        window,
+        worker,
+        workers,
+        seed: stream_param(req, "seed", 0, "an unsigned 64-bit integer", u64_param)?,
+        epoch: stream_param(req, "epoch", 0, "an unsigned 64-bit integer", u64_param)?,
+        start: stream_param(req, "start", 0, "an unsigned 64-bit integer", u64_param)?,
+        order: stream_param(
+            req,
+            "order",
+            StreamOrder::Shuffle,
+            "shuffle or sorted",
+            |s| match s {
+                "shuffle" => Some(StreamOrder::Shuffle),
+                "sorted" => Some(StreamOrder::Sorted),
+                _ => None,
+            },
+        )?,
+        group: stream_param(
+            req,
+            "group",
+            Grouping::Basename,
+            "basename or key",
+            |s| match s {
+                "basename" => Some(Grouping::Basename),
+                "key" => Some(Grouping::Key),
+                _ => None,
+            },
+        )?,
+        tail: stream_param(req, "tail", Tail::Pad, "pad or drop", |s| match s {
+            "pad" => Some(Tail::Pad),
+            "drop" => Some(Tail::Drop),
+            _ => None,
+        })?,
     };
-    tokio::spawn(async move { store.read_stream(&b, query, &mut out).await });
-    tar_response(
-        rx,
-        &[
-            ("x-packrat-shard", format!("{shard}/{shards}")),
-            ("x-packrat-seed", seed.to_string()),
-        ],
-    )
+    let abort = stream_param(req, "on_error", false, "continue or abort", |s| match s {
+        "continue" => Some(false),
+        "abort" => Some(true),
+        _ => None,
+    })?;
+    let listing = stream_param(req, "listing", None, "16 hex digits", |s| {
+        (s.len() == 16)
+            .then(|| u64::from_str_radix(s, 16).ok())
+            .flatten()
+            .map(Some)
+    })?;
+    Ok((q, abort, listing))
+}
+
+/// An epoch stream: the worker's samples planned from a listing of the prefix (see
+/// [`packrat_store_api::stream`]), then read as batches of [`STREAM_BATCH_SAMPLES`] samples in
+/// the planned order, into one TAR. Each entry carries its sample's index (`packrat.sample`).
+pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: &str) -> R {
+    let b = load_bucket(state, req, bname, Access::Read)?;
+    let (query, abort, listing) = stream_query(req)?;
+    let keys = state.store.stream_keys(&b, &query.prefix).await?;
+    let (keys, plan) = {
+        let q = query.clone();
+        tokio::task::spawn_blocking(move || {
+            let p = stream::plan(&keys, &q);
+            (keys, p)
+        })
+        .await
+        .map_err(|e| S3Error::internal("stream plan", e))?
+    };
+    let plan = plan.map_err(|m| bad(S3ErrorCode::InvalidRequest, m))?;
+    if listing.is_some_and(|l| l != plan.listing) {
+        return Err(bad(
+            S3ErrorCode::PreconditionFailed,
+            "The objects under the prefix changed since the stream began (listing= does not \
+             match): a resumed stream would not continue the same epoch; start it again",
+        ));
+    }
+    let headers = [
+        (
+            "x-packrat-shard",
+            format!("{}/{}", query.shard, query.shards),
+        ),
+        (
+            "x-packrat-worker",
+            format!("{}/{}", query.worker, query.workers),
+        ),
+        ("x-packrat-seed", query.seed.to_string()),
+        ("x-packrat-epoch", query.epoch.to_string()),
+        ("x-packrat-start", query.start.to_string()),
+        ("x-packrat-samples", plan.worker_samples.to_string()),
+        ("x-packrat-samples-per-rank", plan.per_rank.to_string()),
+        ("x-packrat-samples-total", plan.total.to_string()),
+        ("x-packrat-listing", format!("{:016x}", plan.listing)),
+    ];
+    let (mut out, rx) = output(state, abort);
+    out.tag_record = "packrat.sample";
+    out.hold_finish = true;
+    let store = state.store.clone();
+    tokio::spawn(async move {
+        for batch in plan.samples.chunks(STREAM_BATCH_SAMPLES) {
+            let mut items = Vec::with_capacity(batch.len() * 2);
+            for s in batch {
+                let tag = s.index.to_string();
+                for i in s.first..s.end {
+                    items.push(BatchItem {
+                        key: keys.get(i).to_string(),
+                        member: None,
+                        range: None,
+                        tag: Some(tag.clone()),
+                    });
+                }
+            }
+            match store.plan_batch(&b, items, BatchOrder::Request).await {
+                Ok(p) => store.read_batch(p, &mut out).await,
+                Err(e) => {
+                    out.cut(&e).await;
+                    return;
+                }
+            }
+            if out.stopped {
+                return;
+            }
+        }
+        out.hold_finish = false;
+        out.finish().await;
+    });
+    tar_response(rx, &headers, injected_cut(state))
 }
 
 // ---------------------------------------------------------------- batch PUT

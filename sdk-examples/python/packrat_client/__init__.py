@@ -12,14 +12,33 @@ Nothing here needs torch; `packrat_client.dataset` holds the data-loader pieces 
 torch only when a torch dataset is asked for.
 """
 
-from .client import PackratClient, PackratError, Sample
-from .dataset import EpochDataset, BatchDataset, shard_for_worker
+from .client import (
+    AccessDenied,
+    InvalidRequest,
+    NoSuchBucket,
+    NoSuchKey,
+    PackratClient,
+    PackratError,
+    RetryPolicy,
+    Sample,
+    StreamChanged,
+    Unavailable,
+)
+from .dataset import BatchDataset, EpochDataset, MapDataset, shard_for_worker
 
 __all__ = [
     "PackratClient",
     "PackratError",
+    "AccessDenied",
+    "InvalidRequest",
+    "NoSuchBucket",
+    "NoSuchKey",
+    "StreamChanged",
+    "Unavailable",
+    "RetryPolicy",
     "Sample",
     "EpochDataset",
+    "MapDataset",
     "BatchDataset",
     "shard_for_worker",
 ]

@@ -4,7 +4,10 @@ import io
 import json
 import os
 import re
+import sys
+import random
 import tarfile
+import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -19,13 +22,85 @@ ERROR_PREFIX = "__error__/"
 
 
 class PackratError(Exception):
-    """An S3-style error answer: HTTP status, S3 error code and message."""
+    """An S3-style error answer: HTTP status, S3 error code and message. Subclasses name the
+    codes a caller handles differently (see `error_for`)."""
 
     def __init__(self, status: int, code: str, message: str):
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
+
+
+class NoSuchBucket(PackratError):
+    pass
+
+
+class NoSuchKey(PackratError):
+    pass
+
+
+class AccessDenied(PackratError):
+    """Refused: bad credentials (`InvalidAccessKeyId`, `SignatureDoesNotMatch`) or no grant."""
+
+
+class InvalidRequest(PackratError):
+    """The request itself is wrong (a bad parameter, a malformed body): retrying will not help."""
+
+
+class StreamChanged(PackratError):
+    """A stream could not be resumed: the objects under its prefix changed since it began."""
+
+
+class Unavailable(PackratError):
+    """The server could not answer (503 SlowDown, 500, a broken connection or a timeout), even
+    after the retries of the client's `RetryPolicy`."""
+
+
+_ERRORS = {
+    "NoSuchBucket": NoSuchBucket,
+    "NoSuchKey": NoSuchKey,
+    "AccessDenied": AccessDenied,
+    "InvalidAccessKeyId": AccessDenied,
+    "SignatureDoesNotMatch": AccessDenied,
+    "InvalidArgument": InvalidRequest,
+    "InvalidRequest": InvalidRequest,
+    "MalformedJSON": InvalidRequest,
+    "PreconditionFailed": StreamChanged,
+    "SlowDown": Unavailable,
+    "ServiceUnavailable": Unavailable,
+    "InternalError": Unavailable,
+}
+
+
+def error_for(status: int, code: str, message: str) -> PackratError:
+    """The typed error for an answer."""
+    cls = _ERRORS.get(code)
+    if cls is None:
+        cls = Unavailable if status >= 500 else PackratError
+    return cls(status, code, message)
+
+
+# What a retry may fix: the server busy or restarting, a connection reset, a timeout.
+_RETRY_STATUS = {500, 502, 503, 504}
+_TRANSPORT_ERRORS = (urllib3.exceptions.HTTPError, ConnectionError, TimeoutError, tarfile.ReadError, EOFError)
+
+
+@dataclass
+class RetryPolicy:
+    """Retries with exponential backoff and full jitter: attempt n (from 1) waits a random
+    time up to `min(cap, base * 2**n)` seconds. `attempts` counts every try, the first too."""
+
+    attempts: int = 6
+    base: float = 0.1
+    cap: float = 10.0
+
+    def sleep(self, attempt: int) -> None:
+        time.sleep(random.uniform(0, min(self.cap, self.base * (2 ** attempt))))
+
+
+class _Broken(Exception):
+    """A streamed answer that ended before its last entry."""
 
 
 @dataclass
@@ -41,6 +116,8 @@ class Sample:
     tag: Optional[str] = None
     error: Optional[Tuple[str, str]] = None
     headers: Dict[str, str] = field(default_factory=dict)
+    # An epoch stream's sample index (entries of one sample share it).
+    index: Optional[int] = None
 
     @property
     def ok(self) -> bool:
@@ -59,6 +136,7 @@ def _read_tar(stream) -> Iterator[Sample]:
             # The exact key (or key/member): a name that `tar -x` could not create where it
             # stands (`../x`, `/x`) travels under `__key__/` with the key in `packrat.key`.
             name = pax.get("packrat.key", m.name)
+            index = int(pax["packrat.sample"]) if "packrat.sample" in pax else None
             # An error entry is told by its `packrat.error` record, never by its name alone.
             if "packrat.error" in pax:
                 text = data.decode("utf-8", "replace").strip()
@@ -69,6 +147,7 @@ def _read_tar(stream) -> Iterator[Sample]:
                     tag=pax.get("packrat.tag"),
                     error=(pax["packrat.error"], message),
                     headers=pax,
+                    index=index,
                 )
             else:
                 yield Sample(
@@ -77,6 +156,7 @@ def _read_tar(stream) -> Iterator[Sample]:
                     etag=pax.get("packrat.etag"),
                     tag=pax.get("packrat.tag"),
                     headers=pax,
+                    index=index,
                 )
 
 
@@ -90,7 +170,7 @@ def _raise_for(resp, body: bytes) -> None:
         message = root.findtext("Message") or message
     except ET.ParseError:
         pass
-    raise PackratError(resp.status, code, message)
+    raise error_for(resp.status, code, message)
 
 
 class PackratClient:
@@ -109,6 +189,7 @@ class PackratClient:
         aws_secret_access_key: Optional[str] = None,
         timeout: float = 300.0,
         maxsize: int = 16,
+        retry: Optional[RetryPolicy] = None,
     ):
         if session is None:
             session = boto3.Session(
@@ -127,6 +208,7 @@ class PackratClient:
         if not self.endpoint_url:
             raise PackratError(0, "NoEndpoint", "pass endpoint_url or set AWS_ENDPOINT_URL")
         self.endpoint_url = self.endpoint_url.rstrip("/")
+        self.retry = retry if retry is not None else RetryPolicy()
         self._http = urllib3.PoolManager(
             maxsize=maxsize, timeout=urllib3.Timeout(connect=10.0, read=timeout), retries=False
         )
@@ -145,7 +227,7 @@ class PackratClient:
             )
         return url
 
-    def _send(self, method: str, url: str, body: Union[bytes, None] = None, headers=None, stream=False):
+    def _send_once(self, method: str, url: str, body=None, headers=None, stream=False):
         req = AWSRequest(method=method, url=url, data=body or b"", headers=dict(headers or {}))
         S3SigV4Auth(self._creds.get_frozen_credentials(), "s3", self.region).add_auth(req)
         prepared = req.prepare()
@@ -161,6 +243,41 @@ class PackratClient:
             _raise_for(resp, (resp.read() if stream else resp.data) or b"")
         return resp
 
+    def _send(self, method: str, url: str, body: Union[bytes, None] = None, headers=None, stream=False):
+        """One signed request, retried by the client's `RetryPolicy` on 5xx answers, broken
+        connections and timeouts (every call packrat_client makes may be repeated: reads, and
+        writes that replace whole objects)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._send_once(method, url, body, headers, stream)
+            except Unavailable:
+                if attempt >= self.retry.attempts:
+                    raise
+            except _TRANSPORT_ERRORS as e:
+                if attempt >= self.retry.attempts:
+                    raise Unavailable(0, "ConnectionError", f"{method} {url}: {e}") from e
+            self.retry.sleep(attempt)
+
+    def _resumable(self, open_once, what: str) -> Iterator[Sample]:
+        """Runs `open_once()` (which yields samples, raising `_Broken` or a transport error
+        when the answer breaks) again and again until it ends, within the retry policy. Each
+        call resumes from where the last one stopped: that is `open_once`'s business."""
+        attempt = 0
+        while True:
+            try:
+                yield from open_once()
+                return
+            except Unavailable as e:
+                err = e
+            except (_Broken, *_TRANSPORT_ERRORS) as e:
+                err = Unavailable(0, "ConnectionError", f"{what}: {e}")
+            attempt += 1
+            if attempt >= self.retry.attempts:
+                raise err
+            self.retry.sleep(attempt)
+
     # ---- extensions
 
     def batch_get(
@@ -175,20 +292,49 @@ class PackratClient:
         `items` are keys or dicts `{"key", "range"?, "member"?, "tag"?}`. Yields a `Sample`
         per item, as the server streams them: in request order, or with `order="storage"` in
         the server's read order. Failed items come back with `error` set (and the batch goes
-        on), unless `on_error="abort"`."""
-        items = [{"key": i} if isinstance(i, str) else dict(i) for i in items]
-        body = json.dumps({"items": items, "order": order, "on_error": on_error}).encode()
-        resp = self._send(
-            "POST",
-            self._url(bucket, query=[("batch", "")]),
-            body=body,
-            headers={"Content-Type": "application/json"},
-            stream=True,
-        )
-        try:
-            yield from _read_tar(resp)
-        finally:
-            resp.release_conn()
+        on), unless `on_error="abort"`.
+
+        A batch whose answer breaks (a reset connection, a server restart) is asked again for
+        the items not yet received, within the retry policy: every item is yielded once."""
+        pending = [{"key": i} if isinstance(i, str) else dict(i) for i in items]
+        url = self._url(bucket, query=[("batch", "")])
+
+        def entry_id(item):
+            name = item["key"] + ("/" + item["member"] if item.get("member") else "")
+            return (name, item.get("tag"))
+
+        def once():
+            nonlocal pending
+            if not pending:
+                return
+            body = json.dumps({"items": pending, "order": order, "on_error": on_error}).encode()
+            resp = self._send_once("POST", url, body=body, headers={"Content-Type": "application/json"},
+                                   stream=True)
+            want = int(resp.headers.get("x-packrat-batch-items", len(pending)))
+            got = 0
+            # Entries are matched to items by name and tag (the storage order is not the
+            # request order), so a resumed batch asks only for what is still missing.
+            left: Dict[Tuple[str, Optional[str]], List[int]] = {}
+            for n, it in enumerate(pending):
+                left.setdefault(entry_id(it), []).append(n)
+            done = set()
+            try:
+                for s in _read_tar(resp):
+                    slots = left.get((s.name, s.tag))
+                    if slots:
+                        done.add(slots.pop(0))
+                    got += 1
+                    yield s
+                    if s.error is not None and on_error == "abort":
+                        pending = []
+                        return
+            finally:
+                pending = [it for n, it in enumerate(pending) if n not in done]
+                resp.release_conn()
+            if got < want:
+                raise _Broken(f"the batch answer ended after {got} of {want} items")
+
+        yield from self._resumable(once, f"batch GET of {bucket}")
 
     def stream_epoch(
         self,
@@ -196,19 +342,114 @@ class PackratClient:
         prefix: str = "",
         shard: Tuple[int, int] = (0, 1),
         seed: int = 0,
-        window: Optional[int] = None,
+        epoch: int = 0,
+        worker: Tuple[int, int] = (0, 1),
+        start: int = 0,
+        order: str = "shuffle",
+        group: str = "basename",
+        tail: str = "pad",
+        on_error: str = "continue",
     ) -> Iterator[Sample]:
-        """Every object under `prefix` in shard `shard[0]` of `shard[1]` (a stable hash of the
-        key decides), in a pseudo-random order fixed by `seed`, as one streamed response."""
-        i, n = shard
-        q = [("stream", ""), ("prefix", prefix), ("shard", f"{i}/{n}"), ("seed", str(seed))]
-        if window is not None:
-            q.append(("window", str(window)))
-        resp = self._send("GET", self._url(bucket, query=q), stream=True)
-        try:
-            yield from _read_tar(resp)
-        finally:
-            resp.release_conn()
+        """One DataLoader worker's share of an epoch of the objects under `prefix`: rank
+        `shard[0]` of `shard[1]`, worker `worker[0]` of `worker[1]`, in the order of a
+        permutation of the whole prefix fixed by `(seed, epoch)` (`order="sorted"`: key
+        order). Ranks get equal counts (`tail="pad"` repeats the first samples of the epoch,
+        `"drop"` leaves the last out); objects sharing a basename (`000123.jpg`, `000123.cls`)
+        are one sample and come together. Yields entries; `Sample.index` is the sample's
+        position in the worker's list.
+
+        A broken stream is resumed from the first sample not wholly received (the samples of
+        a group are held until the group is complete), so every sample is yielded once; if
+        the prefix changed in between, `StreamChanged` is raised."""
+        for group_ in self.stream_samples(bucket, prefix, shard, seed, epoch, worker, start, order, group, tail,
+                                          on_error):
+            yield from group_
+
+    def stream_samples(
+        self,
+        bucket: str,
+        prefix: str = "",
+        shard: Tuple[int, int] = (0, 1),
+        seed: int = 0,
+        epoch: int = 0,
+        worker: Tuple[int, int] = (0, 1),
+        start: int = 0,
+        order: str = "shuffle",
+        group: str = "basename",
+        tail: str = "pad",
+        on_error: str = "continue",
+    ) -> Iterator[List[Sample]]:
+        """Like `stream_epoch`, one list of entries per sample (the files of one basename)."""
+        state = {"next": start, "listing": None, "total": None}
+        base = [
+            ("stream", ""), ("prefix", prefix), ("shard", f"{shard[0]}/{shard[1]}"),
+            ("worker", f"{worker[0]}/{worker[1]}"), ("seed", str(seed)), ("epoch", str(epoch)),
+            ("order", order), ("group", group), ("tail", tail), ("on_error", on_error),
+        ]
+
+        def once():
+            q = base + [("start", str(state["next"]))]
+            if state["listing"] is not None:
+                q.append(("listing", state["listing"]))
+            resp = self._send_once("GET", self._url(bucket, query=q), stream=True)
+            state["listing"] = resp.headers.get("x-packrat-listing")
+            state["total"] = int(resp.headers.get("x-packrat-samples", "0"))
+            held: List[Sample] = []
+            ended_by_error = False
+            try:
+                for s in _read_tar(resp):
+                    if held and s.index != held[0].index:
+                        state["next"] = held[0].index + 1
+                        yield held
+                        held = []
+                    held.append(s)
+                    if s.error is not None and on_error == "abort":
+                        ended_by_error = True
+                # The archive ended: the last group is whole.
+                if held:
+                    state["next"] = held[0].index + 1
+                    yield held
+                    held = []
+            finally:
+                resp.release_conn()
+            if state["next"] < state["total"] and not ended_by_error:
+                raise _Broken(f"the stream ended at sample {state['next']} of {state['total']}")
+
+        yield from self._resumable(once, f"epoch stream of {bucket}/{prefix}")
+
+    def download(
+        self,
+        bucket: str,
+        keys: Sequence[str],
+        dest: Union[str, os.PathLike],
+        batch_size: int = 256,
+        progress: bool = False,
+    ) -> int:
+        """Writes the objects `keys` under directory `dest` (as `dest/key`), fetched
+        `batch_size` per batch GET; with `progress`, a progress line on stderr (objects, bytes,
+        rate). Keys that would leave `dest` (`..`, absolute) are refused. Returns bytes
+        written."""
+        root = os.path.realpath(dest)
+        total, done, t0 = len(keys), 0, time.monotonic()
+        written = 0
+        bar = _Progress(total) if progress else None
+        for at in range(0, total, batch_size):
+            for s in self.batch_get(bucket, keys[at : at + batch_size]):
+                if not s.ok:
+                    raise error_for(404 if s.error[0] == "NoSuchKey" else 500, s.error[0], f"{s.name}: {s.error[1]}")
+                path = os.path.realpath(os.path.join(root, s.name))
+                if not path.startswith(root + os.sep):
+                    raise InvalidRequest(0, "UnsafeKey", f"{s.name!r} would be written outside {root}")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(s.data)
+                written += len(s.data)
+                done += 1
+                if bar:
+                    bar.update(done, written)
+        if bar:
+            bar.close(done, written)
+        return written
 
     def get_ranges(self, bucket: str, key: str, ranges: Sequence[Tuple[int, int]]) -> List[bytes]:
         """Several byte ranges of one object in one request: `ranges` are inclusive
@@ -287,3 +528,26 @@ def parse_byteranges(body: bytes, content_type: str) -> List[bytes]:
         out.append(body[start : start + n])
         pos = body.find(delim, start + n)
     return out
+
+
+class _Progress:
+    """A one-line progress report on stderr, redrawn at most 10 times a second."""
+
+    def __init__(self, total: int):
+        self.total, self.t0, self.last = total, time.monotonic(), 0.0
+
+    def _line(self, done: int, nbytes: int) -> str:
+        secs = max(time.monotonic() - self.t0, 1e-9)
+        return (f"\rdownloaded {done}/{self.total} objects, {nbytes / 1e6:.1f} MB, "
+                f"{nbytes / 1e6 / secs:.1f} MB/s, {done / secs:.0f} objects/s")
+
+    def update(self, done: int, nbytes: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= 0.1:
+            self.last = now
+            sys.stderr.write(self._line(done, nbytes))
+            sys.stderr.flush()
+
+    def close(self, done: int, nbytes: int) -> None:
+        sys.stderr.write(self._line(done, nbytes) + "\n")
+        sys.stderr.flush()

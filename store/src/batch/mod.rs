@@ -1,5 +1,5 @@
-//! Batch reads and writes of one node: the plans behind batch GET and epoch streams, their
-//! reads, TAR member indexes, and batch PUT's writer. The S3 layer formats the output (an
+//! Batch reads and writes of one node: the plans behind batch GET (epoch streams are read as
+//! batches too), their reads, TAR member indexes, and batch PUT's writer. The S3 layer formats the output (an
 //! [`EntrySink`]); everything here is storage: which records, where they lie, how they are
 //! read and verified.
 //!
@@ -23,9 +23,7 @@ use members::tar_index;
 
 use crate::engine::{Engine, blocking};
 use packrat_index::ObjectRecord;
-use packrat_store_api::batch::{
-    BatchItem, BatchOrder, BatchPlan, EntrySink, StreamQuery, key_hash, resolve_item_range, shuffle,
-};
+use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, EntrySink, resolve_item_range};
 use packrat_store_api::{StoreError, StoreResult};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -43,8 +41,6 @@ const SPAN_BYTES_MAX: u64 = 4 * 1024 * 1024;
 const ZERO_COPY_BYTES_MIN: u64 = 32 * 1024;
 /// Keys looked up at a time by a batch GET (a cached block costs the worker ~0.2 ms).
 const LOOKUP_BLOCK: usize = 1024;
-/// Keys listed at a time by an epoch stream.
-const STREAM_PAGE_KEYS: usize = 1000;
 
 /// Entries per window: up to [`WINDOW_ITEMS_MAX`] entries and [`WINDOW_BYTES_MAX`] bytes of
 /// span-read data (a multi-record entry streams and does not count).
@@ -214,90 +210,6 @@ pub(crate) async fn read_batch(engine: &Arc<Engine>, plan: BatchPlan, sink: &mut
     };
     for w in windows(&entries) {
         em.window(&entries[w]).await;
-        if em.sink.stopped() {
-            return;
-        }
-    }
-    em.sink.finish().await;
-}
-
-/// Reads one shard of an epoch stream (see `ObjectStore::read_stream`).
-pub(crate) async fn read_stream(
-    engine: &Arc<Engine>,
-    bucket_id: u64,
-    query: StreamQuery,
-    sink: &mut dyn EntrySink,
-) {
-    let mut em = Emitter {
-        engine: engine.clone(),
-        sink,
-        window_buf: Vec::new(),
-    };
-    let mut after: Option<String> = None;
-    let mut window: Vec<Entry> = Vec::new();
-    let mut window_bytes = 0u64;
-    let mut window_no = 0u64;
-    // Entries with more than one record stream without being held, so only span-read entries
-    // count toward the window's bytes; the shuffle window is bounded by both.
-    let shuffle_bytes_max = WINDOW_BYTES_MAX * 4;
-    loop {
-        let page = {
-            let engine = engine.clone();
-            let prefix = query.prefix.clone();
-            let after2 = after.clone();
-            blocking(move || {
-                Ok(engine.index.list_objects(
-                    bucket_id,
-                    &prefix,
-                    None,
-                    after2.as_deref(),
-                    STREAM_PAGE_KEYS,
-                )?)
-            })
-            .await
-        };
-        let page = match page {
-            Ok(p) => p,
-            Err(e) => {
-                em.sink.cut(&e.0).await;
-                return;
-            }
-        };
-        for (key, rec) in page.objects {
-            if key_hash(&key) % query.shards != query.shard {
-                continue;
-            }
-            let size = rec.size;
-            let piece = Piece::new(Arc::new(rec), 0, size);
-            if piece.single_chunk().is_some() {
-                window_bytes += size;
-            }
-            window.push(Entry {
-                name: key,
-                tag: None,
-                body: Ok(piece),
-            });
-            if window.len() >= query.window || window_bytes >= shuffle_bytes_max {
-                shuffle(&mut window, query.seed, window_no);
-                window_no += 1;
-                window_bytes = 0;
-                for w in windows(&window) {
-                    em.window(&window[w]).await;
-                    if em.sink.stopped() {
-                        return;
-                    }
-                }
-                window.clear();
-            }
-        }
-        if !page.truncated {
-            break;
-        }
-        after = page.last;
-    }
-    shuffle(&mut window, query.seed, window_no);
-    for w in windows(&window) {
-        em.window(&window[w]).await;
         if em.sink.stopped() {
             return;
         }

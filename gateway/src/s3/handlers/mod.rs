@@ -173,6 +173,16 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
 }
 
 async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) {
+    if state.config.fault_injection && crate::server::HttpFaults::take(&state.http_faults.slowdown)
+    {
+        return (
+            "fault",
+            Err(err(
+                S3ErrorCode::SlowDown,
+                "Please reduce your request rate. (injected by --fault-injection)",
+            )),
+        );
+    }
     if let (Some(sub), Some(bucket)) = (buckets::not_configured_subresource(req), &req.bucket) {
         return (
             "NotConfigured",
