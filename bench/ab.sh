@@ -8,6 +8,7 @@
 #
 #   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/ab.sh
 #   ROUNDS=5 DURATION=15s KEYS=20000 WORKLOADS="get" bench/ab.sh
+#   KEYS=200000 WORKLOADS=stream bench/ab.sh     # epoch streams: one epoch over 4 shards
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -61,7 +62,12 @@ for round in $(seq 1 "$ROUNDS"); do
         get) bench "$side $round GET" --workload get --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null ;;
         batch) bench "$side $round batch GET" --workload batch --batch-order request --batch-size "$BATCH_SIZE" \
           --concurrency "$BATCH_CONNECTIONS" --duration "$DURATION" >/dev/null ;;
-        *) echo "unknown workload $w (put, get, batch)" >&2; exit 2 ;;
+        # STREAM_EPOCHS epochs one after the other (the first after start-up reads a cold
+        # record cache), each split over STREAM_SHARDS connections streaming their shard once.
+        stream) for e in $(seq 1 "${STREAM_EPOCHS:-3}"); do
+            bench "$side $round stream epoch $e" --workload stream --concurrency "${STREAM_SHARDS:-4}" >/dev/null
+          done ;;
+        *) echo "unknown workload $w (put, get, batch, stream)" >&2; exit 2 ;;
       esac
     done
     kill "$pid"

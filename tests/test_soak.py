@@ -2,7 +2,7 @@
 against one server for a fixed time. No errors, the server stays healthy, memory stays bounded.
 
 Short mode in CI (1,000 connections, 10 s); long mode by hand, e.g.
-    PACKRAT_SOAK_CONNECTIONS=4000 PACKRAT_SOAK_SECONDS=300 python3 -m pytest -q -s tests/test_soak.py
+    PACKRAT_SOAK_CONNECTIONS=4000 PACKRAT_SOAK_SECONDS=300 .venv/bin/python -m pytest -q -s tests/test_soak.py
 """
 
 import json
