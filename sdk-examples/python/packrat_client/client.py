@@ -336,34 +336,11 @@ class PackratClient:
 
         yield from self._resumable(once, f"batch GET of {bucket}")
 
-    def stream_epoch(
-        self,
-        bucket: str,
-        prefix: str = "",
-        shard: Tuple[int, int] = (0, 1),
-        seed: int = 0,
-        epoch: int = 0,
-        worker: Tuple[int, int] = (0, 1),
-        start: int = 0,
-        order: str = "shuffle",
-        group: str = "basename",
-        tail: str = "pad",
-        on_error: str = "continue",
-    ) -> Iterator[Sample]:
-        """One DataLoader worker's share of an epoch of the objects under `prefix`: rank
-        `shard[0]` of `shard[1]`, worker `worker[0]` of `worker[1]`, in the order of a
-        permutation of the whole prefix fixed by `(seed, epoch)` (`order="sorted"`: key
-        order). Ranks get equal counts (`tail="pad"` repeats the first samples of the epoch,
-        `"drop"` leaves the last out); objects sharing a basename (`000123.jpg`, `000123.cls`)
-        are one sample and come together. Yields entries; `Sample.index` is the sample's
-        position in the worker's list.
-
-        A broken stream is resumed from the first sample not wholly received (the samples of
-        a group are held until the group is complete), so every sample is yielded once; if
-        the prefix changed in between, `StreamChanged` is raised."""
-        for group_ in self.stream_samples(bucket, prefix, shard, seed, epoch, worker, start, order, group, tail,
-                                          on_error):
-            yield from group_
+    def stream_epoch(self, bucket: str, prefix: str = "", **options) -> Iterator[Sample]:
+        """Like `stream_samples` (same options), one `Sample` per object: the entries of each
+        sample in turn. `Sample.index` is the sample's position in the worker's list."""
+        for group in self.stream_samples(bucket, prefix, **options):
+            yield from group
 
     def stream_samples(
         self,
@@ -379,7 +356,16 @@ class PackratClient:
         tail: str = "pad",
         on_error: str = "continue",
     ) -> Iterator[List[Sample]]:
-        """Like `stream_epoch`, one list of entries per sample (the files of one basename)."""
+        """One DataLoader worker's share of an epoch of the objects under `prefix`, one list
+        of entries per sample: rank `shard[0]` of `shard[1]`, worker `worker[0]` of
+        `worker[1]`, in the order of a permutation of the whole prefix fixed by `(seed, epoch)`
+        (`order="sorted"`: key order). Ranks get equal counts (`tail="pad"` repeats the first
+        samples of the epoch, `"drop"` leaves the last out); objects sharing a basename
+        (`000123.jpg`, `000123.cls`) are one sample (`group="key"`: every object is one).
+
+        A broken stream is resumed from the first sample not wholly received (a sample's
+        entries are held until the sample is complete), so every sample is yielded once; if
+        the prefix changed in between, `StreamChanged` is raised."""
         state = {"next": start, "listing": None, "total": None}
         base = [
             ("stream", ""), ("prefix", prefix), ("shard", f"{shard[0]}/{shard[1]}"),
