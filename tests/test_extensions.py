@@ -298,7 +298,7 @@ def test_epoch_stream_bad_parameters(server, dataset):
     for q in ["stream=&shard=4/4", "stream=&shard=x", "stream=&shard=1/0", "stream=&seed=-1",
               "stream=&window=16", "stream=&on_error=maybe", "stream=&worker=2/2",
               "stream=&epoch=x", "stream=&start=-1", "stream=&order=random", "stream=&group=dir",
-              "stream=&tail=keep", "stream=&listing=xyz"]:
+              "stream=&tail=keep", "stream=&listing=xyz", "stream=&listing=%2B123456789abcdef"]:
         status, _, text = signed_request(server.endpoint, "GET", f"/{name}", query=q)
         assert status == 400 and b"InvalidArgument" in text, (q, status, text)
 

@@ -110,6 +110,15 @@ impl AppState {
         }
     }
 
+    /// Client connections open now. The semaphore holds at least one permit even when
+    /// `--max-connections` is 0, hence the saturating count.
+    fn open_connections(&self) -> usize {
+        self.config
+            .max_connections
+            .max(1)
+            .saturating_sub(self.connections.available_permits())
+    }
+
     fn next_request_id(&self) -> String {
         let n = self.request_counter.fetch_add(1, Ordering::Relaxed);
         format!("{:08X}{:08X}", self.request_id_prefix, n)
@@ -173,7 +182,7 @@ pub async fn serve(
         });
     }
     drop(listener);
-    let open = state.config.max_connections - state.connections.available_permits();
+    let open = state.open_connections();
     tracing::info!(
         connections = open,
         drain_secs = drain.as_secs(),
@@ -182,7 +191,7 @@ pub async fn serve(
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),
         () = tokio::time::sleep(drain) => {
-            let open = state.config.max_connections - state.connections.available_permits();
+            let open = state.open_connections();
             tracing::warn!(connections = open, "drain deadline passed; cutting the connections still open");
         }
     }

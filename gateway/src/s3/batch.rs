@@ -466,10 +466,10 @@ fn stream_query(req: &S3Request) -> S3Result<(StreamQuery, bool, Option<u64>)> {
         _ => None,
     })?;
     let listing = stream_param(req, "listing", None, "16 hex digits", |s| {
-        (s.len() == 16)
-            .then(|| u64::from_str_radix(s, 16).ok())
+        // Digits only: `from_str_radix` alone would take a leading `+`.
+        (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| u64::from_str_radix(s, 16).ok().map(Some))
             .flatten()
-            .map(Some)
     })?;
     Ok((q, abort, listing))
 }

@@ -416,7 +416,7 @@ class PackratClient:
         rate). Keys that would leave `dest` (`..`, absolute) are refused. Returns bytes
         written."""
         root = os.path.realpath(dest)
-        total, done, t0 = len(keys), 0, time.monotonic()
+        total, done = len(keys), 0
         written = 0
         bar = _Progress(total) if progress else None
         for at in range(0, total, batch_size):
