@@ -108,22 +108,24 @@ impl ChunkStore {
     /// of at most [`SCATTER_GAP_BYTES_MAX`]) share one vectored read that scatters headers
     /// aside, payloads into place and gap bytes into a discard buffer, so a run of records
     /// costs one syscall and one copy, out of the page cache into `buf`. Every record is
-    /// checked as [`read`](Self::read) checks it. True if every record is in place and
-    /// verified; false if any is not (not cached, not directly readable such as a shard piece,
-    /// an I/O error, a failed check), and then the caller reads them another way.
+    /// checked as [`read`](Self::read) checks it. Returns the positions in `reads` of the
+    /// records not in place (not cached, not directly readable such as a shard piece, an I/O
+    /// error, a failed check), in increasing order: the caller reads those another way. Empty
+    /// when every record is in place and verified.
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
-    pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+    pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
         if !self.io.raw_reads() {
-            return false;
+            return (0..reads.len()).collect();
         }
         check_slots(reads, buf.len());
+        let mut missed = Vec::new();
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
         for (i, r) in reads.iter().enumerate() {
             match self.direct(&r.loc) {
                 Ok(Some((file, at))) => placed.push((i, file, at)),
-                _ => return false,
+                _ => missed.push(i),
             }
         }
         placed.sort_unstable_by_key(|(_, f, at)| (Arc::as_ptr(f) as usize, *at));
@@ -179,17 +181,16 @@ impl ChunkStore {
             // SAFETY: every iovec points into `buf`, `headers` or `discard`, all exclusively
             // borrowed by this function and not otherwise touched until the call returns.
             let got = unsafe { preadv_cached(file, &mut iov, *start) };
-            if !matches!(got, Ok(n) if n == wanted) {
-                return false;
-            }
+            let whole = matches!(got, Ok(n) if n == wanted);
             for (i, _, _) in &placed[run..end] {
-                if self.check_scattered(&reads[*i], &headers[*i], buf).is_err() {
-                    return false;
+                if !whole || self.check_scattered(&reads[*i], &headers[*i], buf).is_err() {
+                    missed.push(*i);
                 }
             }
             run = end;
         }
-        true
+        missed.sort_unstable();
+        missed
     }
 
     /// Whether [`read_mapped_records_into`](Self::read_mapped_records_into) may be tried now:
@@ -205,33 +206,36 @@ impl ChunkStore {
     /// Like [`read_cached_records_into`](Self::read_cached_records_into), but copies each
     /// record out of a mapping of its segment file: no system call per record. A page that is
     /// not in the page cache makes the copy wait for the disk (the page fault sleeps), so this
-    /// stops at the first record whose copy slept, pauses mapped reads for [`MAPPED_PAUSE`]
-    /// and returns false: cold data then goes the non-blocking way, and an async worker calling
+    /// stops after the first record whose copy slept and pauses mapped reads for
+    /// [`MAPPED_PAUSE`]: cold data then goes the non-blocking way, and an async worker calling
     /// this waits for at most one disk read per pause. Records of erasure-coded segments are
-    /// not mapped (false). True if every record is in place and verified.
+    /// not mapped. Returns, like [`read_cached_records_into`](Self::read_cached_records_into),
+    /// the positions of the records not in place (from the first that could not be read on);
+    /// empty when every record is in place and verified.
     ///
     /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
-    pub fn read_mapped_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+    pub fn read_mapped_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
         use std::sync::atomic::Ordering::Relaxed;
         if !self.mapped_reads_enabled() {
-            return false;
+            return (0..reads.len()).collect();
         }
         check_slots(reads, buf.len());
         // One getrusage per call (not per record): the count to compare a slow copy against.
         let waits_before = mapped::thread_waits();
         let mut last: Option<(u64, Arc<Handle>)> = None;
+        let rest = |i: usize| (i..reads.len()).collect();
         for (i, r) in reads.iter().enumerate() {
             if last.as_ref().is_none_or(|(id, _)| *id != r.loc.segment_id) {
                 match self.reader(r.loc.segment_id) {
                     Ok(h) => last = Some((r.loc.segment_id, h)),
-                    Err(_) => return false,
+                    Err(_) => return rest(i),
                 }
             }
             let Some((_, handle)) = &last else {
-                return false;
+                return rest(i);
             };
             let Handle::Copies(files, map) = &**handle else {
-                return false;
+                return rest(i);
             };
             let Some(map) = map.get_or_init(|| {
                 let len = files[0]
@@ -242,7 +246,7 @@ impl ChunkStore {
                     .max(self.options.segment_bytes_max);
                 mapped::Mapping::new(&files[0].0, usize::try_from(len).ok()?).ok()
             }) else {
-                return false;
+                return rest(i);
             };
             // The next records of this segment are asked for now (their first lines: the
             // hardware prefetcher follows on with the rest), so their misses overlap this copy.
@@ -262,12 +266,13 @@ impl ChunkStore {
                     r.loc.offset + RECORD_HEADER_BYTES as u64,
                     &mut buf[r.dst..r.dst + len],
                 );
-            // Slow: preempted, or the disk was read (the thread slept: stop here).
-            if started.elapsed() > MAPPED_SLOW_COPY && mapped::thread_waits() != waits_before {
+            // Slow: preempted, or the disk was read (the thread slept: stop after this one).
+            let slept =
+                started.elapsed() > MAPPED_SLOW_COPY && mapped::thread_waits() != waits_before;
+            if slept {
                 let until = self.opened.elapsed() + MAPPED_PAUSE;
                 self.mapped_paused_until_ms
                     .store(until.as_millis() as u64, Relaxed);
-                return false;
             }
             let ok = copied && self.check_scattered(r, &header, buf).is_ok();
             if !ok {
@@ -282,10 +287,13 @@ impl ChunkStore {
                 {
                     readers.remove(&r.loc.segment_id);
                 }
-                return false;
+                return rest(i);
+            }
+            if slept {
+                return rest(i + 1);
             }
         }
-        true
+        Vec::new()
     }
 
     fn check_scattered(
@@ -320,9 +328,11 @@ mod tests {
     /// sealed and the active segment, and has `read` place them (every other one skipped
     /// between 10 and 20, so runs have gaps) into slots laid out in reverse order with 3
     /// sentinel bytes between them; checks every slot, then that a flipped payload byte on
-    /// disk fails the read of that record only. Returns the store for more checks.
+    /// disk fails the read of that record (and, with `stops`, of those after it) and of no
+    /// record before it. Returns the store for more checks.
     fn check_record_reads(
-        read: impl Fn(&ChunkStore, &[RecordRead], &mut [u8]) -> bool,
+        stops: bool,
+        read: impl Fn(&ChunkStore, &[RecordRead], &mut [u8]) -> Vec<usize>,
     ) -> (tempfile::TempDir, ChunkStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path(), 1 << 30);
@@ -352,7 +362,7 @@ mod tests {
         }
         // Just written, so in the page cache.
         let mut buf = vec![0xeeu8; at];
-        assert!(read(&s, &reads, &mut buf));
+        assert_eq!(read(&s, &reads, &mut buf), Vec::<usize>::new());
         for r in &reads {
             let data = &recs[r.chunk_index as usize].1;
             assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
@@ -365,32 +375,37 @@ mod tests {
             .unwrap();
         let at = bad.offset + RECORD_HEADER_BYTES as u64 + 5;
         file.write_all_at(&[0xff], at).unwrap();
-        assert!(!read(&s, &reads, &mut buf));
+        let bad_at = reads.iter().position(|r| r.chunk_index == 12).unwrap();
+        let want: Vec<usize> = match stops {
+            true => (bad_at..reads.len()).collect(),
+            false => vec![bad_at],
+        };
+        assert_eq!(read(&s, &reads, &mut buf), want);
         let without: Vec<RecordRead> = reads
             .iter()
             .copied()
             .filter(|r| r.chunk_index != 12)
             .collect();
-        assert!(read(&s, &without, &mut buf));
+        assert_eq!(read(&s, &without, &mut buf), Vec::<usize>::new());
         (dir, s)
     }
 
     #[test]
     fn scattered_reads_place_and_verify_each_record() {
-        check_record_reads(|s, reads, buf| s.read_cached_records_into(reads, buf));
+        check_record_reads(false, |s, reads, buf| {
+            s.read_cached_records_into(reads, buf)
+        });
     }
 
     /// A mapped read that is expected to succeed. A copy that a busy machine slowed down (these
     /// tests run beside others, on two cores in CI) pauses mapped reads by design, and the read
     /// answers false without a fault: that pause is waited out and the read tried once more,
-    /// so only a false that is not a pause fails the caller's assertion.
-    fn mapped_read(s: &ChunkStore, reads: &[RecordRead], buf: &mut [u8]) -> bool {
+    /// so only records missed without a pause fail the caller's assertion.
+    fn mapped_read(s: &ChunkStore, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
         assert_eq!(s.options.io_backend, IoBackend::Auto);
-        if s.read_mapped_records_into(reads, buf) {
-            return true;
-        }
-        if s.mapped_reads_enabled() {
-            return false;
+        let missed = s.read_mapped_records_into(reads, buf);
+        if missed.is_empty() || s.mapped_reads_enabled() {
+            return missed;
         }
         std::thread::sleep(MAPPED_PAUSE + std::time::Duration::from_millis(100));
         s.read_mapped_records_into(reads, buf)
@@ -398,7 +413,7 @@ mod tests {
 
     #[test]
     fn mapped_reads_place_and_verify_each_record() {
-        let (_dir, s) = check_record_reads(mapped_read);
+        let (_dir, s) = check_record_reads(true, mapped_read);
         // Appended after the active segment was mapped: still inside the mapping.
         let late = vec![0x42u8; 3000];
         let (loc, t) = s.append([7; 16], 99, &late).unwrap();
@@ -410,14 +425,14 @@ mod tests {
             dst: 0,
         }];
         let mut small = vec![0u8; late.len()];
-        assert!(mapped_read(&s, &one, &mut small));
+        assert!(mapped_read(&s, &one, &mut small).is_empty());
         assert_eq!(small, late);
         // Another object's identity fails the read.
         let wrong = [RecordRead {
             object_id: [8; 16],
             ..one[0]
         }];
-        assert!(!s.read_mapped_records_into(&wrong, &mut small));
+        assert_eq!(s.read_mapped_records_into(&wrong, &mut small), [0]);
     }
 
     /// A record the file no longer holds (the page behind it raises SIGBUS, as a page with an
@@ -440,7 +455,7 @@ mod tests {
             dst: 0,
         };
         let mut buf = vec![0u8; 20_000];
-        assert!(mapped_read(&s, &[read(7)], &mut buf));
+        assert!(mapped_read(&s, &[read(7)], &mut buf).is_empty());
         // Cut the file in the middle of record 6 (a fault, not a checksum: the pages past
         // the new end are gone).
         let file = OpenOptions::new()
@@ -448,11 +463,11 @@ mod tests {
             .open(s.seg_path(locs[6].segment_id))
             .unwrap();
         file.set_len(locs[6].offset + 100).unwrap();
-        assert!(!s.read_mapped_records_into(&[read(7)], &mut buf));
-        assert!(!s.read_mapped_records_into(&[read(6)], &mut buf));
+        assert_eq!(s.read_mapped_records_into(&[read(7)], &mut buf), [0]);
+        assert_eq!(s.read_mapped_records_into(&[read(6)], &mut buf), [0]);
         assert!(s.read(&locs[7], &[7; 16], 7).is_err());
         // Records before the cut still read, mapped and not.
-        assert!(mapped_read(&s, &[read(5)], &mut buf));
+        assert!(mapped_read(&s, &[read(5)], &mut buf).is_empty());
         assert_eq!(buf, vec![5u8; 20_000]);
         assert_eq!(s.read(&locs[5], &[7; 16], 5).unwrap(), vec![5u8; 20_000]);
     }
@@ -496,7 +511,11 @@ mod tests {
             return;
         }
         let mut buf = vec![0u8; at];
-        assert!(!s.read_mapped_records_into(&reads, &mut buf));
+        // The copy that waited is in place; the rest is left to the caller.
+        assert_eq!(
+            s.read_mapped_records_into(&reads, &mut buf),
+            (1..reads.len()).collect::<Vec<_>>()
+        );
         assert!(!s.mapped_reads_enabled());
         // The usual path still reads them.
         assert_eq!(

@@ -25,7 +25,7 @@ use hashbrown::HashTable;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
-const SHARDS: usize = 16;
+pub(crate) const SHARDS: usize = 16;
 
 /// Keys up to this many bytes (bucket id included) are stored in the node itself.
 const INLINE_KEY: usize = 54;
@@ -181,6 +181,36 @@ impl ObjectCache {
         );
     }
 
+    /// Every shard's epoch, to take before a scan whose records go to
+    /// [`insert_scanned`](Self::insert_scanned).
+    pub(crate) fn epochs(&self) -> [u64; SHARDS] {
+        std::array::from_fn(|i| {
+            self.shards[i]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .epoch
+        })
+    }
+
+    /// Whether `insert_scanned` would store anything at all (a cache of 0 entries does not).
+    pub(crate) fn capacity(&self) -> usize {
+        self.per_shard_max * SHARDS
+    }
+
+    /// Stores `rec`, read by a scan that began after [`epochs`](Self::epochs) returned
+    /// `epochs`, unless the key's shard was invalidated since. A scan reads a snapshot taken
+    /// when it began: a write after that moves the shard's epoch, so the scan's older record is
+    /// never stored over it.
+    pub(crate) fn insert_scanned(
+        &self,
+        key: &[u8],
+        epochs: &[u64; SHARDS],
+        rec: &Arc<ObjectRecord>,
+    ) {
+        let h = self.hasher.hash_one(key);
+        self.insert(key, epochs[Self::shard_of(h)], rec);
+    }
+
     /// Forgets `key`: called after every write of it to the index.
     pub(crate) fn invalidate(&self, key: &[u8]) {
         let (h, mut s) = self.shard(key);
@@ -228,6 +258,18 @@ mod tests {
             size,
             ..Default::default()
         })
+    }
+
+    /// A record read by a scan that began before a write of its key is not stored.
+    #[test]
+    fn a_scan_older_than_a_write_is_not_cached() {
+        let c = ObjectCache::new(100);
+        let epochs = c.epochs();
+        c.invalidate(b"k");
+        c.insert_scanned(b"k", &epochs, &rec(1));
+        assert!(matches!(c.lookup(b"k"), Lookup::Miss(_)));
+        c.insert_scanned(b"k", &c.epochs(), &rec(2));
+        assert!(matches!(c.lookup(b"k"), Lookup::Hit(r) if r.size == 2));
     }
 
     #[test]

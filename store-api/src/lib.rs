@@ -204,6 +204,18 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Every key under `prefix`, in key order: what an epoch stream is planned from (see
     /// [`stream`]; the stream is then read as batches).
     async fn stream_keys(&self, bucket: &Bucket, prefix: &str) -> StoreResult<stream::KeyList>;
+    /// A hint before an epoch stream is read: the keys at `positions` of the listing that
+    /// [`stream_keys`](Self::stream_keys) returned will be looked up by key, in this order (a
+    /// random one). A store may read their records ahead in one pass; it may warm only the
+    /// first ones. Reads never depend on it: the listing may have changed since.
+    async fn warm_listing(
+        &self,
+        _bucket: &Bucket,
+        _prefix: &str,
+        _positions: Vec<usize>,
+    ) -> StoreResult<()> {
+        Ok(())
+    }
     /// Starts a batch PUT into `bucket`.
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>>;
 

@@ -867,6 +867,20 @@ impl ObjectStore for LocalStore {
         .await
     }
 
+    async fn warm_listing(
+        &self,
+        bucket: &Bucket,
+        prefix: &str,
+        positions: Vec<usize>,
+    ) -> StoreResult<()> {
+        let (id, prefix) = (bucket.id, prefix.to_string());
+        self.run(move |e| {
+            e.index.warm_objects(id, &prefix, &positions)?;
+            Ok(())
+        })
+        .await
+    }
+
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
         Ok(Box::new(crate::batch::LocalBatchWriter::new(
             self.engine.clone(),

@@ -259,36 +259,39 @@ impl Emitter<'_> {
             }
             // Hot records are copied out of mappings of their segments (no syscall per
             // record; the first that had to wait for the disk pauses mapped reads for a
-            // while). Otherwise from the page cache on this thread when every record is there
-            // (a preadv2 that never waits). Otherwise every record of the frame is read at
-            // once through the engine's read path (io_uring, or the blocking pool), so a frame
-            // of cold samples waits for about one disk read rather than one per sample, then
-            // copied into its place.
+            // while). The others from the page cache on this thread where they are there (a
+            // preadv2 that never waits). The rest, records that are not in the page cache, are
+            // read at once through the engine's read path (io_uring, or the blocking pool), so
+            // a frame of cold samples waits for about one disk read rather than one per
+            // sample, then copied into place. Each step takes only what the one before left:
+            // a few cold records among a frame of random samples (as in an epoch stream's
+            // permuted order) cost their own reads, not the frame's.
             let frame = self.sink.frame_mut();
-            let in_place = engine
+            let mut left = engine
                 .chunks
                 .read_mapped_records_into(&reads, &mut frame[..]);
-            if !in_place
-                && !engine
-                    .chunks
-                    .read_cached_records_into(&reads, &mut frame[..])
-            {
-                let fetched =
-                    futures_util::future::join_all(group.iter().zip(&chunks).map(|(e, c)| {
-                        let engine = &engine;
-                        async move {
-                            match &e.body {
-                                Ok(p) => engine.read_chunk(&p.obj, *c).await,
-                                Err(_) => {
-                                    Err(EngineError::internal("batch", "an entry without a body"))
-                                }
+            if !left.is_empty() {
+                let sub: Vec<RecordRead> = left.iter().map(|&i| reads[i]).collect();
+                let missed = engine.chunks.read_cached_records_into(&sub, &mut frame[..]);
+                left = missed.into_iter().map(|j| left[j]).collect();
+            }
+            if !left.is_empty() {
+                let fetched = futures_util::future::join_all(left.iter().map(|&i| {
+                    let (engine, chunks) = (&engine, &chunks);
+                    async move {
+                        match &group[i].body {
+                            Ok(p) => engine.read_chunk(&p.obj, chunks[i]).await,
+                            Err(_) => {
+                                Err(EngineError::internal("batch", "an entry without a body"))
                             }
                         }
-                    }))
-                    .await;
+                    }
+                }))
+                .await;
                 if fetched.iter().all(Result::is_ok) {
                     let frame = self.sink.frame_mut();
-                    for (r, data) in reads.iter().zip(fetched.into_iter().flatten()) {
+                    for (&i, data) in left.iter().zip(fetched.into_iter().flatten()) {
+                        let r = &reads[i];
                         frame[r.dst..r.dst + data.len()].copy_from_slice(&data);
                     }
                 } else {
