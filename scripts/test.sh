@@ -8,12 +8,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The Python tools (pytest, boto3, aws-cli, the readers, the installed packrat_client) live in
-# the virtual environment the README's setup makes.
-if [ ! -x .venv/bin/python ]; then
-  echo "no .venv: run the README's setup (python3 -m venv .venv && .venv/bin/pip install -r tests/requirements.txt ./sdk-examples/python)" >&2
+# the virtual environment the README's setup makes; PACKRAT_VENV names another (the opt-in torch
+# mode's, made from bench/requirements-torch.txt).
+venv=${PACKRAT_VENV:-.venv}
+if [ ! -x "$venv/bin/python" ]; then
+  echo "no $venv: run the README's setup (python3 -m venv .venv && .venv/bin/pip install -r tests/requirements.txt ./sdk-examples/python)" >&2
   exit 2
 fi
-export PATH="$PWD/.venv/bin:$PATH"
+venv=$(cd "$venv" && pwd)
+export PATH="$venv/bin:$PATH"
 
 step_names=()
 step_secs=()
@@ -61,7 +64,7 @@ bash scripts/fuzz.sh
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"
 pytest_log=$(mktemp)
 set +e
-.venv/bin/python -m pytest -q tests "$@" 2>&1 | tee "$pytest_log"
+"$venv/bin/python" -m pytest -q tests "$@" 2>&1 | tee "$pytest_log"
 pytest_status=${PIPESTATUS[0]}
 set -e
 trap - EXIT

@@ -26,6 +26,31 @@ ROOT_SK = "test-root-secret-0123456789abcdef"
 REGION = "us-east-1"
 
 
+# PyTorch readers run in the opt-in torch mode only (torch is a multi-gigabyte install; see
+# tests/test_torch.py): without torch the module is not collected, and the header says so.
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+collect_ignore = [] if HAVE_TORCH else ["test_torch.py"]
+
+
+TORCH_MODE = ("torch mode on: tests/test_torch.py collected" if HAVE_TORCH else
+              "torch mode off: tests/test_torch.py (s3torchconnector, DataLoader workers) not "
+              "collected; see the README's opt-in torch mode")
+
+
+def pytest_report_header(config):
+    return TORCH_MODE
+
+
+def pytest_terminal_summary(terminalreporter):
+    # Also at the end, where `-q` (scripts/test.sh) still prints it.
+    terminalreporter.write_line(TORCH_MODE)
+
+
 class Server:
     """One packrat process over a data directory; can be stopped, killed and restarted."""
 

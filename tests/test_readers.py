@@ -1,7 +1,7 @@
 """The readers ML users already run, unmodified, against the real binary (issue 19, item 4):
 fsspec/s3fs, PyArrow's S3 filesystem over a Parquet dataset, and WebDataset reading TAR shards
-and an epoch stream through presigned URLs. s3torchconnector needs PyTorch and runs in the
-opt-in mode (`PACKRAT_TORCH=1`, see docs/benchmarks.md)."""
+and an epoch stream through presigned URLs. s3torchconnector needs PyTorch and is tested in
+tests/test_torch.py, in the opt-in torch mode (README)."""
 
 import io
 import json
