@@ -117,6 +117,12 @@ impl ObjectCache {
         }
     }
 
+    /// Whether the cache holds `key` (no reference taken).
+    pub(crate) fn contains(&self, key: &[u8]) -> bool {
+        let (h, s) = self.shard(key);
+        s.table.find(h, |n| n.key.as_bytes() == key).is_some()
+    }
+
     /// Looks every key up: `keys[i]`'s record, or `None` where the cache does not hold it. Each
     /// shard is locked once, and its keys' slots are all found before any record is touched (the
     /// record's reference count is a locked increment, which would wait for every earlier

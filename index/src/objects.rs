@@ -270,8 +270,9 @@ impl RocksIndex {
     /// random order: on a cold cache those would be random RocksDB lookups, about 3 µs each,
     /// where the scan decodes a record for well under one. Only a hint: if keys were added or
     /// removed since the listing, other records are warmed, and the lookups stay correct
-    /// (the cache's epochs keep a record older than a write out of it). Returns the number of
-    /// records stored.
+    /// (the cache's epochs keep a record older than a write out of it). Records the cache
+    /// already holds are not decoded again (a later epoch finds them all there). Returns the
+    /// number of records stored.
     pub fn warm_objects(&self, bucket_id: u64, prefix: &str, positions: &[usize]) -> Result<usize> {
         let mut positions = positions[..positions.len().min(self.objects.capacity() / 2)].to_vec();
         if positions.is_empty() {
@@ -286,7 +287,7 @@ impl RocksIndex {
         let mut at = 0usize;
         let mut stored = 0;
         while let (Some(&next), Some(k), Some(v)) = (wanted.peek(), it.key(), it.value()) {
-            if at == next {
+            if at == next && !self.objects.contains(k) {
                 let rec: ObjectRecord =
                     records::decode(v).map_err(|reason| IndexError::Corrupt {
                         cf: CF_OBJECTS,
@@ -294,6 +295,8 @@ impl RocksIndex {
                     })?;
                 self.objects.insert_scanned(k, &epochs, &Arc::new(rec));
                 stored += 1;
+            }
+            if at == next {
                 wanted.next();
             }
             at += 1;
@@ -480,6 +483,8 @@ mod tests {
         assert_eq!(cached(&i), vec![None; 5]);
         assert_eq!(i.warm_objects(1, "p/", &[3, 1, 3, 9]).unwrap(), 2);
         assert_eq!(cached(&i), vec![None, Some(1), None, Some(3), None]);
+        // Cached already: nothing decoded again.
+        assert_eq!(i.warm_objects(1, "p/", &[1, 3]).unwrap(), 0);
         i.put_object(1, "p/b", &obj(7)).unwrap();
         assert_eq!(i.get_object(1, "p/b").unwrap().map(|r| r.size), Some(7));
         // Another bucket with the same keys is not touched.

@@ -450,25 +450,21 @@ mod tests {
     fn a_resumed_stream_continues_where_it_stopped() {
         let names: Vec<String> = (0..1000).map(|i| format!("{i:04}.bin")).collect();
         let k = keys(&names);
-        let whole = plan(&k, &q(1, 3, 1, 2)).unwrap();
-        let rest = plan(
-            &k,
-            &StreamQuery {
-                start: 57,
-                ..q(1, 3, 1, 2)
-            },
-        )
-        .unwrap();
+        let from = |start| {
+            plan(
+                &k,
+                &StreamQuery {
+                    start,
+                    ..q(1, 3, 1, 2)
+                },
+            )
+            .unwrap()
+        };
+        let whole = from(0);
+        let rest = from(57);
         assert_eq!(&whole.samples[57..], &rest.samples[..]);
         assert_eq!(rest.worker_samples, whole.worker_samples);
-        let past = plan(
-            &k,
-            &StreamQuery {
-                start: 10_000,
-                ..q(1, 3, 1, 2)
-            },
-        )
-        .unwrap();
+        let past = from(10_000);
         assert!(past.samples.is_empty());
         assert_eq!(whole.listing, rest.listing);
         let mut other = k.clone();

@@ -1,7 +1,7 @@
 //! Batch reads and writes of one node: the plans behind batch GET (epoch streams are read as
-//! batches too), their reads, TAR member indexes, and batch PUT's writer. The S3 layer formats the output (an
-//! [`EntrySink`]); everything here is storage: which records, where they lie, how they are
-//! read and verified.
+//! batches too), their reads, TAR member indexes, and batch PUT's writer. The S3 layer formats
+//! the output (an [`EntrySink`]); everything here is storage: which records, where they lie,
+//! how they are read and verified.
 //!
 //! Reads are planned in windows, emitted in the order asked. Small entries that are whole
 //! records (the usual sample) are read straight into their place in the sink's frame: the
