@@ -78,7 +78,7 @@ class Server:
         env.update(self.extra_env)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [BIN, "serve", "--data-dir", self.data_dir, "--listen", self.listen, *self.extra_args],
+            self.argv(),
             stdout=subprocess.PIPE,
             stderr=log,
             env=env,
@@ -102,6 +102,9 @@ class Server:
             if self.proc.poll() is not None:
                 break
         raise RuntimeError(f"packrat did not start: {buf!r}; log: {self.log_path}")
+
+    def argv(self):
+        return [BIN, "serve", "--data-dir", self.data_dir, "--listen", self.listen, *self.extra_args]
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

@@ -5,6 +5,7 @@
 
 mod admin_client;
 mod bench;
+mod cluster_cmd;
 
 use packrat_gateway::{admin, config, server};
 
@@ -54,6 +55,12 @@ enum Command {
     Serve(ServeArgs),
     /// Administer a server: access keys.
     Admin(AdminArgs),
+    /// Run a storage node of a cluster (its objects, its disks, an internal API).
+    Node(cluster_cmd::NodeArgs),
+    /// Run a stateless S3 gateway in front of a cluster's storage nodes.
+    Gateway(cluster_cmd::GatewayArgs),
+    /// A cluster's map and levers: init, status, placement simulation.
+    Cluster(cluster_cmd::ClusterArgs),
     /// Load an S3 endpoint (packrat or any other) and report ops/s, MB/s and latency.
     Bench(bench::BenchArgs),
 }
@@ -67,9 +74,15 @@ enum IoBackendArg {
 
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Directory holding the index and the segment files; created if missing.
-    #[arg(long, env = "PACKRAT_DATA_DIR", default_value = "./packrat-data")]
-    data_dir: PathBuf,
+    #[command(flatten)]
+    http: HttpArgs,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+/// How the S3 side listens and what it allows (`serve` and `gateway`).
+#[derive(clap::Args)]
+struct HttpArgs {
     /// Address to listen on. Port 0 picks a free port (the address is printed).
     #[arg(long, env = "PACKRAT_LISTEN", default_value = "127.0.0.1:9000")]
     listen: SocketAddr,
@@ -80,9 +93,6 @@ struct ServeArgs {
     /// Path-style addressing always works.
     #[arg(long, env = "PACKRAT_DOMAIN")]
     domain: Option<String>,
-    /// Size in bytes at which a segment file is closed and a new one started.
-    #[arg(long, env = "PACKRAT_SEGMENT_SIZE", default_value_t = SEGMENT_BYTES_DEFAULT)]
-    segment_size: u64,
     /// Most client connections open at once; more are answered 503 SlowDown and closed.
     #[arg(long, env = "PACKRAT_MAX_CONNECTIONS", default_value_t = config::CONNECTIONS_MAX_DEFAULT)]
     max_connections: usize,
@@ -110,6 +120,23 @@ struct ServeArgs {
     /// Most bytes one batch GET may ask for.
     #[arg(long, env = "PACKRAT_BATCH_BYTES_MAX", default_value_t = config::BATCH_BYTES_MAX_DEFAULT)]
     batch_bytes_max: u64,
+    /// Async runtime threads (default: one per core).
+    #[arg(long, env = "PACKRAT_WORKER_THREADS")]
+    worker_threads: Option<usize>,
+    /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
+    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
+    log: String,
+}
+
+/// The local store (`serve` and `node`).
+#[derive(clap::Args)]
+struct StorageArgs {
+    /// Directory holding the index and the segment files; created if missing.
+    #[arg(long, env = "PACKRAT_DATA_DIR", default_value = "./packrat-data")]
+    data_dir: PathBuf,
+    /// Size in bytes at which a segment file is closed and a new one started.
+    #[arg(long, env = "PACKRAT_SEGMENT_SIZE", default_value_t = SEGMENT_BYTES_DEFAULT)]
+    segment_size: u64,
     /// Seconds between background compaction runs (0: only `packrat admin compact`).
     #[arg(long, env = "PACKRAT_COMPACT_INTERVAL", default_value_t = 600)]
     compact_interval: u64,
@@ -169,12 +196,6 @@ struct ServeArgs {
     /// positioned pread calls. The choice is logged at start-up.
     #[arg(long, env = "PACKRAT_IO_BACKEND", value_enum, default_value = "auto")]
     io_backend: IoBackendArg,
-    /// Async runtime threads (default: one per core).
-    #[arg(long, env = "PACKRAT_WORKER_THREADS")]
-    worker_threads: Option<usize>,
-    /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
-    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
-    log: String,
 }
 
 /// `K+M` of --ec.
@@ -315,16 +336,20 @@ fn main() -> ExitCode {
     mask_stop_signals(libc::SIG_BLOCK);
     no_huge_pages();
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Serve(_)) {
+    if !matches!(
+        cli.command,
+        Command::Serve(_) | Command::Node(_) | Command::Gateway(_)
+    ) {
         mask_stop_signals(libc::SIG_UNBLOCK);
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Command::Serve(ServeArgs {
-        worker_threads: Some(n),
-        ..
-    }) = &cli.command
-    {
-        builder.worker_threads((*n).max(1));
+    let threads = match &cli.command {
+        Command::Serve(a) => a.http.worker_threads,
+        Command::Gateway(a) => a.http.worker_threads,
+        _ => None,
+    };
+    if let Some(n) = threads {
+        builder.worker_threads(n.max(1));
     }
     let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
@@ -335,6 +360,9 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => rt.block_on(serve(args)),
+        Command::Node(args) => rt.block_on(cluster_cmd::node(args)),
+        Command::Gateway(args) => rt.block_on(cluster_cmd::gateway(args)),
+        Command::Cluster(args) => rt.block_on(cluster_cmd::cluster(args)),
         Command::Admin(args) => rt.block_on(admin(args)),
         Command::Bench(args) => rt.block_on(bench::run(args)),
     };
@@ -383,46 +411,59 @@ fn root_from_env() -> Result<Option<(String, String)>, String> {
     }
 }
 
-async fn serve(args: ServeArgs) -> Result<(), String> {
+/// Logging to stderr, and the stop signals caught from here on: a SIGTERM during start-up
+/// (recovery can take a while) is a clean stop once the store is open, not death by the
+/// signal.
+fn start_process(log: &str) -> Result<impl std::future::Future<Output = ()>, String> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&args.log))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(log))
         .with_writer(std::io::stderr)
         .init();
-    // The stop signals are caught from here on: a SIGTERM during start-up (recovery can take a
-    // while) is a clean stop once the store is open, not death by the signal.
     let stop = shutdown_signal()?;
     // The handlers are in place: a signal held back since start-up is delivered now (to this
     // thread, the only one that unblocks it).
     mask_stop_signals(libc::SIG_UNBLOCK);
-    let compact_threshold = args.compact_threshold.clamp(0.0, 1.0);
-    let opened = LocalStore::open(LocalOptions {
-        data_dir: args.data_dir.clone(),
-        root: root_from_env()?,
-        disks: args.disks.clone(),
-        ec: args.ec,
-        segment_bytes_max: args.segment_size.max(1024 * 1024),
-        io_backend: match args.io_backend {
+    Ok(stop)
+}
+
+/// Opens the local store `serve` and `node` run.
+fn open_local(
+    storage: &StorageArgs,
+    root: Option<(String, String)>,
+) -> Result<packrat_store::local::Opened, String> {
+    LocalStore::open(LocalOptions {
+        data_dir: storage.data_dir.clone(),
+        root,
+        disks: storage.disks.clone(),
+        ec: storage.ec,
+        segment_bytes_max: storage.segment_size.max(1024 * 1024),
+        io_backend: match storage.io_backend {
             IoBackendArg::Auto => IoBackend::Auto,
             IoBackendArg::Uring => IoBackend::Uring,
             IoBackendArg::Pread => IoBackend::Pread,
         },
-        tiers: args.tiers.clone(),
-        tier_cache_bytes: args.tier_cache_bytes,
-        tier_segment_bytes: args.tier_segment_size,
-        tier_rate: args.tier_rate,
-        compact_interval: Duration::from_secs(args.compact_interval),
-        compact_threshold,
-        compact_grace: Duration::from_secs(args.compact_grace),
-        tier_interval: Duration::from_secs(args.tier_interval),
-        seal_idle: Duration::from_secs(args.seal_idle),
-        scrub_interval: Duration::from_secs(args.scrub_interval),
-        scrub_rate: args.scrub_rate,
-        disk_probe_interval: Duration::from_secs(args.disk_probe_interval),
+        tiers: storage.tiers.clone(),
+        tier_cache_bytes: storage.tier_cache_bytes,
+        tier_segment_bytes: storage.tier_segment_size,
+        tier_rate: storage.tier_rate,
+        compact_interval: Duration::from_secs(storage.compact_interval),
+        compact_threshold: storage.compact_threshold.clamp(0.0, 1.0),
+        compact_grace: Duration::from_secs(storage.compact_grace),
+        tier_interval: Duration::from_secs(storage.tier_interval),
+        seal_idle: Duration::from_secs(storage.seal_idle),
+        scrub_interval: Duration::from_secs(storage.scrub_interval),
+        scrub_rate: storage.scrub_rate,
+        disk_probe_interval: Duration::from_secs(storage.disk_probe_interval),
         ec_upkeep: true,
-        fault_injection: args.fault_injection,
+        fault_injection: storage.fault_injection,
         io: None,
         clock: Arc::new(SystemClock),
-    })?;
+    })
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let stop = start_process(&args.http.log)?;
+    let opened = open_local(&args.storage, root_from_env()?)?;
     if let Some(k) = &opened.generated_root {
         println!(
             "packrat: generated root credentials (shown this once; set PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY to choose your own):"
@@ -430,43 +471,62 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         println!("  access key: {}", k.access_key);
         println!("  secret key: {}", k.secret_key);
     }
-    let listener = listen(args.listen, args.max_connections)
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let config = ServeConfig {
-        data_dir: args.data_dir.clone(),
-        region: args.region,
-        domain: args.domain,
-        max_connections: args.max_connections,
-        body_idle_timeout_secs: args.body_idle_timeout.max(1),
-        batch_items_max: args.batch_items_max,
-        batch_bytes_max: args.batch_bytes_max,
-        max_header_bytes: args.max_header_bytes.max(8192),
-        max_headers: args.max_headers.max(16),
-        header_timeout_secs: args.header_timeout.max(1),
-        compact_threshold,
-        compact_grace_secs: args.compact_grace,
-        fault_injection: args.fault_injection,
-    };
+    let storage = &args.storage;
+    let mut config = serve_config(&args.http, storage.fault_injection);
+    config.data_dir = storage.data_dir.clone();
+    config.compact_threshold = storage.compact_threshold.clamp(0.0, 1.0);
+    config.compact_grace_secs = storage.compact_grace;
     if config.fault_injection {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
     tracing::info!(data_dir = %config.data_dir.display(), region = %config.region, "packrat started");
+    serve_s3(&args.http, Arc::new(opened.store), config, stop).await?;
+    // Every acknowledged write is already durable. The store closes when the last reference
+    // to it goes: its background work ends with the runtime, the commit thread is joined, and
+    // the index is closed after them.
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The S3 side's limits from its flags.
+fn serve_config(http: &HttpArgs, fault_injection: bool) -> ServeConfig {
+    ServeConfig {
+        data_dir: PathBuf::new(),
+        region: http.region.clone(),
+        domain: http.domain.clone(),
+        max_connections: http.max_connections,
+        body_idle_timeout_secs: http.body_idle_timeout.max(1),
+        batch_items_max: http.batch_items_max,
+        batch_bytes_max: http.batch_bytes_max,
+        max_header_bytes: http.max_header_bytes.max(8192),
+        max_headers: http.max_headers.max(16),
+        header_timeout_secs: http.header_timeout.max(1),
+        compact_threshold: 0.5,
+        compact_grace_secs: 0,
+        fault_injection,
+    }
+}
+
+/// Serves S3 over `store` on --listen until `stop`, then drains.
+async fn serve_s3(
+    http: &HttpArgs,
+    store: Arc<dyn packrat_store_api::ObjectStore>,
+    config: ServeConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let listener = listen(http.listen, http.max_connections)
+        .map_err(|e| format!("cannot listen on {}: {e}", http.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
     println!("packrat: listening on http://{addr}");
-    let state = Arc::new(server::AppState::new(Arc::new(opened.store), config));
-    let drain = Duration::from_secs(args.shutdown_timeout);
+    let state = Arc::new(server::AppState::new(store, config));
+    let drain = Duration::from_secs(http.shutdown_timeout);
     let stop = async move {
         stop.await;
         tracing::info!("stop requested; no new connections");
     };
     server::serve(listener, state, stop, drain)
         .await
-        .map_err(|e| e.to_string())?;
-    // Every acknowledged write is already durable. The store closes when the last reference
-    // to it goes: its background work ends with the runtime, the commit thread is joined, and
-    // the index is closed after them.
-    tracing::info!("stopped");
-    Ok(())
+        .map_err(|e| e.to_string())
 }
 
 /// SIGTERM or SIGINT. The handlers are installed when this is called, not when the future is

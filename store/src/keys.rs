@@ -39,6 +39,25 @@ fn invalid(message: impl Into<String>) -> EngineError {
     EngineError(StoreError::Invalid(message.into()))
 }
 
+/// The access and secret key of a key to create (generated where not given), or why the
+/// request breaks the rules. Shared by every store that keeps keys.
+pub fn checked_new_key(new: &NewKey) -> Result<(String, String), &'static str> {
+    if new.name.is_empty() || new.name.len() > 64 {
+        return Err("a key needs a name of 1 to 64 characters");
+    }
+    let access_key = new.access_key.clone().unwrap_or_else(generate_access_key);
+    let secret_key = new.secret_key.clone().unwrap_or_else(generate_secret_key);
+    if !(3..=128).contains(&access_key.len())
+        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Err("an access key is 3 to 128 letters and digits");
+    }
+    if !(8..=128).contains(&secret_key.len()) || !secret_key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("a secret key is 8 to 128 printable characters");
+    }
+    Ok((access_key, secret_key))
+}
+
 /// Creates a key record; `Invalid` if the name or a given key breaks the rules, or the access
 /// key exists.
 pub fn create_key(
@@ -47,19 +66,7 @@ pub fn create_key(
     is_root: bool,
     clock: &dyn Clock,
 ) -> EngineResult<KeyRecord> {
-    if new.name.is_empty() || new.name.len() > 64 {
-        return Err(invalid("a key needs a name of 1 to 64 characters"));
-    }
-    let access_key = new.access_key.unwrap_or_else(generate_access_key);
-    let secret_key = new.secret_key.unwrap_or_else(generate_secret_key);
-    if !(3..=128).contains(&access_key.len())
-        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(invalid("an access key is 3 to 128 letters and digits"));
-    }
-    if !(8..=128).contains(&secret_key.len()) || !secret_key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err(invalid("a secret key is 8 to 128 printable characters"));
-    }
+    let (access_key, secret_key) = checked_new_key(&new).map_err(invalid)?;
     if index.get_key(&access_key)?.is_some() {
         return Err(invalid(format!("access key {access_key} already exists")));
     }

@@ -1,0 +1,178 @@
+//! packrat on many machines: storage nodes (`packrat node`) hold the objects of their
+//! placement groups in their own local stores; stateless gateways (`packrat gateway`) serve S3
+//! through [`store::ClusterStore`]; etcd holds the cluster map, buckets and keys
+//! ([`map`]); the node that wins an etcd election keeps the chains in step with the live nodes
+//! ([`manager`]). See docs/ARCHITECTURE.md, "A cluster".
+
+pub mod manager;
+pub mod map;
+pub mod node;
+pub mod placement;
+pub mod store;
+pub mod wire;
+
+use map::{ClusterMap, Etcd, NodeEntry, NodeState};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A node's lease: a node that has not renewed it for this long is taken out of its chains.
+/// With the manager's half-second rounds, writes to its PGs wait at most about this long.
+pub const LEASE_SECS: i64 = 4;
+
+/// The map as `packrat cluster status` and the admin status show it.
+pub fn status_report(map: &ClusterMap) -> serde_json::Value {
+    let mut per_node: std::collections::BTreeMap<&str, (usize, usize, usize)> = map
+        .nodes
+        .keys()
+        .map(|id| (id.as_str(), (0, 0, 0)))
+        .collect();
+    let mut healthy = 0;
+    for (pg, chain) in map.chains.iter().enumerate() {
+        let readers = map.readers(pg as u32).count();
+        if chain.len() == map.replicas && readers == chain.len() {
+            healthy += 1;
+        }
+        for (i, id) in chain.iter().enumerate() {
+            let e = per_node.entry(id.as_str()).or_default();
+            e.0 += 1;
+            if i == 0 {
+                e.1 += 1;
+            }
+            if map.is_syncing(id, pg as u32) {
+                e.2 += 1;
+            }
+        }
+    }
+    let nodes: Vec<serde_json::Value> = per_node
+        .iter()
+        .map(|(id, (pgs, heads, syncing))| {
+            let n = map.nodes.get(*id);
+            serde_json::json!({
+                "id": id,
+                "addr": n.map(|n| n.addr.clone()),
+                "zone": n.and_then(|n| n.zone.clone()),
+                "state": n.map(|n| n.state),
+                "pgs": pgs,
+                "heads": heads,
+                "syncing": syncing,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "epoch": map.epoch,
+        "pgs": map.pgs,
+        "replicas": map.replicas,
+        "pgs_healthy": healthy,
+        "pgs_degraded": map.pgs as usize - healthy,
+        "nodes": nodes,
+    })
+}
+
+/// Writes a new cluster's map, secret and root key into etcd; refuses if one exists.
+pub async fn init(
+    etcd: &Etcd,
+    pgs: u32,
+    replicas: usize,
+    root: packrat_store_api::admin::AccessKey,
+) -> Result<(), String> {
+    let map = ClusterMap::new(pgs, replicas);
+    let value = serde_json::to_vec(&map).map_err(|e| e.to_string())?;
+    if !etcd.put_if("map", 0, value).await? {
+        return Err(
+            "this etcd already holds a packrat cluster (see `packrat cluster status`)".into(),
+        );
+    }
+    etcd.put("secret", map::new_secret()).await?;
+    store::put_key(etcd, &root)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// A running node's registration: its entry in `nodes/`, and `live/` under a lease kept alive
+/// in the background. Returns the lease id (the node campaigns for manager with it).
+pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
+    // A node keeps the state an operator gave it (draining) across restarts.
+    let state = match etcd.get(&format!("nodes/{}", entry.id)).await? {
+        Some((v, _)) => serde_json::from_slice::<NodeEntry>(&v)
+            .map(|e| e.state)
+            .unwrap_or(NodeState::Active),
+        None => NodeState::Active,
+    };
+    let mut entry = entry.clone();
+    entry.state = state;
+    etcd.put(
+        &format!("nodes/{}", entry.id),
+        serde_json::to_vec(&entry).map_err(|e| e.to_string())?,
+    )
+    .await?;
+    let lease = etcd
+        .client
+        .clone()
+        .lease_grant(LEASE_SECS, None)
+        .await
+        .map_err(|e| format!("etcd: lease: {e}"))?
+        .id();
+    etcd.client
+        .clone()
+        .put(
+            map::key(&format!("live/{}", entry.id)),
+            entry.addr.clone(),
+            Some(etcd_client::PutOptions::new().with_lease(lease)),
+        )
+        .await
+        .map_err(|e| format!("etcd: live key: {e}"))?;
+    let client = etcd.client.clone();
+    tokio::spawn(async move {
+        // Renews the lease three times per period. If the lease is lost (etcd was unreachable
+        // for longer than the lease), the node is out of its chains: it exits so that a
+        // supervisor restarts it, and it rejoins at the tails and catches up.
+        let mut client = client;
+        loop {
+            let kept = async {
+                let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
+                loop {
+                    keeper.keep_alive().await?;
+                    match stream.message().await? {
+                        Some(r) if r.ttl() > 0 => {}
+                        _ => return Ok::<bool, etcd_client::Error>(false),
+                    }
+                    tokio::time::sleep(Duration::from_millis(LEASE_SECS as u64 * 1000 / 3)).await;
+                }
+            };
+            match kept.await {
+                Ok(false) => {
+                    tracing::error!("this node's etcd lease expired; exiting so that it rejoins");
+                    std::process::exit(3);
+                }
+                Ok(true) => {}
+                Err(e) => {
+                    tracing::warn!("etcd lease renewal: {e}");
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+    });
+    Ok(lease)
+}
+
+/// Everything a node runs besides its local store: registration, the manager election, the
+/// resync of PGs it joins, and the internal API on `listener` until `stop`.
+pub async fn run_node(
+    etcd: Etcd,
+    entry: NodeEntry,
+    store: Arc<dyn packrat_store_api::ObjectStore>,
+    listener: tokio::net::TcpListener,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let secret = etcd.secret().await?;
+    let map = etcd.follow_map().await?;
+    let node = node::Node::new(entry.id.clone(), store, map, secret);
+    let lease = register(&etcd, &entry).await?;
+    tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
+    tokio::spawn(node.clone().resync_loop(etcd.clone()));
+    node.serve(listener, stop).await;
+    // Leave at once rather than when the lease runs out.
+    let _ = etcd.client.clone().lease_revoke(lease).await;
+    Ok(())
+}

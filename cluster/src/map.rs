@@ -1,0 +1,336 @@
+//! The cluster map and everything else packrat keeps in etcd.
+//!
+//! Keys, under one prefix (`/packrat/`):
+//!
+//! | key | value | written by |
+//! |---|---|---|
+//! | `map` | [`ClusterMap`] (JSON): epoch, PG count, R, nodes, chains | `cluster init`, the manager |
+//! | `secret` | the cluster secret nodes and gateways authenticate with | `cluster init` |
+//! | `nodes/<id>` | [`NodeEntry`] (JSON): address, zone, weight, state | the node, `cluster drain` |
+//! | `live/<id>` | the node's address, under the node's lease (liveness) | the node |
+//! | `synced/<id>/<pg>` | the epoch a node caught up with a PG for | the node |
+//! | `manager` | the election whose leader runs [`crate::manager`] | nodes |
+//! | `buckets/<name>` | a bucket (JSON) | gateways |
+//! | `bucket-seq` | the last bucket id handed out | gateways |
+//! | `keys/<access key>` | an access key (JSON) | gateways, `cluster init` |
+//!
+//! Object metadata never goes to etcd: it stays in each node's RocksDB index.
+
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+pub const PREFIX: &str = "/packrat/";
+
+pub fn key(rest: &str) -> String {
+    format!("{PREFIX}{rest}")
+}
+
+/// The state of a node in the map.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeState {
+    /// Holds PGs when it is alive.
+    Active,
+    /// Its PGs are moved elsewhere; it keeps serving until they are.
+    Draining,
+}
+
+/// A storage node as registered in etcd.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeEntry {
+    pub id: String,
+    /// Where its internal API listens (`host:port`).
+    pub addr: String,
+    pub zone: Option<String>,
+    pub weight: f64,
+    pub state: NodeState,
+    /// When this run of the node started (microseconds): a node that restarted has a new one,
+    /// and catches up on all its PGs before it serves reads again (it may have missed writes
+    /// while it was away, however briefly).
+    #[serde(default)]
+    pub incarnation: u64,
+}
+
+/// Which nodes hold which PG, in chain order (head first), and since when.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterMap {
+    /// Bumped by every change; requests carry it and nodes refuse older ones (fencing).
+    pub epoch: u64,
+    pub pgs: u32,
+    pub replicas: usize,
+    /// The nodes in the chains, by id.
+    pub nodes: BTreeMap<String, NodeEntry>,
+    /// One chain per PG.
+    pub chains: Vec<Vec<String>>,
+    /// Members still catching up, by node: PG -> the epoch at which it joined the chain. They
+    /// take writes (at the tail) but serve no reads until they report the resync done.
+    #[serde(default)]
+    pub syncing: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+impl ClusterMap {
+    pub fn new(pgs: u32, replicas: usize) -> Self {
+        ClusterMap {
+            epoch: 1,
+            pgs,
+            replicas,
+            nodes: BTreeMap::new(),
+            chains: vec![Vec::new(); pgs as usize],
+            syncing: BTreeMap::new(),
+        }
+    }
+
+    pub fn chain(&self, pg: u32) -> &[String] {
+        self.chains.get(pg as usize).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn is_syncing(&self, node: &str, pg: u32) -> bool {
+        self.syncing
+            .get(node)
+            .is_some_and(|pgs| pgs.contains_key(&pg))
+    }
+
+    /// The members of a PG's chain that serve reads (caught up), in chain order.
+    pub fn readers(&self, pg: u32) -> impl Iterator<Item = &String> {
+        self.chain(pg)
+            .iter()
+            .filter(move |n| !self.is_syncing(n, pg))
+    }
+
+    /// Members a PG's chain needs to take writes: two (one dead node never leaves a write
+    /// with a single copy), or R if R is smaller.
+    pub fn write_quorum(&self) -> usize {
+        self.replicas.min(2)
+    }
+
+    pub fn addr(&self, node: &str) -> Option<&str> {
+        self.nodes.get(node).map(|n| n.addr.as_str())
+    }
+}
+
+/// An etcd client with packrat's operations on it.
+#[derive(Clone)]
+pub struct Etcd {
+    pub client: Client,
+}
+
+pub type EtcdResult<T> = Result<T, String>;
+
+fn etcd_err(what: &str) -> impl Fn(etcd_client::Error) -> String + '_ {
+    move |e| format!("etcd: {what}: {e}")
+}
+
+impl Etcd {
+    /// Connects to any of `endpoints` (`http://host:port`, comma-separated).
+    pub async fn connect(endpoints: &str) -> EtcdResult<Etcd> {
+        let urls: Vec<&str> = endpoints
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if urls.is_empty() {
+            return Err("no etcd endpoint given (--etcd http://HOST:PORT)".into());
+        }
+        let options = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(3));
+        let client = Client::connect(&urls, Some(options))
+            .await
+            .map_err(|e| format!("cannot reach etcd at {endpoints}: {e}"))?;
+        Ok(Etcd { client })
+    }
+
+    pub async fn get(&self, rest: &str) -> EtcdResult<Option<(Vec<u8>, i64)>> {
+        let resp = self
+            .client
+            .clone()
+            .get(key(rest), None)
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| (kv.value().to_vec(), kv.mod_revision())))
+    }
+
+    /// Every key under `PREFIX + rest`, as (key without the prefix, value).
+    pub async fn list(&self, rest: &str) -> EtcdResult<Vec<(String, Vec<u8>)>> {
+        let resp = self
+            .client
+            .clone()
+            .get(key(rest), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| {
+                let k = String::from_utf8_lossy(kv.key());
+                (
+                    k.trim_start_matches(PREFIX).to_string(),
+                    kv.value().to_vec(),
+                )
+            })
+            .collect())
+    }
+
+    pub async fn put(&self, rest: &str, value: impl Into<Vec<u8>>) -> EtcdResult<()> {
+        self.client
+            .clone()
+            .put(key(rest), value, None)
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok(())
+    }
+
+    pub async fn delete(&self, rest: &str) -> EtcdResult<bool> {
+        let resp = self
+            .client
+            .clone()
+            .delete(key(rest), None)
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok(resp.deleted() > 0)
+    }
+
+    /// Writes `value` if the key is unchanged since `revision` (0: if it does not exist).
+    /// `false` if someone else wrote it first.
+    pub async fn put_if(&self, rest: &str, revision: i64, value: Vec<u8>) -> EtcdResult<bool> {
+        let k = key(rest);
+        let cmp = if revision == 0 {
+            Compare::version(k.clone(), CompareOp::Equal, 0)
+        } else {
+            Compare::mod_revision(k.clone(), CompareOp::Equal, revision)
+        };
+        let txn = Txn::new()
+            .when([cmp])
+            .and_then([TxnOp::put(k, value, None)]);
+        let resp = self.client.clone().txn(txn).await.map_err(etcd_err(rest))?;
+        Ok(resp.succeeded())
+    }
+
+    /// Deletes the key if it is unchanged since `revision`.
+    pub async fn delete_if(&self, rest: &str, revision: i64) -> EtcdResult<bool> {
+        let k = key(rest);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.clone(), CompareOp::Equal, revision)])
+            .and_then([TxnOp::delete(k, None)]);
+        let resp = self.client.clone().txn(txn).await.map_err(etcd_err(rest))?;
+        Ok(resp.succeeded())
+    }
+
+    /// The cluster map and its revision; an error if the cluster was never initialised.
+    pub async fn map(&self) -> EtcdResult<(ClusterMap, i64)> {
+        let (value, rev) = self
+            .get("map")
+            .await?
+            .ok_or("no packrat cluster in this etcd: run `packrat cluster init` first")?;
+        let map =
+            serde_json::from_slice(&value).map_err(|e| format!("etcd: bad cluster map: {e}"))?;
+        Ok((map, rev))
+    }
+
+    pub async fn secret(&self) -> EtcdResult<String> {
+        let (value, _) = self
+            .get("secret")
+            .await?
+            .ok_or("no cluster secret in etcd: run `packrat cluster init` first")?;
+        String::from_utf8(value).map_err(|_| "etcd: the cluster secret is not text".into())
+    }
+
+    /// Follows the map: sends every new version on the returned channel. Keeps going through
+    /// etcd outages (the last map stays in use meanwhile) until the receiver is dropped.
+    pub async fn follow_map(
+        &self,
+    ) -> EtcdResult<tokio::sync::watch::Receiver<std::sync::Arc<ClusterMap>>> {
+        let (map, _) = self.map().await?;
+        let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(map));
+        let etcd = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if tx.is_closed() {
+                    return;
+                }
+                // A watch from the map's current state; on any error, read it again after a
+                // pause (etcd restarting, a compaction) and watch anew.
+                let watched = async {
+                    let (map, rev) = etcd.map().await?;
+                    publish(&tx, map);
+                    let mut stream = etcd
+                        .client
+                        .clone()
+                        .watch(
+                            key("map"),
+                            Some(etcd_client::WatchOptions::new().with_start_revision(rev + 1)),
+                        )
+                        .await
+                        .map_err(etcd_err("watch map"))?;
+                    while let Some(resp) = stream.message().await.map_err(etcd_err("watch map"))? {
+                        for ev in resp.events() {
+                            if let Some(kv) = ev.kv()
+                                && let Ok(map) = serde_json::from_slice::<ClusterMap>(kv.value())
+                            {
+                                publish(&tx, map);
+                            }
+                        }
+                        if tx.is_closed() {
+                            return Ok(());
+                        }
+                    }
+                    Ok::<(), String>(())
+                };
+                if let Err(e) = watched.await {
+                    tracing::warn!("following the cluster map: {e}; using the last one meanwhile");
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        Ok(rx)
+    }
+}
+
+/// Sends `map` unless what the channel holds is as new.
+fn publish(tx: &tokio::sync::watch::Sender<std::sync::Arc<ClusterMap>>, map: ClusterMap) {
+    tx.send_if_modified(|cur| {
+        if map.epoch > cur.epoch {
+            *cur = std::sync::Arc::new(map);
+            true
+        } else {
+            false
+        }
+    });
+}
+
+/// A bucket as etcd keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BucketRecord {
+    pub id: u64,
+    pub name: String,
+    pub owner_id: String,
+    pub owner_name: String,
+    pub created_ms: i64,
+    pub public_read: bool,
+    #[serde(default)]
+    pub lifecycle: Option<Vec<packrat_store_api::lifecycle::Rule>>,
+}
+
+/// Every bucket in etcd.
+pub async fn bucket_records(etcd: &Etcd) -> EtcdResult<Vec<BucketRecord>> {
+    Ok(etcd
+        .list("buckets/")
+        .await?
+        .iter()
+        .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+        .collect())
+}
+
+/// A random secret of 32 bytes, hex.
+pub fn new_secret() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 32];
+    rand::rng().fill_bytes(&mut b);
+    hex::encode(b)
+}

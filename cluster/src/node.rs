@@ -1,0 +1,1069 @@
+//! `packrat node`: a storage node. It keeps the objects of the PGs it serves in its own local
+//! store (RocksDB index, segments, erasure coding across its disks), and answers the internal
+//! API of [`crate::wire`]: chain writes and deletes, reads, PG listings.
+//!
+//! **Chain replication** (CRAQ, as DeepSeek's 3FS does it): a write enters at the PG's head,
+//! which gives it a version (`cv`: microseconds since the epoch, above every version the key
+//! had), makes it durable, forwards it to the next member and answers once the rest of the
+//! chain has answered, so an acknowledged write is durable on every member. Each member marks
+//! the key dirty while its write is on the way down the chain; a read of a dirty key goes to
+//! the tail, whose copy is committed by definition. A member applies a version only if it is
+//! newer than what it has (a delete leaves a tombstone with its version), so replays, resyncs
+//! and writes that overtake each other never bring back older data.
+//!
+//! A local bucket `o-<bucket id>` holds a cluster bucket's objects (the version is kept in the
+//! object's metadata under [`CV_META`]), `t-<bucket id>` its tombstones.
+
+use crate::map::{ClusterMap, Etcd};
+use crate::placement::pg_of;
+use crate::wire::{
+    CV_HEADER, CV_META, EPOCH_HEADER, NodeClient, PUT_HEADER, SECRET_HEADER, WireEntry, WireError,
+    WireMeta, WirePage, WirePut, WireRefusal, decode, encode,
+};
+use base64::Engine;
+use bytes::Bytes;
+use http::{Method, Response, StatusCode};
+use http_body_util::{BodyExt, StreamBody};
+use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::{
+    Bucket, ByteSource, ListQuery, NewBucket, ObjectInfo, ObjectStore, PutObject, StoreError,
+    StoreResult,
+};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::watch;
+
+type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
+
+const LOCK_STRIPES: usize = 1024;
+/// How long a forward down the chain may take before the write fails (and is retried by the
+/// gateway under a newer map).
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Exact-version lookups kept for reads that follow a metadata request.
+const RECENT_MAX: usize = 16_384;
+
+pub struct Node {
+    pub id: String,
+    store: Arc<dyn ObjectStore>,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    secret: String,
+    client: NodeClient,
+    locks: Vec<tokio::sync::Mutex<()>>,
+    /// Keys whose newest write here is not yet acknowledged by the rest of the chain, with
+    /// that write's version.
+    dirty: Mutex<HashMap<(u64, String), u64>>,
+    last_cv: AtomicU64,
+    buckets: Mutex<HashMap<String, Bucket>>,
+    /// Object versions handed out by metadata requests, so that the read that follows gets
+    /// exactly that version even if a newer one landed in between.
+    recent: Mutex<HashMap<(u64, String, u64), ObjectInfo>>,
+}
+
+/// Why a request could not be served here.
+enum Fail {
+    /// 409: go elsewhere (an old epoch, not the head, a dirty copy).
+    Refused(String),
+    Store(StoreError),
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Self {
+        Fail::Store(e)
+    }
+}
+
+fn body_of(
+    b: impl Into<Bytes>,
+) -> http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error> {
+    http_body_util::Full::new(b.into())
+        .map_err(|e| match e {})
+        .boxed_unsync()
+}
+
+fn answer(status: u16, body: impl Into<Bytes>) -> NodeResp {
+    let mut r = Response::new(body_of(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+fn json<T: serde::Serialize>(status: u16, v: &T) -> NodeResp {
+    answer(status, serde_json::to_vec(v).unwrap_or_default())
+}
+
+/// One piece of bytes as a write's source.
+pub struct OnePiece(pub Option<Bytes>);
+
+#[async_trait::async_trait]
+impl ByteSource for OnePiece {
+    async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
+        Ok(self.0.take())
+    }
+    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+}
+
+pub fn cv_of(info: &ObjectInfo) -> u64 {
+    info.attrs
+        .user_meta
+        .iter()
+        .find(|(k, _)| k == CV_META)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An object's metadata on the wire, without the version entry in its user metadata.
+pub fn meta_of(info: &ObjectInfo) -> WireMeta {
+    let mut put = WirePut::default();
+    let mut attrs = info.attrs.clone();
+    attrs.user_meta.retain(|(k, _)| k != CV_META);
+    put.set_attrs(attrs);
+    WireMeta {
+        size: info.size,
+        etag: info.etag.clone(),
+        put,
+        checksum: info
+            .checksum
+            .as_ref()
+            .map(|c| (c.algorithm.clone(), c.value.clone(), c.kind.clone())),
+        part_sizes: info.part_sizes.clone(),
+        cv: cv_of(info),
+    }
+}
+
+fn query(q: Option<&str>) -> HashMap<String, String> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            Some((decode(k)?, decode(v)?))
+        })
+        .collect()
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+impl Node {
+    pub fn new(
+        id: String,
+        store: Arc<dyn ObjectStore>,
+        map: watch::Receiver<Arc<ClusterMap>>,
+        secret: String,
+    ) -> Arc<Node> {
+        Arc::new(Node {
+            id,
+            store,
+            map,
+            client: NodeClient::new(secret.clone()),
+            secret,
+            locks: (0..LOCK_STRIPES)
+                .map(|_| tokio::sync::Mutex::new(()))
+                .collect(),
+            dirty: Mutex::new(HashMap::new()),
+            last_cv: AtomicU64::new(0),
+            buckets: Mutex::new(HashMap::new()),
+            recent: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Serves the internal API on `listener` until `stop` resolves.
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        stop: impl std::future::Future<Output = ()>,
+    ) {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                accepted = listener.accept() => {
+                    let Ok((stream, _)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let node = self.clone();
+                    let svc = hyper::service::service_fn(move |req| {
+                        let node = node.clone();
+                        async move { Ok::<_, std::convert::Infallible>(node.handle(req).await) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                    let conn = graceful.watch(conn);
+                    tokio::spawn(async move {
+                        let _ = conn.await;
+                    });
+                }
+                _ = &mut stop => break,
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
+    }
+
+    async fn handle(self: Arc<Self>, req: http::Request<hyper::body::Incoming>) -> NodeResp {
+        let secret_ok = req
+            .headers()
+            .get(SECRET_HEADER)
+            .is_some_and(|v| constant_time_eq(v.as_bytes(), self.secret.as_bytes()));
+        if !secret_ok {
+            return answer(403, "cluster secret missing or wrong");
+        }
+        let epoch: u64 = req
+            .headers()
+            .get(EPOCH_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        let result = self.route(req, epoch).await;
+        match result {
+            Ok(resp) => resp,
+            Err(Fail::Refused(reason)) => json(
+                409,
+                &WireRefusal {
+                    reason,
+                    epoch: self.map.borrow().epoch,
+                },
+            ),
+            Err(Fail::Store(e)) => {
+                let (status, body) = WireError::of(&e);
+                if status >= 500 {
+                    tracing::warn!("internal API: {e}");
+                }
+                json(status, &body)
+            }
+        }
+    }
+
+    async fn route(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+        epoch: u64,
+    ) -> Result<NodeResp, Fail> {
+        let path = req.uri().path().to_string();
+        let q = query(req.uri().query());
+        let method = req.method().clone();
+        if let Some(rest) = path.strip_prefix("/l/") {
+            let bid: u64 = rest
+                .parse()
+                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let map = self.map_at(epoch).await?;
+            return Ok(json(200, &self.list(&map, bid, &q).await?));
+        }
+        let Some(rest) = path.strip_prefix("/o/") else {
+            return Ok(answer(404, "no such route"));
+        };
+        let mut parts = rest.splitn(3, '/');
+        let (Some(bid), Some(pg), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+            return Ok(answer(404, "no such route"));
+        };
+        let (Ok(bid), Ok(pg), Some(key)) = (bid.parse::<u64>(), pg.parse::<u32>(), decode(key))
+        else {
+            return Ok(answer(400, "bad object path"));
+        };
+        let map = self.map_at(epoch).await?;
+        if pg_of(bid, &key, map.pgs) != pg {
+            return Ok(answer(400, "the key is not in that PG"));
+        }
+        let cv: Option<u64> = req
+            .headers()
+            .get(CV_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        match method {
+            Method::PUT => {
+                let put: WirePut = req
+                    .headers()
+                    .get(PUT_HEADER)
+                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
+                    .ok_or_else(|| StoreError::Invalid("no write description".into()))?;
+                let body = req
+                    .into_body()
+                    .collect()
+                    .await
+                    .map_err(|e| StoreError::Unavailable(format!("write body: {e}")))?
+                    .to_bytes();
+                let meta = self
+                    .write(&map, bid, pg, &key, cv, Some((put, body)))
+                    .await?;
+                Ok(json(200, &meta))
+            }
+            Method::DELETE => {
+                self.write(&map, bid, pg, &key, cv, None).await?;
+                Ok(answer(204, Bytes::new()))
+            }
+            Method::GET if q.contains_key("meta") => {
+                let info = self
+                    .read_meta(&map, bid, pg, &key, q.contains_key("any"))
+                    .await?;
+                Ok(json(200, &meta_of(&info)))
+            }
+            Method::GET => {
+                let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
+                let (Some(want), Some(start), Some(end)) = (num("cv"), num("start"), num("end"))
+                else {
+                    return Ok(answer(400, "cv, start and end are needed"));
+                };
+                self.read_bytes(bid, &key, want, start, end).await
+            }
+            _ => Ok(answer(405, "method not allowed")),
+        }
+    }
+
+    /// The map a request was routed by: ours if the epochs agree. A request from a newer map
+    /// waits (briefly) for ours to catch up; one from an older map is refused, so a node or
+    /// gateway that missed a change cannot act on it (fencing).
+    async fn map_at(&self, epoch: u64) -> Result<Arc<ClusterMap>, Fail> {
+        let current = self.map.borrow().clone();
+        if current.epoch == epoch {
+            return Ok(current);
+        }
+        if epoch < current.epoch {
+            return Err(Fail::Refused(format!(
+                "epoch {epoch} is older than this node's {}",
+                current.epoch
+            )));
+        }
+        let mut rx = self.map.clone();
+        let caught_up =
+            tokio::time::timeout(Duration::from_secs(2), rx.wait_for(|m| m.epoch >= epoch)).await;
+        let current = self.map.borrow().clone();
+        match caught_up {
+            Ok(Ok(_)) if current.epoch == epoch => Ok(current),
+            _ => Err(Fail::Refused(format!(
+                "epoch {epoch} is not this node's ({})",
+                current.epoch
+            ))),
+        }
+    }
+
+    fn lock_of(&self, bid: u64, key: &str) -> &tokio::sync::Mutex<()> {
+        let h = pg_of(bid, key, LOCK_STRIPES as u32);
+        &self.locks[h as usize]
+    }
+
+    /// The local bucket `name`, created on first use.
+    async fn local_bucket(&self, name: String) -> StoreResult<Bucket> {
+        if let Some(b) = self.buckets.lock().ok().and_then(|m| m.get(&name).cloned()) {
+            return Ok(b);
+        }
+        let b = match self.store.bucket(&name)? {
+            Some(b) => b,
+            None => match self
+                .store
+                .create_bucket(NewBucket {
+                    name: name.clone(),
+                    owner_id: "packrat-cluster".into(),
+                    owner_name: "packrat-cluster".into(),
+                    created_ms: (now_micros() / 1000) as i64,
+                    public_read: false,
+                })
+                .await
+            {
+                Ok(b) => b,
+                Err(StoreError::BucketExists) => {
+                    self.store.bucket(&name)?.ok_or(StoreError::NoSuchBucket)?
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        if let Ok(mut m) = self.buckets.lock() {
+            m.insert(name, b.clone());
+        }
+        Ok(b)
+    }
+
+    /// The object and the tombstone versions this node has of a key.
+    async fn current(
+        &self,
+        objects: &Bucket,
+        tombs: &Bucket,
+        key: &str,
+    ) -> StoreResult<(Option<ObjectInfo>, u64)> {
+        let obj = self.store.head_object(objects, key).await?;
+        let tomb = self
+            .store
+            .head_object(tombs, key)
+            .await?
+            .map_or(0, |t| cv_of(&t));
+        Ok((obj, tomb))
+    }
+
+    fn next_cv(&self, above: u64) -> u64 {
+        let mut prev = self.last_cv.load(Ordering::Relaxed);
+        loop {
+            let next = now_micros().max(prev + 1).max(above + 1);
+            match self
+                .last_cv
+                .compare_exchange(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(p) => prev = p,
+            }
+        }
+    }
+
+    /// A chain write (`Some((put, body))`) or delete (`None`): applied here if newer than
+    /// what this node has, then forwarded to the next member; answers once the chain has.
+    async fn write(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        put: Option<(WirePut, Bytes)>,
+    ) -> Result<Option<WireMeta>, Fail> {
+        let chain = map.chain(pg);
+        let Some(pos) = chain.iter().position(|n| *n == self.id) else {
+            return Err(Fail::Refused(format!("not a member of PG {pg}")));
+        };
+        let at_head = cv.is_none();
+        if at_head != (pos == 0) {
+            return Err(Fail::Refused(format!(
+                "{} the head of PG {pg}",
+                if at_head { "not" } else { "already" }
+            )));
+        }
+        if at_head && chain.len() < map.write_quorum() {
+            return Err(StoreError::Unavailable(format!(
+                "PG {pg} has {} of {} replicas alive, fewer than the {} a write needs",
+                chain.len(),
+                map.replicas,
+                map.write_quorum()
+            ))
+            .into());
+        }
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let tombs = self.local_bucket(format!("t-{bid}")).await?;
+        let guard = self.lock_of(bid, key).lock().await;
+        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
+        let have = obj.as_ref().map_or(0, cv_of).max(tomb);
+        let cv = match cv {
+            Some(v) => v,
+            None => self.next_cv(have),
+        };
+        let mut meta = obj.as_ref().map(meta_of);
+        if cv > have {
+            if let Ok(mut d) = self.dirty.lock() {
+                d.insert((bid, key.to_string()), cv);
+            }
+            match &put {
+                Some((wput, body)) => {
+                    let mut attrs = wput.attrs();
+                    attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+                    let b64 = |s: &Option<String>| {
+                        s.as_deref()
+                            .map(|v| base64::engine::general_purpose::STANDARD.decode(v))
+                            .transpose()
+                            .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
+                    };
+                    let md5 = b64(&wput.content_md5)?
+                        .map(|v| <[u8; 16]>::try_from(v.as_slice()))
+                        .transpose()
+                        .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))?;
+                    let info = self
+                        .store
+                        .put_object(
+                            &objects,
+                            key,
+                            &mut OnePiece(Some(body.clone())),
+                            PutObject {
+                                attrs,
+                                checksum: wput.checksum_algorithm()?,
+                                expected_checksum: b64(&wput.expected_checksum)?,
+                                content_md5: md5,
+                                // Decided once, at the head, against its committed copy.
+                                condition: if at_head {
+                                    wput.condition()
+                                } else {
+                                    Default::default()
+                                },
+                            },
+                        )
+                        .await;
+                    let info = match info {
+                        Ok(i) => i,
+                        Err(e) => {
+                            self.clear_dirty(bid, key, cv);
+                            return Err(e.into());
+                        }
+                    };
+                    if tomb > 0 {
+                        self.store.delete_object(&tombs, key).await?;
+                    }
+                    meta = Some(meta_of(&info));
+                }
+                None => {
+                    let mut tomb_attrs = packrat_store_api::ObjectAttrs::default();
+                    tomb_attrs
+                        .user_meta
+                        .push((CV_META.to_string(), cv.to_string()));
+                    self.store
+                        .put_object(
+                            &tombs,
+                            key,
+                            &mut OnePiece(None),
+                            PutObject {
+                                attrs: tomb_attrs,
+                                ..Default::default()
+                            },
+                        )
+                        .await?;
+                    if obj.is_some() {
+                        self.store.delete_object(&objects, key).await?;
+                    }
+                    meta = None;
+                }
+            }
+        }
+        // The next member gets it after this one made it durable; the key stays locked here
+        // meanwhile, so writes of one key reach every member in the head's order.
+        if let Some(next) = chain.get(pos + 1) {
+            let addr = map.addr(next).ok_or_else(|| {
+                StoreError::internal("cluster map", format!("no address for {next}"))
+            })?;
+            let path = format!("/o/{bid}/{pg}/{}", encode(key));
+            let mut headers = vec![(CV_HEADER, cv.to_string())];
+            let (method, body) = match &put {
+                Some((wput, body)) => {
+                    let mut wput = wput.clone();
+                    wput.if_match = None;
+                    wput.if_none_match_any = false;
+                    headers.push((
+                        PUT_HEADER,
+                        serde_json::to_string(&wput)
+                            .map_err(|e| StoreError::internal("write description", e))?,
+                    ));
+                    (Method::PUT, body.clone())
+                }
+                None => (Method::DELETE, Bytes::new()),
+            };
+            // An unreachable successor is a broken chain, not a failed write: the gateway
+            // retries on the map that replaces it.
+            let sent = self
+                .client
+                .send(
+                    method,
+                    addr,
+                    &path,
+                    map.epoch,
+                    &headers,
+                    body,
+                    FORWARD_TIMEOUT,
+                )
+                .await;
+            let ans = match sent {
+                Ok(a) => a,
+                Err(StoreError::Unavailable(why)) => {
+                    return Err(Fail::Refused(format!("successor {next}: {why}")));
+                }
+                Err(e) => return Err(e.into()),
+            };
+            if ans.status == 409 {
+                let r: WireRefusal = ans.json().await?;
+                return Err(Fail::Refused(format!("{next}: {}", r.reason)));
+            }
+            if !(200..300).contains(&ans.status) {
+                return Err(ans.error().await.into());
+            }
+        }
+        self.clear_dirty(bid, key, cv);
+        drop(guard);
+        if let Some(m) = meta.as_mut() {
+            m.cv = m.cv.max(cv);
+        }
+        Ok(meta)
+    }
+
+    fn clear_dirty(&self, bid: u64, key: &str, cv: u64) {
+        if let Ok(mut d) = self.dirty.lock() {
+            let k = (bid, key.to_string());
+            if d.get(&k).is_some_and(|pending| *pending <= cv) {
+                d.remove(&k);
+            }
+        }
+    }
+
+    fn is_dirty(&self, bid: u64, key: &str) -> bool {
+        self.dirty
+            .lock()
+            .is_ok_and(|d| d.contains_key(&(bid, key.to_string())))
+    }
+
+    /// An object's metadata, if this node may answer for it: a caught-up member whose copy is
+    /// committed (the tail's always is). `any` (a resync) skips the dirty check.
+    async fn read_meta(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        any: bool,
+    ) -> Result<ObjectInfo, Fail> {
+        let chain = map.chain(pg);
+        if !chain.contains(&self.id) || map.is_syncing(&self.id, pg) {
+            return Err(Fail::Refused(format!("not a reader of PG {pg}")));
+        }
+        let is_tail = chain.last().is_some_and(|n| *n == self.id);
+        if !any && !is_tail && self.is_dirty(bid, key) {
+            return Err(Fail::Refused("dirty: ask the tail".into()));
+        }
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let info = self
+            .store
+            .head_object(&objects, key)
+            .await?
+            .ok_or(StoreError::NoSuchKey)?;
+        if let Ok(mut r) = self.recent.lock() {
+            if r.len() >= RECENT_MAX {
+                r.clear();
+            }
+            r.insert((bid, key.to_string(), cv_of(&info)), info.clone());
+        }
+        Ok(info)
+    }
+
+    /// Bytes `[start, end)` of version `want` of a key, streamed as the local store verifies
+    /// them.
+    async fn read_bytes(
+        &self,
+        bid: u64,
+        key: &str,
+        want: u64,
+        start: u64,
+        end: u64,
+    ) -> Result<NodeResp, Fail> {
+        let cached = self
+            .recent
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&(bid, key.to_string(), want)).cloned());
+        let info = match cached {
+            Some(i) => i,
+            None => {
+                let objects = self.local_bucket(format!("o-{bid}")).await?;
+                let info = self
+                    .store
+                    .head_object(&objects, key)
+                    .await?
+                    .ok_or(StoreError::NoSuchKey)?;
+                if cv_of(&info) != want {
+                    return Err(Fail::Refused("the version asked for is gone".into()));
+                }
+                info
+            }
+        };
+        let mut reader = self.store.read_object(&info, start, end)?;
+        // A single piece is read before answering, so a failed read is an error, not a cut.
+        if reader.is_single_piece() {
+            let piece = reader.next().await?.unwrap_or_default();
+            return Ok(answer(200, piece));
+        }
+        let stream = futures_util::stream::unfold(reader, |mut r| async move {
+            match r.next().await {
+                Ok(Some(b)) => Some((Ok(hyper::body::Frame::data(b)), r)),
+                Ok(None) => None,
+                Err(e) => Some((Err(std::io::Error::other(e.to_string())), r)),
+            }
+        });
+        let mut resp = Response::new(StreamBody::new(stream).boxed_unsync());
+        *resp.status_mut() = StatusCode::OK;
+        Ok(resp)
+    }
+
+    /// A page of this node's objects (or, with `tombstones`, tombstones) of the PGs asked.
+    async fn list(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        q: &HashMap<String, String>,
+    ) -> Result<WirePage, Fail> {
+        let pgs: HashSet<u32> = q
+            .get("pgs")
+            .map(|s| s.split(',').filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default();
+        let tombstones = q.contains_key("tombstones");
+        let prefix = q.get("prefix").cloned().unwrap_or_default();
+        let delimiter = q.get("delimiter").filter(|d| !d.is_empty()).cloned();
+        let max: usize = q
+            .get("max")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(1000)
+            .clamp(1, 10_000);
+        let mut after = q.get("after").cloned();
+        let bucket = self
+            .local_bucket(format!("{}-{bid}", if tombstones { "t" } else { "o" }))
+            .await?;
+        let mut page = WirePage::default();
+        'pages: loop {
+            let local = self
+                .store
+                .list_objects(
+                    &bucket,
+                    &ListQuery {
+                        prefix: prefix.clone(),
+                        delimiter: None,
+                        after: after.clone(),
+                        max_keys: 1000,
+                    },
+                )
+                .await?;
+            for o in &local.objects {
+                after = Some(o.key.clone());
+                if !pgs.contains(&pg_of(bid, &o.key, map.pgs)) {
+                    continue;
+                }
+                if page.entries.len() >= max {
+                    page.truncated = true;
+                    break 'pages;
+                }
+                if let Some(d) = &delimiter
+                    && let Some(i) = o.key[prefix.len()..].find(d.as_str())
+                {
+                    let cp = o.key[..prefix.len() + i + d.len()].to_string();
+                    page.entries.push(WireEntry {
+                        key: cp.clone(),
+                        prefix: true,
+                        deleted: false,
+                        size: 0,
+                        etag: String::new(),
+                        last_modified_ms: 0,
+                        checksum: None,
+                        storage_class: None,
+                        cv: 0,
+                    });
+                    // Skip the rest of the common prefix.
+                    after = Some(format!("{cp}{}", char::MAX));
+                    continue 'pages;
+                }
+                let cv = if tombstones {
+                    self.store
+                        .head_object(&bucket, &o.key)
+                        .await?
+                        .map_or(0, |t| cv_of(&t))
+                } else {
+                    0
+                };
+                page.entries.push(WireEntry {
+                    deleted: tombstones,
+                    cv,
+                    prefix: false,
+                    ..entry_of(o)
+                });
+            }
+            if !local.truncated {
+                break;
+            }
+        }
+        Ok(page)
+    }
+
+    /// Catches up on the PGs this node joined, from a caught-up member, and reports each one
+    /// done in etcd. Runs for the node's life.
+    pub async fn resync_loop(self: Arc<Self>, etcd: Etcd) {
+        let mut rx = self.map.clone();
+        let mut done: HashSet<(u32, u64)> = HashSet::new();
+        loop {
+            let map = rx.borrow_and_update().clone();
+            let mine: Vec<(u32, u64)> = map
+                .syncing
+                .get(&self.id)
+                .map(|m| m.iter().map(|(p, e)| (*p, *e)).collect())
+                .unwrap_or_default();
+            let mut pending = false;
+            for (pg, since) in mine {
+                if done.contains(&(pg, since)) {
+                    continue;
+                }
+                let bids = match crate::map::bucket_records(&etcd).await {
+                    Ok(b) => b.into_iter().map(|b| b.id).collect::<Vec<u64>>(),
+                    Err(e) => {
+                        tracing::debug!("resync: {e}");
+                        pending = true;
+                        break;
+                    }
+                };
+                match self.resync_pg(&map, pg, &bids).await {
+                    Ok(n) => {
+                        tracing::info!(pg, objects = n, "caught up");
+                        if etcd
+                            .put(&format!("synced/{}/{pg}", self.id), since.to_string())
+                            .await
+                            .is_ok()
+                        {
+                            done.insert((pg, since));
+                        } else {
+                            pending = true;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(pg, "resync: {e}");
+                        pending = true;
+                    }
+                }
+                if rx.has_changed().unwrap_or(false) {
+                    break;
+                }
+            }
+            let wait = if pending {
+                Duration::from_millis(500)
+            } else {
+                Duration::from_secs(3600)
+            };
+            let _ = tokio::time::timeout(wait, rx.changed()).await;
+        }
+    }
+
+    /// Copies what a caught-up member has of `pg` and this node lacks (newer versions,
+    /// tombstones), and drops what this node has that the member neither has nor had
+    /// (writes that never committed before this node went away).
+    async fn resync_pg(&self, map: &ClusterMap, pg: u32, bids: &[u64]) -> Result<usize, String> {
+        let source = map
+            .readers(pg)
+            .find(|n| **n != self.id)
+            .cloned()
+            .ok_or_else(|| format!("PG {pg} has no caught-up member to copy from"))?;
+        let addr = map.addr(&source).ok_or("no address")?.to_string();
+        let floor = now_micros();
+        let mut copied = 0;
+        for bid in bids {
+            copied += self.resync_bucket(map, pg, *bid, &addr, floor).await?;
+        }
+        Ok(copied)
+    }
+
+    async fn resync_bucket(
+        &self,
+        map: &ClusterMap,
+        pg: u32,
+        bid: u64,
+        addr: &str,
+        floor: u64,
+    ) -> Result<usize, String> {
+        let e = |e: StoreError| e.to_string();
+        let source_keys = |tombstones: bool| {
+            let addr = addr.to_string();
+            async move {
+                let mut out = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let mut path = format!("/l/{bid}?pgs={pg}&max=1000");
+                    if tombstones {
+                        path.push_str("&tombstones");
+                    }
+                    if let Some(a) = &after {
+                        path.push_str(&format!("&after={}", encode(a)));
+                    }
+                    let ans = self
+                        .client
+                        .send(
+                            Method::GET,
+                            &addr,
+                            &path,
+                            map.epoch,
+                            &[],
+                            Bytes::new(),
+                            FORWARD_TIMEOUT,
+                        )
+                        .await
+                        .map_err(e)?;
+                    if ans.status != 200 {
+                        return Err(format!("listing from {addr}: {}", ans.error().await));
+                    }
+                    let page: WirePage = ans.json().await.map_err(e)?;
+                    after = page.entries.last().map(|x| x.key.clone());
+                    out.extend(page.entries);
+                    if !page.truncated {
+                        return Ok(out);
+                    }
+                }
+            }
+        };
+        let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
+        let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;
+        let mut copied = 0;
+        let theirs = source_keys(false).await?;
+        let their_tombs = source_keys(true).await?;
+        let mut known: HashSet<&str> = theirs.iter().map(|x| x.key.as_str()).collect();
+        known.extend(their_tombs.iter().map(|x| x.key.as_str()));
+        for t in &their_tombs {
+            let _g = self.lock_of(bid, &t.key).lock().await;
+            let (obj, tomb) = self.current(&objects, &tombs, &t.key).await.map_err(e)?;
+            if t.cv > obj.as_ref().map_or(0, cv_of).max(tomb) {
+                let mut attrs = packrat_store_api::ObjectAttrs::default();
+                attrs
+                    .user_meta
+                    .push((CV_META.to_string(), t.cv.to_string()));
+                self.store
+                    .put_object(
+                        &tombs,
+                        &t.key,
+                        &mut OnePiece(None),
+                        PutObject {
+                            attrs,
+                            ..Default::default()
+                        },
+                    )
+                    .await
+                    .map_err(e)?;
+                if obj.is_some() {
+                    self.store
+                        .delete_object(&objects, &t.key)
+                        .await
+                        .map_err(e)?;
+                }
+            }
+        }
+        for o in &theirs {
+            let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(&o.key));
+            let ans = self
+                .client
+                .send(
+                    Method::GET,
+                    addr,
+                    &path,
+                    map.epoch,
+                    &[],
+                    Bytes::new(),
+                    FORWARD_TIMEOUT,
+                )
+                .await
+                .map_err(e)?;
+            if ans.status == 404 {
+                continue;
+            }
+            if ans.status != 200 {
+                return Err(format!("{}: {}", o.key, ans.error().await));
+            }
+            let meta: WireMeta = ans.json().await.map_err(e)?;
+            {
+                let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
+                if meta.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
+                    continue;
+                }
+            }
+            let path = format!(
+                "/o/{bid}/{pg}/{}?cv={}&start=0&end={}",
+                encode(&o.key),
+                meta.cv,
+                meta.size
+            );
+            let ans = self
+                .client
+                .send(
+                    Method::GET,
+                    addr,
+                    &path,
+                    map.epoch,
+                    &[],
+                    Bytes::new(),
+                    FORWARD_TIMEOUT,
+                )
+                .await
+                .map_err(e)?;
+            if ans.status == 409 {
+                continue; // overwritten meanwhile: the newer write reaches this node by the chain
+            }
+            if ans.status != 200 {
+                return Err(format!("{}: {}", o.key, ans.error().await));
+            }
+            let body = ans.bytes().await.map_err(e)?;
+            let _g = self.lock_of(bid, &o.key).lock().await;
+            let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
+            if meta.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
+                continue;
+            }
+            let mut attrs = meta.put.attrs();
+            attrs
+                .user_meta
+                .push((CV_META.to_string(), meta.cv.to_string()));
+            let checksum = meta
+                .checksum
+                .as_ref()
+                .and_then(|(a, _, _)| ChecksumAlgorithm::from_name(a));
+            let md5 = (meta.part_sizes.is_empty())
+                .then(|| hex::decode(&meta.etag).ok())
+                .flatten()
+                .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
+            self.store
+                .put_object(
+                    &objects,
+                    &o.key,
+                    &mut OnePiece(Some(body)),
+                    PutObject {
+                        attrs,
+                        checksum,
+                        // The copy is checked against the source's MD5 as it is stored.
+                        content_md5: md5,
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(e)?;
+            if tomb > 0 {
+                self.store.delete_object(&tombs, &o.key).await.map_err(e)?;
+            }
+            copied += 1;
+        }
+        // What this node holds of the PG that the source does not know, written before the
+        // resync began: writes that never committed. Later ones came down the chain.
+        let mut after: Option<String> = None;
+        loop {
+            let page = self
+                .store
+                .list_objects(
+                    &objects,
+                    &ListQuery {
+                        prefix: String::new(),
+                        delimiter: None,
+                        after: after.clone(),
+                        max_keys: 1000,
+                    },
+                )
+                .await
+                .map_err(e)?;
+            for o in &page.objects {
+                if pg_of(bid, &o.key, map.pgs) != pg || known.contains(o.key.as_str()) {
+                    continue;
+                }
+                let _g = self.lock_of(bid, &o.key).lock().await;
+                if let Some(info) = self.store.head_object(&objects, &o.key).await.map_err(e)?
+                    && cv_of(&info) < floor
+                {
+                    self.store
+                        .delete_object(&objects, &o.key)
+                        .await
+                        .map_err(e)?;
+                }
+            }
+            after = page.objects.last().map(|o| o.key.clone());
+            if !page.truncated {
+                break;
+            }
+        }
+        Ok(copied)
+    }
+}
+
+fn entry_of(o: &packrat_store_api::ObjectSummary) -> WireEntry {
+    WireEntry {
+        key: o.key.clone(),
+        prefix: false,
+        deleted: false,
+        size: o.size,
+        etag: o.etag.clone(),
+        last_modified_ms: o.last_modified_ms,
+        checksum: o.checksum.clone(),
+        storage_class: o.storage_class.clone(),
+        cv: 0,
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

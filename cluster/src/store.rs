@@ -1,0 +1,1064 @@
+//! The gateway's view of a cluster: `ClusterStore`, a second implementation of `ObjectStore`.
+//! The S3 layer is the same as `packrat serve`'s; only where things are kept differs.
+//!
+//! Buckets and access keys live in etcd (cached here, followed by a watch; a miss asks etcd
+//! before answering "no such bucket", so a bucket made through another gateway is seen at
+//! once). Objects live on the storage nodes: a request goes to its PG's chain (writes to the
+//! head, reads to any caught-up member, or to the tail for a key with a write under way), and
+//! listings merge one sorted page per node, each PG listed by one member.
+//!
+//! A request that meets a dead node or a changed map is retried on the map as it becomes, for
+//! up to [`FAILOVER_WAIT`]; after that it fails with 503 (`Unavailable`).
+//!
+//! Not yet through a cluster (answered with an error that says so, and listed in the README):
+//! multipart uploads, batch GET and PUT, epoch streams, storage tiers, and the admin jobs
+//! (compaction, scrub, tier runs), which run on each node.
+
+use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
+use crate::placement::pg_of;
+use crate::wire::{
+    Answer, NodeClient, PUT_HEADER, WireMeta, WirePage, WirePut, WireRefusal, encode,
+};
+use base64::Engine;
+use bytes::{Bytes, BytesMut};
+use http::Method;
+use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
+use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
+use packrat_store_api::lifecycle::Rule;
+use packrat_store_api::{
+    AttrEdit, Bucket, ByteSource, Clock, CompletePart, Identity, ListQuery, NewBucket, NewUpload,
+    ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectVersion, Part, PutObject, PutPart,
+    StoreError, StoreResult, SystemClock, Upload, UploadPage, UploadQuery, WriteCondition,
+    etag_matches,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// How long a request keeps trying while the cluster fails over (a lease of
+/// [`crate::LEASE_SECS`] running out, then the manager's next round).
+pub const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+/// Largest single PUT through a cluster gateway: the body is held in memory so that a write
+/// can be retried on a new head after a failure.
+pub const CLUSTER_PUT_MAX: u64 = 256 * 1024 * 1024;
+/// Reads up to this size are fetched whole before the answer starts, so that a failure is a
+/// clean error rather than a cut stream.
+const SINGLE_PIECE_MAX: u64 = 1024 * 1024;
+const NODE_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn not_in_cluster(what: &str) -> StoreError {
+    StoreError::Invalid(format!(
+        "{what} is not yet supported through a packrat cluster gateway (see the README's compatibility table)"
+    ))
+}
+
+/// Which version of an object an `ObjectInfo` from a node describes, and who described it.
+struct ClusterVersion {
+    bucket_id: u64,
+    key: String,
+    pg: u32,
+    cv: u64,
+    node: String,
+}
+
+pub struct ClusterStore {
+    etcd: Etcd,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    client: NodeClient,
+    buckets: Arc<RwLock<HashMap<String, BucketRecord>>>,
+    keys: Arc<RwLock<HashMap<String, AccessKey>>>,
+    next_reader: AtomicUsize,
+    clock: Arc<dyn Clock>,
+}
+
+/// Where a request for a PG goes.
+#[derive(Clone, Copy, PartialEq)]
+enum Target {
+    Head,
+    Tail,
+    Reader,
+}
+
+impl ClusterStore {
+    pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
+        let secret = etcd.secret().await?;
+        let map = etcd.follow_map().await?;
+        let store = Arc::new(ClusterStore {
+            client: NodeClient::new(secret),
+            etcd,
+            map,
+            buckets: Arc::default(),
+            keys: Arc::default(),
+            next_reader: AtomicUsize::new(0),
+            clock: Arc::new(SystemClock),
+        });
+        store.reload().await?;
+        let follower = store.clone();
+        tokio::spawn(async move { follower.follow().await });
+        Ok(store)
+    }
+
+    async fn reload(&self) -> Result<(), String> {
+        let buckets: HashMap<String, BucketRecord> = bucket_records(&self.etcd)
+            .await?
+            .into_iter()
+            .map(|b| (b.name.clone(), b))
+            .collect();
+        let keys: HashMap<String, AccessKey> = self
+            .etcd
+            .list("keys/")
+            .await?
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice::<AccessKey>(v).ok())
+            .map(|k| (k.access_key.clone(), k))
+            .collect();
+        if let Ok(mut b) = self.buckets.write() {
+            *b = buckets;
+        }
+        if let Ok(mut k) = self.keys.write() {
+            *k = keys;
+        }
+        Ok(())
+    }
+
+    /// Reloads buckets and keys whenever they change in etcd.
+    async fn follow(self: Arc<Self>) {
+        loop {
+            let watched = async {
+                let mut stream = self
+                    .etcd
+                    .client
+                    .clone()
+                    .watch(
+                        crate::map::PREFIX,
+                        Some(etcd_client::WatchOptions::new().with_prefix()),
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+                self.reload().await?;
+                while let Some(resp) = stream.message().await.map_err(|e| e.to_string())? {
+                    let relevant = resp.events().iter().any(|ev| {
+                        ev.kv().is_some_and(|kv| {
+                            let k = String::from_utf8_lossy(kv.key());
+                            let k = k.trim_start_matches(crate::map::PREFIX);
+                            k.starts_with("buckets/") || k.starts_with("keys/")
+                        })
+                    });
+                    if relevant {
+                        self.reload().await?;
+                    }
+                }
+                Ok::<(), String>(())
+            };
+            if let Err(e) = watched.await {
+                tracing::warn!("following buckets and keys in etcd: {e}");
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Runs an etcd read from a synchronous trait method (a cache miss).
+    fn blocking<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
+    }
+
+    fn map(&self) -> Arc<ClusterMap> {
+        self.map.borrow().clone()
+    }
+
+    /// Sends a request to a member of `pg`'s chain, retrying on the map as it changes while
+    /// nodes fail over.
+    async fn call(
+        &self,
+        pg: u32,
+        target: Target,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> StoreResult<(Answer, String)> {
+        let started = Instant::now();
+        let mut target = target;
+        let mut last_problem = String::from("no member");
+        let mut rx = self.map.clone();
+        loop {
+            let map = rx.borrow_and_update().clone();
+            let node = match target {
+                Target::Head => map.chain(pg).first(),
+                Target::Tail => map.chain(pg).last(),
+                Target::Reader => {
+                    let readers: Vec<&String> = map.readers(pg).collect();
+                    (!readers.is_empty()).then(|| {
+                        readers[self.next_reader.fetch_add(1, Ordering::Relaxed) % readers.len()]
+                    })
+                }
+            };
+            if let Some(node) = node.cloned()
+                && let Some(addr) = map.addr(&node)
+            {
+                match self
+                    .client
+                    .send(
+                        method.clone(),
+                        addr,
+                        path,
+                        map.epoch,
+                        headers,
+                        body.clone(),
+                        NODE_TIMEOUT,
+                    )
+                    .await
+                {
+                    Ok(ans) if ans.status == 409 => {
+                        let r: WireRefusal = ans.json().await?;
+                        if r.reason.starts_with("dirty") {
+                            target = Target::Tail;
+                            continue;
+                        }
+                        if target == Target::Tail {
+                            target = Target::Reader;
+                        }
+                        last_problem = format!("{node}: {}", r.reason);
+                        if r.epoch > map.epoch {
+                            let _ = tokio::time::timeout(
+                                Duration::from_secs(1),
+                                rx.wait_for(|m| m.epoch >= r.epoch),
+                            )
+                            .await;
+                            continue;
+                        }
+                    }
+                    Ok(ans) => return Ok((ans, node)),
+                    Err(StoreError::Unavailable(why)) => last_problem = why,
+                    Err(e) => return Err(e),
+                }
+            }
+            if started.elapsed() > FAILOVER_WAIT {
+                return Err(StoreError::Unavailable(format!(
+                    "placement group {pg} cannot be reached now ({last_problem}); retry later"
+                )));
+            }
+            // Wait for the map to change (a failover), or a moment.
+            let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+        }
+    }
+
+    fn info_of(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        pg: u32,
+        node: String,
+        meta: WireMeta,
+    ) -> ObjectInfo {
+        ObjectInfo {
+            size: meta.size,
+            etag: meta.etag.clone(),
+            attrs: meta.put.attrs(),
+            checksum: meta.object_checksum(),
+            part_sizes: meta.part_sizes.clone(),
+            version: ObjectVersion(Arc::new(ClusterVersion {
+                bucket_id: bucket.id,
+                key: key.to_string(),
+                pg,
+                cv: meta.cv,
+                node,
+            })),
+        }
+    }
+
+    fn bucket_of(rec: &BucketRecord) -> Bucket {
+        Bucket {
+            id: rec.id,
+            name: rec.name.clone(),
+            owner_id: rec.owner_id.clone(),
+            owner_name: rec.owner_name.clone(),
+            created_ms: rec.created_ms,
+            public_read: rec.public_read,
+        }
+    }
+
+    /// Changes a bucket's record in etcd (compare-and-swap, retried on a race).
+    async fn edit_bucket(
+        &self,
+        bucket: &Bucket,
+        edit: impl Fn(&mut BucketRecord),
+    ) -> StoreResult<()> {
+        let rest = format!("buckets/{}", bucket.name);
+        for _ in 0..16 {
+            let (value, rev) = self
+                .etcd
+                .get(&rest)
+                .await
+                .map_err(StoreError::Unavailable)?
+                .ok_or(StoreError::NoSuchBucket)?;
+            let mut rec: BucketRecord = serde_json::from_slice(&value)
+                .map_err(|e| StoreError::internal("bucket record", e))?;
+            if rec.id != bucket.id {
+                return Err(StoreError::NoSuchBucket);
+            }
+            edit(&mut rec);
+            let value =
+                serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket record", e))?;
+            if self
+                .etcd
+                .put_if(&rest, rev, value)
+                .await
+                .map_err(StoreError::Unavailable)?
+            {
+                if let Ok(mut b) = self.buckets.write() {
+                    b.insert(rec.name.clone(), rec);
+                }
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the bucket is being changed; retry".into(),
+        ))
+    }
+
+    async fn body_of(body: &mut dyn ByteSource) -> StoreResult<Bytes> {
+        let mut buf = BytesMut::new();
+        while let Some(piece) = body.next_piece().await? {
+            if (buf.len() + piece.len()) as u64 > CLUSTER_PUT_MAX {
+                return Err(StoreError::Invalid(format!(
+                    "a single PUT through a cluster gateway is at most {CLUSTER_PUT_MAX} bytes"
+                )));
+            }
+            buf.extend_from_slice(&piece);
+        }
+        Ok(buf.freeze())
+    }
+
+    async fn put_bytes(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        body: Bytes,
+        wput: WirePut,
+    ) -> StoreResult<ObjectInfo> {
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("write", e))?;
+        let (ans, node) = self
+            .call(
+                pg,
+                Target::Head,
+                Method::PUT,
+                &format!("/o/{}/{pg}/{}", bucket.id, encode(key)),
+                &[(PUT_HEADER, header)],
+                body,
+            )
+            .await?;
+        if ans.status != 200 {
+            return Err(ans.error().await);
+        }
+        let meta: WireMeta = ans.json().await?;
+        Ok(self.info_of(bucket, key, pg, node, meta))
+    }
+
+    async fn read_all(&self, source: &ObjectInfo) -> StoreResult<Bytes> {
+        let mut reader = self.read_object(source, 0, source.size)?;
+        let mut buf = BytesMut::with_capacity(source.size as usize);
+        while let Some(piece) = reader.next().await? {
+            buf.extend_from_slice(&piece);
+        }
+        Ok(buf.freeze())
+    }
+}
+
+fn wire_put(put: &PutObject, trailing: Option<Vec<u8>>) -> WirePut {
+    let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
+    let mut w = WirePut {
+        checksum: put.checksum.map(|a| a.name().to_string()),
+        expected_checksum: put
+            .expected_checksum
+            .as_deref()
+            .or(trailing.as_deref())
+            .map(b64),
+        content_md5: put.content_md5.map(|m| b64(&m)),
+        if_none_match_any: put.condition.if_none_match_any,
+        if_match: put.condition.if_match.clone(),
+        ..Default::default()
+    };
+    w.set_attrs(put.attrs.clone());
+    w
+}
+
+/// Bytes of one object version from the node that described it.
+struct ClusterRead {
+    client: NodeClient,
+    map: watch::Receiver<Arc<ClusterMap>>,
+    path: String,
+    node: String,
+    pg: u32,
+    single: bool,
+    started: bool,
+    body: Option<hyper::body::Incoming>,
+}
+
+#[async_trait::async_trait]
+impl ObjectRead for ClusterRead {
+    async fn next(&mut self) -> StoreResult<Option<Bytes>> {
+        use http_body_util::BodyExt;
+        if !self.started {
+            self.started = true;
+            let map = self.map.borrow().clone();
+            // The node that described the version has it; if it is gone, a caught-up member
+            // of the chain has it too (or a newer one, which the version check refuses).
+            let mut nodes: Vec<String> = vec![self.node.clone()];
+            nodes.extend(map.readers(self.pg).filter(|n| **n != self.node).cloned());
+            let mut last = StoreError::Unavailable("no member of the chain".into());
+            let mut answer = None;
+            for node in nodes {
+                let Some(addr) = map.addr(&node) else {
+                    continue;
+                };
+                match self
+                    .client
+                    .send(
+                        Method::GET,
+                        addr,
+                        &self.path,
+                        map.epoch,
+                        &[],
+                        Bytes::new(),
+                        NODE_TIMEOUT,
+                    )
+                    .await
+                {
+                    Ok(a) if a.status == 200 => {
+                        answer = Some(a);
+                        break;
+                    }
+                    Ok(a) if a.status == 409 => {
+                        last = StoreError::Unavailable(
+                            "the object changed while it was read; retry".into(),
+                        );
+                    }
+                    Ok(a) => return Err(a.error().await),
+                    Err(e) => last = e,
+                }
+            }
+            let Some(answer) = answer else {
+                return Err(last);
+            };
+            if self.single {
+                return Ok(Some(answer.bytes().await?));
+            }
+            self.body = Some(answer.body);
+        }
+        let Some(body) = self.body.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            match body.frame().await {
+                None => return Ok(None),
+                Some(Err(e)) => {
+                    return Err(StoreError::Unavailable(format!("storage node: {e}")));
+                }
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data()
+                        && !data.is_empty()
+                    {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_single_piece(&self) -> bool {
+        self.single
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for ClusterStore {
+    fn access_key(&self, access_key: &str) -> StoreResult<Option<Identity>> {
+        let cached = self
+            .keys
+            .read()
+            .ok()
+            .and_then(|k| k.get(access_key).cloned());
+        let key = match cached {
+            Some(k) => Some(k),
+            None => self
+                .blocking(self.etcd.get(&format!("keys/{access_key}")))
+                .map_err(StoreError::Unavailable)?
+                .and_then(|(v, _)| serde_json::from_slice::<AccessKey>(&v).ok()),
+        };
+        Ok(key.map(|k| Identity {
+            access_key: k.access_key,
+            secret_key: k.secret_key,
+            name: k.name,
+            owner_id: k.owner_id,
+            is_root: k.is_root,
+        }))
+    }
+
+    fn bucket(&self, name: &str) -> StoreResult<Option<Bucket>> {
+        if let Some(b) = self
+            .buckets
+            .read()
+            .ok()
+            .and_then(|b| b.get(name).map(Self::bucket_of))
+        {
+            return Ok(Some(b));
+        }
+        let rec = self
+            .blocking(self.etcd.get(&format!("buckets/{name}")))
+            .map_err(StoreError::Unavailable)?
+            .and_then(|(v, _)| serde_json::from_slice::<BucketRecord>(&v).ok());
+        Ok(rec.map(|r| Self::bucket_of(&r)))
+    }
+
+    async fn list_buckets(&self) -> StoreResult<Vec<Bucket>> {
+        let mut all: Vec<Bucket> = bucket_records(&self.etcd)
+            .await
+            .map_err(StoreError::Unavailable)?
+            .iter()
+            .map(Self::bucket_of)
+            .collect();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(all)
+    }
+
+    async fn create_bucket(&self, new: NewBucket) -> StoreResult<Bucket> {
+        let unavailable = StoreError::Unavailable;
+        let id = loop {
+            let current = self.etcd.get("bucket-seq").await.map_err(unavailable)?;
+            let (last, rev) = match current {
+                Some((v, rev)) => (String::from_utf8_lossy(&v).parse::<u64>().unwrap_or(0), rev),
+                None => (0, 0),
+            };
+            let next = last + 1;
+            if self
+                .etcd
+                .put_if("bucket-seq", rev, next.to_string().into_bytes())
+                .await
+                .map_err(unavailable)?
+            {
+                break next;
+            }
+        };
+        let rec = BucketRecord {
+            id,
+            name: new.name.clone(),
+            owner_id: new.owner_id,
+            owner_name: new.owner_name,
+            created_ms: new.created_ms,
+            public_read: new.public_read,
+            lifecycle: None,
+        };
+        let value = serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket", e))?;
+        if !self
+            .etcd
+            .put_if(&format!("buckets/{}", new.name), 0, value)
+            .await
+            .map_err(unavailable)?
+        {
+            return Err(StoreError::BucketExists);
+        }
+        if let Ok(mut b) = self.buckets.write() {
+            b.insert(rec.name.clone(), rec.clone());
+        }
+        Ok(Self::bucket_of(&rec))
+    }
+
+    async fn delete_bucket(&self, bucket: &Bucket) -> StoreResult<()> {
+        let probe = self
+            .list_objects(
+                bucket,
+                &ListQuery {
+                    max_keys: 1,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if !probe.objects.is_empty() {
+            return Err(StoreError::BucketNotEmpty);
+        }
+        let rest = format!("buckets/{}", bucket.name);
+        if let Some((_, rev)) = self
+            .etcd
+            .get(&rest)
+            .await
+            .map_err(StoreError::Unavailable)?
+        {
+            self.etcd
+                .delete_if(&rest, rev)
+                .await
+                .map_err(StoreError::Unavailable)?;
+        }
+        if let Ok(mut b) = self.buckets.write() {
+            b.remove(&bucket.name);
+        }
+        Ok(())
+    }
+
+    async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
+        self.edit_bucket(bucket, |r| r.public_read = public).await
+    }
+
+    async fn put_lifecycle(&self, bucket: &Bucket, rules: Vec<Rule>) -> StoreResult<()> {
+        self.edit_bucket(bucket, |r| r.lifecycle = Some(rules.clone()))
+            .await
+    }
+
+    async fn get_lifecycle(&self, bucket: &Bucket) -> StoreResult<Option<Vec<Rule>>> {
+        let rec = self
+            .etcd
+            .get(&format!("buckets/{}", bucket.name))
+            .await
+            .map_err(StoreError::Unavailable)?
+            .and_then(|(v, _)| serde_json::from_slice::<BucketRecord>(&v).ok())
+            .ok_or(StoreError::NoSuchBucket)?;
+        Ok(rec.lifecycle)
+    }
+
+    async fn delete_lifecycle(&self, bucket: &Bucket) -> StoreResult<()> {
+        self.edit_bucket(bucket, |r| r.lifecycle = None).await
+    }
+
+    fn is_storage_class(&self, class: &str) -> bool {
+        class == "STANDARD"
+    }
+
+    async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>> {
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let (ans, node) = self
+            .call(
+                pg,
+                Target::Reader,
+                Method::GET,
+                &format!("/o/{}/{pg}/{}?meta", bucket.id, encode(key)),
+                &[],
+                Bytes::new(),
+            )
+            .await?;
+        match ans.status {
+            200 => {
+                let meta: WireMeta = ans.json().await?;
+                Ok(Some(self.info_of(bucket, key, pg, node, meta)))
+            }
+            404 => Ok(None),
+            _ => Err(ans.error().await),
+        }
+    }
+
+    fn read_object(
+        &self,
+        object: &ObjectInfo,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Box<dyn ObjectRead>> {
+        let v = object
+            .version
+            .0
+            .downcast_ref::<ClusterVersion>()
+            .ok_or_else(|| StoreError::internal("read", "not a cluster object version"))?;
+        Ok(Box::new(ClusterRead {
+            client: self.client.clone(),
+            map: self.map.clone(),
+            path: format!(
+                "/o/{}/{}/{}?cv={}&start={start}&end={end}",
+                v.bucket_id,
+                v.pg,
+                encode(&v.key),
+                v.cv
+            ),
+            node: v.node.clone(),
+            pg: v.pg,
+            single: end.saturating_sub(start) <= SINGLE_PIECE_MAX,
+            started: false,
+            body: None,
+        }))
+    }
+
+    async fn put_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        body: &mut dyn ByteSource,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo> {
+        let bytes = Self::body_of(body).await?;
+        let trailing = match put.checksum {
+            Some(alg) if put.expected_checksum.is_none() => body.trailing_checksum(alg)?,
+            _ => None,
+        };
+        self.put_bytes(bucket, key, bytes, wire_put(&put, trailing))
+            .await
+    }
+
+    async fn copy_object(
+        &self,
+        source: &ObjectInfo,
+        bucket: &Bucket,
+        key: &str,
+        put: PutObject,
+    ) -> StoreResult<ObjectInfo> {
+        if source.size > CLUSTER_PUT_MAX {
+            return Err(not_in_cluster("copying an object over 256 MiB"));
+        }
+        let bytes = self.read_all(source).await?;
+        self.put_bytes(bucket, key, bytes, wire_put(&put, None))
+            .await
+    }
+
+    async fn update_object(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        condition: &WriteCondition,
+        edit: AttrEdit,
+    ) -> StoreResult<ObjectInfo> {
+        // The bytes are written again with the new attributes, on the condition that the
+        // object is still the one read (a write that lands meanwhile fails this edit, which is
+        // then retried on it).
+        let mut edit = Some(edit);
+        for _ in 0..8 {
+            let current = self
+                .head_object(bucket, key)
+                .await?
+                .ok_or(StoreError::NoSuchKey)?;
+            if condition.if_none_match_any
+                || condition
+                    .if_match
+                    .as_deref()
+                    .is_some_and(|c| !etag_matches(c, &current.etag))
+            {
+                return Err(StoreError::PreconditionFailed);
+            }
+            if current.size > CLUSTER_PUT_MAX {
+                return Err(not_in_cluster(
+                    "changing the attributes of an object over 256 MiB",
+                ));
+            }
+            let bytes = self.read_all(&current).await?;
+            let mut attrs = current.attrs.clone();
+            if let Some(f) = edit.take() {
+                f(&mut attrs);
+                // Kept for a retry: the edit is applied to the attributes once.
+                let fixed = attrs.clone();
+                edit = Some(Box::new(move |a| *a = fixed));
+            }
+            let mut put = PutObject {
+                attrs,
+                checksum: current.checksum.as_ref().and_then(|c| {
+                    packrat_store_api::checksum::ChecksumAlgorithm::from_name(&c.algorithm)
+                }),
+                ..Default::default()
+            };
+            put.condition.if_match = Some(current.etag.clone());
+            match self
+                .put_bytes(bucket, key, bytes, wire_put(&put, None))
+                .await
+            {
+                Err(StoreError::PreconditionFailed) => continue,
+                other => return other,
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the object keeps changing; retry".into(),
+        ))
+    }
+
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()> {
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let (ans, _) = self
+            .call(
+                pg,
+                Target::Head,
+                Method::DELETE,
+                &format!("/o/{}/{pg}/{}", bucket.id, encode(key)),
+                &[],
+                Bytes::new(),
+            )
+            .await?;
+        if (200..300).contains(&ans.status) {
+            Ok(())
+        } else {
+            Err(ans.error().await)
+        }
+    }
+
+    async fn create_upload(&self, _: &Bucket, _: &str, _: NewUpload) -> StoreResult<Upload> {
+        Err(not_in_cluster("multipart upload"))
+    }
+
+    async fn upload(&self, _: &Bucket, _: &str, _: &str) -> StoreResult<Option<Upload>> {
+        Ok(None)
+    }
+
+    async fn upload_part(
+        &self,
+        _: &Bucket,
+        _: &str,
+        _: &str,
+        _: u32,
+        _: &mut dyn ByteSource,
+        _: PutPart,
+    ) -> StoreResult<Part> {
+        Err(StoreError::NoSuchUpload)
+    }
+
+    async fn upload_part_copy(
+        &self,
+        _: &Bucket,
+        _: &str,
+        _: &str,
+        _: u32,
+        _: &ObjectInfo,
+        _: u64,
+        _: u64,
+    ) -> StoreResult<Part> {
+        Err(StoreError::NoSuchUpload)
+    }
+
+    async fn complete_upload(
+        &self,
+        _: &Bucket,
+        _: &str,
+        _: &str,
+        _: Vec<CompletePart>,
+        _: &WriteCondition,
+    ) -> StoreResult<ObjectInfo> {
+        Err(StoreError::NoSuchUpload)
+    }
+
+    async fn abort_upload(&self, _: &Bucket, _: &str, _: &str) -> StoreResult<()> {
+        Err(StoreError::NoSuchUpload)
+    }
+
+    async fn list_parts(
+        &self,
+        _: &Upload,
+        _: &Bucket,
+        _: u32,
+        _: usize,
+    ) -> StoreResult<(Vec<Part>, bool)> {
+        Err(StoreError::NoSuchUpload)
+    }
+
+    async fn list_uploads(&self, _: &Bucket, _: &UploadQuery) -> StoreResult<UploadPage> {
+        // A cluster has no uploads in progress: it cannot start one yet.
+        Ok(UploadPage::default())
+    }
+
+    async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {
+        let map = self.map();
+        // Each PG is listed once, by one of its caught-up members; one request per node.
+        let mut by_node: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for pg in 0..map.pgs {
+            let readers: Vec<&String> = map.readers(pg).collect();
+            if readers.is_empty() {
+                return Err(StoreError::Unavailable(format!(
+                    "placement group {pg} has no member that can list it now; retry later"
+                )));
+            }
+            by_node
+                .entry(readers[pg as usize % readers.len()].clone())
+                .or_default()
+                .push(pg);
+        }
+        let max = query.max_keys.max(1);
+        let mut path_tail = format!("&max={max}&prefix={}", encode(&query.prefix));
+        if let Some(d) = &query.delimiter {
+            path_tail.push_str(&format!("&delimiter={}", encode(d)));
+        }
+        if let Some(a) = &query.after {
+            path_tail.push_str(&format!("&after={}", encode(a)));
+        }
+        let requests = by_node.iter().map(|(node, pgs)| {
+            let pgs: Vec<String> = pgs.iter().map(u32::to_string).collect();
+            let path = format!("/l/{}?pgs={}{path_tail}", bucket.id, pgs.join(","));
+            let addr = map.addr(node).unwrap_or_default().to_string();
+            let client = self.client.clone();
+            let epoch = map.epoch;
+            async move {
+                let ans = client
+                    .send(
+                        Method::GET,
+                        &addr,
+                        &path,
+                        epoch,
+                        &[],
+                        Bytes::new(),
+                        NODE_TIMEOUT,
+                    )
+                    .await?;
+                if ans.status != 200 {
+                    return Err(match ans.status {
+                        409 => StoreError::Unavailable("the cluster map changed; retry".into()),
+                        _ => ans.error().await,
+                    });
+                }
+                ans.json::<WirePage>().await
+            }
+        });
+        let pages = futures_util::future::try_join_all(requests).await?;
+        // Entries are valid up to the smallest last entry of a truncated page.
+        let limit: Option<String> = pages
+            .iter()
+            .filter(|p| p.truncated)
+            .filter_map(|p| p.entries.last().map(|e| e.key.clone()))
+            .min();
+        let any_truncated = pages.iter().any(|p| p.truncated);
+        let mut entries: Vec<crate::wire::WireEntry> =
+            pages.into_iter().flat_map(|p| p.entries).collect();
+        entries.sort_by(|a, b| a.key.cmp(&b.key));
+        entries.dedup_by(|a, b| a.key == b.key);
+        let mut page = ObjectPage::default();
+        let mut taken = 0;
+        for e in &entries {
+            if limit.as_ref().is_some_and(|l| e.key > *l) || taken == max {
+                break;
+            }
+            taken += 1;
+            if e.prefix {
+                page.common_prefixes.push(e.key.clone());
+            } else {
+                page.objects.push(e.summary());
+            }
+            page.last = Some(e.key.clone());
+        }
+        page.truncated = taken < entries.len() || any_truncated;
+        Ok(page)
+    }
+
+    async fn plan_batch(
+        &self,
+        _: &Bucket,
+        _: Vec<BatchItem>,
+        _: BatchOrder,
+    ) -> StoreResult<BatchPlan> {
+        Err(not_in_cluster("batch GET"))
+    }
+
+    async fn read_batch(&self, _plan: BatchPlan, sink: &mut dyn EntrySink) {
+        sink.cut(&not_in_cluster("batch GET")).await;
+    }
+
+    async fn stream_keys(
+        &self,
+        _: &Bucket,
+        _: &str,
+    ) -> StoreResult<packrat_store_api::stream::KeyList> {
+        Err(not_in_cluster("an epoch stream"))
+    }
+
+    fn batch_writer(&self, _: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
+        Err(not_in_cluster("batch PUT"))
+    }
+
+    async fn list_keys(&self) -> StoreResult<Vec<AccessKey>> {
+        let mut keys: Vec<AccessKey> = self
+            .etcd
+            .list("keys/")
+            .await
+            .map_err(StoreError::Unavailable)?
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+            .collect();
+        keys.sort_by(|a, b| a.access_key.cmp(&b.access_key));
+        Ok(keys)
+    }
+
+    async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
+        let (access_key, secret_key) = packrat_store::keys::checked_new_key(&new)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let key = AccessKey {
+            access_key,
+            secret_key,
+            name: new.name,
+            owner_id: hex::encode(rand::random::<[u8; 16]>()),
+            is_root: false,
+            created_ms: self.clock.now_ms(),
+        };
+        put_key(&self.etcd, &key).await?;
+        Ok(key)
+    }
+
+    async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>> {
+        let keys = self.list_keys().await?;
+        let Some(k) = keys.iter().find(|k| k.access_key == access_key).cloned() else {
+            return Ok(None);
+        };
+        if k.is_root && keys.iter().filter(|k| k.is_root).count() == 1 {
+            return Err(StoreError::Invalid(
+                "the last root key cannot be deleted".into(),
+            ));
+        }
+        self.etcd
+            .delete(&format!("keys/{access_key}"))
+            .await
+            .map_err(StoreError::Unavailable)?;
+        if let Ok(mut m) = self.keys.write() {
+            m.remove(access_key);
+        }
+        Ok(Some(k))
+    }
+
+    async fn status(&self, _flush: bool) -> StoreResult<Report> {
+        Ok(crate::status_report(&self.map()))
+    }
+
+    async fn compact(&self, _: f64, _: Duration) -> StoreResult<Report> {
+        Err(not_in_cluster("compaction (it runs on each storage node)"))
+    }
+
+    fn start_job(&self, _: JobStart) -> StoreResult<Report> {
+        Err(not_in_cluster(
+            "a scrub or tier run (they run on each storage node)",
+        ))
+    }
+
+    fn job_progress(&self, _: JobKind) -> StoreResult<Report> {
+        Err(not_in_cluster(
+            "a scrub or tier run (they run on each storage node)",
+        ))
+    }
+
+    async fn tier_status(&self) -> StoreResult<Report> {
+        Err(not_in_cluster("storage tiers"))
+    }
+
+    async fn faults(&self, _: Option<Report>) -> StoreResult<Report> {
+        Err(not_in_cluster("fault injection"))
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        Vec::new()
+    }
+
+    fn write_readiness(&self) -> Result<(), String> {
+        let map = self.map();
+        match (0..map.pgs).find(|pg| map.chain(*pg).is_empty()) {
+            Some(pg) => Err(format!("placement group {pg} has no live storage node")),
+            None => Ok(()),
+        }
+    }
+
+    fn clock(&self) -> Arc<dyn Clock> {
+        self.clock.clone()
+    }
+}
+
+/// Stores a new access key in etcd; `Invalid` if it exists.
+pub async fn put_key(etcd: &Etcd, key: &AccessKey) -> StoreResult<()> {
+    let value = serde_json::to_vec(key).map_err(|e| StoreError::internal("access key", e))?;
+    if !etcd
+        .put_if(&format!("keys/{}", key.access_key), 0, value)
+        .await
+        .map_err(StoreError::Unavailable)?
+    {
+        return Err(StoreError::Invalid(format!(
+            "access key {} already exists",
+            key.access_key
+        )));
+    }
+    Ok(())
+}

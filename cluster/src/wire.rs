@@ -1,0 +1,326 @@
+//! The storage node's internal API as both ends speak it: paths, headers, the JSON shapes of
+//! object metadata and listings, and the HTTP client the gateway and the nodes use.
+//!
+//! Every request carries the cluster secret (`x-packrat-cluster-secret`) and the epoch of the
+//! map it was routed by (`x-packrat-epoch`). S3 credentials mean nothing here.
+//!
+//! | request | does |
+//! |---|---|
+//! | `PUT /o/{bucket id}/{pg}/{key}` | a chain write: at the head without `x-packrat-cv`, along the chain with it |
+//! | `DELETE /o/{bucket id}/{pg}/{key}` | a chain delete (a tombstone with the delete's version) |
+//! | `GET /o/{bucket id}/{pg}/{key}?meta` | the object's metadata ([`WireMeta`]) |
+//! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
+//! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
+//!
+//! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
+//! when the request must go elsewhere (an old epoch, not the head, an uncommitted copy).
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::{
+    ObjectAttrs, ObjectChecksum, ObjectSummary, StoreError, StoreResult, WriteCondition,
+};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+pub const SECRET_HEADER: &str = "x-packrat-cluster-secret";
+pub const EPOCH_HEADER: &str = "x-packrat-epoch";
+pub const CV_HEADER: &str = "x-packrat-cv";
+pub const PUT_HEADER: &str = "x-packrat-put";
+/// The user-metadata name a node keeps an object's cluster version under; gateways never show
+/// it to clients.
+pub const CV_META: &str = "packrat-cv";
+
+/// What a write sets of an object, and how its bytes are checked (as `PutObject`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WirePut {
+    pub last_modified_ms: i64,
+    pub content_type: Option<String>,
+    pub headers: Vec<(String, String)>,
+    pub user_meta: Vec<(String, String)>,
+    pub storage_class: Option<String>,
+    pub tags: Vec<(String, String)>,
+    pub checksum: Option<String>,
+    /// Base64 of the checksum the client sent (up front or as a trailer).
+    pub expected_checksum: Option<String>,
+    pub content_md5: Option<String>,
+    pub if_none_match_any: bool,
+    pub if_match: Option<String>,
+}
+
+impl WirePut {
+    pub fn attrs(&self) -> ObjectAttrs {
+        ObjectAttrs {
+            last_modified_ms: self.last_modified_ms,
+            content_type: self.content_type.clone(),
+            headers: self.headers.clone(),
+            user_meta: self.user_meta.clone(),
+            storage_class: self.storage_class.clone(),
+            tags: self.tags.clone(),
+        }
+    }
+
+    pub fn set_attrs(&mut self, a: ObjectAttrs) {
+        self.last_modified_ms = a.last_modified_ms;
+        self.content_type = a.content_type;
+        self.headers = a.headers;
+        self.user_meta = a.user_meta;
+        self.storage_class = a.storage_class;
+        self.tags = a.tags;
+    }
+
+    pub fn condition(&self) -> WriteCondition {
+        WriteCondition {
+            if_none_match_any: self.if_none_match_any,
+            if_match: self.if_match.clone(),
+        }
+    }
+
+    pub fn checksum_algorithm(&self) -> StoreResult<Option<ChecksumAlgorithm>> {
+        self.checksum
+            .as_deref()
+            .map(|n| {
+                ChecksumAlgorithm::from_name(n)
+                    .ok_or_else(|| StoreError::Invalid(format!("unknown checksum {n}")))
+            })
+            .transpose()
+    }
+}
+
+/// An object's metadata as a node answers it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireMeta {
+    pub size: u64,
+    pub etag: String,
+    pub put: WirePut,
+    /// (algorithm, value, type) of the stored flexible checksum.
+    pub checksum: Option<(String, String, String)>,
+    pub part_sizes: Vec<u64>,
+    /// The version the PG's head gave the write; a tombstone has one too.
+    pub cv: u64,
+}
+
+impl WireMeta {
+    pub fn object_checksum(&self) -> Option<ObjectChecksum> {
+        self.checksum
+            .clone()
+            .map(|(algorithm, value, kind)| ObjectChecksum {
+                algorithm,
+                value,
+                kind,
+            })
+    }
+}
+
+/// One entry of a node's listing page: an object or a common prefix, or (for a resync) a
+/// tombstone.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireEntry {
+    pub key: String,
+    #[serde(default)]
+    pub prefix: bool,
+    #[serde(default)]
+    pub deleted: bool,
+    pub size: u64,
+    pub etag: String,
+    pub last_modified_ms: i64,
+    pub checksum: Option<(String, String)>,
+    pub storage_class: Option<String>,
+    pub cv: u64,
+}
+
+impl WireEntry {
+    pub fn summary(&self) -> ObjectSummary {
+        ObjectSummary {
+            key: self.key.clone(),
+            size: self.size,
+            etag: self.etag.clone(),
+            last_modified_ms: self.last_modified_ms,
+            checksum: self.checksum.clone(),
+            storage_class: self.storage_class.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WirePage {
+    pub entries: Vec<WireEntry>,
+    /// More entries follow the last one.
+    pub truncated: bool,
+}
+
+/// Why a node sent a request elsewhere (409).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireRefusal {
+    pub reason: String,
+    /// The node's map epoch.
+    pub epoch: u64,
+}
+
+/// A store error as it crosses the wire (status 4xx/5xx with this JSON).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireError {
+    pub kind: String,
+    pub detail: String,
+}
+
+impl WireError {
+    pub fn of(e: &StoreError) -> (u16, WireError) {
+        let (status, kind) = match e {
+            StoreError::NoSuchKey => (404, "NoSuchKey"),
+            StoreError::NoSuchBucket => (404, "NoSuchBucket"),
+            StoreError::PreconditionFailed => (412, "PreconditionFailed"),
+            StoreError::BadDigest(packrat_store_api::Digest::ContentMd5) => (400, "BadDigestMd5"),
+            StoreError::BadDigest(packrat_store_api::Digest::Checksum(a)) => (400, a.name()),
+            StoreError::RangeNotSatisfiable { .. } => (416, "RangeNotSatisfiable"),
+            StoreError::InsufficientStorage(_) => (507, "InsufficientStorage"),
+            StoreError::Invalid(_) => (400, "Invalid"),
+            StoreError::Unavailable(_) => (503, "Unavailable"),
+            StoreError::Corrupt(_) | StoreError::Unrecoverable(_) | StoreError::TierData(_) => {
+                (500, "Corrupt")
+            }
+            _ => (500, "Internal"),
+        };
+        (
+            status,
+            WireError {
+                kind: kind.to_string(),
+                detail: e.to_string(),
+            },
+        )
+    }
+
+    pub fn into_store_error(self) -> StoreError {
+        match self.kind.as_str() {
+            "NoSuchKey" => StoreError::NoSuchKey,
+            "NoSuchBucket" => StoreError::NoSuchBucket,
+            "PreconditionFailed" => StoreError::PreconditionFailed,
+            "BadDigestMd5" => StoreError::BadDigest(packrat_store_api::Digest::ContentMd5),
+            "Invalid" => StoreError::Invalid(self.detail),
+            "Unavailable" => StoreError::Unavailable(self.detail),
+            "InsufficientStorage" => StoreError::InsufficientStorage(self.detail),
+            "Corrupt" => StoreError::Corrupt(self.detail),
+            k => match ChecksumAlgorithm::from_name(k) {
+                Some(a) => StoreError::BadDigest(packrat_store_api::Digest::Checksum(a)),
+                None => StoreError::internal("storage node", self.detail),
+            },
+        }
+    }
+}
+
+pub type NodeBody = Full<Bytes>;
+
+/// The internal API's HTTP client: pooled keep-alive connections to every node.
+#[derive(Clone)]
+pub struct NodeClient {
+    http: Client<HttpConnector, NodeBody>,
+    secret: String,
+}
+
+/// A node's answer.
+pub struct Answer {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: hyper::body::Incoming,
+}
+
+impl Answer {
+    pub async fn bytes(self) -> StoreResult<Bytes> {
+        self.body
+            .collect()
+            .await
+            .map(|c| c.to_bytes())
+            .map_err(|e| StoreError::Unavailable(format!("storage node: {e}")))
+    }
+
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> StoreResult<T> {
+        let b = self.bytes().await?;
+        serde_json::from_slice(&b).map_err(|e| StoreError::internal("storage node answer", e))
+    }
+
+    /// The store error a 4xx/5xx answer carries.
+    pub async fn error(self) -> StoreError {
+        let status = self.status;
+        match self.bytes().await {
+            Ok(b) => match serde_json::from_slice::<WireError>(&b) {
+                Ok(e) => e.into_store_error(),
+                Err(_) => StoreError::Unavailable(format!(
+                    "storage node answered {status}: {}",
+                    String::from_utf8_lossy(&b)
+                )),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+impl NodeClient {
+    pub fn new(secret: String) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        let http = Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        NodeClient { http, secret }
+    }
+
+    /// Sends a request to the node at `addr`. Connection failures (a dead node) are
+    /// `Unavailable`; so is a node that does not answer within `timeout`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &self,
+        method: http::Method,
+        addr: &str,
+        path_and_query: &str,
+        epoch: u64,
+        headers: &[(&str, String)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> StoreResult<Answer> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path_and_query}"))
+            .header(SECRET_HEADER, &self.secret)
+            .header(EPOCH_HEADER, epoch.to_string());
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| StoreError::internal("node request", e))?;
+        let resp = tokio::time::timeout(timeout, self.http.request(req))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("storage node {addr} did not answer")))?
+            .map_err(|e| StoreError::Unavailable(format!("storage node {addr}: {e}")))?;
+        let (parts, body) = resp.into_parts();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body,
+        })
+    }
+}
+
+/// Everything but unreserved characters and `/` is escaped in keys put in paths and queries.
+const KEY_SET: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~')
+    .remove(b'/');
+
+pub fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, KEY_SET).to_string()
+}
+
+/// The inverse of [`encode`]; `None` if the result is not UTF-8.
+pub fn decode(s: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}

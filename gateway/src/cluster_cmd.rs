@@ -1,0 +1,226 @@
+//! `packrat node`, `packrat gateway` and `packrat cluster`: packrat on many machines (the
+//! cluster crate does the work; this is the command line).
+
+use crate::{HttpArgs, StorageArgs, listen, open_local, serve_config, serve_s3, start_process};
+use packrat_cluster::map::{Etcd, NodeEntry, NodeState};
+use packrat_store_api::admin::AccessKey;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// etcd endpoints, comma-separated (http://HOST:PORT).
+    #[arg(long, env = "PACKRAT_ETCD")]
+    etcd: String,
+    /// Failure domain (rack, room): a PG's replicas go to distinct zones when there are
+    /// enough of them.
+    #[arg(long, env = "PACKRAT_ZONE")]
+    zone: Option<String>,
+    /// Relative capacity: a node of weight 2 holds twice the PGs of one of weight 1.
+    #[arg(long, env = "PACKRAT_WEIGHT", default_value_t = 1.0)]
+    weight: f64,
+    /// The address other nodes and gateways reach this node's internal API at (default: the
+    /// --listen address, which must then not be a wildcard).
+    #[arg(long, env = "PACKRAT_ADVERTISE")]
+    advertise: Option<String>,
+    /// Address of the internal API (port 0 picks a free port; it is printed).
+    #[arg(long, env = "PACKRAT_LISTEN", default_value = "127.0.0.1:9100")]
+    listen: std::net::SocketAddr,
+    /// Log filter (tracing syntax).
+    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
+    log: String,
+    #[command(flatten)]
+    storage: StorageArgs,
+}
+
+#[derive(clap::Args)]
+pub struct GatewayArgs {
+    /// etcd endpoints, comma-separated (http://HOST:PORT).
+    #[arg(long, env = "PACKRAT_ETCD")]
+    etcd: String,
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// etcd endpoints, comma-separated (http://HOST:PORT).
+    #[arg(
+        long,
+        global = true,
+        env = "PACKRAT_ETCD",
+        default_value = "http://127.0.0.1:2379"
+    )]
+    etcd: String,
+    #[command(subcommand)]
+    command: ClusterCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum ClusterCommand {
+    /// Create a cluster in etcd: its map (PGs, replicas), its secret and the root key
+    /// (PACKRAT_ROOT_ACCESS_KEY/PACKRAT_ROOT_SECRET_KEY, generated and printed if unset).
+    /// Nodes then join as they start.
+    Init {
+        /// Placement groups (fixed for the cluster's life; a few hundred per node is right).
+        #[arg(long, default_value_t = 1024)]
+        pgs: u32,
+        /// Copies of every object, on distinct nodes (distinct zones where zones are given).
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+    },
+    /// The map: nodes, their PGs and heads, PGs with fewer than R caught-up replicas (JSON).
+    Status,
+    /// Mark a node draining: its PGs move to the other nodes (watch `status`), after which it
+    /// can be stopped and removed.
+    Drain { node: String },
+    /// Forget a node that is stopped and holds no PG.
+    RemoveNode { node: String },
+    /// Placement figures at 10, 100 and 1000 nodes: balance, and data moved when a node is
+    /// added or removed (JSON lines).
+    Simulate {
+        #[arg(long, default_value_t = 4096)]
+        pgs: u32,
+        #[arg(long, default_value_t = 3)]
+        replicas: usize,
+    },
+}
+
+/// This node's id: kept in its data directory, made on first start.
+fn node_id(data_dir: &Path) -> Result<String, String> {
+    let path = data_dir.join("node-id");
+    match std::fs::read_to_string(&path) {
+        Ok(id) if !id.trim().is_empty() => Ok(id.trim().to_string()),
+        _ => {
+            std::fs::create_dir_all(data_dir)
+                .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+            let id = format!("node-{}", hex::encode(rand::random::<[u8; 4]>()));
+            std::fs::write(&path, &id).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(id)
+        }
+    }
+}
+
+pub async fn node(args: NodeArgs) -> Result<(), String> {
+    let stop = start_process(&args.log)?;
+    let etcd = Etcd::connect(&args.etcd).await?;
+    let id = node_id(&args.storage.data_dir)?;
+    // The node's own store keeps a root key of its own that nobody uses: S3 requests never
+    // reach a node (its internal API takes only the cluster secret).
+    let opened = open_local(&args.storage, None)?;
+    let listener =
+        listen(args.listen, 4096).map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let advertise = match args.advertise {
+        Some(a) => a,
+        None if addr.ip().is_unspecified() => {
+            return Err(format!(
+                "--listen {addr} is a wildcard: give --advertise HOST:PORT, the address others reach this node at"
+            ));
+        }
+        None => addr.to_string(),
+    };
+    println!("packrat node {id}: listening on http://{addr}");
+    tracing::info!(%id, %advertise, "node started");
+    let entry = NodeEntry {
+        id,
+        addr: advertise,
+        zone: args.zone,
+        weight: args.weight,
+        state: NodeState::Active,
+        incarnation: chrono::Utc::now().timestamp_micros().max(1) as u64,
+    };
+    packrat_cluster::run_node(etcd, entry, Arc::new(opened.store), listener, stop).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+pub async fn gateway(args: GatewayArgs) -> Result<(), String> {
+    let stop = start_process(&args.http.log)?;
+    let etcd = Etcd::connect(&args.etcd).await?;
+    let store = packrat_cluster::store::ClusterStore::connect(etcd).await?;
+    let config = serve_config(&args.http, false);
+    tracing::info!(region = %config.region, "packrat gateway started");
+    serve_s3(&args.http, store, config, stop).await?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
+    if let ClusterCommand::Simulate { pgs, replicas } = args.command {
+        for n in [10, 100, 1000] {
+            let f = packrat_cluster::placement::simulate(n, pgs, replicas, 0);
+            println!("{}", serde_json::to_string(&f).map_err(|e| e.to_string())?);
+        }
+        return Ok(());
+    }
+    let etcd = Etcd::connect(&args.etcd).await?;
+    match args.command {
+        ClusterCommand::Init { pgs, replicas } => {
+            if pgs == 0 || replicas == 0 {
+                return Err("--pgs and --replicas must be at least 1".into());
+            }
+            let (access_key, secret_key, generated) = match crate::root_from_env()? {
+                Some((ak, sk)) => (ak, sk, false),
+                None => (
+                    packrat_store::keys::generate_access_key(),
+                    packrat_store::keys::generate_secret_key(),
+                    true,
+                ),
+            };
+            let root = AccessKey {
+                access_key,
+                secret_key,
+                name: "root".into(),
+                owner_id: hex::encode(rand::random::<[u8; 16]>()),
+                is_root: true,
+                created_ms: chrono::Utc::now().timestamp_millis(),
+            };
+            packrat_cluster::init(&etcd, pgs, replicas, root.clone()).await?;
+            println!("cluster created: {pgs} placement groups, {replicas} replicas");
+            if generated {
+                println!("root credentials (shown this once):");
+                println!("  access key: {}", root.access_key);
+                println!("  secret key: {}", root.secret_key);
+            }
+            Ok(())
+        }
+        ClusterCommand::Status => {
+            let (map, _) = etcd.map().await?;
+            let report = packrat_cluster::status_report(&map);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            );
+            Ok(())
+        }
+        ClusterCommand::Drain { node } => set_state(&etcd, &node, NodeState::Draining).await,
+        ClusterCommand::RemoveNode { node } => {
+            let (map, _) = etcd.map().await?;
+            if map.chains.iter().flatten().any(|n| *n == node) {
+                return Err(format!(
+                    "{node} still holds PGs: drain it first and wait until `status` shows none"
+                ));
+            }
+            if !etcd.delete(&format!("nodes/{node}")).await? {
+                return Err(format!("no node {node}"));
+            }
+            println!("removed {node}");
+            Ok(())
+        }
+        ClusterCommand::Simulate { .. } => Ok(()),
+    }
+}
+
+async fn set_state(etcd: &Etcd, node: &str, state: NodeState) -> Result<(), String> {
+    let rest = format!("nodes/{node}");
+    let (value, rev) = etcd.get(&rest).await?.ok_or(format!("no node {node}"))?;
+    let mut entry: NodeEntry = serde_json::from_slice(&value).map_err(|e| e.to_string())?;
+    entry.state = state;
+    let value = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
+    if !etcd.put_if(&rest, rev, value).await? {
+        return Err(format!("{node} changed meanwhile; try again"));
+    }
+    println!("{node} is now {state:?}; its PGs move as the manager rebalances");
+    Ok(())
+}

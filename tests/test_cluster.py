@@ -1,0 +1,285 @@
+"""A packrat cluster on loopback: a private etcd (Debian's etcd-server), three storage nodes
+(`packrat node`) and two stateless gateways (`packrat gateway`), driven with boto3. Nodes are
+killed with SIGKILL under load; nothing is mocked."""
+
+import concurrent.futures
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+from botocore.exceptions import ClientError
+
+from conftest import BIN, ROOT_AK, ROOT_SK, Server
+
+ETCD = shutil.which("etcd")
+PGS = 64
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """A private single-member etcd on free loopback ports with its own data directory."""
+
+    def __init__(self, data_dir):
+        self.data_dir = str(data_dir)
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.proc = None
+
+    def start(self):
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        log = open(self.data_dir + ".log", "ab")
+        self.proc = subprocess.Popen(
+            [ETCD, "--name", "t", "--data-dir", self.data_dir,
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"t={peer}", "--log-level", "warn"],
+            stdout=log, stderr=log)
+        log.close()
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
+                    if json.load(r).get("health") == "true":
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("etcd did not start")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+
+class Node(Server):
+    """`packrat node`: its internal API listens on a fixed port across restarts."""
+
+    def __init__(self, data_dir, etcd_url):
+        super().__init__(data_dir, sticky_port=True)
+        self.etcd_url = etcd_url
+
+    def argv(self):
+        return [BIN, "node", "--etcd", self.etcd_url, "--data-dir", self.data_dir,
+                "--listen", self.listen, "--disk-probe-interval", "0"]
+
+
+class Gateway(Server):
+    def __init__(self, data_dir, etcd_url):
+        super().__init__(data_dir)
+        self.etcd_url = etcd_url
+
+    def argv(self):
+        return [BIN, "gateway", "--etcd", self.etcd_url, "--listen", self.listen]
+
+
+def cluster_cmd(etcd_url, *args):
+    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=ROOT_AK, PACKRAT_ROOT_SECRET_KEY=ROOT_SK)
+    return subprocess.run([BIN, "cluster", "--etcd", etcd_url, *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def status(etcd_url):
+    r = cluster_cmd(etcd_url, "status")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def wait_for(what, check, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def healthy(etcd_url, nodes):
+    s = status(etcd_url)
+    return s["pgs_healthy"] == PGS and len(s["nodes"]) == nodes and s
+
+
+@pytest.fixture
+def cluster(workdir, request):
+    base = workdir / f"cluster-{request.node.name}"
+    base.mkdir()
+    etcd = Etcd(base / "etcd").start()
+    r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
+    assert r.returncode == 0, r.stderr
+    nodes = [Node(base / f"node{i}", etcd.url).start() for i in range(3)]
+    wait_for("three healthy nodes", lambda: healthy(etcd.url, 3))
+    gateways = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(2)]
+    yield etcd, nodes, gateways
+    for p in gateways + nodes:
+        p.stop()
+    etcd.stop()
+
+
+def test_s3_through_two_gateways(cluster):
+    etcd, nodes, (gw_a, gw_b) = cluster
+    a, b = gw_a.client(), gw_b.client()
+    a.create_bucket(Bucket="data")
+    # Read-after-write and list-after-write across gateways.
+    bodies = {f"train/c{i % 3}/{i:04d}.jpg": os.urandom(100 + i * 37) for i in range(60)}
+    for k, v in bodies.items():
+        a.put_object(Bucket="data", Key=k, Body=v, ContentType="image/jpeg",
+                     Metadata={"label": k[7]})
+    for k, v in bodies.items():
+        got = b.get_object(Bucket="data", Key=k)
+        assert got["Body"].read() == v
+        assert got["ETag"] == '"%s"' % hashlib.md5(v).hexdigest()
+        assert got["ContentType"] == "image/jpeg"
+        assert got["Metadata"] == {"label": k[7]}, "the cluster's own version is never shown"
+    assert b.get_object(Bucket="data", Key="train/c1/0001.jpg", Range="bytes=10-19")["Body"].read() \
+        == bodies["train/c1/0001.jpg"][10:20]
+    keys = []
+    for page in b.get_paginator("list_objects_v2").paginate(Bucket="data", PaginationConfig={"PageSize": 7}):
+        keys += [o["Key"] for o in page.get("Contents", [])]
+    assert keys == sorted(bodies)
+    top = b.list_objects_v2(Bucket="data", Prefix="train/", Delimiter="/")
+    assert [p["Prefix"] for p in top["CommonPrefixes"]] == ["train/c0/", "train/c1/", "train/c2/"]
+    assert "Contents" not in top
+    # Overwrite, copy, tags, delete: each seen through the other gateway at once.
+    a.put_object(Bucket="data", Key="train/c0/0000.jpg", Body=b"new")
+    assert b.get_object(Bucket="data", Key="train/c0/0000.jpg")["Body"].read() == b"new"
+    a.copy_object(Bucket="data", Key="copy.jpg", CopySource={"Bucket": "data", "Key": "train/c0/0003.jpg"})
+    assert b.get_object(Bucket="data", Key="copy.jpg")["Body"].read() == bodies["train/c0/0003.jpg"]
+    a.put_object_tagging(Bucket="data", Key="copy.jpg", Tagging={"TagSet": [{"Key": "split", "Value": "val"}]})
+    assert b.get_object_tagging(Bucket="data", Key="copy.jpg")["TagSet"] == [{"Key": "split", "Value": "val"}]
+    a.delete_object(Bucket="data", Key="copy.jpg")
+    with pytest.raises(ClientError) as e:
+        b.head_object(Bucket="data", Key="copy.jpg")
+    assert e.value.response["Error"]["Code"] == "404"
+    # A conditional create is decided once, at the PG's head.
+    with pytest.raises(ClientError) as e:
+        b.put_object(Bucket="data", Key="train/c0/0000.jpg", Body=b"x", IfNoneMatch="*")
+    assert e.value.response["Error"]["Code"] == "PreconditionFailed"
+    # Buckets: a non-empty bucket stays; an empty one goes, for both gateways.
+    with pytest.raises(ClientError) as e:
+        b.delete_bucket(Bucket="data")
+    assert e.value.response["Error"]["Code"] == "BucketNotEmpty"
+    b.create_bucket(Bucket="scratch")
+    assert "scratch" in [x["Name"] for x in a.list_buckets()["Buckets"]]
+    a.delete_bucket(Bucket="scratch")
+    assert "scratch" not in [x["Name"] for x in b.list_buckets()["Buckets"]]
+
+    def gone():
+        try:
+            b.head_bucket(Bucket="scratch")
+            return False
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "404"
+            return True
+    # Another gateway's bucket cache follows etcd's watch: as in S3, a deleted bucket may be
+    # seen for a moment (here, milliseconds).
+    wait_for("the other gateway to see the bucket gone", gone, timeout=5)
+    # What a cluster cannot do yet says so (README compatibility table).
+    with pytest.raises(ClientError) as e:
+        a.create_multipart_upload(Bucket="data", Key="big")
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert "cluster" in e.value.response["Error"]["Message"]
+    # Every PG has three caught-up replicas; heads are spread over the nodes.
+    s = status(etcd.url)
+    assert s["pgs_healthy"] == PGS
+    assert all(n["pgs"] == PGS and n["heads"] > 0 for n in s["nodes"])
+
+
+def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
+    etcd, nodes, (gw_a, gw_b) = cluster
+    setup = gw_a.client()
+    setup.create_bucket(Bucket="load")
+    acked = {}  # key -> bytes, or None once a delete was acknowledged
+    lock = threading.Lock()
+    stop = threading.Event()
+    slowest = [0.0]
+    failures = []
+
+    def worker(w):
+        c = (gw_a if w % 2 else gw_b).client(read_timeout=60)
+        i = 0
+        while not stop.is_set():
+            key = f"w{w}/{i % 40:03d}"
+            t0 = time.time()
+            try:
+                if i % 5 == 4:
+                    c.delete_object(Bucket="load", Key=key)
+                    with lock:
+                        acked[key] = None
+                else:
+                    body = os.urandom(512 + (i * 131) % 4096)
+                    c.put_object(Bucket="load", Key=key, Body=body)
+                    with lock:
+                        acked[key] = body
+                got = c.get_object(Bucket="load", Key=f"w{w}/{(i * 7) % 40:03d}")
+                want = acked.get(f"w{w}/{(i * 7) % 40:03d}")
+                assert want is None or got["Body"].read() == want
+            except ClientError as e:
+                if e.response["Error"]["Code"] not in ("NoSuchKey", "404"):
+                    failures.append(str(e))
+            slowest[0] = max(slowest[0], time.time() - t0)
+            i += 1
+
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    futures = [pool.submit(worker, w) for w in range(4)]
+    time.sleep(2)
+    victim = nodes[1]
+    victim.kill9()
+    # The survivors take over the victim's chains once its lease lapses.
+    wait_for("the map without the victim", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
+    time.sleep(2)
+    stop.set()
+    for f in futures:
+        f.result()
+    assert not failures, failures[:3]
+    # No request waited longer than the failover (lease of 4 s, then the manager's round).
+    print(f"slowest request during the failover: {slowest[0]:.2f} s")
+    assert slowest[0] < 12, slowest[0]
+
+    def check(client):
+        for key, body in sorted(acked.items()):
+            if body is None:
+                with pytest.raises(ClientError) as e:
+                    client.head_object(Bucket="load", Key=key)
+                assert e.value.response["Error"]["Code"] == "404", key
+            else:
+                assert client.get_object(Bucket="load", Key=key)["Body"].read() == body, key
+
+    check(gw_b.client())
+    # The victim comes back: it rejoins at the tails, catches up, then serves reads.
+    victim.start()
+    wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+    # Only the victim left: everything acknowledged must come from its copy.
+    nodes[0].kill9()
+    nodes[2].kill9()
+    wait_for("the victim alone in the map", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)
+    check(gw_a.client())
+    # One replica of three is too few to take writes: refused cleanly, not acknowledged.
+    with pytest.raises(ClientError) as e:
+        gw_a.client().put_object(Bucket="load", Key="late", Body=b"x")
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+
+
+def test_placement_figures():
+    r = subprocess.run([BIN, "cluster", "simulate"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    figs = {f["nodes"]: f for f in map(json.loads, r.stdout.splitlines())}
+    assert sorted(figs) == [10, 100, 1000]
+    assert figs[100]["max_over_mean"] <= 1.05
+    for f in figs.values():
+        assert f["moved_on_add"] <= f["ideal_on_add"] * 1.1, f
+        assert f["moved_on_remove"] <= f["ideal_on_remove"] * 1.1, f
