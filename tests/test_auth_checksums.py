@@ -254,6 +254,7 @@ def test_public_read_bucket(server, s3, bucket):
         urllib.request.urlopen(url)
 
 
+@pytest.mark.local_only
 def test_anonymous_readers_of_a_public_bucket_get_objects_and_listings_only(server, s3, bucket):
     """public-read opens a bucket's objects and listings to anonymous callers, not its ACL,
     location, lifecycle rules, object tags or multipart uploads and parts."""
@@ -332,6 +333,7 @@ def test_users_are_isolated(server, s3):
     conftest.empty_bucket(alice, "alice-data")
 
 
+@pytest.mark.local_only
 def test_offline_admin_on_stopped_server(workdir):
     srv = conftest.Server(workdir / "offline")
     srv.start()
@@ -347,6 +349,7 @@ def test_offline_admin_on_stopped_server(workdir):
         srv.stop()
 
 
+@pytest.mark.local_only
 def test_virtual_host_addressing(workdir):
     srv = conftest.Server(workdir / "vhost", extra_args=["--domain", "s3.test"]).start()
     try:
@@ -369,6 +372,7 @@ def test_virtual_host_addressing(workdir):
         srv.stop()
 
 
+@pytest.mark.local_only
 def test_admin_status(server, s3, bucket):
     import json
     s3.put_object(Bucket=bucket, Key="status-probe", Body=b"x" * 1000)

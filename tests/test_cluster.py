@@ -6,124 +6,19 @@ import concurrent.futures
 import hashlib
 import json
 import os
-import shutil
-import socket
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
 
-from conftest import BIN, ROOT_AK, ROOT_SK, Server
-
-ETCD = shutil.which("etcd")
-PGS = 64
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Etcd:
-    """A private single-member etcd on free loopback ports with its own data directory."""
-
-    def __init__(self, data_dir):
-        self.data_dir = str(data_dir)
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
-        self.proc = None
-
-    def start(self):
-        peer = f"http://127.0.0.1:{self.peer_port}"
-        log = open(self.data_dir + ".log", "ab")
-        self.proc = subprocess.Popen(
-            [ETCD, "--name", "t", "--data-dir", self.data_dir,
-             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"t={peer}", "--log-level", "warn"],
-            stdout=log, stderr=log)
-        log.close()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if json.load(r).get("health") == "true":
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("etcd did not start")
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-        self.proc = None
-
-
-class Node(Server):
-    """`packrat node`: its internal API listens on a fixed port across restarts."""
-
-    def __init__(self, data_dir, etcd_url):
-        super().__init__(data_dir, sticky_port=True)
-        self.etcd_url = etcd_url
-
-    def argv(self):
-        return [BIN, "node", "--etcd", self.etcd_url, "--data-dir", self.data_dir,
-                "--listen", self.listen, "--disk-probe-interval", "0"]
-
-
-class Gateway(Server):
-    def __init__(self, data_dir, etcd_url):
-        super().__init__(data_dir)
-        self.etcd_url = etcd_url
-
-    def argv(self):
-        return [BIN, "gateway", "--etcd", self.etcd_url, "--listen", self.listen]
-
-
-def cluster_cmd(etcd_url, *args):
-    env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=ROOT_AK, PACKRAT_ROOT_SECRET_KEY=ROOT_SK)
-    return subprocess.run([BIN, "cluster", "--etcd", etcd_url, *args], env=env,
-                          capture_output=True, text=True, timeout=60)
-
-
-def status(etcd_url):
-    r = cluster_cmd(etcd_url, "status")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def wait_for(what, check, timeout=60):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def healthy(etcd_url, nodes):
-    s = status(etcd_url)
-    return s["pgs_healthy"] == PGS and len(s["nodes"]) == nodes and s
+from cluster import BIN, PGS, start_cluster, status, wait_for
 
 
 @pytest.fixture
 def cluster(workdir, request):
-    base = workdir / f"cluster-{request.node.name}"
-    base.mkdir()
-    etcd = Etcd(base / "etcd").start()
-    r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
-    assert r.returncode == 0, r.stderr
-    nodes = [Node(base / f"node{i}", etcd.url).start() for i in range(3)]
-    wait_for("three healthy nodes", lambda: healthy(etcd.url, 3))
-    gateways = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(2)]
+    etcd, nodes, gateways = start_cluster(workdir / f"cluster-{request.node.name}", gateways=2)
     yield etcd, nodes, gateways
     for p in gateways + nodes:
         p.stop()

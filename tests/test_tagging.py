@@ -76,6 +76,7 @@ def test_malformed_tagging_xml(server, bucket, s3):
     assert tagset(s3, bucket, "k") == {"a": "1"}
 
 
+@pytest.mark.local_only
 def test_copy_and_multipart_carry_tags(s3, bucket):
     s3.put_object(Bucket=bucket, Key="src", Body=b"s" * 10, Tagging="a=1&b=2")
     s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "src"})
@@ -98,6 +99,7 @@ def test_copy_and_multipart_carry_tags(s3, bucket):
     assert code_of(s3.create_multipart_upload, Bucket=bucket, Key="mp2", Tagging="aws:no=1") == "InvalidTag"
 
 
+@pytest.mark.local_only
 def test_tags_survive_restart_and_drive_lifecycle(workdir):
     srv = Server(workdir / "tags-restart").start()
     try:

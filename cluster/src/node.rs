@@ -696,6 +696,15 @@ impl Node {
             .unwrap_or(1000)
             .clamp(1, 10_000);
         let mut after = q.get("after").cloned();
+        // A page that ended on a common prefix resumes after everything under it.
+        if let (Some(d), Some(a)) = (&delimiter, after.as_mut())
+            && let Some(rest) = a.strip_prefix(prefix.as_str())
+            && rest
+                .find(d.as_str())
+                .is_some_and(|i| i + d.len() == rest.len())
+        {
+            a.push(char::MAX);
+        }
         let bucket = self
             .local_bucket(format!("{}-{bid}", if tombstones { "t" } else { "o" }))
             .await?;
