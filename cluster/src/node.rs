@@ -17,8 +17,8 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
-    CV_HEADER, CV_META, EPOCH_HEADER, NodeClient, PUT_HEADER, SECRET_HEADER, WireEntry, WireError,
-    WireMeta, WirePage, WirePut, WireRefusal, decode, encode,
+    CV_HEADER, CV_META, EPOCH_HEADER, META_HEADER, NodeClient, PUT_HEADER, SECRET_HEADER,
+    WireEntry, WireError, WireMeta, WirePage, WirePut, WireRefusal, decode, encode, hop_timeout,
 };
 use base64::Engine;
 use bytes::Bytes;
@@ -38,8 +38,7 @@ use tokio::sync::watch;
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
 const LOCK_STRIPES: usize = 1024;
-/// How long a forward down the chain may take before the write fails (and is retried by the
-/// gateway under a newer map).
+/// How long a resync request may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Exact-version lookups kept for reads that follow a metadata request.
 const RECENT_MAX: usize = 16_384;
@@ -300,7 +299,26 @@ impl Node {
                 let info = self
                     .read_meta(&map, bid, pg, &key, q.contains_key("any"))
                     .await?;
-                Ok(json(200, &meta_of(&info)))
+                let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
+                if info.size > inline || info.size == 0 {
+                    return Ok(json(200, &meta_of(&info)));
+                }
+                // A small object comes with its metadata: a GET through a gateway is then one
+                // request to a node, not two (the metadata rides in a header).
+                let mut reader = self.store.read_object(&info, 0, info.size)?;
+                let mut body = bytes::BytesMut::with_capacity(info.size as usize);
+                while let Some(piece) = reader.next().await? {
+                    body.extend_from_slice(&piece);
+                }
+                let meta = serde_json::to_string(&meta_of(&info))
+                    .map_err(|e| StoreError::internal("metadata", e))?;
+                let mut resp = answer(200, body.freeze());
+                // JSON escapes control characters; other bytes of UTF-8 text are valid in a
+                // header value (obs-text).
+                let value = http::HeaderValue::from_bytes(meta.as_bytes())
+                    .map_err(|e| StoreError::internal("metadata header", e))?;
+                resp.headers_mut().insert(META_HEADER, value);
+                Ok(resp)
             }
             Method::GET => {
                 let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
@@ -543,6 +561,7 @@ impl Node {
                 }
                 None => (Method::DELETE, Bytes::new()),
             };
+            let body_len = body.len();
             // An unreachable successor is a broken chain, not a failed write: the gateway
             // retries on the map that replaces it.
             let sent = self
@@ -554,7 +573,8 @@ impl Node {
                     map.epoch,
                     &headers,
                     body,
-                    FORWARD_TIMEOUT,
+                    // The rest of the chain answers within a hop's time per member.
+                    hop_timeout(body_len) * (chain.len() - pos - 1) as u32,
                 )
                 .await;
             let ans = match sent {

@@ -8,7 +8,7 @@
 //! |---|---|
 //! | `PUT /o/{bucket id}/{pg}/{key}` | a chain write: at the head without `x-packrat-cv`, along the chain with it |
 //! | `DELETE /o/{bucket id}/{pg}/{key}` | a chain delete (a tombstone with the delete's version) |
-//! | `GET /o/{bucket id}/{pg}/{key}?meta` | the object's metadata ([`WireMeta`]) |
+//! | `GET /o/{bucket id}/{pg}/{key}?meta[&inline=N]` | the object's metadata ([`WireMeta`]); with `inline`, an object of at most N bytes comes whole, its metadata in `x-packrat-meta` |
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
 //!
@@ -30,6 +30,8 @@ pub const SECRET_HEADER: &str = "x-packrat-cluster-secret";
 pub const EPOCH_HEADER: &str = "x-packrat-epoch";
 pub const CV_HEADER: &str = "x-packrat-cv";
 pub const PUT_HEADER: &str = "x-packrat-put";
+/// The metadata of a small object whose bytes are the body (`?meta&inline=N`).
+pub const META_HEADER: &str = "x-packrat-meta";
 /// The user-metadata name a node keeps an object's cluster version under; gateways never show
 /// it to clients.
 pub const CV_META: &str = "packrat-cv";
@@ -212,6 +214,15 @@ impl WireError {
 }
 
 pub type NodeBody = Full<Bytes>;
+
+/// How long one node may take to answer a write of `bytes` to its successor: a hung node (a
+/// stopped process, a machine that stalls) must not hold writes for longer than a failover.
+pub fn hop_timeout(bytes: usize) -> Duration {
+    Duration::from_secs(3) + Duration::from_secs_f64(bytes as f64 / (32.0 * 1024.0 * 1024.0))
+}
+
+/// How long a read may wait for a node's answer to start before another replica is tried.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The internal API's HTTP client: pooled keep-alive connections to every node.
 #[derive(Clone)]

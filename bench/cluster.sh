@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# What a cluster costs, on one machine: the CPU time of all packrat processes per operation for
+# the same loads against `packrat serve` (embedded) and against one gateway in front of three
+# nodes with R=3, all on loopback. On 2 cores, throughput cannot grow with nodes, so the figure
+# is cost: CPU per operation (gateway + nodes, etcd shown apart), and the latency at 64
+# connections. Prints a table (and the JSON lines in $work/results.jsonl with KEEP=1).
+#
+#   bench/cluster.sh
+#   KEYS=5000 DURATION=10s bench/cluster.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KEYS=${KEYS:-20000}
+DURATION=${DURATION:-15s}
+CONC=${CONC:-64}
+AK=clusterbenchkey
+SK=clusterbench-secret-0123456789
+command -v etcd >/dev/null || { echo "needs etcd (apt-get install etcd-server)" >&2; exit 2; }
+cargo build -q -p packrat-gateway
+BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
+work=$(mktemp -d /tmp/packrat-cluster-bench.XXXXXX)
+results=$work/results.jsonl
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  [ "${KEEP:-0}" = 1 ] || rm -rf "$work"
+}
+trap cleanup EXIT
+export PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK
+
+ready() { # url
+  for _ in $(seq 1 150); do
+    curl -fs "$1" >/dev/null 2>&1 && return
+    sleep 0.2
+  done
+  echo "not ready: $1" >&2; exit 1
+}
+# CPU seconds (user + system) of the given processes, from /proc.
+cpu() {
+  local t=0 p
+  for p in "$@"; do
+    t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+  done
+  echo "$t $(getconf CLK_TCK)" | awk '{printf "%.3f", $1 / $2}'
+}
+# One load; appends its JSON with the CPU per op of the processes given.
+run() { # label endpoint "pids" bench-args...
+  local label=$1 endpoint=$2 procs=$3; shift 3
+  local before after
+  before=$(cpu $procs)
+  out=$(AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$BIN" bench --endpoint "$endpoint" \
+    --label "$label" --json --concurrency "$CONC" --keys "$KEYS" --duration "$DURATION" "$@")
+  after=$(cpu $procs)
+  python3 -c "
+import json, sys
+r = json.loads(sys.argv[1])
+r['cpu_us_per_op'] = (float(sys.argv[3]) - float(sys.argv[2])) * 1e6 / max(r['ops'], 1)
+print(json.dumps(r))" "$out" "$before" "$after" | tee -a "$results" >/dev/null
+}
+# Prepares (uploads) the keys once, then PUT and GET loads.
+loads() { # label endpoint "pids"
+  AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$BIN" bench --endpoint "$2" --workload get \
+    --keys "$KEYS" --prepare --ops 1 --concurrency 8 >/dev/null
+  run "$1" "$2" "$3" --workload get
+  run "$1" "$2" "$3" --workload put
+}
+
+# Embedded.
+"$BIN" serve --data-dir "$work/embedded" --listen 127.0.0.1:19400 --log warn \
+  --compact-interval 0 >"$work/embedded.log" 2>&1 &
+serve_pid=$!
+pids+=($serve_pid)
+ready http://127.0.0.1:19400/health/ready
+loads embedded http://127.0.0.1:19400 "$serve_pid"
+kill "$serve_pid"; wait "$serve_pid" 2>/dev/null || true
+
+# A cluster: etcd, three nodes (R=3), one gateway.
+etcd_url=http://127.0.0.1:19479
+etcd --name b --data-dir "$work/etcd" --listen-client-urls $etcd_url --advertise-client-urls $etcd_url \
+  --listen-peer-urls http://127.0.0.1:19480 --initial-advertise-peer-urls http://127.0.0.1:19480 \
+  --initial-cluster b=http://127.0.0.1:19480 --log-level error >"$work/etcd.log" 2>&1 &
+etcd_pid=$!
+pids+=($etcd_pid)
+ready $etcd_url/health
+"$BIN" cluster --etcd $etcd_url init --pgs 256 --replicas 3 >/dev/null
+node_pids=()
+for i in 0 1 2; do
+  "$BIN" node --etcd $etcd_url --data-dir "$work/node$i" --listen 127.0.0.1:$((19410 + i)) \
+    --log warn --compact-interval 0 >"$work/node$i.log" 2>&1 &
+  node_pids+=($!)
+  pids+=($!)
+done
+for _ in $(seq 1 150); do
+  "$BIN" cluster --etcd $etcd_url status 2>/dev/null | grep -q '"pgs_healthy": 256' && break
+  sleep 0.2
+done
+"$BIN" gateway --etcd $etcd_url --listen 127.0.0.1:19420 --log warn >"$work/gateway.log" 2>&1 &
+gw_pid=$!
+pids+=($gw_pid)
+ready http://127.0.0.1:19420/health/ready
+etcd_before=$(cpu $etcd_pid)
+loads cluster http://127.0.0.1:19420 "$gw_pid ${node_pids[*]}"
+etcd_after=$(cpu $etcd_pid)
+
+python3 - "$results" "$etcd_before" "$etcd_after" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+by = {(r["label"], r["workload"]): r for r in rows}
+print(f"{'4 KiB':<6} {'embedded ops/s':>14} {'cluster ops/s':>13} {'CPU µs/op emb':>13} "
+      f"{'CPU µs/op cl':>12} {'ratio':>6} {'p99 ms emb':>10} {'p99 ms cl':>9}")
+for w in ("get", "put"):
+    e, c = by[("embedded", w)], by[("cluster", w)]
+    print(f"{w.upper():<6} {e['ops_per_sec']:>14,.0f} {c['ops_per_sec']:>13,.0f} "
+          f"{e['cpu_us_per_op']:>13.0f} {c['cpu_us_per_op']:>12.0f} "
+          f"{c['cpu_us_per_op'] / e['cpu_us_per_op']:>6.2f} {e['latency_us_p99'] / 1000:>10.1f} "
+          f"{c['latency_us_p99'] / 1000:>9.1f}")
+print(f"etcd during the cluster loads: {float(sys.argv[3]) - float(sys.argv[2]):.2f} CPU s; "
+      f"errors: {sum(r['errors'] for r in rows)}")
+EOF
