@@ -517,24 +517,7 @@ impl Node {
                     meta = Some(meta_of(&info));
                 }
                 None => {
-                    let mut tomb_attrs = packrat_store_api::ObjectAttrs::default();
-                    tomb_attrs
-                        .user_meta
-                        .push((CV_META.to_string(), cv.to_string()));
-                    self.store
-                        .put_object(
-                            &tombs,
-                            key,
-                            &mut OnePiece(None),
-                            PutObject {
-                                attrs: tomb_attrs,
-                                ..Default::default()
-                            },
-                        )
-                        .await?;
-                    if obj.is_some() {
-                        self.store.delete_object(&objects, key).await?;
-                    }
+                    self.bury(&objects, &tombs, key, cv, obj.is_some()).await?;
                     meta = None;
                 }
             }
@@ -598,6 +581,52 @@ impl Node {
             m.cv = m.cv.max(cv);
         }
         Ok(meta)
+    }
+
+    /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if
+    /// there is one.
+    async fn bury(
+        &self,
+        objects: &Bucket,
+        tombs: &Bucket,
+        key: &str,
+        cv: u64,
+        has_object: bool,
+    ) -> StoreResult<()> {
+        let mut attrs = packrat_store_api::ObjectAttrs::default();
+        attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+        let tomb = PutObject {
+            attrs,
+            ..Default::default()
+        };
+        self.store
+            .put_object(tombs, key, &mut OnePiece(None), tomb)
+            .await?;
+        if has_object {
+            self.store.delete_object(objects, key).await?;
+        }
+        Ok(())
+    }
+
+    /// A resync's GET from a caught-up member.
+    async fn fetch(
+        &self,
+        addr: &str,
+        path: &str,
+        epoch: u64,
+    ) -> Result<crate::wire::Answer, String> {
+        self.client
+            .send(
+                Method::GET,
+                addr,
+                path,
+                epoch,
+                &[],
+                Bytes::new(),
+                FORWARD_TIMEOUT,
+            )
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn clear_dirty(&self, bid: u64, key: &str, cv: u64) {
@@ -888,19 +917,7 @@ impl Node {
                     if let Some(a) = &after {
                         path.push_str(&format!("&after={}", encode(a)));
                     }
-                    let ans = self
-                        .client
-                        .send(
-                            Method::GET,
-                            &addr,
-                            &path,
-                            map.epoch,
-                            &[],
-                            Bytes::new(),
-                            FORWARD_TIMEOUT,
-                        )
-                        .await
-                        .map_err(e)?;
+                    let ans = self.fetch(&addr, &path, map.epoch).await?;
                     if ans.status != 200 {
                         return Err(format!("listing from {addr}: {}", ans.error().await));
                     }
@@ -924,45 +941,14 @@ impl Node {
             let _g = self.lock_of(bid, &t.key).lock().await;
             let (obj, tomb) = self.current(&objects, &tombs, &t.key).await.map_err(e)?;
             if t.cv > obj.as_ref().map_or(0, cv_of).max(tomb) {
-                let mut attrs = packrat_store_api::ObjectAttrs::default();
-                attrs
-                    .user_meta
-                    .push((CV_META.to_string(), t.cv.to_string()));
-                self.store
-                    .put_object(
-                        &tombs,
-                        &t.key,
-                        &mut OnePiece(None),
-                        PutObject {
-                            attrs,
-                            ..Default::default()
-                        },
-                    )
+                self.bury(&objects, &tombs, &t.key, t.cv, obj.is_some())
                     .await
                     .map_err(e)?;
-                if obj.is_some() {
-                    self.store
-                        .delete_object(&objects, &t.key)
-                        .await
-                        .map_err(e)?;
-                }
             }
         }
         for o in &theirs {
             let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(&o.key));
-            let ans = self
-                .client
-                .send(
-                    Method::GET,
-                    addr,
-                    &path,
-                    map.epoch,
-                    &[],
-                    Bytes::new(),
-                    FORWARD_TIMEOUT,
-                )
-                .await
-                .map_err(e)?;
+            let ans = self.fetch(addr, &path, map.epoch).await?;
             if ans.status == 404 {
                 continue;
             }
@@ -982,19 +968,7 @@ impl Node {
                 meta.cv,
                 meta.size
             );
-            let ans = self
-                .client
-                .send(
-                    Method::GET,
-                    addr,
-                    &path,
-                    map.epoch,
-                    &[],
-                    Bytes::new(),
-                    FORWARD_TIMEOUT,
-                )
-                .await
-                .map_err(e)?;
+            let ans = self.fetch(addr, &path, map.epoch).await?;
             if ans.status == 409 {
                 continue; // overwritten meanwhile: the newer write reaches this node by the chain
             }
