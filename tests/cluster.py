@@ -63,13 +63,13 @@ class Etcd:
 class Node(Server):
     """`packrat node`: its internal API listens on a fixed port across restarts."""
 
-    def __init__(self, data_dir, etcd_url):
-        super().__init__(data_dir, sticky_port=True)
+    def __init__(self, data_dir, etcd_url, extra_args=(), extra_env=None):
+        super().__init__(data_dir, extra_args=extra_args, extra_env=extra_env, sticky_port=True)
         self.etcd_url = etcd_url
 
     def argv(self):
         return [BIN, "node", "--etcd", self.etcd_url, "--data-dir", self.data_dir,
-                "--listen", self.listen, "--disk-probe-interval", "0"]
+                "--listen", self.listen, "--disk-probe-interval", "0", *self.extra_args]
 
 
 class Gateway(Server):
@@ -110,14 +110,14 @@ def healthy(etcd_url, nodes):
 
 
 
-def start_cluster(base, nodes=3, gateways=1):
+def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None):
     """etcd, `nodes` nodes with R=3 and `gateways` gateways under `base`; waits until every PG
     has its replicas."""
     base.mkdir(parents=True, exist_ok=True)
     etcd = Etcd(base / "etcd").start()
     r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
     assert r.returncode == 0, r.stderr
-    started = [Node(base / f"node{i}", etcd.url).start() for i in range(nodes)]
+    started = [Node(base / f"node{i}", etcd.url, node_args, node_env).start() for i in range(nodes)]
     wait_for(f"{nodes} healthy nodes", lambda: healthy(etcd.url, nodes))
     gws = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(gateways)]
     return etcd, started, gws

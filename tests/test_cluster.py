@@ -279,3 +279,39 @@ def test_add_a_node_and_drain_one_under_load(cluster, workdir, request):
     for k, v in bodies.items():
         assert d.get_object(Bucket="move", Key=k)["Body"].read() == v, k
     fourth.stop()
+
+
+def test_a_delete_is_not_undone_by_a_node_away_longer_than_its_tombstone(workdir):
+    # Tombstones kept 1 s: the node that was away catches up after they are gone, and must
+    # learn of the delete from the object's absence.
+    etcd, nodes, (gw,) = start_cluster(workdir / "cluster-tombstones", node_args=["--tombstone-keep", "1"],
+                                       node_env={"PACKRAT_LOG": "info,packrat_cluster=debug"})
+    try:
+        c = gw.client(read_timeout=60)
+        c.create_bucket(Bucket="tomb")
+        for i in range(20):
+            c.put_object(Bucket="tomb", Key=f"k{i:02d}", Body=b"old %d" % i)
+        away = nodes[2]
+        away.kill9()
+        wait_for("the map without the node", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
+        for i in range(10):
+            c.delete_object(Bucket="tomb", Key=f"k{i:02d}")
+        wait_for("the tombstones collected", lambda: all(
+            "collected" in open(n.log_path).read() for n in nodes[:2]), timeout=30)
+        away.start()
+        wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+        # Only the node that was away is left to answer.
+        nodes[0].kill9()
+        nodes[1].kill9()
+        wait_for("the returned node alone", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)
+        for i in range(20):
+            if i < 10:
+                with pytest.raises(ClientError) as e:
+                    c.head_object(Bucket="tomb", Key=f"k{i:02d}")
+                assert e.value.response["Error"]["Code"] == "404", i
+            else:
+                assert c.get_object(Bucket="tomb", Key=f"k{i:02d}")["Body"].read() == b"old %d" % i
+    finally:
+        for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()

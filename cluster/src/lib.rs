@@ -163,14 +163,16 @@ pub async fn run_node(
     entry: NodeEntry,
     store: Arc<dyn packrat_store_api::ObjectStore>,
     listener: tokio::net::TcpListener,
+    tombstone_keep: Duration,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let secret = etcd.secret().await?;
     let map = etcd.follow_map().await?;
-    let node = node::Node::new(entry.id.clone(), store, map, secret);
+    let node = node::Node::new(entry.id.clone(), store, map, secret, tombstone_keep);
     let lease = register(&etcd, &entry).await?;
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));
+    tokio::spawn(node.clone().collect_tombstones());
     node.serve(listener, stop).await;
     // Leave at once rather than when the lease runs out.
     let _ = etcd.client.clone().lease_revoke(lease).await;

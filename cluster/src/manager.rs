@@ -97,6 +97,26 @@ pub fn next_map(
             syncing.entry(id.clone()).or_default().insert(pg, since);
         }
     }
+    // A draining node leaves a chain only once the member that replaces it has caught up:
+    // until then it stays, at the tail, so the PG keeps R caught-up copies throughout a drain.
+    let mut chains = chains;
+    for (pg, chain) in chains.iter_mut().enumerate() {
+        let pg = pg as u32;
+        let catching_up = chain
+            .iter()
+            .any(|id| syncing.get(id).is_some_and(|s| s.contains_key(&pg)));
+        if !catching_up {
+            continue;
+        }
+        for id in map.chain(pg) {
+            let draining = registered
+                .iter()
+                .any(|n| n.id == *id && n.state == NodeState::Draining && live.contains(id));
+            if draining && !chain.contains(id) && !map.is_syncing(id, pg) {
+                chain.push(id.clone());
+            }
+        }
+    }
     let chains = balance_heads(chains, &syncing);
     let mut nodes: BTreeMap<String, NodeEntry> = BTreeMap::new();
     for n in registered {
@@ -312,5 +332,38 @@ mod tests {
         assert_eq!(fifth.chains, fourth.chains);
         assert_eq!(fifth.syncing["c"].len(), 8);
         assert_eq!(fifth.syncing.len(), 1);
+        // d joins and a drains: a stays in each chain it leaves until a's replacement there
+        // has caught up, then goes.
+        let mut four_nodes = again.to_vec();
+        four_nodes.push(node("d"));
+        four_nodes[0].state = NodeState::Draining;
+        let mut alive = all.clone();
+        alive.insert("d".to_string());
+        let caught_up: BTreeMap<(String, u32), u64> = fifth.syncing["c"]
+            .iter()
+            .map(|(pg, e)| (("c".to_string(), *pg), *e))
+            .collect();
+        let sixth = next_map(&fifth, &four_nodes, &alive, &caught_up).unwrap();
+        for (pg, chain) in sixth.chains.iter().enumerate() {
+            assert!(
+                chain.contains(&"a".to_string()),
+                "PG {pg}: a left before its replacement caught up"
+            );
+            assert_eq!(chain.len(), 4);
+            assert_eq!(sixth.readers(pg as u32).count(), 3);
+        }
+        let done: BTreeMap<(String, u32), u64> = sixth
+            .syncing
+            .iter()
+            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
+            .collect();
+        let seventh = next_map(&sixth, &four_nodes, &alive, &done).unwrap();
+        assert!(
+            seventh
+                .chains
+                .iter()
+                .all(|c| c.len() == 3 && !c.contains(&"a".to_string()))
+        );
+        assert!(seventh.syncing.is_empty());
     }
 }

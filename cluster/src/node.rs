@@ -58,6 +58,8 @@ pub struct Node {
     /// Object versions handed out by metadata requests, so that the read that follows gets
     /// exactly that version even if a newer one landed in between.
     recent: Mutex<HashMap<(u64, String, u64), ObjectInfo>>,
+    /// How long a delete's tombstone is kept (see [`Node::collect_tombstones`]).
+    tombstone_keep: Duration,
 }
 
 /// Why a request could not be served here.
@@ -156,6 +158,7 @@ impl Node {
         store: Arc<dyn ObjectStore>,
         map: watch::Receiver<Arc<ClusterMap>>,
         secret: String,
+        tombstone_keep: Duration,
     ) -> Arc<Node> {
         Arc::new(Node {
             id,
@@ -170,6 +173,7 @@ impl Node {
             last_cv: AtomicU64::new(0),
             buckets: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
+            tombstone_keep,
         })
     }
 
@@ -593,7 +597,10 @@ impl Node {
         cv: u64,
         has_object: bool,
     ) -> StoreResult<()> {
-        let mut attrs = packrat_store_api::ObjectAttrs::default();
+        let mut attrs = packrat_store_api::ObjectAttrs {
+            last_modified_ms: (now_micros() / 1000) as i64,
+            ..Default::default()
+        };
         attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
         let tomb = PutObject {
             attrs,
@@ -606,6 +613,64 @@ impl Node {
             self.store.delete_object(objects, key).await?;
         }
         Ok(())
+    }
+
+    /// Drops tombstones older than `--tombstone-keep`, every minute (or as often as that, if
+    /// shorter), for the node's life. A
+    /// tombstone orders a delete against writes still on their way down a chain (seconds at
+    /// most); a node that was away longer than that learns of the delete by the object's
+    /// absence on the member it resyncs from (a resync drops what the source does not have).
+    pub async fn collect_tombstones(self: Arc<Self>) {
+        let every = self
+            .tombstone_keep
+            .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        loop {
+            tokio::time::sleep(every).await;
+            match self.collect_tombstones_once(self.tombstone_keep).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(tombstones = n, "collected"),
+                Err(e) => tracing::warn!("collecting tombstones: {e}"),
+            }
+        }
+    }
+
+    async fn collect_tombstones_once(&self, keep: Duration) -> StoreResult<usize> {
+        let cutoff = (now_micros() / 1000) as i64 - keep.as_millis() as i64;
+        let mut dropped = 0;
+        for tombs in self.store.list_buckets().await? {
+            if !tombs.name.starts_with("t-") {
+                continue;
+            }
+            let mut after: Option<String> = None;
+            loop {
+                let page = self
+                    .store
+                    .list_objects(
+                        &tombs,
+                        &ListQuery {
+                            after: after.clone(),
+                            max_keys: 1000,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                for t in page.objects.iter().filter(|t| t.last_modified_ms < cutoff) {
+                    let bid: u64 = tombs.name[2..].parse().unwrap_or(0);
+                    let _g = self.lock_of(bid, &t.key).lock().await;
+                    if let Some(now) = self.store.head_object(&tombs, &t.key).await?
+                        && now.attrs.last_modified_ms < cutoff
+                    {
+                        self.store.delete_object(&tombs, &t.key).await?;
+                        dropped += 1;
+                    }
+                }
+                after = page.objects.last().map(|o| o.key.clone());
+                if !page.truncated {
+                    break;
+                }
+            }
+        }
+        Ok(dropped)
     }
 
     /// A resync's GET from a caught-up member.

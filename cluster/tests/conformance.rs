@@ -116,6 +116,7 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
                 entry,
                 Arc::new(store.store),
                 listener,
+                Duration::from_secs(600),
                 std::future::pending(),
             )
             .await

@@ -26,6 +26,11 @@ pub struct NodeArgs {
     /// Address of the internal API (port 0 picks a free port; it is printed).
     #[arg(long, env = "PACKRAT_LISTEN", default_value = "127.0.0.1:9100")]
     listen: std::net::SocketAddr,
+    /// Seconds a delete's tombstone is kept. It orders the delete against writes still on
+    /// their way down a chain (seconds); a node away for longer learns of the delete when it
+    /// catches up, by the object's absence.
+    #[arg(long, env = "PACKRAT_TOMBSTONE_KEEP", default_value_t = 600)]
+    tombstone_keep: u64,
     /// Log filter (tracing syntax).
     #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
     log: String,
@@ -130,7 +135,8 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         state: NodeState::Active,
         incarnation: chrono::Utc::now().timestamp_micros().max(1) as u64,
     };
-    packrat_cluster::run_node(etcd, entry, Arc::new(opened.store), listener, stop).await?;
+    let keep = std::time::Duration::from_secs(args.tombstone_keep);
+    packrat_cluster::run_node(etcd, entry, Arc::new(opened.store), listener, keep, stop).await?;
     tracing::info!("stopped");
     Ok(())
 }
