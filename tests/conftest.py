@@ -98,7 +98,7 @@ class Server:
                     break
                 buf += chunk
                 for line in buf.decode(errors="replace").splitlines():
-                    if "listening on http://" in line:
+                    if "listening on http://" in line or "listening on https://" in line:
                         self.endpoint = line.split("listening on ", 1)[1].strip()
                         if self.sticky_port:
                             self.listen = self.endpoint.split("://", 1)[1]

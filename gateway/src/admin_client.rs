@@ -122,17 +122,17 @@ pub async fn call(
     let base: http::Uri = endpoint
         .parse()
         .map_err(|e| format!("bad --endpoint: {e}"))?;
-    match base.scheme_str() {
-        None | Some("http") => {}
-        Some("https") => {
-            // Speaking http to an https endpoint would send the request in the clear; the
-            // server has no TLS yet either (issue 20).
+    // The endpoint's scheme is kept: an https endpoint is spoken to over TLS, never in the
+    // clear.
+    let scheme = match base.scheme_str() {
+        None | Some("http") => "http",
+        Some("https") => "https",
+        Some(other) => {
             return Err(format!(
-                "{endpoint}: https endpoints are not supported yet (packrat serves plain http); use an http:// endpoint"
+                "{endpoint}: unknown scheme {other}; use http:// or https://"
             ));
         }
-        Some(other) => return Err(format!("{endpoint}: unknown scheme {other}; use http://")),
-    }
+    };
     let authority = base
         .authority()
         .ok_or("the endpoint needs a host, e.g. http://127.0.0.1:9000")?
@@ -153,9 +153,9 @@ pub async fn call(
         chrono::Utc::now(),
     );
     let uri = if query.is_empty() {
-        format!("http://{authority}{full_path}")
+        format!("{scheme}://{authority}{full_path}")
     } else {
-        format!("http://{authority}{full_path}?{query}")
+        format!("{scheme}://{authority}{full_path}?{query}")
     };
     let mut req = http::Request::builder().method(method).uri(uri);
     for (k, v) in &headers {
@@ -165,7 +165,7 @@ pub async fn call(
         .body(Full::new(bytes::Bytes::from(body)))
         .map_err(|e| e.to_string())?;
     let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<Full<bytes::Bytes>>();
+        .build::<_, Full<bytes::Bytes>>(crate::tls::client_connector()?);
     let resp = client
         .request(req)
         .await

@@ -6,6 +6,7 @@
 mod admin_client;
 mod bench;
 mod cluster_cmd;
+mod tls;
 
 use packrat_gateway::{admin, config, server};
 
@@ -126,6 +127,12 @@ struct HttpArgs {
     /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
     #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
     log: String,
+    /// TLS certificate chain (PEM) to serve https with; needs --tls-key. SIGHUP reloads both.
+    #[arg(long, env = "PACKRAT_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, env = "PACKRAT_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 /// The local store (`serve` and `node`).
@@ -517,8 +524,13 @@ async fn serve_s3(
     let listener = listen(http.listen, http.max_connections)
         .map_err(|e| format!("cannot listen on {}: {e}", http.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("packrat: listening on http://{addr}");
-    let state = Arc::new(server::AppState::new(store, config));
+    let mut state = server::AppState::new(store, config);
+    if let (Some(cert), Some(key)) = (&http.tls_cert, &http.tls_key) {
+        state.tls = Some(tls::Tls::open(cert, key)?);
+    }
+    let scheme = if state.tls.is_some() { "https" } else { "http" };
+    println!("packrat: listening on {scheme}://{addr}");
+    let state = Arc::new(state);
     let drain = Duration::from_secs(http.shutdown_timeout);
     let stop = async move {
         stop.await;

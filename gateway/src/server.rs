@@ -42,6 +42,23 @@ pub struct AppState {
     request_id_prefix: u32,
     /// Faults of the HTTP layer (`--fault-injection`, tests only).
     pub http_faults: HttpFaults,
+    /// TLS (`--tls-cert`/`--tls-key`): every accepted connection goes through this handshake
+    /// first. The library knows nothing of certificates; the binary brings the TLS stack.
+    pub tls: Option<Arc<dyn Handshake>>,
+}
+
+/// A connection after its handshake: what hyper serves.
+pub trait Conn: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static> Conn for T {}
+
+/// What a handshake hands back: the connection to serve HTTP on.
+pub type Handshaken =
+    std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<Box<dyn Conn>>> + Send>>;
+
+/// A handshake run on each accepted connection before HTTP (TLS). It runs in the
+/// connection's own task, within the header timeout, so a slow client holds only itself.
+pub trait Handshake: Send + Sync + 'static {
+    fn accept(&self, stream: tokio::net::TcpStream) -> Handshaken;
 }
 
 /// Faults of the HTTP layer, set by `PUT /_packrat/admin/faults/http` when the server runs with
@@ -107,6 +124,7 @@ impl AppState {
             request_counter: AtomicU64::new(0),
             request_id_prefix: rand::random(),
             http_faults: HttpFaults::default(),
+            tls: None,
         }
     }
 
@@ -164,7 +182,7 @@ pub async fn serve(
             state.config.max_headers,
             state.config.max_header_bytes,
         );
-        let io = hyper_util::rt::TokioIo::new(stream);
+        let tls = state.tls.clone();
         let svc = hyper::service::service_fn(move |req| {
             let state = state.clone();
             async move { Ok::<_, Infallible>(handle(state, req).await) }
@@ -175,11 +193,36 @@ pub async fn serve(
             .header_read_timeout(std::time::Duration::from_secs(header_timeout))
             .max_headers(max_headers)
             .max_buf_size(max_header_bytes);
-        let conn = graceful.watch(builder.serve_connection(io, svc));
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = conn.await;
-        });
+        match tls {
+            None => {
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let conn = graceful.watch(builder.serve_connection(io, svc));
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let _ = conn.await;
+                });
+            }
+            Some(tls) => {
+                // The handshake happens in the connection's task; a connection that never
+                // completes it is dropped after the header timeout. Connections still in their
+                // handshake when a stop begins are not drained (they have no request yet).
+                let watcher = graceful.watcher();
+                let limit = std::time::Duration::from_secs(header_timeout);
+                tokio::spawn(async move {
+                    let _permit = permit;
+                    let io = match tokio::time::timeout(limit, tls.accept(stream)).await {
+                        Ok(Ok(io)) => io,
+                        Ok(Err(e)) => {
+                            tracing::debug!(error = %e, "TLS handshake failed");
+                            return;
+                        }
+                        Err(_) => return,
+                    };
+                    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
+                    let _ = watcher.watch(conn).await;
+                });
+            }
+        }
     }
     drop(listener);
     let open = state.open_connections();
