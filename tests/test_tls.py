@@ -124,3 +124,33 @@ def test_a_wrong_key_for_the_certificate_is_refused_at_start(tmp_path, workdir):
                        env=dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=ROOT_AK, PACKRAT_ROOT_SECRET_KEY=ROOT_SK),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "do not go together" in r.stderr, r.stderr
+
+
+def test_the_python_client_over_https(tmp_path, workdir):
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    ca = make_ca(certs)
+    cert, key = make_cert(certs, "server")
+    srv = Server(workdir / "tls-client", extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]).start()
+    try:
+        import boto3
+        from packrat_client import PackratClient, PackratError
+
+        s3 = boto3.client("s3", endpoint_url=srv.endpoint, aws_access_key_id=ROOT_AK,
+                          aws_secret_access_key=ROOT_SK, region_name="us-east-1", verify=str(ca))
+        s3.create_bucket(Bucket="pyclient")
+        for i in range(5):
+            s3.put_object(Bucket="pyclient", Key=f"s/{i}", Body=b"sample %d" % i)
+        c = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1", aws_access_key_id=ROOT_AK,
+                          aws_secret_access_key=ROOT_SK, ca_bundle=str(ca))
+        got = {s.name: s.data for s in c.batch_get("pyclient", [f"s/{i}" for i in range(5)])}
+        assert got == {f"s/{i}": b"sample %d" % i for i in range(5)}
+        # The system's roots do not include the test CA: refused, never sent in the clear.
+        untrusting = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
+                                   aws_access_key_id=ROOT_AK, aws_secret_access_key=ROOT_SK,
+                                   ca_bundle="/etc/ssl/certs/ca-certificates.crt")
+        with pytest.raises(PackratError) as e:
+            list(untrusting.batch_get("pyclient", ["s/0"]))
+        assert e.value.code == "TLSError" and "CERTIFICATE_VERIFY_FAILED" in str(e.value), e.value
+    finally:
+        srv.stop()

@@ -190,6 +190,7 @@ class PackratClient:
         timeout: float = 300.0,
         maxsize: int = 16,
         retry: Optional[RetryPolicy] = None,
+        ca_bundle: Optional[str] = None,
     ):
         if session is None:
             session = boto3.Session(
@@ -209,8 +210,12 @@ class PackratClient:
             raise PackratError(0, "NoEndpoint", "pass endpoint_url or set AWS_ENDPOINT_URL")
         self.endpoint_url = self.endpoint_url.rstrip("/")
         self.retry = retry if retry is not None else RetryPolicy()
+        # An https endpoint is verified against `ca_bundle` (a PEM file), else AWS_CA_BUNDLE as
+        # boto3 reads it, else the system's roots. There is no switch to turn verification off.
+        self.ca_bundle = ca_bundle or os.environ.get("AWS_CA_BUNDLE") or None
         self._http = urllib3.PoolManager(
-            maxsize=maxsize, timeout=urllib3.Timeout(connect=10.0, read=timeout), retries=False
+            maxsize=maxsize, timeout=urllib3.Timeout(connect=10.0, read=timeout), retries=False,
+            **({"ca_certs": self.ca_bundle} if self.ca_bundle else {}),
         )
 
     # ---- plumbing
@@ -231,14 +236,18 @@ class PackratClient:
         req = AWSRequest(method=method, url=url, data=body or b"", headers=dict(headers or {}))
         S3SigV4Auth(self._creds.get_frozen_credentials(), "s3", self.region).add_auth(req)
         prepared = req.prepare()
-        resp = self._http.request(
-            method,
-            prepared.url,
-            body=body,
-            headers=dict(prepared.headers.items()),
-            preload_content=not stream,
-            decode_content=False,
-        )
+        try:
+            resp = self._http.request(
+                method,
+                prepared.url,
+                body=body,
+                headers=dict(prepared.headers.items()),
+                preload_content=not stream,
+                decode_content=False,
+            )
+        except urllib3.exceptions.SSLError as e:
+            # An untrusted certificate is not a hiccup: raised at once, never retried.
+            raise PackratError(0, "TLSError", f"{method} {url}: {e}") from e
         if resp.status >= 300:
             _raise_for(resp, (resp.read() if stream else resp.data) or b"")
         return resp

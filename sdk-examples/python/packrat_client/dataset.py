@@ -154,7 +154,8 @@ class MapDataset(_Base):
         c = client_factory()
         s3 = s3 or boto3.client("s3", endpoint_url=c.endpoint_url, region_name=c.region,
                                 aws_access_key_id=c._creds.access_key,
-                                aws_secret_access_key=c._creds.secret_key)
+                                aws_secret_access_key=c._creds.secret_key,
+                                verify=c.ca_bundle)
         keys = []
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             keys.extend(o["Key"] for o in page.get("Contents", []))
