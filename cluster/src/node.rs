@@ -643,17 +643,7 @@ impl Node {
             }
             let mut after: Option<String> = None;
             loop {
-                let page = self
-                    .store
-                    .list_objects(
-                        &tombs,
-                        &ListQuery {
-                            after: after.clone(),
-                            max_keys: 1000,
-                            ..Default::default()
-                        },
-                    )
-                    .await?;
+                let page = self.local_page(&tombs, "", &after).await?;
                 for t in page.objects.iter().filter(|t| t.last_modified_ms < cutoff) {
                     let bid: u64 = tombs.name[2..].parse().unwrap_or(0);
                     let _g = self.lock_of(bid, &t.key).lock().await;
@@ -671,6 +661,22 @@ impl Node {
             }
         }
         Ok(dropped)
+    }
+
+    /// A page of up to 1000 keys of a local bucket under `prefix`, after `after`.
+    async fn local_page(
+        &self,
+        bucket: &Bucket,
+        prefix: &str,
+        after: &Option<String>,
+    ) -> StoreResult<packrat_store_api::ObjectPage> {
+        let query = ListQuery {
+            prefix: prefix.to_string(),
+            delimiter: None,
+            after: after.clone(),
+            max_keys: 1000,
+        };
+        self.store.list_objects(bucket, &query).await
     }
 
     /// A resync's GET from a caught-up member.
@@ -824,18 +830,7 @@ impl Node {
             .await?;
         let mut page = WirePage::default();
         'pages: loop {
-            let local = self
-                .store
-                .list_objects(
-                    &bucket,
-                    &ListQuery {
-                        prefix: prefix.clone(),
-                        delimiter: None,
-                        after: after.clone(),
-                        max_keys: 1000,
-                    },
-                )
-                .await?;
+            let local = self.local_page(&bucket, &prefix, &after).await?;
             for o in &local.objects {
                 after = Some(o.key.clone());
                 if !pgs.contains(&pg_of(bid, &o.key, map.pgs)) {
@@ -1082,19 +1077,7 @@ impl Node {
         // resync began: writes that never committed. Later ones came down the chain.
         let mut after: Option<String> = None;
         loop {
-            let page = self
-                .store
-                .list_objects(
-                    &objects,
-                    &ListQuery {
-                        prefix: String::new(),
-                        delimiter: None,
-                        after: after.clone(),
-                        max_keys: 1000,
-                    },
-                )
-                .await
-                .map_err(e)?;
+            let page = self.local_page(&objects, "", &after).await.map_err(e)?;
             for o in &page.objects {
                 if pg_of(bid, &o.key, map.pgs) != pg || known.contains(o.key.as_str()) {
                     continue;
