@@ -24,7 +24,9 @@ fn free_port() -> u16 {
 }
 
 /// A private etcd that dies with the test's thread (PR_SET_PDEATHSIG), so none outlives it.
-fn start_etcd(dir: &std::path::Path) -> String {
+/// Its ports are picked free just before it starts; another test can take one in between, so
+/// an etcd that exits at once is started again on other ports.
+fn spawn_etcd(dir: &std::path::Path) -> (std::process::Child, String) {
     let etcd =
         which("etcd").expect("etcd is needed (Debian's etcd-server; see the README's setup)");
     let (client, peer) = (free_port(), free_port());
@@ -61,10 +63,30 @@ fn start_etcd(dir: &std::path::Path) -> String {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().unwrap();
-    // Reaped when it dies with the test's thread.
-    std::thread::spawn(move || child.wait());
-    url
+    (cmd.spawn().unwrap(), url)
+}
+
+async fn start_etcd(dir: &std::path::Path) -> Etcd {
+    for attempt in 0..5 {
+        let (mut child, url) = spawn_etcd(&dir.join(format!("etcd{attempt}")));
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(15) {
+            if child.try_wait().unwrap().is_some() {
+                break; // a port was taken: again, on others
+            }
+            if let Ok(e) = Etcd::connect(&url).await
+                && e.get("probe").await.is_ok()
+            {
+                // Reaped when it dies with the test's thread.
+                std::thread::spawn(move || child.wait());
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("etcd did not start in five tries");
 }
 
 fn which(name: &str) -> Option<std::path::PathBuf> {
@@ -77,18 +99,8 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
 
 async fn cluster_store() -> Arc<dyn ObjectStore> {
     let dir = tempfile::tempdir().unwrap().keep();
-    let url = start_etcd(&dir.join("etcd"));
+    let etcd = start_etcd(&dir).await;
     let started = Instant::now();
-    let etcd = loop {
-        match Etcd::connect(&url).await {
-            Ok(e) if e.get("probe").await.is_ok() => break e,
-            _ if started.elapsed() < Duration::from_secs(20) => {
-                tokio::time::sleep(Duration::from_millis(100)).await
-            }
-            Err(e) => panic!("etcd did not start: {e}"),
-            Ok(_) => panic!("etcd did not answer"),
-        }
-    };
     let root = AccessKey {
         access_key: "ROOT".into(),
         secret_key: "root-secret-123".into(),
