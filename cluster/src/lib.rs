@@ -129,23 +129,23 @@ pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
         // supervisor restarts it, and it rejoins at the tails and catches up.
         let mut client = client;
         loop {
+            // Ends only when the lease is gone (Ok) or etcd cannot be reached (Err).
             let kept = async {
                 let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
                 loop {
                     keeper.keep_alive().await?;
                     match stream.message().await? {
                         Some(r) if r.ttl() > 0 => {}
-                        _ => return Ok::<bool, etcd_client::Error>(false),
+                        _ => return Ok::<(), etcd_client::Error>(()),
                     }
                     tokio::time::sleep(Duration::from_millis(LEASE_SECS as u64 * 1000 / 3)).await;
                 }
             };
             match kept.await {
-                Ok(false) => {
+                Ok(()) => {
                     tracing::error!("this node's etcd lease expired; exiting so that it rejoins");
                     std::process::exit(3);
                 }
-                Ok(true) => {}
                 Err(e) => {
                     tracing::warn!("etcd lease renewal: {e}");
                     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -305,6 +305,7 @@ impl Node {
                     .await?;
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
                 if info.size > inline || info.size == 0 {
+                    self.remember(bid, &key, &info);
                     return Ok(json(200, &meta_of(&info)));
                 }
                 // A small object comes with its metadata: a GET through a gateway is then one
@@ -739,13 +740,17 @@ impl Node {
             .head_object(&objects, key)
             .await?
             .ok_or(StoreError::NoSuchKey)?;
+        Ok(info)
+    }
+
+    /// Keeps a version handed out without its bytes for the read that follows.
+    fn remember(&self, bid: u64, key: &str, info: &ObjectInfo) {
         if let Ok(mut r) = self.recent.lock() {
             if r.len() >= RECENT_MAX {
                 r.clear();
             }
-            r.insert((bid, key.to_string(), cv_of(&info)), info.clone());
+            r.insert((bid, key.to_string(), cv_of(info)), info.clone());
         }
-        Ok(info)
     }
 
     /// Bytes `[start, end)` of version `want` of a key, streamed as the local store verifies

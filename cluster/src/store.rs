@@ -196,12 +196,12 @@ impl ClusterStore {
             let node = match target {
                 Target::Head => map.chain(pg).first(),
                 Target::Tail => map.chain(pg).last(),
-                Target::Reader => {
-                    let readers: Vec<&String> = map.readers(pg).collect();
-                    (!readers.is_empty()).then(|| {
-                        readers[self.next_reader.fetch_add(1, Ordering::Relaxed) % readers.len()]
-                    })
-                }
+                Target::Reader => match map.readers(pg).count() {
+                    0 => None,
+                    n => map
+                        .readers(pg)
+                        .nth(self.next_reader.fetch_add(1, Ordering::Relaxed) % n),
+                },
             };
             if let Some(node) = node.cloned()
                 && let Some(addr) = map.addr(&node)

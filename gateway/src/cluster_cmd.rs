@@ -145,7 +145,7 @@ pub async fn gateway(args: GatewayArgs) -> Result<(), String> {
     let stop = start_process(&args.http.log)?;
     let etcd = Etcd::connect(&args.etcd).await?;
     let store = packrat_cluster::store::ClusterStore::connect(etcd).await?;
-    let config = serve_config(&args.http, false);
+    let config = serve_config(&args.http, None);
     tracing::info!(region = %config.region, "packrat gateway started");
     serve_s3(&args.http, store, config, stop).await?;
     tracing::info!("stopped");

@@ -478,11 +478,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         println!("  access key: {}", k.access_key);
         println!("  secret key: {}", k.secret_key);
     }
-    let storage = &args.storage;
-    let mut config = serve_config(&args.http, storage.fault_injection);
-    config.data_dir = storage.data_dir.clone();
-    config.compact_threshold = storage.compact_threshold.clamp(0.0, 1.0);
-    config.compact_grace_secs = storage.compact_grace;
+    let config = serve_config(&args.http, Some(&args.storage));
     if config.fault_injection {
         tracing::warn!("fault injection is enabled (--fault-injection): for tests only");
     }
@@ -495,10 +491,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// The S3 side's limits from its flags.
-fn serve_config(http: &HttpArgs, fault_injection: bool) -> ServeConfig {
+/// The S3 side's limits from its flags, and what it reports of a local store (none for a
+/// cluster gateway).
+fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
     ServeConfig {
-        data_dir: PathBuf::new(),
+        data_dir: storage.map(|s| s.data_dir.clone()).unwrap_or_default(),
         region: http.region.clone(),
         domain: http.domain.clone(),
         max_connections: http.max_connections,
@@ -508,9 +505,9 @@ fn serve_config(http: &HttpArgs, fault_injection: bool) -> ServeConfig {
         max_header_bytes: http.max_header_bytes.max(8192),
         max_headers: http.max_headers.max(16),
         header_timeout_secs: http.header_timeout.max(1),
-        compact_threshold: 0.5,
-        compact_grace_secs: 0,
-        fault_injection,
+        compact_threshold: storage.map_or(0.5, |s| s.compact_threshold.clamp(0.0, 1.0)),
+        compact_grace_secs: storage.map_or(0, |s| s.compact_grace),
+        fault_injection: storage.is_some_and(|s| s.fault_injection),
     }
 }
 
