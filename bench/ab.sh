@@ -21,6 +21,7 @@ DURATION=${DURATION:-10s}
 CONCURRENCY=${CONCURRENCY:-64}
 BATCH_SIZE=${BATCH_SIZE:-1000}
 BATCH_CONNECTIONS=${BATCH_CONNECTIONS:-4}
+LOG=${LOG:-warn}                 # the servers' --log (info: with the access log)
 WORKLOADS=${WORKLOADS:-"put get batch"}
 PORT=${PORT:-19200}
 AK=abbenchaccesskey
@@ -48,7 +49,7 @@ for round in $(seq 1 "$ROUNDS"); do
     bin=$A; [ "$side" = B ] && bin=$B
     rm -rf "$work/data"
     PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$bin" serve \
-      --data-dir "$work/data" --listen 127.0.0.1:$PORT --log warn >"$work/server-$side.log" 2>&1 &
+      --data-dir "$work/data" --listen 127.0.0.1:$PORT --log "$LOG" >"$work/server-$side.log" 2>&1 &
     pid=$!
     for _ in $(seq 1 100); do
       python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health/ready', timeout=1)" 2>/dev/null && break

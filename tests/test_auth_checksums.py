@@ -3,6 +3,7 @@ and boto3."""
 
 import base64
 import hashlib
+import json
 import os
 import subprocess
 import time
@@ -399,6 +400,14 @@ def test_admin_options_go_before_or_after_the_subcommand_and_https_is_never_plai
     out = run("key", "list", "--endpoint", server.endpoint, "--region", "us-east-1")
     assert out.returncode == 0 and ak in out.stdout, out.stderr
     assert run("--endpoint", server.endpoint, "key", "delete", ak).returncode == 0
+    # --output json: one JSON document per command, for scripts.
+    out = run("key", "create", "--name", "scripted", "--endpoint", server.endpoint, "--output", "json")
+    made = json.loads(out.stdout)
+    assert made["name"] == "scripted" and len(made["secret_key"]) >= 16, out.stdout
+    listed = json.loads(run("--output", "json", "key", "list", "--endpoint", server.endpoint).stdout)
+    assert made["access_key"] in [k["access_key"] for k in listed] and "secret_key" not in listed[0]
+    out = run("key", "delete", made["access_key"], "--endpoint", server.endpoint, "--output", "json")
+    assert json.loads(out.stdout) == {"deleted": made["access_key"]}
     https = server.endpoint.replace("http://", "https://")
     out = run("key", "list", "--endpoint", https)
     assert out.returncode != 0 and "cannot reach" in out.stderr, out.stderr

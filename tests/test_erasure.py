@@ -230,6 +230,10 @@ def test_erasure_coding_survives_lost_and_corrupt_disks(workdir):
         assert status(srv)["shards_rebuilt"] > 0
         out = admin(srv, "scrub")
         assert "0 shards missing, 0 corrupt; 0 rebuilt" in out.stdout, out.stdout
+        # For scripts: the report as one JSON document, and nothing else on stdout.
+        r = json.loads(admin(srv, "scrub", "--output", "json").stdout)
+        assert (r["shards_missing"], r["shards_corrupt"], r["shards_rebuilt"], r["unrepairable"]) \
+            == (0, 0, 0, []) and r["segments_checked"] > 0, r
 
         # M + 1 = 3 disks lost: objects whose bytes need a rebuild fail with a clear 500,
         # the rest is served, and new writes work.

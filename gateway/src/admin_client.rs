@@ -15,6 +15,7 @@ pub async fn run_tier(
     access_key: &str,
     secret_key: &str,
     days_ahead: u32,
+    json: bool,
 ) -> Result<(), String> {
     let r: packrat_store::tier::RunReport = follow(
         endpoint,
@@ -26,6 +27,9 @@ pub async fn run_tier(
         "tier/run",
     )
     .await?;
+    if json {
+        return print_json(&r);
+    }
     println!(
         "lifecycle: {} transitions, {} expirations, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unreadable (left in place, see the server log); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
         r.lifecycle_transitions,
@@ -51,11 +55,39 @@ pub async fn run_scrub(
     region: &str,
     access_key: &str,
     secret_key: &str,
+    json: bool,
 ) -> Result<(), String> {
     let r: packrat_chunk_store::ScrubReport = follow(
         endpoint, region, access_key, secret_key, "scrub", "scrub", "scrub",
     )
     .await?;
+    if json {
+        print_json(&r)?;
+    } else {
+        print_scrub(&r);
+    }
+    if r.unrepairable.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} segments could not be repaired (fewer than k good shards, or no healthy disk \
+             to rebuild on): {:?}",
+            r.unrepairable.len(),
+            r.unrepairable
+        ))
+    }
+}
+
+/// `value` as one line of JSON on stdout (`--output json`).
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
+    println!(
+        "{}",
+        serde_json::to_string(value).map_err(|e| e.to_string())?
+    );
+    Ok(())
+}
+
+fn print_scrub(r: &packrat_chunk_store::ScrubReport) {
     println!(
         "checked {} segments ({} shards, {} bytes): {} shards missing, {} corrupt; {} rebuilt; {} sealed segments encoded",
         r.segments_checked,
@@ -68,14 +100,6 @@ pub async fn run_scrub(
     );
     if r.unrepairable.is_empty() {
         println!("full redundancy: every encoded segment has all its shards");
-        Ok(())
-    } else {
-        Err(format!(
-            "{} segments could not be repaired (fewer than k good shards, or no healthy disk \
-             to rebuild on): {:?}",
-            r.unrepairable.len(),
-            r.unrepairable
-        ))
     }
 }
 

@@ -1,7 +1,9 @@
 //! `packrat node`, `packrat gateway` and `packrat cluster`: packrat on many machines (the
 //! cluster crate does the work; this is the command line).
 
-use crate::{HttpArgs, StorageArgs, listen, open_local, serve_config, serve_s3, start_process};
+use crate::{
+    HttpArgs, LogArgs, StorageArgs, listen, open_local, serve_config, serve_s3, start_process,
+};
 use packrat_cluster::map::{Etcd, NodeEntry, NodeState};
 use packrat_store_api::admin::AccessKey;
 use std::path::Path;
@@ -31,9 +33,8 @@ pub struct NodeArgs {
     /// catches up, by the object's absence.
     #[arg(long, env = "PACKRAT_TOMBSTONE_KEEP", default_value_t = 600)]
     tombstone_keep: u64,
-    /// Log filter (tracing syntax).
-    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
-    log: String,
+    #[command(flatten)]
+    logging: LogArgs,
     #[command(flatten)]
     storage: StorageArgs,
 }
@@ -107,7 +108,7 @@ fn node_id(data_dir: &Path) -> Result<String, String> {
 }
 
 pub async fn node(args: NodeArgs) -> Result<(), String> {
-    let stop = start_process(&args.log)?;
+    let stop = start_process(&args.logging)?;
     let etcd = Etcd::connect(&args.etcd).await?;
     let id = node_id(&args.storage.data_dir)?;
     // The node's own store keeps a root key of its own that nobody uses: S3 requests never
@@ -142,7 +143,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
 }
 
 pub async fn gateway(args: GatewayArgs) -> Result<(), String> {
-    let stop = start_process(&args.http.log)?;
+    let stop = start_process(&args.http.logging)?;
     let etcd = Etcd::connect(&args.etcd).await?;
     let store = packrat_cluster::store::ClusterStore::connect(etcd).await?;
     let config = serve_config(&args.http, None);

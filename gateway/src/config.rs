@@ -60,6 +60,10 @@ pub struct ServeConfig {
     pub compact_grace_secs: u64,
     /// Enables `PUT /_packrat/admin/faults` (tests only).
     pub fault_injection: bool,
+    /// One info line per request on the `packrat::access` target (`--no-access-log` clears it).
+    pub access_log: bool,
+    /// Log lines as JSON objects (`--log-format json`); the access log follows.
+    pub log_json: bool,
 }
 
 /// Most bytes of a request body left unread by its handler (an error answered before the body

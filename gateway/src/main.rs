@@ -6,11 +6,12 @@
 mod admin_client;
 mod bench;
 mod cluster_cmd;
+mod config_file;
 mod tls;
 
 use packrat_gateway::{admin, config, server};
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use config::ServeConfig;
 use http::Method;
 use packrat_chunk_store::{IoBackend, SEGMENT_BYTES_DEFAULT};
@@ -39,7 +40,7 @@ fn no_huge_pages() {
     let _ = unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) };
 }
 
-#[derive(Parser)]
+#[derive(clap::Parser)]
 #[command(
     name = "packrat",
     version,
@@ -64,6 +65,25 @@ enum Command {
     Cluster(cluster_cmd::ClusterArgs),
     /// Load an S3 endpoint (packrat or any other) and report ops/s, MB/s and latency.
     Bench(bench::BenchArgs),
+    /// The configuration file: print one with every flag and its default.
+    Config(ConfigArgs),
+}
+
+#[derive(clap::Args)]
+struct ConfigArgs {
+    #[command(subcommand)]
+    command: ConfigCommand,
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Print a configuration file holding every flag of a server command with its default
+    /// (flags without one are commented out).
+    PrintDefault {
+        /// The command the file is for.
+        #[arg(default_value = "serve", value_parser = config_file::SERVER_COMMANDS)]
+        command: String,
+    },
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -124,15 +144,39 @@ struct HttpArgs {
     /// Async runtime threads (default: one per core).
     #[arg(long, env = "PACKRAT_WORKER_THREADS")]
     worker_threads: Option<usize>,
-    /// Log filter (tracing syntax), e.g. `info` or `packrat=debug`.
-    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
-    log: String,
+    #[command(flatten)]
+    logging: LogArgs,
+    /// No access log line per request (they are logged at info on the `packrat::access`
+    /// target otherwise).
+    #[arg(long, env = "PACKRAT_NO_ACCESS_LOG")]
+    no_access_log: bool,
     /// TLS certificate chain (PEM) to serve https with; needs --tls-key. SIGHUP reloads both.
     #[arg(long, env = "PACKRAT_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
     /// TLS private key (PEM) of --tls-cert.
     #[arg(long, env = "PACKRAT_TLS_KEY", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+}
+
+/// Where logs go and how they look, and the configuration file (every server process).
+#[derive(clap::Args)]
+struct LogArgs {
+    /// TOML file of settings: keys are these flags without their dashes (see
+    /// `packrat config print-default`). Flags and environment variables override it.
+    #[arg(long, env = "PACKRAT_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Log filter (tracing syntax), e.g. `info`, `packrat=debug` or `info,packrat::access=off`.
+    #[arg(long, env = "PACKRAT_LOG", default_value = "info")]
+    log: String,
+    /// Log lines as text for people, or as JSON objects (one per line) for log shippers.
+    #[arg(long, env = "PACKRAT_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// The local store (`serve` and `node`).
@@ -245,8 +289,18 @@ struct AdminArgs {
         default_value = "us-east-1"
     )]
     region: String,
+    /// What to print: text for people, or JSON (one document on stdout) for scripts. Progress
+    /// bars go to stderr, and only when it is a terminal.
+    #[arg(long, global = true, value_enum, default_value_t = Output::Text)]
+    output: Output,
     #[command(subcommand)]
     command: AdminCommand,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Output {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -279,7 +333,7 @@ enum AdminCommand {
     /// agree: every chunk of every object and part is read and verified. Reports live and
     /// dead bytes; exits with status 1 if anything is wrong.
     Verify {
-        /// Print the report as JSON.
+        /// Print the report as JSON (the same as --output json).
         #[arg(long)]
         json: bool,
         /// The server's --disk directories (with --ec).
@@ -322,6 +376,21 @@ enum KeyCommand {
     Delete { access_key: String },
 }
 
+/// The command line, over the defaults a configuration file sets for a server command. Usage
+/// errors and --help exit here, as clap does.
+fn parse_cli(args: &[String]) -> Result<Cli, String> {
+    let mut cmd = Cli::command();
+    if let (Some(sub), Some(path)) = (
+        config_file::subcommand_of(args),
+        config_file::path_from(args),
+    ) && config_file::SERVER_COMMANDS.contains(&sub)
+    {
+        cmd = config_file::apply(cmd, sub, Path::new(&path))?;
+    }
+    let matches = cmd.try_get_matches_from(args).unwrap_or_else(|e| e.exit());
+    Cli::from_arg_matches(&matches).map_err(|e| e.to_string())
+}
+
 /// Blocks (`how = SIG_BLOCK`) or unblocks SIGTERM and SIGINT in the calling thread; threads
 /// started later inherit the mask.
 fn mask_stop_signals(how: libc::c_int) {
@@ -342,7 +411,14 @@ fn main() -> ExitCode {
     // handlers are in place. Other commands unblock at once.
     mask_stop_signals(libc::SIG_BLOCK);
     no_huge_pages();
-    let cli = Cli::parse();
+    let args: Vec<String> = std::env::args().collect();
+    let cli = match parse_cli(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("packrat: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if !matches!(
         cli.command,
         Command::Serve(_) | Command::Node(_) | Command::Gateway(_)
@@ -372,6 +448,9 @@ fn main() -> ExitCode {
         Command::Cluster(args) => rt.block_on(cluster_cmd::cluster(args)),
         Command::Admin(args) => rt.block_on(admin(args)),
         Command::Bench(args) => rt.block_on(bench::run(args)),
+        Command::Config(ConfigArgs {
+            command: ConfigCommand::PrintDefault { command },
+        }) => config_file::print_default(&Cli::command(), &command).map(|text| print!("{text}")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -420,12 +499,17 @@ fn root_from_env() -> Result<Option<(String, String)>, String> {
 
 /// Logging to stderr, and the stop signals caught from here on: a SIGTERM during start-up
 /// (recovery can take a while) is a clean stop once the store is open, not death by the
-/// signal.
-fn start_process(log: &str) -> Result<impl std::future::Future<Output = ()>, String> {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(log))
-        .with_writer(std::io::stderr)
-        .init();
+/// signal. The access log has a writer of its own (`packrat_gateway::access_log`).
+fn start_process(log: &LogArgs) -> Result<impl std::future::Future<Output = ()>, String> {
+    use std::io::IsTerminal as _;
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&log.log))
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match log.log_format {
+        LogFormat::Text => logs.init(),
+        LogFormat::Json => logs.json().flatten_event(true).init(),
+    }
     let stop = shutdown_signal()?;
     // The handlers are in place: a signal held back since start-up is delivered now (to this
     // thread, the only one that unblocks it).
@@ -469,7 +553,7 @@ fn open_local(
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let stop = start_process(&args.http.log)?;
+    let stop = start_process(&args.http.logging)?;
     let opened = open_local(&args.storage, root_from_env()?)?;
     if let Some(k) = &opened.generated_root {
         println!(
@@ -508,6 +592,8 @@ fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
         compact_threshold: storage.map_or(0.5, |s| s.compact_threshold.clamp(0.0, 1.0)),
         compact_grace_secs: storage.map_or(0, |s| s.compact_grace),
         fault_injection: storage.is_some_and(|s| s.fault_injection),
+        access_log: !http.no_access_log,
+        log_json: matches!(http.logging.log_format, LogFormat::Json),
     }
 }
 
@@ -591,9 +677,11 @@ fn print_created(k: &AccessKey) {
 }
 
 async fn admin(args: AdminArgs) -> Result<(), String> {
+    let json_out = args.output == Output::Json;
     let cmd = match args.command {
         AdminCommand::Key(cmd) => cmd,
         AdminCommand::Verify { json, disks, ec } => {
+            let json = json || json_out;
             let dir = args.data_dir.as_ref().ok_or(
                 "verify works offline: stop the server and pass its --data-dir".to_string(),
             )?;
@@ -632,12 +720,19 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
         }
         AdminCommand::Tier(TierCommand::Run { days_ahead }) => {
             let (ak, sk) = root_credentials()?;
-            return admin_client::run_tier(&args.endpoint, &args.region, &ak, &sk, days_ahead)
-                .await;
+            return admin_client::run_tier(
+                &args.endpoint,
+                &args.region,
+                &ak,
+                &sk,
+                days_ahead,
+                json_out,
+            )
+            .await;
         }
         AdminCommand::Scrub => {
             let (ak, sk) = root_credentials()?;
-            return admin_client::run_scrub(&args.endpoint, &args.region, &ak, &sk).await;
+            return admin_client::run_scrub(&args.endpoint, &args.region, &ak, &sk, json_out).await;
         }
         AdminCommand::Status { .. }
         | AdminCommand::Compact { .. }
@@ -648,17 +743,16 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 AdminCommand::Status { flush: true } => {
                     (Method::GET, "status?flush=true".to_string())
                 }
-                AdminCommand::Compact { threshold: Some(t) } => {
-                    eprintln!(
-                        "compacting (this reads and rewrites live records; it may take a while)..."
-                    );
-                    (Method::POST, format!("compact?threshold={t}"))
-                }
-                AdminCommand::Compact { threshold: None } => {
-                    eprintln!(
-                        "compacting (this reads and rewrites live records; it may take a while)..."
-                    );
-                    (Method::POST, "compact".to_string())
+                AdminCommand::Compact { threshold } => {
+                    if !json_out {
+                        eprintln!(
+                            "compacting (this reads and rewrites live records; it may take a while)..."
+                        );
+                    }
+                    match threshold {
+                        Some(t) => (Method::POST, format!("compact?threshold={t}")),
+                        None => (Method::POST, "compact".to_string()),
+                    }
                 }
                 _ => (Method::GET, "status".to_string()),
             };
@@ -692,7 +786,11 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                     &SystemClock,
                 )
                 .map_err(packrat_store::keys::refusal)?;
-                print_created(&packrat_store::keys::access_key_of(k));
+                let k = packrat_store::keys::access_key_of(k);
+                if json_out {
+                    return admin_client::print_json(&k);
+                }
+                print_created(&k);
                 Ok(())
             }
             KeyCommand::List => {
@@ -701,6 +799,9 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                     .into_iter()
                     .map(|k| admin::KeyInfo::from(&packrat_store::keys::access_key_of(k)))
                     .collect();
+                if json_out {
+                    return admin_client::print_json(&keys);
+                }
                 print_key_table(&keys);
                 Ok(())
             }
@@ -708,6 +809,9 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 match packrat_store::keys::delete_key(&index, &access_key)
                     .map_err(packrat_store::keys::refusal)?
                 {
+                    Some(_) if json_out => {
+                        admin_client::print_json(&serde_json::json!({ "deleted": access_key }))
+                    }
                     Some(_) => {
                         println!("deleted {access_key}");
                         Ok(())
@@ -749,12 +853,21 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
     match cmd {
         KeyCommand::Create { .. } => {
             let k: AccessKey = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            if json_out {
+                return admin_client::print_json(&k);
+            }
             print_created(&k);
         }
         KeyCommand::List => {
             let keys: Vec<admin::KeyInfo> =
                 serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+            if json_out {
+                return admin_client::print_json(&keys);
+            }
             print_key_table(&keys);
+        }
+        KeyCommand::Delete { access_key } if json_out => {
+            return admin_client::print_json(&serde_json::json!({ "deleted": access_key }));
         }
         KeyCommand::Delete { access_key } => println!("deleted {access_key}"),
     }

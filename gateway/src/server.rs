@@ -2,7 +2,7 @@
 //! turning every result into a response. S3 semantics live in `s3::handlers`.
 
 use crate::config::ServeConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Observation};
 use crate::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
 use crate::s3::{auth, handlers, sigv4, xml};
@@ -45,6 +45,11 @@ pub struct AppState {
     /// TLS (`--tls-cert`/`--tls-key`): every accepted connection goes through this handshake
     /// first. The library knows nothing of certificates; the binary brings the TLS stack.
     pub tls: Option<Arc<dyn Handshake>>,
+    /// The access log, when it is wanted (`--no-access-log` not given) and the log filter
+    /// lets its target through; otherwise no request spends anything on it.
+    access_log: Option<crate::access_log::AccessLog>,
+    /// Web console sessions (`console.rs`).
+    pub console_sessions: crate::console::Sessions,
 }
 
 /// A connection after its handshake: what hyper serves.
@@ -114,12 +119,25 @@ impl S3Request {
 impl AppState {
     pub fn new(store: Arc<dyn ObjectStore>, config: ServeConfig) -> Self {
         let connections_max = config.max_connections.max(1);
+        let wanted =
+            config.access_log && tracing::enabled!(target: "packrat::access", tracing::Level::INFO);
+        let access_log = match wanted.then(|| crate::access_log::AccessLog::start(config.log_json))
+        {
+            Some(Ok(log)) => Some(log),
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "cannot start the access log");
+                None
+            }
+            None => None,
+        };
         Self {
+            access_log,
+            console_sessions: Default::default(),
             clock: store.clock(),
+            metrics: Metrics::new(store.clone()),
             store,
             config,
             signing_keys: Default::default(),
-            metrics: Metrics::default(),
             connections: Arc::new(tokio::sync::Semaphore::new(connections_max)),
             request_counter: AtomicU64::new(0),
             request_id_prefix: rand::random(),
@@ -173,9 +191,12 @@ pub async fn serve(
         let Ok(permit) = state.connections.clone().try_acquire_owned() else {
             // Over the connection limit: answer 503 SlowDown and close, so the client backs
             // off instead of hanging in the accept queue.
+            state.metrics.connections_refused.inc();
             tokio::spawn(refuse_connection(stream));
             continue;
         };
+        state.metrics.connections_accepted.inc();
+        let open = OpenConnection::new(&state);
         let state = state.clone();
         let (header_timeout, max_headers, max_header_bytes) = (
             state.config.header_timeout_secs,
@@ -198,7 +219,7 @@ pub async fn serve(
                 let io = hyper_util::rt::TokioIo::new(stream);
                 let conn = graceful.watch(builder.serve_connection(io, svc));
                 tokio::spawn(async move {
-                    let _permit = permit;
+                    let _held = (permit, open);
                     let _ = conn.await;
                 });
             }
@@ -209,14 +230,18 @@ pub async fn serve(
                 let watcher = graceful.watcher();
                 let limit = std::time::Duration::from_secs(header_timeout);
                 tokio::spawn(async move {
-                    let _permit = permit;
+                    let _held = (permit, open);
                     let io = match tokio::time::timeout(limit, tls.accept(stream)).await {
                         Ok(Ok(io)) => io,
                         Ok(Err(e)) => {
+                            _held.1.state.metrics.tls_handshake_failures.inc();
                             tracing::debug!(error = %e, "TLS handshake failed");
                             return;
                         }
-                        Err(_) => return,
+                        Err(_) => {
+                            _held.1.state.metrics.tls_handshake_failures.inc();
+                            return;
+                        }
                     };
                     let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(io), svc);
                     let _ = watcher.watch(conn).await;
@@ -238,7 +263,30 @@ pub async fn serve(
             tracing::warn!(connections = open, "drain deadline passed; cutting the connections still open");
         }
     }
+    if let Some(log) = &state.access_log {
+        log.flush();
+    }
     Ok(())
+}
+
+/// Counts a connection in `packrat_connections_open` for as long as it lives.
+struct OpenConnection {
+    state: Arc<AppState>,
+}
+
+impl OpenConnection {
+    fn new(state: &Arc<AppState>) -> Self {
+        state.metrics.connections_open.inc();
+        Self {
+            state: state.clone(),
+        }
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.state.metrics.connections_open.dec();
+    }
 }
 
 async fn refuse_connection(mut stream: tokio::net::TcpStream) {
@@ -269,7 +317,8 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
-    let (op, result) = route_and_run(&state, req).await;
+    let mut who = Who::default();
+    let (op, result) = route_and_run(&state, req, &mut who).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => error_response(&e, &request_id, is_head),
@@ -280,24 +329,135 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBo
         h.insert("x-amz-id-2", v);
     }
     h.insert("server", HeaderValue::from_static("packrat"));
-    state
-        .metrics
-        .observe(op, resp.status().as_u16(), started.elapsed());
-    {
-        use http_body::Body as _;
-        use std::sync::atomic::Ordering::Relaxed;
-        state.metrics.bytes_in.fetch_add(bytes_in, Relaxed);
-        let out = resp
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok())
-            .or_else(|| resp.body().size_hint().exact())
-            .unwrap_or(0);
-        state.metrics.bytes_out.fetch_add(out, Relaxed);
+    let status = resp.status().as_u16();
+    let done = Finished {
+        state,
+        op,
+        status,
+        started,
+        bytes_in,
+        method,
+        request_id,
+        who,
+    };
+    resp.map(|body| Metered::new(body, done).boxed_unsync())
+}
+
+/// Who asked for what, for the access log (filled only when it is on).
+#[derive(Default)]
+pub struct Who {
+    bucket: Option<String>,
+    key: Option<String>,
+    access_key: Option<String>,
+}
+
+/// What is known of a request once its reply is built; counted and logged when the reply's
+/// body ends.
+struct Finished {
+    state: Arc<AppState>,
+    op: &'static str,
+    status: u16,
+    started: Instant,
+    bytes_in: u64,
+    method: Method,
+    request_id: String,
+    who: Who,
+}
+
+impl Finished {
+    fn record(self, bytes_out: u64, complete: bool) {
+        let elapsed = self.started.elapsed();
+        self.state.metrics.observe(&Observation {
+            op: self.op,
+            status: self.status,
+            elapsed,
+            bytes_in: self.bytes_in,
+            bytes_out,
+        });
+        if let Some(log) = &self.state.access_log {
+            // Never the secret, the signature or the query string (a presigned URL's
+            // signature is a credential for as long as it lives).
+            log.log(&crate::access_log::Entry {
+                method: self.method.as_str(),
+                op: self.op,
+                bucket: self.who.bucket.as_deref().unwrap_or(""),
+                key: self.who.key.as_deref().unwrap_or(""),
+                status: self.status,
+                bytes_in: self.bytes_in,
+                bytes_out,
+                complete,
+                duration_ms: elapsed.as_secs_f64() * 1e3,
+                request_id: &self.request_id,
+                access_key: self.who.access_key.as_deref().unwrap_or(""),
+            });
+        }
     }
-    tracing::debug!(%method, op, status = resp.status().as_u16(), request_id, "request");
-    resp
+}
+
+/// A reply body that counts what it sends and records the request when it ends: at its last
+/// frame, or when hyper drops it (the client went away; `complete` is then false).
+struct Metered {
+    inner: RespBody,
+    sent: u64,
+    done: Option<Finished>,
+}
+
+impl Metered {
+    fn new(inner: RespBody, done: Finished) -> Self {
+        Self {
+            inner,
+            sent: 0,
+            done: Some(done),
+        }
+    }
+
+    fn finish(&mut self, complete: bool) {
+        if let Some(done) = self.done.take() {
+            done.record(self.sent, complete);
+        }
+    }
+}
+
+impl http_body::Body for Metered {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
+        let this = &mut *self;
+        let frame = std::task::ready!(std::pin::Pin::new(&mut this.inner).poll_frame(cx));
+        match &frame {
+            Some(Ok(f)) => {
+                if let Some(d) = f.data_ref() {
+                    this.sent += d.len() as u64;
+                }
+                if this.inner.is_end_stream() {
+                    this.finish(true);
+                }
+            }
+            Some(Err(_)) => this.finish(false),
+            None => this.finish(true),
+        }
+        std::task::Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Metered {
+    fn drop(&mut self) {
+        // An empty body is never polled: it is complete when dropped.
+        let complete = http_body::Body::is_end_stream(&self.inner);
+        self.finish(complete);
+    }
 }
 
 pub fn error_response(e: &S3Error, request_id: &str, is_head: bool) -> Response<RespBody> {
@@ -323,6 +483,7 @@ pub fn error_response(e: &S3Error, request_id: &str, is_head: bool) -> Response<
 async fn route_and_run(
     state: &Arc<AppState>,
     req: Request<Incoming>,
+    who: &mut Who,
 ) -> (&'static str, S3Result<Response<RespBody>>) {
     let (parts, body) = req.into_parts();
     let raw_path = parts.uri.path().to_string();
@@ -349,14 +510,19 @@ async fn route_and_run(
             "/metrics" => {
                 return (
                     "metrics",
-                    Ok(text(
+                    Ok(text_as(
                         StatusCode::OK,
-                        &state.metrics.render(&state.store.metrics()),
+                        &state.metrics.render(),
+                        crate::metrics::CONTENT_TYPE,
                     )),
                 );
             }
             _ => {}
         }
+    }
+    if !signed && crate::console::is_route(&parts.method, &raw_path, &raw_query) {
+        let r = crate::console::handle(state, &parts.method, &raw_path, &parts.headers, body).await;
+        return ("console", Ok(r));
     }
     let query = sigv4::parse_query(&raw_query);
     let keys = |ak: &str| -> S3Result<Option<Identity>> { Ok(state.store.access_key(ak)?) };
@@ -378,6 +544,18 @@ async fn route_and_run(
         Err(e) => return ("auth", Err(e)),
     };
     let (identity, signing, payload_mode) = identity;
+    // An unsigned request from a signed-in web console acts as the session's key.
+    let identity = match identity {
+        Some(id) => Some(id),
+        None if !signed => match crate::console::identity(state, &parts.headers) {
+            Ok(id) => id,
+            Err(e) => return ("auth", Err(e)),
+        },
+        None => None,
+    };
+    if state.access_log.is_some() {
+        who.access_key = identity.as_ref().map(|i| i.access_key.clone());
+    }
     let body_reader = match make_body_reader(&parts.headers, body, payload_mode, signing) {
         Ok(b) => b.with_idle_timeout(std::time::Duration::from_secs(
             state.config.body_idle_timeout_secs,
@@ -404,6 +582,10 @@ async fn route_and_run(
         Ok(t) => t,
         Err(e) => return ("route", Err(e)),
     };
+    if state.access_log.is_some() {
+        who.bucket.clone_from(&bucket);
+        who.key.clone_from(&key);
+    }
     let s3req = S3Request {
         method: parts.method,
         query,
@@ -417,12 +599,14 @@ async fn route_and_run(
 }
 
 fn text(status: StatusCode, s: &str) -> Response<RespBody> {
+    text_as(status, s, "text/plain; charset=utf-8")
+}
+
+fn text_as(status: StatusCode, s: &str, content_type: &'static str) -> Response<RespBody> {
     let mut r = Response::new(full(s.to_string()));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    r.headers_mut()
+        .insert("content-type", HeaderValue::from_static(content_type));
     r
 }
 

@@ -179,13 +179,7 @@ pub fn metrics(engine: &Engine) -> Vec<Metric> {
             st.disk_probe_failures,
         ),
     ];
-    m.extend(
-        engine
-            .tiers
-            .metrics()
-            .into_iter()
-            .map(|(name, help, v)| Metric::counter(name, help, v)),
-    );
+    m.extend(engine.tiers.metrics());
     let cs = &engine.commit_stats;
     let batches = cs.batches.load(Relaxed);
     m.push(Metric::counter(

@@ -29,6 +29,7 @@ use packrat_chunk_store::{
 };
 use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
 use packrat_store_api::StoreError;
+use packrat_store_api::admin::{Metric, MetricKind, MetricValue};
 use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
 use serde::{Deserialize, Serialize};
@@ -301,34 +302,36 @@ impl Tiers {
         self.job.progress()
     }
 
-    /// (name, help, value) of the tier counters.
-    pub fn metrics(&self) -> [(&'static str, &'static str, u64); 5] {
+    /// The tier counters, in base units.
+    pub fn metrics(&self) -> [Metric; 5] {
+        let c = &self.counters;
         [
-            (
+            Metric::counter(
                 "packrat_tier_bytes_moved_total",
                 "Bytes moved to storage tiers.",
-                self.counters.bytes_moved.load(Relaxed),
+                c.bytes_moved.load(Relaxed),
             ),
-            (
+            Metric::counter(
                 "packrat_tier_objects_moved_total",
                 "Objects moved to storage tiers.",
-                self.counters.objects_moved.load(Relaxed),
+                c.objects_moved.load(Relaxed),
             ),
-            (
+            Metric::counter(
                 "packrat_tier_reads_total",
                 "Reads from storage tiers.",
-                self.counters.reads.load(Relaxed),
+                c.reads.load(Relaxed),
             ),
-            (
+            Metric::counter(
                 "packrat_tier_read_errors_total",
                 "Reads from storage tiers that failed.",
-                self.counters.read_errors.load(Relaxed),
+                c.read_errors.load(Relaxed),
             ),
-            (
-                "packrat_tier_read_microseconds_total",
-                "Time spent reading from storage tiers, in microseconds.",
-                self.counters.read_us_total.load(Relaxed),
-            ),
+            Metric {
+                name: "packrat_tier_read_seconds_total",
+                help: "Time spent reading from storage tiers, in seconds.",
+                kind: MetricKind::Counter,
+                value: MetricValue::Value(c.read_us_total.load(Relaxed) as f64 / 1e6),
+            },
         ]
     }
 
