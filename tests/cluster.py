@@ -81,10 +81,10 @@ class Gateway(Server):
         return [BIN, "gateway", "--etcd", self.etcd_url, "--listen", self.listen]
 
 
-def cluster_cmd(etcd_url, *args):
+def cluster_cmd(etcd_url, *args, timeout=60):
     env = dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=ROOT_AK, PACKRAT_ROOT_SECRET_KEY=ROOT_SK)
     return subprocess.run([BIN, "cluster", "--etcd", etcd_url, *args], env=env,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def status(etcd_url):

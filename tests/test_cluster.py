@@ -261,8 +261,9 @@ def test_add_a_node_and_drain_one_under_load(cluster, workdir, request):
         # (a quarter of the replicas moved, the least possible).
         assert sorted(n["pgs"] for n in s["nodes"]) == [48, 48, 48, 48], s
         drained = s["nodes"][0]["id"]
-        r = cluster_cmd(etcd.url, "drain", drained)
-        assert r.returncode == 0, r.stderr
+        # --wait follows the drain to its end (a progress bar on a terminal).
+        r = cluster_cmd(etcd.url, "drain", drained, "--wait", "--timeout", "90", timeout=120)
+        assert r.returncode == 0 and f"{drained} drained: 48 PGs moved" in r.stdout, r.stdout + r.stderr
         s = wait_for("the drained node out of every chain", lambda: healthy(etcd.url, 3), timeout=90)
         assert drained not in [n["id"] for n in s["nodes"]]
         assert sorted(n["pgs"] for n in s["nodes"]) == [64, 64, 64], s

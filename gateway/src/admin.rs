@@ -134,23 +134,26 @@ pub async fn handle(
             )
         }
         (&Method::POST, ("compact", "")) => {
-            let threshold = match query.iter().find(|(k, _)| k == "threshold") {
-                None => state.config.compact_threshold,
-                Some((_, v)) => v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|t| (0.0..=1.0).contains(t))
-                    .ok_or_else(|| {
-                        S3Error::new(
-                            S3ErrorCode::InvalidArgument,
-                            "threshold must be a number from 0 to 1",
-                        )
-                    })?,
-            };
+            let threshold = compact_threshold(state, query)?;
             let grace = std::time::Duration::from_secs(state.config.compact_grace_secs);
             let report = store.compact(threshold, grace).await.map_err(admin_error)?;
             json(StatusCode::OK, &report)
         }
+        // The same as a job, followed with a progress bar by `packrat admin compact`.
+        (&Method::POST, ("compact", "run")) => {
+            let threshold = compact_threshold(state, query)?;
+            let grace = std::time::Duration::from_secs(state.config.compact_grace_secs);
+            json(
+                StatusCode::OK,
+                &store
+                    .start_job(JobStart::Compact { threshold, grace })
+                    .map_err(admin_error)?,
+            )
+        }
+        (&Method::GET, ("compact", "run")) => json(
+            StatusCode::OK,
+            &store.job_progress(JobKind::Compact).map_err(admin_error)?,
+        ),
         (&Method::POST, ("scrub", "")) => json(
             StatusCode::OK,
             &store.start_job(JobStart::Scrub).map_err(admin_error)?,
@@ -212,4 +215,21 @@ struct HttpFaultsSet {
     cuts: u64,
     #[serde(default)]
     cut_after_bytes: u64,
+}
+
+/// `?threshold=` of a compaction (0 to 1), else the server's --compact-threshold.
+fn compact_threshold(state: &AppState, query: &[(String, String)]) -> S3Result<f64> {
+    Ok(match query.iter().find(|(k, _)| k == "threshold") {
+        None => state.config.compact_threshold,
+        Some((_, v)) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|t| (0.0..=1.0).contains(t))
+            .ok_or_else(|| {
+                S3Error::new(
+                    S3ErrorCode::InvalidArgument,
+                    "threshold must be a number from 0 to 1",
+                )
+            })?,
+    })
 }

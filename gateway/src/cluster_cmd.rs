@@ -77,9 +77,18 @@ enum ClusterCommand {
     },
     /// The map: nodes, their PGs and heads, PGs with fewer than R caught-up replicas (JSON).
     Status,
-    /// Mark a node draining: its PGs move to the other nodes (watch `status`), after which it
-    /// can be stopped and removed.
-    Drain { node: String },
+    /// Mark a node draining: its PGs move to the other nodes (watch `status`, or give
+    /// --wait), after which it can be stopped and removed.
+    Drain {
+        node: String,
+        /// Wait until the node holds no PG and every PG is caught up, with a progress bar of
+        /// the PGs moved off it.
+        #[arg(long)]
+        wait: bool,
+        /// With --wait: give up (exit status 1) after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+    },
     /// Forget a node that is stopped and holds no PG.
     RemoveNode { node: String },
     /// Placement figures at 10, 100 and 1000 nodes: balance, and data moved when a node is
@@ -201,7 +210,17 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
             );
             Ok(())
         }
-        ClusterCommand::Drain { node } => set_state(&etcd, &node, NodeState::Draining).await,
+        ClusterCommand::Drain {
+            node,
+            wait,
+            timeout,
+        } => {
+            set_state(&etcd, &node, NodeState::Draining).await?;
+            if wait {
+                wait_drained(&etcd, &node, std::time::Duration::from_secs(timeout)).await?;
+            }
+            Ok(())
+        }
         ClusterCommand::RemoveNode { node } => {
             let (map, _) = etcd.map().await?;
             if map.chains.iter().flatten().any(|n| *n == node) {
@@ -216,6 +235,47 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
             Ok(())
         }
         ClusterCommand::Simulate { .. } => Ok(()),
+    }
+}
+
+/// Follows a drain with a progress bar until `node` is in no chain and no PG is syncing.
+async fn wait_drained(etcd: &Etcd, node: &str, limit: std::time::Duration) -> Result<(), String> {
+    let held = |map: &packrat_cluster::map::ClusterMap| {
+        map.chains
+            .iter()
+            .filter(|c| c.iter().any(|n| n == node))
+            .count()
+    };
+    let began = std::time::Instant::now();
+    let start = held(&etcd.map().await?.0);
+    let bar = indicatif::ProgressBar::new(start.max(1) as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "drain {node} [{{elapsed_precise}}] {{wide_bar}} {{pos}}/{{len}} PGs moved (eta {{eta}})"
+        ))
+        .map_err(|e| e.to_string())?,
+    );
+    loop {
+        let (map, _) = etcd.map().await?;
+        let now = held(&map);
+        let syncing = (0..map.pgs).any(|pg| map.chain(pg).iter().any(|n| map.is_syncing(n, pg)));
+        bar.set_position(start.saturating_sub(now) as u64);
+        if now == 0 && !syncing {
+            bar.finish();
+            println!(
+                "{node} drained: {start} PGs moved in {:.1} s; it can be stopped and removed",
+                began.elapsed().as_secs_f64()
+            );
+            return Ok(());
+        }
+        if began.elapsed() > limit {
+            bar.abandon();
+            return Err(format!(
+                "{node} still holds {now} PGs after {} s (is a node down?)",
+                limit.as_secs()
+            ));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
 

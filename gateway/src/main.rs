@@ -315,7 +315,8 @@ enum AdminCommand {
         flush: bool,
     },
     /// Compact now: sealed segments whose live share is below the threshold have their live
-    /// records moved and are removed. Prints what was done (JSON).
+    /// records moved and are removed. Shows a progress bar of the bytes to move, then prints
+    /// what was done (JSON).
     Compact {
         /// Live share (0 to 1) under which a segment is compacted (default: the server's
         /// --compact-threshold).
@@ -734,25 +735,30 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             let (ak, sk) = root_credentials()?;
             return admin_client::run_scrub(&args.endpoint, &args.region, &ak, &sk, json_out).await;
         }
-        AdminCommand::Status { .. }
-        | AdminCommand::Compact { .. }
-        | AdminCommand::Tier(TierCommand::Status) => {
+        AdminCommand::Compact { threshold } => {
+            let (ak, sk) = root_credentials()?;
+            let start = match threshold {
+                Some(t) => format!("compact/run?threshold={t}"),
+                None => "compact/run".to_string(),
+            };
+            let r: packrat_store::compact::CompactReport = admin_client::follow(
+                &args.endpoint,
+                &args.region,
+                &ak,
+                &sk,
+                "compaction",
+                &start,
+                "compact/run",
+            )
+            .await?;
+            return admin_client::print_json(&r);
+        }
+        AdminCommand::Status { .. } | AdminCommand::Tier(TierCommand::Status) => {
             let (ak, sk) = root_credentials()?;
             let (method, path) = match args.command {
                 AdminCommand::Tier(TierCommand::Status) => (Method::GET, "tier".to_string()),
                 AdminCommand::Status { flush: true } => {
                     (Method::GET, "status?flush=true".to_string())
-                }
-                AdminCommand::Compact { threshold } => {
-                    if !json_out {
-                        eprintln!(
-                            "compacting (this reads and rewrites live records; it may take a while)..."
-                        );
-                    }
-                    match threshold {
-                        Some(t) => (Method::POST, format!("compact?threshold={t}")),
-                        None => (Method::POST, "compact".to_string()),
-                    }
                 }
                 _ => (Method::GET, "status".to_string()),
             };

@@ -37,15 +37,23 @@ pub enum JobKind {
     Scrub,
     /// Applies lifecycle rules and moves cold data to its storage tier.
     TierRun,
+    /// Moves live records out of sparse sealed segments and removes them.
+    Compact,
 }
 
 /// How a job is started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum JobStart {
     Scrub,
     /// A tier run that treats objects as `days_ahead` days older than they are.
     TierRun {
         days_ahead: u32,
+    },
+    /// A compaction of the sealed segments whose live share is below `threshold` (0 to 1);
+    /// removed segments stay readable through open handles for `grace`.
+    Compact {
+        threshold: f64,
+        grace: std::time::Duration,
     },
 }
 

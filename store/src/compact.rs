@@ -12,6 +12,7 @@
 
 use crate::engine::{Engine, Relocation, blocking};
 use crate::error::EngineResult;
+use crate::job::Job;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
 use packrat_index::ChunkRef;
 use serde::Serialize;
@@ -34,7 +35,7 @@ pub struct Space {
     pub measured_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
 pub struct CompactReport {
     pub objects_scanned: u64,
     pub sealed_segments: u64,
@@ -89,12 +90,29 @@ fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, 
     Ok((live.into_inner(), part_segments, objects))
 }
 
+/// Starts a compaction as the admin job `JobKind::Compact` (followed with a progress bar:
+/// bytes of live records moved of those to move), unless one is running. False if one is.
+pub fn start(engine: &Arc<Engine>, threshold: f64, grace: Duration) -> bool {
+    if !engine.compaction_job.try_start() {
+        return false;
+    }
+    let engine = engine.clone();
+    tokio::spawn(async move {
+        let job = &engine.compaction_job;
+        let r = compact(&engine, threshold, grace, Some(job)).await;
+        job.finish(r.map_err(|e| e.to_string()));
+    });
+    true
+}
+
 /// Compacts every sealed segment whose live bytes are below `threshold` (0 to 1) of its
-/// record bytes. Removed segments stay readable through open handles for `grace`.
+/// record bytes. Removed segments stay readable through open handles for `grace`. `progress`,
+/// when given, is told the bytes to move and the bytes moved as batches commit.
 pub async fn compact(
     engine: &Arc<Engine>,
     threshold: f64,
     grace: Duration,
+    progress: Option<&Job<CompactReport>>,
 ) -> EngineResult<CompactReport> {
     let _one_at_a_time = engine.compaction.lock().await;
     let started = Instant::now();
@@ -165,6 +183,14 @@ pub async fn compact(
     })
     .await?;
 
+    if let Some(p) = progress {
+        p.set_total(
+            to_move
+                .iter()
+                .flat_map(|(_, _, chunks)| chunks.iter().map(|(_, c, _, _)| record_bytes(c)))
+                .sum(),
+        );
+    }
     // Copy in batches: read and verify each record, append it to the active segment, then
     // one durable commit per batch.
     let mut batch: Vec<ToMove> = Vec::new();
@@ -235,6 +261,9 @@ pub async fn compact(
         let (updated, changed) = engine.commit_relocations(relocations, ticket).await?;
         report.records_moved += moved;
         report.bytes_moved += bytes;
+        if let Some(p) = progress {
+            p.add_done(bytes);
+        }
         report.objects_moved += updated;
         report.objects_changed_meanwhile += changed;
     }
@@ -280,7 +309,7 @@ pub fn spawn_background(engine: Arc<Engine>, interval: Duration, threshold: f64,
         loop {
             tokio::time::sleep(interval).await;
             engine.chunks.reap_retired();
-            if let Err(e) = compact(&engine, threshold, grace).await {
+            if let Err(e) = compact(&engine, threshold, grace, None).await {
                 tracing::error!(error = %e, "background compaction failed");
             }
         }

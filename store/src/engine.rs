@@ -139,6 +139,8 @@ pub struct Engine {
     pub(crate) last_space: std::sync::Mutex<Option<crate::compact::Space>>,
     /// The erasure-coding scrub in progress, or the last one (`ec.rs`).
     pub(crate) scrub: crate::ec::ScrubJob,
+    /// The compaction started as an admin job, or the last one (`compact.rs`).
+    pub(crate) compaction_job: crate::job::Job<crate::compact::CompactReport>,
     /// Storage tiers and the catalog of segments that live on them (`tier.rs`).
     pub(crate) tiers: Arc<crate::tier::Tiers>,
 }
@@ -273,6 +275,7 @@ impl Engine {
             inflight: Default::default(),
             last_space: std::sync::Mutex::new(None),
             scrub: Default::default(),
+            compaction_job: Default::default(),
             tiers: Arc::new(tiers),
         }
     }

@@ -919,7 +919,7 @@ impl ObjectStore for LocalStore {
     }
 
     async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report> {
-        let r = crate::compact::compact(&self.engine, threshold, grace).await?;
+        let r = crate::compact::compact(&self.engine, threshold, grace, None).await?;
         Ok(crate::admin::report(&r)?)
     }
 
@@ -936,10 +936,14 @@ impl ObjectStore for LocalStore {
             JobStart::TierRun { days_ahead } => {
                 crate::tier::start_run(&self.engine, days_ahead);
             }
+            JobStart::Compact { threshold, grace } => {
+                crate::compact::start(&self.engine, threshold, grace);
+            }
         }
         self.job_progress(match job {
             JobStart::Scrub => JobKind::Scrub,
             JobStart::TierRun { .. } => JobKind::TierRun,
+            JobStart::Compact { .. } => JobKind::Compact,
         })
     }
 
@@ -947,6 +951,7 @@ impl ObjectStore for LocalStore {
         Ok(match job {
             JobKind::Scrub => crate::admin::report(&self.engine.scrub.progress())?,
             JobKind::TierRun => crate::admin::report(&self.engine.tiers.progress())?,
+            JobKind::Compact => crate::admin::report(&self.engine.compaction_job.progress())?,
         })
     }
 

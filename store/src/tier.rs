@@ -623,7 +623,7 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
         let e = engine.clone();
         blocking(move || Ok(e.chunks.seal_active()?)).await?;
         let grace = Duration::from_secs(60);
-        crate::compact::compact(engine, 0.5, grace).await?;
+        crate::compact::compact(engine, 0.5, grace, None).await?;
         report.nvme_bytes_reclaimed = before.saturating_sub(engine.chunks.disk_bytes());
     }
     report.seconds = started.elapsed().as_secs_f64();

@@ -58,6 +58,7 @@ pub async fn run_job(store: &dyn ObjectStore, job: JobStart) -> Result<(), Store
     let kind = match job {
         JobStart::Scrub => JobKind::Scrub,
         JobStart::TierRun { .. } => JobKind::TierRun,
+        JobStart::Compact { .. } => JobKind::Compact,
     };
     let finished = |p: &serde_json::Value| p["finished_runs"].as_u64().unwrap_or(0);
     let before = finished(&store.job_progress(kind)?);
