@@ -1,5 +1,6 @@
 """Buckets, objects, listings, copies and conditional requests through boto3."""
 
+import base64
 import datetime
 import hashlib
 import os
@@ -400,3 +401,46 @@ def test_encryption_requests_are_refused_not_stored_in_plaintext(s3, bucket):
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
     assert keys == {"plain"}
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+
+def test_get_object_attributes(s3, bucket):
+    """GetObjectAttributes names what it was asked for, from the index: ETag (unquoted), the
+    stored checksum, storage class and size; a wrong attribute name is InvalidArgument."""
+    body = os.urandom(70_000)
+    s3.put_object(Bucket=bucket, Key="attrs", Body=body, ChecksumAlgorithm="SHA256")
+    a = s3.get_object_attributes(Bucket=bucket, Key="attrs",
+                                 ObjectAttributes=["ETag", "Checksum", "StorageClass", "ObjectSize"])
+    assert a["ETag"] == hashlib.md5(body).hexdigest()
+    assert a["ObjectSize"] == len(body) and a["StorageClass"] == "STANDARD"
+    assert a["Checksum"]["ChecksumSHA256"] == base64.b64encode(hashlib.sha256(body).digest()).decode()
+    assert "ObjectParts" not in a, "a single PUT has no parts"
+    only = s3.get_object_attributes(Bucket=bucket, Key="attrs", ObjectAttributes=["ObjectSize"])
+    assert only["ObjectSize"] == len(body) and "ETag" not in only
+    with pytest.raises(ClientError) as e:
+        s3.get_object_attributes(Bucket=bucket, Key="attrs", ObjectAttributes=["Colour"])
+    assert e.value.response["Error"]["Code"] == "InvalidArgument"
+    with pytest.raises(ClientError) as e:
+        s3.get_object_attributes(Bucket=bucket, Key="missing", ObjectAttributes=["ETag"])
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+
+
+@pytest.mark.local_only
+def test_get_object_attributes_lists_parts(s3, bucket):
+    up = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    sizes = [5 * 1024 * 1024, 5 * 1024 * 1024, 1234]
+    parts = []
+    for n, size in enumerate(sizes, 1):
+        etag = s3.upload_part(Bucket=bucket, Key="parts", UploadId=up, PartNumber=n, Body=b"p" * size)["ETag"]
+        parts.append({"PartNumber": n, "ETag": etag})
+    s3.complete_multipart_upload(Bucket=bucket, Key="parts", UploadId=up, MultipartUpload={"Parts": parts})
+    a = s3.get_object_attributes(Bucket=bucket, Key="parts", ObjectAttributes=["ObjectParts", "ETag"])
+    p = a["ObjectParts"]
+    assert p["TotalPartsCount"] == 3 and a["ETag"].endswith("-3")
+    assert [(x["PartNumber"], x["Size"]) for x in p["Parts"]] == [(1, sizes[0]), (2, sizes[1]), (3, sizes[2])]
+    page = s3.get_object_attributes(Bucket=bucket, Key="parts", ObjectAttributes=["ObjectParts"],
+                                    MaxParts=2, PartNumberMarker=1)["ObjectParts"]
+    assert [x["PartNumber"] for x in page["Parts"]] == [2, 3] and page["IsTruncated"] is False
+    page = s3.get_object_attributes(Bucket=bucket, Key="parts", ObjectAttributes=["ObjectParts"],
+                                    MaxParts=1)["ObjectParts"]
+    assert [x["PartNumber"] for x in page["Parts"]] == [1] and page["IsTruncated"] is True
+    assert page["NextPartNumberMarker"] == 1

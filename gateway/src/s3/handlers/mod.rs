@@ -43,7 +43,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "object-lock",
     "retention",
     "legal-hold",
-    "attributes",
     "torrent",
     "replication",
     "logging",
@@ -354,6 +353,10 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             Method::GET if req.has_q("uploadId") => (
                 "ListParts",
                 multipart::handle_list_parts(state, req, b, k).await,
+            ),
+            Method::GET if req.has_q("attributes") => (
+                "GetObjectAttributes",
+                objects::handle_get_object_attributes(state, req, b, k).await,
             ),
             Method::GET if req.has_q("acl") => (
                 "GetObjectAcl",
