@@ -63,7 +63,7 @@ fn spawn_etcd(dir: &std::path::Path) -> (std::process::Child, String) {
             Ok(())
         });
     }
-    (cmd.spawn().unwrap(), url)
+    (cmd.spawn().expect("start etcd (Debian's etcd-server)"), url)
 }
 
 async fn start_etcd(dir: &std::path::Path) -> Etcd {
@@ -71,7 +71,7 @@ async fn start_etcd(dir: &std::path::Path) -> Etcd {
         let (mut child, url) = spawn_etcd(&dir.join(format!("etcd{attempt}")));
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(15) {
-            if child.try_wait().unwrap().is_some() {
+            if child.try_wait().expect("poll the etcd process").is_some() {
                 break; // a port was taken: again, on others
             }
             if let Ok(e) = Etcd::connect(&url).await

@@ -107,7 +107,8 @@ impl EncodeMetric for SharedHistogram {
     }
 }
 
-/// The figures of one operation and status, shared by every thread that counts them.
+/// One thread's handles on the figures of one operation and status (each shares its atomics
+/// with the family and with the other threads' handles).
 struct OpHandles {
     requests: Counter,
     duration: SharedHistogram,
@@ -133,7 +134,7 @@ pub struct Metrics {
 }
 
 /// A thread's handles, by (metrics instance, operation, status).
-type HandleCache = HashMap<(u64, &'static str, u16), Arc<OpHandles>>;
+type HandleCache = HashMap<(u64, &'static str, u16), OpHandles>;
 
 thread_local! {
     static HANDLES: RefCell<HandleCache> = RefCell::new(HashMap::new());
@@ -231,36 +232,33 @@ impl Metrics {
         }
     }
 
+    /// Counts a finished request with this thread's handles for its operation and status,
+    /// made once per thread from the families (which take their read lock only then).
     pub fn observe(&self, o: &Observation) {
-        let h = self.handles(o.op, o.status);
-        h.requests.inc();
-        h.duration.0.observe(o.elapsed);
-        if o.bytes_in > 0 {
-            h.bytes_in.inc_by(o.bytes_in);
-        }
-        if o.bytes_out > 0 {
-            h.bytes_out.inc_by(o.bytes_out);
-        }
-    }
-
-    /// This thread's handles for `op` and `status`, made once per thread from the families
-    /// (which take their read lock only then).
-    fn handles(&self, op: &'static str, status: u16) -> Arc<OpHandles> {
         HANDLES.with(|cache| {
-            cache
-                .borrow_mut()
-                .entry((self.id, op, status))
-                .or_insert_with(|| {
-                    let labels = RequestLabels { op, status };
-                    Arc::new(OpHandles {
-                        requests: self.requests.get_or_create(&labels).clone(),
-                        duration: self.durations.get_or_create(&labels).clone(),
-                        bytes_in: self.bytes_in.get_or_create(&OpLabels { op }).clone(),
-                        bytes_out: self.bytes_out.get_or_create(&OpLabels { op }).clone(),
-                    })
-                })
-                .clone()
-        })
+            let mut cache = cache.borrow_mut();
+            let h = cache.entry((self.id, o.op, o.status)).or_insert_with(|| {
+                let labels = RequestLabels {
+                    op: o.op,
+                    status: o.status,
+                };
+                let op = OpLabels { op: o.op };
+                OpHandles {
+                    requests: self.requests.get_or_create(&labels).clone(),
+                    duration: self.durations.get_or_create(&labels).clone(),
+                    bytes_in: self.bytes_in.get_or_create(&op).clone(),
+                    bytes_out: self.bytes_out.get_or_create(&op).clone(),
+                }
+            });
+            h.requests.inc();
+            h.duration.0.observe(o.elapsed);
+            if o.bytes_in > 0 {
+                h.bytes_in.inc_by(o.bytes_in);
+            }
+            if o.bytes_out > 0 {
+                h.bytes_out.inc_by(o.bytes_out);
+            }
+        });
     }
 
     /// Everything, in OpenMetrics text.

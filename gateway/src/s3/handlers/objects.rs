@@ -556,24 +556,18 @@ pub(super) async fn handle_get_object_attributes(
             format!("Invalid attribute name specified: {bad}"),
         ));
     }
-    let max_parts = match req.header("x-amz-max-parts") {
-        None => 1000,
-        Some(v) => v.trim().parse::<usize>().map_err(|_| {
-            err(
-                S3ErrorCode::InvalidArgument,
-                "x-amz-max-parts must be a whole number",
-            )
-        })?,
+    let number = |name: &str, default: usize| -> S3Result<usize> {
+        req.header(name).map_or(Ok(default), |v| {
+            v.trim().parse().map_err(|_| {
+                err(
+                    S3ErrorCode::InvalidArgument,
+                    format!("{name} must be a whole number"),
+                )
+            })
+        })
     };
-    let marker = match req.header("x-amz-part-number-marker") {
-        None => 0,
-        Some(v) => v.trim().parse::<usize>().map_err(|_| {
-            err(
-                S3ErrorCode::InvalidArgument,
-                "x-amz-part-number-marker must be a whole number",
-            )
-        })?,
-    };
+    let max_parts = number("x-amz-max-parts", 1000)?;
+    let marker = number("x-amz-part-number-marker", 0)?;
     let obj = state
         .store
         .head_object(&b, key)
