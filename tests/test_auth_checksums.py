@@ -350,6 +350,55 @@ def test_offline_admin_on_stopped_server(workdir):
         srv.stop()
 
 
+def files_under(path):
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            yield os.path.join(root, f)
+
+
+@pytest.mark.local_only
+def test_data_directory_is_private_and_secrets_are_sealed_at_rest(workdir):
+    """The data directory is 0700 and every file packrat makes in it 0600 (the master key
+    included); no access key's secret is in any file of it in plaintext, whether made by the
+    server, by the offline admin command, or given as the root key."""
+    srv = conftest.Server(workdir / "private")
+    os.makedirs(srv.data_dir, mode=0o755)
+    os.chmod(srv.data_dir, 0o755)  # as a careless operator left it
+    srv.start()
+    try:
+        out = admin(srv, "key", "create", "--name", "dave", "--access-key", "DAVEKEY", "--secret-key", "dave-secret-0123456789")
+        assert out.returncode == 0, out.stderr
+        dave = srv.client("DAVEKEY", "dave-secret-0123456789")
+        dave.create_bucket(Bucket="dave-bucket")
+        dave.put_object(Bucket="dave-bucket", Key="k", Body=b"x" * 5000)
+        # Flushed, so what the index holds is in its tables as well as its log.
+        out = admin(srv, "status", "--flush")
+        assert out.returncode == 0, out.stderr
+    finally:
+        srv.stop()
+    out = admin(srv, "key", "create", "--name", "erin", "--access-key", "ERINKEY", "--secret-key", "erin-secret-0123456789",
+                data_dir=srv.data_dir)
+    assert out.returncode == 0, out.stderr
+    assert os.stat(srv.data_dir).st_mode & 0o777 == 0o700
+    files = list(files_under(srv.data_dir))
+    assert os.path.join(srv.data_dir, "master.key") in files
+    loose = [(f, oct(os.stat(f).st_mode & 0o777)) for f in files if os.stat(f).st_mode & 0o077]
+    assert loose == [], "files others can read"
+    for root, dirs, _ in os.walk(srv.data_dir):
+        for d in dirs:
+            assert os.stat(os.path.join(root, d)).st_mode & 0o077 == 0, os.path.join(root, d)
+    for secret in (SK, "dave-secret-0123456789", "erin-secret-0123456789"):
+        holders = [f for f in files if secret.encode() in open(f, "rb").read()]
+        assert holders == [], f"a secret in plaintext in {holders}"
+    # They still work: sealed, not lost.
+    srv.start()
+    try:
+        assert srv.client("ERINKEY", "erin-secret-0123456789").list_buckets()["Buckets"] == []
+        assert srv.client("DAVEKEY", "dave-secret-0123456789").get_object(Bucket="dave-bucket", Key="k")["Body"].read() == b"x" * 5000
+    finally:
+        srv.stop()
+
+
 @pytest.mark.local_only
 def test_virtual_host_addressing(workdir):
     srv = conftest.Server(workdir / "vhost", extra_args=["--domain", "s3.test"]).start()

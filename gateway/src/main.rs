@@ -412,6 +412,10 @@ fn main() -> ExitCode {
     // handlers are in place. Other commands unblock at once.
     mask_stop_signals(libc::SIG_BLOCK);
     no_huge_pages();
+    // Everything packrat creates (index and segment files, tier copies, the master key,
+    // logs it opens) is its user's alone: files 0600, directories 0700.
+    // SAFETY: umask only sets the process's file-mode mask; no memory is involved.
+    unsafe { libc::umask(0o077) };
     let args: Vec<String> = std::env::args().collect();
     let cli = match parse_cli(&args) {
         Ok(cli) => cli,
@@ -775,6 +779,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 dir.display()
             )
         })?;
+        let master = packrat_store::master_key::MasterKey::load_or_create(dir)?;
         return match cmd {
             KeyCommand::Create {
                 name,
@@ -783,6 +788,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             } => {
                 let k = packrat_store::keys::create_key(
                     &index,
+                    &master,
                     NewKey {
                         name,
                         access_key,
@@ -800,7 +806,8 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 Ok(())
             }
             KeyCommand::List => {
-                let keys = index.list_keys().map_err(|e| e.to_string())?;
+                let keys = packrat_store::keys::list(&index, &master)
+                    .map_err(packrat_store::keys::refusal)?;
                 let keys: Vec<admin::KeyInfo> = keys
                     .into_iter()
                     .map(|k| admin::KeyInfo::from(&packrat_store::keys::access_key_of(k)))
@@ -812,7 +819,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 Ok(())
             }
             KeyCommand::Delete { access_key } => {
-                match packrat_store::keys::delete_key(&index, &access_key)
+                match packrat_store::keys::delete_key(&index, &master, &access_key)
                     .map_err(packrat_store::keys::refusal)?
                 {
                     Some(_) if json_out => {

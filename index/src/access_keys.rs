@@ -2,7 +2,7 @@
 
 use crate::records::KeyRecord;
 use crate::{CF_KEYS, IndexError, IndexWrite, Result, RocksIndex, records};
-use rocksdb::IteratorMode;
+use rocksdb::{BottommostLevelCompaction, CompactOptions, IteratorMode};
 
 impl RocksIndex {
     pub fn put_key(&self, rec: &KeyRecord) -> Result<()> {
@@ -19,6 +19,18 @@ impl RocksIndex {
         self.db
             .delete_cf_opt(self.cf(CF_KEYS), access_key, &Self::sync_opts())?;
         Ok(existed)
+    }
+
+    /// Flushes the keys' memtable and rewrites their tables, so replaced records (secrets in
+    /// plaintext, once sealed) leave the files. The bottom level is rewritten by force: a plain
+    /// manual compaction may only move the tables down, old versions and all.
+    pub fn compact_keys(&self) -> Result<()> {
+        self.db.flush_cf(self.cf(CF_KEYS))?;
+        let mut opts = CompactOptions::default();
+        opts.set_bottommost_level_compaction(BottommostLevelCompaction::Force);
+        self.db
+            .compact_range_cf_opt(self.cf(CF_KEYS), None::<&[u8]>, None::<&[u8]>, &opts);
+        Ok(())
     }
 
     pub fn list_keys(&self) -> Result<Vec<KeyRecord>> {

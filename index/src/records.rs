@@ -4,8 +4,10 @@
 //!
 //! Versions: 1 for every record; an object's entry is version 2 when the object has tags
 //! (version 1 followed by the tags), so untagged entries keep the version-1 bytes and older
-//! builds still read them. A change to any struct here is a new version whose decoder still
-//! reads the older ones.
+//! builds still read them. An access key's record is version 2 when its secret is sealed
+//! (version 1 with an empty secret, followed by the sealed bytes); version 1 holds the secret
+//! in plaintext and is what packrat wrote before keys were sealed. A change to any struct here
+//! is a new version whose decoder still reads the older ones.
 
 use serde::{Deserialize, Serialize};
 
@@ -43,7 +45,35 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
 impl Record for TarIndexRecord {}
 impl Record for MemberRecord {}
 impl Record for BucketRecord {}
-impl Record for KeyRecord {}
+impl Record for KeyRecord {
+    fn encode(&self) -> Vec<u8> {
+        let sealed = !self.sealed_secret.is_empty();
+        let mut out = vec![if sealed { FORMAT_V2 } else { FORMAT_V1 }];
+        out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
+        if sealed {
+            out.extend(
+                postcard::to_stdvec(&self.sealed_secret).expect("postcard encodes plain structs"),
+            );
+        }
+        out
+    }
+
+    fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+            FORMAT_V2 => {
+                let (mut rec, sealed): (KeyRecord, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                rec.sealed_secret = postcard::from_bytes(sealed).map_err(|e| e.to_string())?;
+                if rec.sealed_secret.is_empty() {
+                    return Err("a version-2 access key record without its sealed secret".into());
+                }
+                Ok(rec)
+            }
+            v => Err(format!("unknown index record version {v}")),
+        }
+    }
+}
 impl Record for UploadRecord {}
 impl Record for PartRecord {}
 
@@ -211,11 +241,16 @@ pub struct BucketRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct KeyRecord {
     pub access_key: String,
+    /// The secret in plaintext: empty in a stored version-2 record, whose secret is sealed.
     pub secret_key: String,
     pub name: String,
     pub owner_id: String,
     pub is_root: bool,
     pub created_ms: i64,
+    /// The secret sealed with the data directory's master key (the store seals and opens it;
+    /// the index only keeps the bytes). Encoded after the rest, in version 2 only.
+    #[serde(skip)]
+    pub sealed_secret: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -300,6 +335,41 @@ mod tests {
         assert!(decode::<ObjectRecord>(&v2[..v2.len() - 1]).is_err());
         // A version-2 entry is refused for records that have no version 2.
         assert!(decode::<UploadRecord>(&[FORMAT_V2, 0]).is_err());
+    }
+
+    /// Pins both encodings of an access key: version 1 (plaintext secret, still read) and
+    /// version 2 (the secret empty, the sealed bytes after the record).
+    #[test]
+    fn key_record_golden_bytes() {
+        let mut rec = KeyRecord {
+            access_key: "AK".into(),
+            secret_key: "secret12".into(),
+            name: "n".into(),
+            owner_id: "o".into(),
+            is_root: true,
+            created_ms: 1,
+            sealed_secret: Vec::new(),
+        };
+        let v1 = encode(&rec);
+        assert_eq!(
+            v1,
+            [
+                1, 2, b'A', b'K', 8, b's', b'e', b'c', b'r', b'e', b't', b'1', b'2', 1, b'n', 1,
+                b'o', 1, 2
+            ]
+        );
+        assert_eq!(decode::<KeyRecord>(&v1).unwrap(), rec);
+        rec.secret_key.clear();
+        rec.sealed_secret = vec![7, 8, 9];
+        let v2 = encode(&rec);
+        assert_eq!(
+            v2,
+            [2, 2, b'A', b'K', 0, 1, b'n', 1, b'o', 1, 2, 3, 7, 8, 9]
+        );
+        assert_eq!(decode::<KeyRecord>(&v2).unwrap(), rec);
+        assert!(decode::<KeyRecord>(&v2[..v2.len() - 1]).is_err());
+        // Version 2 with nothing sealed is corrupt, not a key with an empty secret.
+        assert!(decode::<KeyRecord>(&[2, 2, b'A', b'K', 0, 1, b'n', 1, b'o', 1, 2, 0]).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! leaves complete, durable objects. Reads never see anything the committer did not publish.
 
 use crate::error::{EngineError, EngineResult};
+use crate::master_key::MasterKey;
 use bytes::Bytes;
 use md5::{Digest, Md5};
 use packrat_chunk_store::{ChunkStore, WriteTicket};
@@ -114,6 +115,8 @@ pub struct Engine {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) index: Arc<RocksIndex>,
     pub(crate) chunks: Arc<ChunkStore>,
+    /// Seals the secrets the index keeps (see `master_key`).
+    pub(crate) master: Arc<MasterKey>,
     commit_tx: tokio::sync::mpsc::Sender<CommitJob>,
     /// The commit thread, joined when the engine is dropped: declared after `commit_tx`, so
     /// the queue is closed first and the thread ends once it has committed what was queued.
@@ -244,6 +247,7 @@ impl Engine {
         chunks: ChunkStore,
         tiers: crate::tier::Tiers,
         clock: Arc<dyn Clock>,
+        master: Arc<MasterKey>,
     ) -> Self {
         let index = Arc::new(index);
         let chunks = Arc::new(chunks);
@@ -260,6 +264,7 @@ impl Engine {
             clock,
             index,
             chunks,
+            master,
             commit_tx,
             _committer: JoinOnDrop(Some(committer)),
             commit_stats,
@@ -315,7 +320,7 @@ impl Engine {
     /// An access key, from the cache or the index.
     pub fn access_key(&self, access_key: &str) -> EngineResult<Option<KeyRecord>> {
         cached(&self.key_cache, access_key, || {
-            Ok(self.index.get_key(access_key)?)
+            crate::keys::get(&self.index, &self.master, access_key)
         })
     }
 

@@ -28,6 +28,7 @@ pub mod error;
 pub mod job;
 pub mod keys;
 pub mod local;
+pub mod master_key;
 pub mod meta;
 pub mod multipart;
 pub mod tier;

@@ -5,6 +5,7 @@
 
 use crate::engine::{Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
+use crate::master_key::MasterKey;
 use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -131,13 +132,20 @@ impl LocalStore {
     pub fn open(o: LocalOptions) -> Result<Opened, String> {
         std::fs::create_dir_all(&o.data_dir)
             .map_err(|e| format!("cannot create {}: {e}", o.data_dir.display()))?;
+        make_private(&o.data_dir)?;
         let index = RocksIndex::open(&o.data_dir.join("index")).map_err(|e| {
             format!(
                 "cannot open the index in {}: {e} (is another packrat using it?)",
                 o.data_dir.display()
             )
         })?;
-        let generated_root = ensure_root_key(&index, o.root, &*o.clock)?;
+        let master = Arc::new(MasterKey::load_or_create(&o.data_dir)?);
+        let sealed = crate::keys::seal_plaintext_keys(&index, &master)
+            .map_err(|e| format!("sealing access keys: {e}"))?;
+        if sealed > 0 {
+            tracing::info!(keys = sealed, "sealed access keys stored in plaintext");
+        }
+        let generated_root = ensure_root_key(&index, &master, o.root, &*o.clock)?;
         let faults = o.fault_injection.then(|| Arc::new(FaultyIo::default()));
         let io: Arc<dyn SegmentIo> = match (&faults, o.io) {
             (Some(_), Some(_)) => {
@@ -173,6 +181,16 @@ impl LocalStore {
             },
         )
         .map_err(|e| e.to_string())?;
+        // Disks outside the data directory: their packrat folders are private too (the disk's
+        // own folder is the operator's).
+        for disk in &o.disks {
+            for sub in ["segments", "shards"] {
+                let dir = disk.join(sub);
+                if dir.is_dir() {
+                    make_private(&dir)?;
+                }
+            }
+        }
         let tiers = crate::tier::Tiers::open(
             crate::tier::TierOptions {
                 specs: o.tiers,
@@ -184,7 +202,7 @@ impl LocalStore {
             &o.data_dir,
             &index,
         )?;
-        let engine = Arc::new(Engine::new(index, chunks, tiers, o.clock));
+        let engine = Arc::new(Engine::new(index, chunks, tiers, o.clock, master));
         if !o.compact_interval.is_zero() {
             crate::compact::spawn_background(
                 engine.clone(),
@@ -241,20 +259,29 @@ impl WriteGate for IndexGate {
     }
 }
 
+/// Mode 0700 on a directory packrat owns: other users of the machine read nothing of the
+/// store (files are created 0600 as well: the binary sets its umask to 077).
+pub fn make_private(dir: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| format!("cannot make {} private (mode 0700): {e}", dir.display()))
+}
+
 /// Makes sure a root key exists: `root` (created, or given that secret), or a stored one, or
 /// a new one, which is answered so it can be shown once.
 fn ensure_root_key(
     index: &RocksIndex,
+    master: &MasterKey,
     root: Option<(String, String)>,
     clock: &dyn Clock,
 ) -> Result<Option<KeyRecord>, String> {
     match root {
-        Some((ak, sk)) => match index.get_key(&ak).map_err(|e| e.to_string())? {
+        Some((ak, sk)) => match crate::keys::get(index, master, &ak).map_err(|e| e.to_string())? {
             Some(k) if k.is_root && k.secret_key == sk => Ok(None),
             Some(mut k) => {
                 k.secret_key = sk;
                 k.is_root = true;
-                index.put_key(&k).map_err(|e| e.to_string())?;
+                crate::keys::put(index, master, &k).map_err(|e| e.to_string())?;
                 Ok(None)
             }
             None => {
@@ -263,12 +290,14 @@ fn ensure_root_key(
                     access_key: Some(ak),
                     secret_key: Some(sk),
                 };
-                crate::keys::create_key(index, new, true, clock).map_err(crate::keys::refusal)?;
+                crate::keys::create_key(index, master, new, true, clock)
+                    .map_err(crate::keys::refusal)?;
                 Ok(None)
             }
         },
         None => {
             let keys = index.list_keys().map_err(|e| e.to_string())?;
+            // Only whether a root key exists: no secret is opened.
             if keys.iter().any(|k| k.is_root) {
                 return Ok(None);
             }
@@ -276,8 +305,8 @@ fn ensure_root_key(
                 name: "root".into(),
                 ..Default::default()
             };
-            let k =
-                crate::keys::create_key(index, new, true, clock).map_err(crate::keys::refusal)?;
+            let k = crate::keys::create_key(index, master, new, true, clock)
+                .map_err(crate::keys::refusal)?;
             Ok(Some(k))
         }
     }
@@ -889,13 +918,13 @@ impl ObjectStore for LocalStore {
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<AccessKey>> {
-        let keys = self.run(|e| Ok(e.index.list_keys()?)).await?;
+        let keys = self.run(|e| crate::keys::list(&e.index, &e.master)).await?;
         Ok(keys.into_iter().map(crate::keys::access_key_of).collect())
     }
 
     async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
         let rec = self
-            .run(move |e| crate::keys::create_key(&e.index, new, false, &*e.clock))
+            .run(move |e| crate::keys::create_key(&e.index, &e.master, new, false, &*e.clock))
             .await?;
         self.engine.forget_access_key(&rec.access_key);
         Ok(crate::keys::access_key_of(rec))
@@ -904,7 +933,7 @@ impl ObjectStore for LocalStore {
     async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>> {
         let ak = access_key.to_string();
         let gone = self
-            .run(move |e| crate::keys::delete_key(&e.index, &ak))
+            .run(move |e| crate::keys::delete_key(&e.index, &e.master, &ak))
             .await?;
         self.engine.forget_access_key(access_key);
         Ok(gone.map(crate::keys::access_key_of))
