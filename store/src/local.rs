@@ -139,6 +139,20 @@ impl LocalStore {
                 o.data_dir.display()
             )
         })?;
+        let key_file = o.data_dir.join(crate::master_key::MASTER_KEY_FILE);
+        if !key_file.exists()
+            && index
+                .list_keys()
+                .map_err(|e| e.to_string())?
+                .iter()
+                .any(|k| !k.sealed_secret.is_empty())
+        {
+            // A new master key would leave every sealed secret unreadable.
+            return Err(format!(
+                "{} is missing, and the index holds secrets sealed with it: restore it from a backup of this data directory",
+                key_file.display()
+            ));
+        }
         let master = Arc::new(MasterKey::load_or_create(&o.data_dir)?);
         let sealed = crate::keys::seal_plaintext_keys(&index, &master)
             .map_err(|e| format!("sealing access keys: {e}"))?;

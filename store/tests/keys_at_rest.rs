@@ -111,10 +111,24 @@ async fn plaintext_secrets_are_sealed_on_open_and_new_ones_never_stored_plain() 
         let id = opened.store.access_key("ALICEKEY").unwrap().unwrap();
         assert_eq!(id.secret_key, new_secret);
     }
-    std::fs::remove_file(dir.path().join(MASTER_KEY_FILE)).unwrap();
+    // Without its master key the store does not start (a new key would open nothing), and
+    // says what to restore; with a master key that is not the one, secrets do not open.
+    let key_file = dir.path().join(MASTER_KEY_FILE);
+    let saved = std::fs::read(&key_file).unwrap();
+    std::fs::remove_file(&key_file).unwrap();
+    let Err(e) = LocalStore::open(LocalOptions::new(dir.path().to_path_buf())) else {
+        panic!("the store opened without its master key");
+    };
+    assert!(e.contains("master.key is missing"), "{e}");
+    assert!(!key_file.exists(), "no new master key was made");
+    let mut other = saved.clone();
+    other[5..37].copy_from_slice(&[7; 32]);
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, &other[..37]) as u32;
+    other[37..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&key_file, &other).unwrap();
     let opened = LocalStore::open(LocalOptions::new(dir.path().to_path_buf())).unwrap();
     assert!(
         opened.store.access_key("ALICEKEY").is_err(),
-        "a secret sealed under a lost master key is an error, not a match"
+        "a secret sealed under another master key is an error, not a match"
     );
 }
