@@ -81,6 +81,21 @@ def test_s3api_calls(server, tmp_path):
     aws(server, "s3api", "delete-object-tagging", "--bucket", name, "--key", "x.txt")
     tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", name, "--key", "x.txt").stdout)
     assert tags["TagSet"] == []
+    # Bucket tagging and CORS.
+    aws(server, "s3api", "put-bucket-tagging", "--bucket", name,
+        "--tagging", json.dumps({"TagSet": [{"Key": "team", "Value": "vision"}]}))
+    tags = json.loads(aws(server, "s3api", "get-bucket-tagging", "--bucket", name).stdout)
+    assert tags["TagSet"] == [{"Key": "team", "Value": "vision"}]
+    aws(server, "s3api", "delete-bucket-tagging", "--bucket", name)
+    missing = aws(server, "s3api", "get-bucket-tagging", "--bucket", name, check=False)
+    assert missing.returncode != 0 and "NoSuchTagSet" in missing.stderr
+    rules = {"CORSRules": [{"AllowedOrigins": ["https://app.example.com"], "AllowedMethods": ["GET"],
+                            "ExposeHeaders": ["ETag"]}]}
+    aws(server, "s3api", "put-bucket-cors", "--bucket", name, "--cors-configuration", json.dumps(rules))
+    assert json.loads(aws(server, "s3api", "get-bucket-cors", "--bucket", name).stdout) == rules
+    aws(server, "s3api", "delete-bucket-cors", "--bucket", name)
+    missing = aws(server, "s3api", "get-bucket-cors", "--bucket", name, check=False)
+    assert missing.returncode != 0 and "NoSuchCORSConfiguration" in missing.stderr
     aws(server, "s3api", "delete-object", "--bucket", name, "--key", "x.txt")
     aws(server, "s3api", "delete-bucket", "--bucket", name)
     assert name not in aws(server, "s3", "ls").stdout

@@ -1,8 +1,12 @@
-"""Object tagging against the real binary through boto3: the x-amz-tagging header on PutObject,
-CopyObject and CreateMultipartUpload, Get/Put/DeleteObjectTagging, S3's limits and errors,
-tags surviving a restart, and lifecycle rules that select objects by tag."""
+"""Object and bucket tagging against the real binary through boto3: the x-amz-tagging header on
+PutObject, CopyObject and CreateMultipartUpload, Get/Put/DeleteObjectTagging and
+Get/Put/DeleteBucketTagging, S3's limits and errors, tags surviving a restart, and lifecycle
+rules that select objects by tag."""
 
+import os
 import subprocess
+import urllib.error
+import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
@@ -61,9 +65,43 @@ def test_tag_limits_and_errors(s3, bucket):
     # Failed requests changed nothing; a new object was not created.
     assert tagset(s3, bucket, "k") == {"keep": "me"}
     assert code_of(s3.head_object, Bucket=bucket, Key="k2") == "404"
-    # Bucket tagging is not implemented: setting it says so; reading finds no tag set.
-    assert code_of(s3.put_bucket_tagging, Bucket=bucket,
-                   Tagging={"TagSet": [{"Key": "a", "Value": "b"}]}) == "NotImplemented"
+
+
+def test_bucket_tagging(server, s3, bucket):
+    """Put/Get/DeleteBucketTagging: up to 50 tags (an object has 10), S3's rules, a put
+    replaces the set, the owner's only, and a bad set changes nothing."""
+    assert code_of(s3.get_bucket_tagging, Bucket=bucket) == "NoSuchTagSet"
+    tags = [{"Key": f"k{i}", "Value": f"v {i}"} for i in range(50)]
+    r = s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": tags})
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == tags
+    s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "team", "Value": "vision"}]})
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == [{"Key": "team", "Value": "vision"}]
+    for bad in ([{"Key": f"k{i}", "Value": "v"} for i in range(51)],
+                [{"Key": "a", "Value": "1"}, {"Key": "a", "Value": "2"}],
+                [{"Key": "aws:x", "Value": "1"}]):
+        assert code_of(s3.put_bucket_tagging, Bucket=bucket, Tagging={"TagSet": bad}) == "InvalidTag"
+    assert s3.get_bucket_tagging(Bucket=bucket)["TagSet"] == [{"Key": "team", "Value": "vision"}]
+    # Object tags are their own: the bucket's set is not an object's.
+    s3.put_object(Bucket=bucket, Key="o", Body=b"1")
+    assert tagset(s3, bucket, "o") == {}
+    # Another user neither reads nor changes it; anonymous callers neither, on a public bucket.
+    out = subprocess.run([conftest.BIN, "admin", "--endpoint", server.endpoint, "key", "create", "--name", "mallory",
+                          "--access-key", "MALLORYTAGS", "--secret-key", "mallory-secret-1"],
+                         env=dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK,
+                                  PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    mallory = server.client("MALLORYTAGS", "mallory-secret-1")
+    assert code_of(mallory.get_bucket_tagging, Bucket=bucket) == "AccessDenied"
+    assert code_of(mallory.put_bucket_tagging, Bucket=bucket, Tagging={"TagSet": []}) == "AccessDenied"
+    assert code_of(mallory.delete_bucket_tagging, Bucket=bucket) == "AccessDenied"
+    s3.put_bucket_acl(Bucket=bucket, ACL="public-read")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{server.endpoint}/{bucket}?tagging")
+    assert e.value.code == 403
+    s3.put_bucket_acl(Bucket=bucket, ACL="private")
+    assert s3.delete_bucket_tagging(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 204
     assert code_of(s3.get_bucket_tagging, Bucket=bucket) == "NoSuchTagSet"
 
 

@@ -315,6 +315,9 @@ pub struct BucketRecord {
     pub public_read: bool,
     #[serde(default)]
     pub lifecycle: Option<Vec<packrat_store_api::lifecycle::Rule>>,
+    /// Configuration documents (`BucketConfig`) by name, base64 (the store does not read them).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub configs: std::collections::BTreeMap<String, String>,
 }
 
 /// Every bucket in etcd.

@@ -27,10 +27,10 @@ use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Rep
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::lifecycle::Rule;
 use packrat_store_api::{
-    AttrEdit, Bucket, ByteSource, Clock, CompletePart, Identity, ListQuery, NewBucket, NewUpload,
-    ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectVersion, Part, PutObject, PutPart,
-    StoreError, StoreResult, SystemClock, Upload, UploadPage, UploadQuery, WriteCondition,
-    etag_matches,
+    AttrEdit, Bucket, BucketConfig, ByteSource, Clock, CompletePart, Identity, ListQuery,
+    NewBucket, NewUpload, ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectVersion, Part,
+    PutObject, PutPart, StoreError, StoreResult, SystemClock, Upload, UploadPage, UploadQuery,
+    WriteCondition, etag_matches,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -581,6 +581,7 @@ impl ObjectStore for ClusterStore {
             created_ms: new.created_ms,
             public_read: new.public_read,
             lifecycle: None,
+            configs: Default::default(),
         };
         let value = serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket", e))?;
         if !self
@@ -650,6 +651,58 @@ impl ObjectStore for ClusterStore {
 
     async fn delete_lifecycle(&self, bucket: &Bucket) -> StoreResult<()> {
         self.edit_bucket(bucket, |r| r.lifecycle = None).await
+    }
+
+    async fn put_bucket_config(
+        &self,
+        bucket: &Bucket,
+        kind: BucketConfig,
+        doc: Option<Vec<u8>>,
+    ) -> StoreResult<()> {
+        use base64::Engine as _;
+        let doc = doc.map(|d| base64::engine::general_purpose::STANDARD.encode(d));
+        self.edit_bucket(bucket, |r| match &doc {
+            Some(d) => {
+                r.configs.insert(kind.name().to_string(), d.clone());
+            }
+            None => {
+                r.configs.remove(kind.name());
+            }
+        })
+        .await
+    }
+
+    async fn get_bucket_config(
+        &self,
+        bucket: &Bucket,
+        kind: BucketConfig,
+    ) -> StoreResult<Option<Vec<u8>>> {
+        use base64::Engine as _;
+        // The watched cache first (a browser asks on every request); etcd when it misses.
+        let cached = self
+            .buckets
+            .read()
+            .ok()
+            .and_then(|b| b.get(&bucket.name).filter(|r| r.id == bucket.id).cloned());
+        let rec = match cached {
+            Some(r) => r,
+            None => self
+                .etcd
+                .get(&format!("buckets/{}", bucket.name))
+                .await
+                .map_err(StoreError::Unavailable)?
+                .and_then(|(v, _)| serde_json::from_slice::<BucketRecord>(&v).ok())
+                .filter(|r| r.id == bucket.id)
+                .ok_or(StoreError::NoSuchBucket)?,
+        };
+        rec.configs
+            .get(kind.name())
+            .map(|d| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(d)
+                    .map_err(|e| StoreError::internal("bucket configuration", e))
+            })
+            .transpose()
     }
 
     fn is_storage_class(&self, class: &str) -> bool {

@@ -1,6 +1,7 @@
 //! Column family `meta`: small named values of the node (the bucket id counter, and the
-//! store's versioned records: lifecycle configurations and the catalog of tiered segments,
-//! under their own key prefixes `lifecycle/`, `tierseg/`, `tier-next-segment`). The values
+//! store's versioned records: lifecycle configurations, the catalog of tiered segments and
+//! buckets' configuration documents, under their own key prefixes `lifecycle/`, `tierseg/`,
+//! `tier-next-segment`, `bucketcfg/`). The values
 //! are the caller's.
 
 use crate::{CF_META, IndexWrite, Result, RocksIndex};

@@ -417,6 +417,73 @@ pub async fn lifecycle_configuration(store: &dyn ObjectStore) {
     assert!(!store.is_storage_class("NO_SUCH_CLASS"));
 }
 
+pub async fn bucket_configuration(store: &dyn ObjectStore) {
+    use crate::BucketConfig;
+    let b = new_bucket(store, "bucket-config").await;
+    for kind in BucketConfig::ALL {
+        assert_eq!(store.get_bucket_config(&b, kind).await.unwrap(), None);
+    }
+    store
+        .put_bucket_config(&b, BucketConfig::Tagging, Some(b"tags".to_vec()))
+        .await
+        .unwrap();
+    store
+        .put_bucket_config(&b, BucketConfig::Cors, Some(b"cors-1".to_vec()))
+        .await
+        .unwrap();
+    store
+        .put_bucket_config(&b, BucketConfig::Cors, Some(b"cors-2".to_vec()))
+        .await
+        .unwrap();
+    // Each kind is its own document; a put replaces.
+    assert_eq!(
+        store
+            .get_bucket_config(&b, BucketConfig::Tagging)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"tags"[..])
+    );
+    assert_eq!(
+        store
+            .get_bucket_config(&b, BucketConfig::Cors)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(&b"cors-2"[..])
+    );
+    store
+        .put_bucket_config(&b, BucketConfig::Tagging, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .get_bucket_config(&b, BucketConfig::Tagging)
+            .await
+            .unwrap(),
+        None
+    );
+    // A bucket deleted and made again starts with none.
+    store.delete_bucket(&b).await.unwrap();
+    let again = store
+        .create_bucket(NewBucket {
+            name: b.name.clone(),
+            owner_id: "owner-1".into(),
+            owner_name: "one".into(),
+            created_ms: 1_700_000_000_000,
+            public_read: false,
+        })
+        .await
+        .expect("creating the bucket again");
+    assert_eq!(
+        store
+            .get_bucket_config(&again, BucketConfig::Cors)
+            .await
+            .unwrap(),
+        None
+    );
+}
+
 pub async fn multipart_uploads(store: &dyn ObjectStore) {
     let b = new_bucket(store, "multipart").await;
     let new = NewUpload {
@@ -714,7 +781,8 @@ macro_rules! conformance_suite {
         $crate::conformance_suite!(@checks $make;
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
-            lifecycle_configuration, listing_summaries, multipart_uploads);
+            lifecycle_configuration, bucket_configuration, listing_summaries,
+            multipart_uploads);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

@@ -24,9 +24,9 @@ pub use source::ByteSource;
 pub mod types;
 
 pub use types::{
-    Bucket, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum,
-    ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion, PART_BYTES_MIN, Part, PutObject, PutPart,
-    Upload, UploadPage, UploadQuery, WriteCondition, etag_matches,
+    Bucket, BucketConfig, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs,
+    ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion, PART_BYTES_MIN, Part,
+    PutObject, PutPart, Upload, UploadPage, UploadQuery, WriteCondition, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that
@@ -69,6 +69,20 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// The bucket's lifecycle rules, `None` if none were set.
     async fn get_lifecycle(&self, bucket: &Bucket) -> StoreResult<Option<Vec<Rule>>>;
     async fn delete_lifecycle(&self, bucket: &Bucket) -> StoreResult<()>;
+    /// Sets (`Some`) or removes (`None`) one of the bucket's configuration documents.
+    async fn put_bucket_config(
+        &self,
+        bucket: &Bucket,
+        kind: BucketConfig,
+        doc: Option<Vec<u8>>,
+    ) -> StoreResult<()>;
+    /// One of the bucket's configuration documents, `None` if it has none. Asked on requests
+    /// that need it (a browser's, for CORS), so a store answers it from memory where it can.
+    async fn get_bucket_config(
+        &self,
+        bucket: &Bucket,
+        kind: BucketConfig,
+    ) -> StoreResult<Option<Vec<u8>>>;
     /// Whether `class` names a storage class this store can hold (`STANDARD` always).
     fn is_storage_class(&self, class: &str) -> bool;
 

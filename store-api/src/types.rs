@@ -15,6 +15,29 @@ pub struct Bucket {
     pub public_read: bool,
 }
 
+/// A bucket configuration kept as a document the store does not read: the S3 layer checks it
+/// on the way in and interprets it on the way out; the store keeps the bytes with the bucket
+/// (and drops them with it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BucketConfig {
+    /// The bucket's tags (PutBucketTagging).
+    Tagging,
+    /// Cross-origin rules (PutBucketCors).
+    Cors,
+}
+
+impl BucketConfig {
+    pub const ALL: [BucketConfig; 2] = [BucketConfig::Tagging, BucketConfig::Cors];
+
+    /// The configuration's stable name (a storage key; the S3 sub-resource).
+    pub fn name(self) -> &'static str {
+        match self {
+            BucketConfig::Tagging => "tagging",
+            BucketConfig::Cors => "cors",
+        }
+    }
+}
+
 /// A bucket to create.
 #[derive(Debug, Clone)]
 pub struct NewBucket {

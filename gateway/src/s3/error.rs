@@ -5,6 +5,8 @@ use http::StatusCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum S3ErrorCode {
     AccessDenied,
+    /// A CORS request (preflight) that the bucket's rules do not allow.
+    AccessForbidden,
     BadDigest,
     BucketAlreadyExists,
     BadRequest,
@@ -57,6 +59,7 @@ impl S3ErrorCode {
         use S3ErrorCode::*;
         match self {
             AccessDenied => ("AccessDenied", StatusCode::FORBIDDEN),
+            AccessForbidden => ("AccessForbidden", StatusCode::FORBIDDEN),
             BadDigest => ("BadDigest", StatusCode::BAD_REQUEST),
             BucketAlreadyExists => ("BucketAlreadyExists", StatusCode::CONFLICT),
             BucketAlreadyOwnedByYou => ("BucketAlreadyOwnedByYou", StatusCode::CONFLICT),
@@ -273,6 +276,7 @@ mod tests {
             ),
             (S3ErrorCode::InvalidAccessKeyId, "InvalidAccessKeyId", 403),
             (S3ErrorCode::AccessDenied, "AccessDenied", 403),
+            (S3ErrorCode::AccessForbidden, "AccessForbidden", 403),
             (
                 S3ErrorCode::RequestTimeTooSkewed,
                 "RequestTimeTooSkewed",

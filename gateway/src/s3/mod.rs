@@ -7,6 +7,7 @@ pub mod batch;
 pub mod batch_request;
 pub mod body;
 pub mod checksum;
+pub mod cors;
 pub mod error;
 pub mod handlers;
 pub mod headers;

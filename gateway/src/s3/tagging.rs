@@ -6,8 +6,9 @@ use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::xml::Xml;
 use serde::Deserialize;
 
-/// S3's limits: tags per object, and characters per key and per value.
+/// S3's limits: tags per object and per bucket, and characters per key and per value.
 pub const TAGS_MAX: usize = 10;
+pub const BUCKET_TAGS_MAX: usize = 50;
 pub const TAG_KEY_CHARS_MAX: usize = 128;
 pub const TAG_VALUE_CHARS_MAX: usize = 256;
 
@@ -27,6 +28,10 @@ pub fn validate(tags: &Tags) -> S3Result<()> {
             format!("Object tags cannot be greater than {TAGS_MAX}"),
         ));
     }
+    validate_each(tags)
+}
+
+fn validate_each(tags: &Tags) -> S3Result<()> {
     let allowed = |s: &str| {
         s.chars()
             .all(|c| c.is_alphanumeric() || c == ' ' || "+-=._:/@".contains(c))
@@ -95,16 +100,31 @@ pub(crate) struct TagXml {
     pub(crate) value: String,
 }
 
-/// Parses a PutObjectTagging body (`<Tagging><TagSet><Tag><Key/><Value/></Tag>...`).
-pub fn parse_xml(body: &[u8]) -> S3Result<Tags> {
+fn tags_of(body: &[u8]) -> S3Result<Tags> {
     let t: TaggingXml = super::xml::parse(body)?;
-    let tags: Tags = t
-        .tag_set
+    Ok(t.tag_set
         .tags
         .into_iter()
         .map(|t| (t.key, t.value))
-        .collect();
+        .collect())
+}
+
+/// Parses a PutObjectTagging body (`<Tagging><TagSet><Tag><Key/><Value/></Tag>...`).
+pub fn parse_xml(body: &[u8]) -> S3Result<Tags> {
+    let tags = tags_of(body)?;
     validate(&tags)?;
+    Ok(tags)
+}
+
+/// Parses a PutBucketTagging body: the same document, up to [`BUCKET_TAGS_MAX`] tags.
+pub fn parse_bucket_xml(body: &[u8]) -> S3Result<Tags> {
+    let tags = tags_of(body)?;
+    if tags.len() > BUCKET_TAGS_MAX {
+        return Err(invalid(format!(
+            "Bucket tag count cannot be greater than {BUCKET_TAGS_MAX}"
+        )));
+    }
+    validate_each(&tags)?;
     Ok(tags)
 }
 
@@ -179,6 +199,19 @@ mod tests {
         assert_eq!(
             parse_xml(b"<Tagging><TagSet><Tag><Key>x").unwrap_err().code,
             S3ErrorCode::MalformedXML
+        );
+        // A bucket holds up to 50 tags, an object 10.
+        let n = |count: usize| -> Tags {
+            (0..count)
+                .map(|i| (format!("k{i}"), "v".to_string()))
+                .collect()
+        };
+        let doc = |t: &Tags| to_xml(t).finish();
+        assert_eq!(parse_bucket_xml(doc(&n(50)).as_bytes()).unwrap(), n(50));
+        assert!(parse_xml(doc(&n(11)).as_bytes()).is_err());
+        assert_eq!(
+            parse_bucket_xml(doc(&n(51)).as_bytes()).unwrap_err().code,
+            S3ErrorCode::InvalidTag
         );
     }
 }

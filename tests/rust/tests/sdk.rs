@@ -535,3 +535,114 @@ async fn rust_sdk_object_tagging() {
         .unwrap();
     assert!(got.tag_set().is_empty());
 }
+
+#[tokio::test]
+async fn rust_sdk_bucket_tagging_and_cors() {
+    use aws_sdk_s3::types::{CorsConfiguration, CorsRule};
+    let server = start();
+    let s3 = client(&server.endpoint);
+    s3.create_bucket()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap();
+    let missing = s3
+        .get_bucket_tagging()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.into_service_error().meta().code(),
+        Some("NoSuchTagSet")
+    );
+    let tagging = Tagging::builder()
+        .tag_set(Tag::builder().key("team").value("vision").build().unwrap())
+        .build()
+        .unwrap();
+    s3.put_bucket_tagging()
+        .bucket("rust-bucket-config")
+        .tagging(tagging)
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_bucket_tagging()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap();
+    let tags: Vec<(&str, &str)> = got.tag_set().iter().map(|t| (t.key(), t.value())).collect();
+    assert_eq!(tags, vec![("team", "vision")]);
+    let rule = CorsRule::builder()
+        .allowed_origins("https://app.example.com")
+        .allowed_methods("GET")
+        .allowed_methods("PUT")
+        .expose_headers("ETag")
+        .max_age_seconds(60)
+        .build()
+        .unwrap();
+    s3.put_bucket_cors()
+        .bucket("rust-bucket-config")
+        .cors_configuration(
+            CorsConfiguration::builder()
+                .cors_rules(rule)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let cors = s3
+        .get_bucket_cors()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap();
+    let r = &cors.cors_rules()[0];
+    assert_eq!(r.allowed_origins(), ["https://app.example.com"]);
+    assert_eq!(r.allowed_methods(), ["GET", "PUT"]);
+    assert_eq!(r.expose_headers(), ["ETag"]);
+    assert_eq!(r.max_age_seconds(), Some(60));
+    let bad = CorsRule::builder()
+        .allowed_origins("*")
+        .allowed_methods("PATCH")
+        .build()
+        .unwrap();
+    let refused = s3
+        .put_bucket_cors()
+        .bucket("rust-bucket-config")
+        .cors_configuration(
+            CorsConfiguration::builder()
+                .cors_rules(bad)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.into_service_error().meta().code(),
+        Some("InvalidRequest")
+    );
+    s3.delete_bucket_cors()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket_tagging()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap();
+    let gone = s3
+        .get_bucket_cors()
+        .bucket("rust-bucket-config")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        gone.into_service_error().meta().code(),
+        Some("NoSuchCORSConfiguration")
+    );
+}

@@ -236,9 +236,7 @@ pub(super) async fn handle_delete_lifecycle(
 /// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.
 /// Each entry: sub-resource, and either the 404 code or the empty document of a GET.
 const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
-    ("cors", Err("NoSuchCORSConfiguration")),
     ("policy", Err("NoSuchBucketPolicy")),
-    ("tagging", Err("NoSuchTagSet")),
     (
         "encryption",
         Err("ServerSideEncryptionConfigurationNotFoundError"),

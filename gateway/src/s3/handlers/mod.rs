@@ -23,6 +23,7 @@ use packrat_store_api::{
 };
 use std::sync::Arc;
 
+mod bucket_config;
 mod buckets;
 mod listing;
 mod multipart;
@@ -33,9 +34,7 @@ type R = S3Result<Response<RespBody>>;
 
 /// Sub-resources packrat does not implement; requests for them answer NotImplemented.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
-    "tagging",
     "policy",
-    "cors",
     "versioning",
     "versions",
     "website",
@@ -150,6 +149,16 @@ fn need_identity(req: &S3Request) -> S3Result<&Identity> {
 /// response").
 pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static str, R) {
     let (name, r) = route(state, &mut req).await;
+    // A browser's request to a bucket with CORS rules: the answer (an error too) says which
+    // origin may read it. Requests without an `Origin` pay nothing.
+    let r = match (req.headers.get("origin"), &req.bucket) {
+        (Some(origin), Some(bucket)) if req.method != Method::OPTIONS => {
+            let origin = origin.to_str().unwrap_or("").to_string();
+            let cors = bucket_config::cors_headers(state, bucket, &origin, &req.method).await;
+            with_headers(r, cors)
+        }
+        _ => r,
+    };
     let drained = req
         .body
         .discard_rest(
@@ -171,6 +180,23 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
     (name, r)
 }
 
+fn with_headers(r: R, extra: Vec<(&'static str, String)>) -> R {
+    if extra.is_empty() {
+        return r;
+    }
+    match r {
+        Ok(mut resp) => {
+            for (n, v) in extra {
+                if let Ok(v) = http::HeaderValue::from_str(&v) {
+                    resp.headers_mut().insert(n, v);
+                }
+            }
+            Ok(resp)
+        }
+        Err(e) => Err(extra.into_iter().fold(e, |e, (n, v)| e.with_header(n, v))),
+    }
+}
+
 async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) {
     if state.config.fault_injection && crate::server::HttpFaults::take(&state.http_faults.slowdown)
     {
@@ -188,13 +214,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             buckets::handle_not_configured(state, req, bucket, sub),
         );
     }
-    // Object tagging is implemented; bucket tagging is not.
-    let object_tagging = |s: &&&str| **s == "tagging" && req.key.is_some();
-    if let Some(sub) = UNSUPPORTED_SUBRESOURCES
-        .iter()
-        .filter(|s| !object_tagging(s))
-        .find(|s| req.has_q(s))
-    {
+    if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
         return (
             "unsupported",
             Err(err(
@@ -245,7 +265,47 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 )),
             ),
         },
+        (Some(b), _) if m == Method::OPTIONS => (
+            "PreflightCORS",
+            bucket_config::handle_preflight(state, req, b).await,
+        ),
         (Some(b), None) => match m {
+            Method::PUT if req.has_q("tagging") => (
+                "PutBucketTagging",
+                bucket_config::handle_put_bucket_tagging(state, req, b).await,
+            ),
+            Method::GET if req.has_q("tagging") => (
+                "GetBucketTagging",
+                bucket_config::handle_get_bucket_tagging(state, req, b).await,
+            ),
+            Method::DELETE if req.has_q("tagging") => (
+                "DeleteBucketTagging",
+                bucket_config::handle_delete_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Tagging,
+                )
+                .await,
+            ),
+            Method::PUT if req.has_q("cors") => (
+                "PutBucketCors",
+                bucket_config::handle_put_bucket_cors(state, req, b).await,
+            ),
+            Method::GET if req.has_q("cors") => (
+                "GetBucketCors",
+                bucket_config::handle_get_bucket_cors(state, req, b).await,
+            ),
+            Method::DELETE if req.has_q("cors") => (
+                "DeleteBucketCors",
+                bucket_config::handle_delete_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Cors,
+                )
+                .await,
+            ),
             Method::PUT if req.has_q("lifecycle") => (
                 "PutBucketLifecycleConfiguration",
                 buckets::handle_put_lifecycle(state, req, b).await,

@@ -1,0 +1,167 @@
+//! Bucket configurations kept as documents (`BucketConfig`): bucket tagging and CORS (get,
+//! put, delete), a browser's preflight `OPTIONS`, and the `Access-Control-*` headers added to
+//! the answers of requests that carry an `Origin`. The store keeps each document as S3 writes
+//! it (the XML this module answers with), checked on the way in.
+
+use super::*;
+use crate::s3::cors;
+use packrat_store_api::BucketConfig;
+
+pub(super) async fn handle_put_bucket_tagging(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let tags = crate::s3::tagging::parse_bucket_xml(&body)?;
+    let doc = crate::s3::tagging::to_xml(&tags).finish().into_bytes();
+    state
+        .store
+        .put_bucket_config(&b, BucketConfig::Tagging, Some(doc))
+        .await?;
+    no_content()
+}
+
+pub(super) async fn handle_get_bucket_tagging(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Owner)?;
+    let doc = state
+        .store
+        .get_bucket_config(&b, BucketConfig::Tagging)
+        .await?
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::NotConfigured("NoSuchTagSet"),
+                "The TagSet does not exist",
+            )
+        })?;
+    xml_doc(doc)
+}
+
+pub(super) async fn handle_put_bucket_cors(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    let body = read_xml_body(req).await?;
+    let rules = cors::parse(&body)?;
+    let doc = cors::to_xml(&rules).finish().into_bytes();
+    state
+        .store
+        .put_bucket_config(&b, BucketConfig::Cors, Some(doc))
+        .await?;
+    Ok(Response::new(empty()))
+}
+
+pub(super) async fn handle_get_bucket_cors(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Owner)?;
+    let doc = state
+        .store
+        .get_bucket_config(&b, BucketConfig::Cors)
+        .await?
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::NotConfigured("NoSuchCORSConfiguration"),
+                "The CORS configuration does not exist",
+            )
+        })?;
+    xml_doc(doc)
+}
+
+/// DeleteBucketTagging and DeleteBucketCors: 204 whether or not there was one.
+pub(super) async fn handle_delete_bucket_config(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+    kind: BucketConfig,
+) -> R {
+    let b = load_bucket(state, req, name, Access::Write)?;
+    state.store.put_bucket_config(&b, kind, None).await?;
+    no_content()
+}
+
+fn xml_doc(doc: Vec<u8>) -> R {
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml")
+        .body(full(doc))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
+fn forbidden(msg: &str) -> S3Error {
+    err(S3ErrorCode::AccessForbidden, format!("CORSResponse: {msg}"))
+}
+
+/// The bucket's CORS rules, `None` if it has none (or there is no such bucket: a browser
+/// learns nothing more from a preflight than from a bucket without rules).
+async fn rules_of(state: &AppState, name: &str) -> S3Result<Option<Vec<cors::Rule>>> {
+    let Some(b) = state.store.bucket(name)? else {
+        return Ok(None);
+    };
+    match state
+        .store
+        .get_bucket_config(&b, BucketConfig::Cors)
+        .await?
+    {
+        None => Ok(None),
+        Some(doc) => cors::parse(&doc)
+            .map(Some)
+            .map_err(|e| S3Error::internal("stored CORS configuration", e.message)),
+    }
+}
+
+/// A browser's preflight (`OPTIONS` on a bucket or object, unsigned): 200 with the
+/// `Access-Control-*` headers of the first rule that allows the origin, the method and every
+/// requested header; 403 `AccessForbidden` otherwise, as S3 answers.
+pub(super) async fn handle_preflight(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+    let h = |n: &str| req.headers.get(n).and_then(|v| v.to_str().ok());
+    let (Some(origin), Some(method)) = (h("origin"), h("access-control-request-method")) else {
+        return Err(err(
+            S3ErrorCode::BadRequest,
+            "Insufficient information. Origin request header needed.",
+        ));
+    };
+    let requested = cors::requested_headers(h("access-control-request-headers").unwrap_or(""));
+    let requested: Vec<&str> = requested.iter().map(String::as_str).collect();
+    let Some(rules) = rules_of(state, name).await? else {
+        return Err(forbidden("CORS is not enabled for this bucket."));
+    };
+    let Some(rule) = cors::matching(&rules, origin, method, &requested) else {
+        return Err(forbidden(
+            "This CORS request is not allowed. This is usually because the evalution of Origin, request method / Access-Control-Request-Method or Access-Control-Request-Headers are not whitelisted by the resource's CORS spec.",
+        ));
+    };
+    let mut resp = Response::new(empty());
+    for (n, v) in cors::answer_headers(rule, origin, &requested) {
+        if let Ok(v) = http::HeaderValue::from_str(&v) {
+            resp.headers_mut().insert(n, v);
+        }
+    }
+    Ok(resp)
+}
+
+/// The `Access-Control-*` headers for the answer to a request with an `Origin` (an actual
+/// request, not a preflight), from the bucket's rules; none when no rule allows it (the
+/// browser then withholds the answer from the page). `HEAD` is matched as itself.
+pub(super) async fn cors_headers(
+    state: &AppState,
+    bucket: &str,
+    origin: &str,
+    method: &Method,
+) -> Vec<(&'static str, String)> {
+    match rules_of(state, bucket).await {
+        Ok(Some(rules)) => cors::matching(&rules, origin, method.as_str(), &[])
+            .map(|r| cors::answer_headers(r, origin, &[]))
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
