@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import shutil
+import tempfile
 import time
 import urllib.parse
 import urllib.request
@@ -32,6 +33,8 @@ ARTIFACTS = pathlib.Path(os.environ.get("PACKRAT_TEST_ARTIFACTS", ROOT / "target
 
 @pytest.fixture
 def browser(workdir):
+    """A headless Chromium with its own profile and download folder (several tests use one)."""
+    base = pathlib.Path(tempfile.mkdtemp(prefix="browser-", dir=workdir))
     chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
     assert chromium and driver, "Debian's chromium and chromium-driver are needed (.ci/run installs them)"
     opts = webdriver.ChromeOptions()
@@ -39,10 +42,10 @@ def browser(workdir):
     for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
               "--disable-background-networking", "--disable-component-update", "--disable-sync",
               "--no-first-run", "--disable-quic", "--window-size=1280,900",
-              f"--user-data-dir={workdir / 'chromium-profile'}"):
+              f"--user-data-dir={base / 'chromium-profile'}"):
         opts.add_argument(a)
     d = webdriver.Chrome(service=Service(executable_path=driver), options=opts)
-    downloads = workdir / "downloads"
+    downloads = base / "downloads"
     downloads.mkdir()
     d.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     d.downloads = downloads

@@ -22,6 +22,8 @@ pub enum S3ErrorCode {
     InvalidDigest,
     InvalidPart,
     InvalidPartOrder,
+    /// A form upload's policy document that does not parse.
+    InvalidPolicyDocument,
     InvalidRange,
     InvalidRequest,
     InvalidStorageClass,
@@ -30,6 +32,10 @@ pub enum S3ErrorCode {
     KeyTooLongError,
     MalformedXML,
     MalformedJSON,
+    /// A form upload's body that is not multipart/form-data.
+    MalformedPOSTRequest,
+    /// A form upload's fields before its file exceed 20 KiB.
+    MaxPostPreDataLengthExceeded,
     MetadataTooLarge,
     MethodNotAllowed,
     MissingContentLength,
@@ -75,6 +81,7 @@ impl S3ErrorCode {
             InvalidDigest => ("InvalidDigest", StatusCode::BAD_REQUEST),
             InvalidPart => ("InvalidPart", StatusCode::BAD_REQUEST),
             InvalidPartOrder => ("InvalidPartOrder", StatusCode::BAD_REQUEST),
+            InvalidPolicyDocument => ("InvalidPolicyDocument", StatusCode::BAD_REQUEST),
             InvalidRange => ("InvalidRange", StatusCode::RANGE_NOT_SATISFIABLE),
             InvalidRequest => ("InvalidRequest", StatusCode::BAD_REQUEST),
             InvalidStorageClass => ("InvalidStorageClass", StatusCode::BAD_REQUEST),
@@ -83,6 +90,10 @@ impl S3ErrorCode {
             KeyTooLongError => ("KeyTooLongError", StatusCode::BAD_REQUEST),
             MalformedXML => ("MalformedXML", StatusCode::BAD_REQUEST),
             MalformedJSON => ("MalformedJSON", StatusCode::BAD_REQUEST),
+            MalformedPOSTRequest => ("MalformedPOSTRequest", StatusCode::BAD_REQUEST),
+            MaxPostPreDataLengthExceeded => {
+                ("MaxPostPreDataLengthExceededError", StatusCode::BAD_REQUEST)
+            }
             MetadataTooLarge => ("MetadataTooLarge", StatusCode::BAD_REQUEST),
             MethodNotAllowed => ("MethodNotAllowed", StatusCode::METHOD_NOT_ALLOWED),
             MissingContentLength => ("MissingContentLength", StatusCode::LENGTH_REQUIRED),
@@ -290,6 +301,21 @@ mod tests {
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
             (S3ErrorCode::InvalidStorageClass, "InvalidStorageClass", 400),
             (S3ErrorCode::InvalidTag, "InvalidTag", 400),
+            (
+                S3ErrorCode::InvalidPolicyDocument,
+                "InvalidPolicyDocument",
+                400,
+            ),
+            (
+                S3ErrorCode::MalformedPOSTRequest,
+                "MalformedPOSTRequest",
+                400,
+            ),
+            (
+                S3ErrorCode::MaxPostPreDataLengthExceeded,
+                "MaxPostPreDataLengthExceededError",
+                400,
+            ),
             (S3ErrorCode::BadRequest, "BadRequest", 400),
             (S3ErrorCode::ServiceUnavailable, "ServiceUnavailable", 503),
             (

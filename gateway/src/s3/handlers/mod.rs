@@ -28,6 +28,7 @@ mod buckets;
 mod listing;
 mod multipart;
 mod objects;
+mod post_object;
 mod tagging;
 
 type R = S3Result<Response<RespBody>>;
@@ -125,8 +126,19 @@ pub(crate) fn load_bucket(
     name: &str,
     access: Access,
 ) -> S3Result<Bucket> {
+    bucket_for(state, req.identity.as_ref(), name, access)
+}
+
+/// [`load_bucket`] for a caller known other than by the request's signature (a form upload's
+/// policy).
+pub(crate) fn bucket_for(
+    state: &AppState,
+    identity: Option<&Identity>,
+    name: &str,
+    access: Access,
+) -> S3Result<Bucket> {
     let b = state.store.bucket(name)?;
-    match (&req.identity, b) {
+    match (identity, b) {
         (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
         (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
         (Some(_), None) => Err(no_such_bucket()),
@@ -361,6 +373,10 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             Method::POST if req.has_q("batch") => (
                 "BatchGet",
                 crate::s3::batch::handle_batch_get(state, req, b).await,
+            ),
+            Method::POST if req.query.is_empty() && post_object::is_form_upload(req) => (
+                "PostObject",
+                post_object::handle_post_object(state, req, b).await,
             ),
             _ => (
                 "bucket",
