@@ -4,11 +4,13 @@ against the server with boto3, not only on the page. Screenshots of each page ar
 target/test-artifacts/console/ (PACKRAT_TEST_ARTIFACTS moves them)."""
 
 import http.client
+import http.server
 import json
 import os
 import pathlib
 import shutil
 import tempfile
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -52,6 +54,38 @@ def browser(workdir):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     yield d
     d.quit()
+
+
+class OtherOrigin:
+    """A web site on its own loopback port (another origin than packrat's): `pages` maps a
+    path (query left off) to the HTML served there."""
+
+    def __init__(self):
+        pages = self.pages = {}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = pages.get(self.path.split("?", 1)[0], "<!doctype html><title>?</title>").encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/html")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def other_origin():
+    site = OtherOrigin()
+    yield site
+    site.httpd.shutdown()
+    site.httpd.server_close()
 
 
 def wait(d, cond, what, timeout=20):

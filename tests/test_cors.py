@@ -4,8 +4,6 @@ with a presigned PUT and reads the object back, allowed by the bucket's rules, a
 by a bucket without them."""
 
 import http.client
-import http.server
-import threading
 import urllib.parse
 
 import pytest
@@ -113,19 +111,6 @@ def test_preflight_and_actual_request_headers(server, s3, bucket):
     assert status == 200 and "access-control-allow-origin" not in h
 
 
-class _Page(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<!doctype html><title>other origin</title><p>an app on another origin</p>"
-        self.send_response(200)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
 UPLOAD_AND_READ = """
 const [putUrl, getUrl, done] = arguments;
 (async () => {
@@ -141,14 +126,13 @@ const [putUrl, getUrl, done] = arguments;
 """
 
 
-def test_browser_on_another_origin(server, s3, bucket, browser):
+def test_browser_on_another_origin(server, s3, bucket, browser, other_origin):
     """Chromium on http://127.0.0.1:<other port> uploads through a presigned PUT (a preflight
     first) and reads the object back with its ETag exposed; with no rules it is blocked."""
     from test_console import shot
 
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Page)
-    threading.Thread(target=site.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{site.server_address[1]}"
+    origin = other_origin.origin
+    other_origin.pages["/"] = "<!doctype html><title>other origin</title><p>an app on another origin</p>"
     try:
         browser.get(origin + "/")
         browser.set_script_timeout(30)
@@ -172,8 +156,7 @@ def test_browser_on_another_origin(server, s3, bucket, browser):
         assert s3.get_object(Bucket=bucket, Key="allowed.txt")["Body"].read() == b"from the browser"
         shot(browser, "cors-other-origin")
     finally:
-        site.shutdown()
         s3.delete_bucket_cors(Bucket=bucket)
 
 
-from test_console import browser  # noqa: E402,F401  (the fixture)
+from test_console import browser, other_origin  # noqa: E402,F401  (the fixtures)

@@ -2,8 +2,9 @@
 multipart/form-data, every way of breaking the policy refused with S3's error and nothing
 stored, the success_action_* answers, and a plain HTML form submitted by headless Chromium."""
 
-import http.server
-import threading
+import os
+import subprocess
+import time
 import urllib.parse
 import xml.etree.ElementTree as ET
 
@@ -111,16 +112,15 @@ def test_broken_policies_are_refused_and_store_nothing(server, s3, bucket, sig):
     assert listed == [], [o["Key"] for o in listed]
     # An expired policy.
     old = signer.generate_presigned_post(bucket, "late", ExpiresIn=1)
-    import time
     time.sleep(1.5)
     r = post(old["url"], old["fields"])
     assert (r.status, error_code(r)) == (403, "AccessDenied") and b"expired" in r.data
     assert missing(s3, bucket, "late")
     # A key's policy reaches only its own buckets.
-    out = conftest.subprocess.run(
+    out = subprocess.run(
         [conftest.BIN, "admin", "--endpoint", server.endpoint, "key", "create", "--name", "poster",
          "--access-key", f"POSTER{sig.upper()}", "--secret-key", "poster-secret-1"],
-        env=dict(conftest.os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK, PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK),
+        env=dict(os.environ, PACKRAT_ROOT_ACCESS_KEY=conftest.ROOT_AK, PACKRAT_ROOT_SECRET_KEY=conftest.ROOT_SK),
         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     other = server.client(f"POSTER{sig.upper()}", "poster-secret-1", signature_version=sig)
@@ -136,61 +136,40 @@ def test_broken_policies_are_refused_and_store_nothing(server, s3, bucket, sig):
     assert missing(s3, bucket, "order")
 
 
-class _Site(http.server.BaseHTTPRequestHandler):
-    form = b""
-
-    def do_GET(self):
-        body = self.form if self.path == "/" else b"<!doctype html><title>done</title><p id=done>uploaded</p>"
-        self.send_response(200)
-        self.send_header("content-type", "text/html")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_plain_html_form_in_a_browser(s3v4, bucket, browser, tmp_path):
+def test_plain_html_form_in_a_browser(s3v4, bucket, browser, other_origin, tmp_path):
     """A page with an ordinary <form method=post enctype=multipart/form-data> (no script),
     served from another origin, uploads a file chosen in a file input and is redirected back."""
     from test_console import shot
 
     s3 = s3v4
-    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Site)
-    threading.Thread(target=site.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{site.server_address[1]}"
+    origin = other_origin.origin
     p = s3.generate_presigned_post(
         bucket, "forms/${filename}",
         Fields={"success_action_redirect": origin + "/done"},
         Conditions=[["starts-with", "$key", "forms/"], {"success_action_redirect": origin + "/done"},
                     ["content-length-range", 1, 1 << 20]])
     hidden = "".join(f'<input type="hidden" name="{k}" value="{v}">' for k, v in p["fields"].items())
-    _Site.form = (f'<!doctype html><title>upload</title><form action="{p["url"]}" method="post" '
-                  f'enctype="multipart/form-data">{hidden}<input type="file" name="file" id="file">'
-                  f'<input type="submit" id="go" value="Upload"></form>').encode()
+    other_origin.pages["/done"] = "<!doctype html><title>done</title><p id=done>uploaded</p>"
+    other_origin.pages["/"] = (f'<!doctype html><title>upload</title><form action="{p["url"]}" method="post" '
+                               f'enctype="multipart/form-data">{hidden}<input type="file" name="file" id="file">'
+                               f'<input type="submit" id="go" value="Upload"></form>')
     upload = tmp_path / "photo.bin"
     data = bytes(range(256)) * 300
     upload.write_bytes(data)
-    try:
-        from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.by import By
 
-        browser.get(origin + "/")
-        browser.find_element(By.ID, "file").send_keys(str(upload))
-        shot(browser, "post-form")
-        browser.find_element(By.ID, "go").click()
-        from test_console import wait
-        try:
-            wait(browser, lambda: browser.current_url.startswith(origin + "/done"), "the redirect back")
-        except Exception:
-            raise AssertionError(f"at {browser.current_url}: {browser.find_element(By.TAG_NAME, 'body').text[:600]}")
-        shot(browser, "post-form-done")
-        q = urllib.parse.parse_qs(urllib.parse.urlsplit(browser.current_url).query)
-        assert q["bucket"] == [bucket] and q["key"] == ["forms/photo.bin"]
-        got = s3.get_object(Bucket=bucket, Key="forms/photo.bin")
-        assert got["Body"].read() == data and q["etag"] == [got["ETag"]]
-    finally:
-        site.shutdown()
+    from test_console import wait
+
+    browser.get(origin + "/")
+    browser.find_element(By.ID, "file").send_keys(str(upload))
+    shot(browser, "post-form")
+    browser.find_element(By.ID, "go").click()
+    wait(browser, lambda: browser.current_url.startswith(origin + "/done"), "the redirect back")
+    shot(browser, "post-form-done")
+    q = urllib.parse.parse_qs(urllib.parse.urlsplit(browser.current_url).query)
+    assert q["bucket"] == [bucket] and q["key"] == ["forms/photo.bin"]
+    got = s3.get_object(Bucket=bucket, Key="forms/photo.bin")
+    assert got["Body"].read() == data and q["etag"] == [got["ETag"]]
 
 
-from test_console import browser  # noqa: E402,F401  (the fixture)
+from test_console import browser, other_origin  # noqa: E402,F401  (the fixtures)

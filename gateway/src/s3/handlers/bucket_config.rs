@@ -23,25 +23,6 @@ pub(super) async fn handle_put_bucket_tagging(
     no_content()
 }
 
-pub(super) async fn handle_get_bucket_tagging(
-    state: &Arc<AppState>,
-    req: &S3Request,
-    name: &str,
-) -> R {
-    let b = load_bucket(state, req, name, Access::Owner)?;
-    let doc = state
-        .store
-        .get_bucket_config(&b, BucketConfig::Tagging)
-        .await?
-        .ok_or_else(|| {
-            err(
-                S3ErrorCode::NotConfigured("NoSuchTagSet"),
-                "The TagSet does not exist",
-            )
-        })?;
-    xml_doc(doc)
-}
-
 pub(super) async fn handle_put_bucket_cors(
     state: &Arc<AppState>,
     req: &mut S3Request,
@@ -58,22 +39,26 @@ pub(super) async fn handle_put_bucket_cors(
     Ok(Response::new(empty()))
 }
 
-pub(super) async fn handle_get_bucket_cors(
+/// GetBucketTagging and GetBucketCors: the stored document, or S3's 404 for one never set.
+pub(super) async fn handle_get_bucket_config(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
+    kind: BucketConfig,
 ) -> R {
     let b = load_bucket(state, req, name, Access::Owner)?;
+    let (code, what) = match kind {
+        BucketConfig::Tagging => ("NoSuchTagSet", "The TagSet does not exist"),
+        BucketConfig::Cors => (
+            "NoSuchCORSConfiguration",
+            "The CORS configuration does not exist",
+        ),
+    };
     let doc = state
         .store
-        .get_bucket_config(&b, BucketConfig::Cors)
+        .get_bucket_config(&b, kind)
         .await?
-        .ok_or_else(|| {
-            err(
-                S3ErrorCode::NotConfigured("NoSuchCORSConfiguration"),
-                "The CORS configuration does not exist",
-            )
-        })?;
+        .ok_or_else(|| err(S3ErrorCode::NotConfigured(code), what))?;
     xml_doc(doc)
 }
 

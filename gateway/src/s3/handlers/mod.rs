@@ -288,7 +288,13 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::GET if req.has_q("tagging") => (
                 "GetBucketTagging",
-                bucket_config::handle_get_bucket_tagging(state, req, b).await,
+                bucket_config::handle_get_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Tagging,
+                )
+                .await,
             ),
             Method::DELETE if req.has_q("tagging") => (
                 "DeleteBucketTagging",
@@ -306,7 +312,13 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::GET if req.has_q("cors") => (
                 "GetBucketCors",
-                bucket_config::handle_get_bucket_cors(state, req, b).await,
+                bucket_config::handle_get_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Cors,
+                )
+                .await,
             ),
             Method::DELETE if req.has_q("cors") => (
                 "DeleteBucketCors",
