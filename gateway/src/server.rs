@@ -50,6 +50,8 @@ pub struct AppState {
     access_log: Option<crate::access_log::AccessLog>,
     /// Web console sessions (`console.rs`).
     pub console_sessions: crate::console::Sessions,
+    /// Buckets' parsed policies (`s3::policy`).
+    pub policies: crate::s3::policy::PolicyCache,
 }
 
 /// A connection after its handshake: what hyper serves.
@@ -97,6 +99,11 @@ pub struct S3Request {
     pub body: BodyReader,
     /// `None` for an anonymous request.
     pub identity: Option<Identity>,
+    /// The client's address as this server's socket sees it (a proxy's, behind one), and
+    /// whether the connection is TLS: bucket policies' `aws:SourceIp` and
+    /// `aws:SecureTransport`.
+    pub peer: Option<std::net::IpAddr>,
+    pub secure: bool,
 }
 
 impl S3Request {
@@ -133,6 +140,7 @@ impl AppState {
         Self {
             access_log,
             console_sessions: Default::default(),
+            policies: Default::default(),
             clock: store.clock(),
             metrics: Metrics::new(store.clone()),
             store,
@@ -178,7 +186,7 @@ pub async fn serve(
             a = listener.accept() => a,
             () = &mut stop => break,
         };
-        let (stream, _peer) = match accepted {
+        let (stream, peer) = match accepted {
             Ok(s) => s,
             Err(e) => {
                 // Running out of file descriptors must not end the server.
@@ -204,9 +212,13 @@ pub async fn serve(
             state.config.max_header_bytes,
         );
         let tls = state.tls.clone();
+        let conn = ConnInfo {
+            peer: Some(peer.ip()),
+            secure: tls.is_some(),
+        };
         let svc = hyper::service::service_fn(move |req| {
             let state = state.clone();
-            async move { Ok::<_, Infallible>(handle(state, req).await) }
+            async move { Ok::<_, Infallible>(handle(state, req, conn).await) }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
@@ -306,7 +318,18 @@ async fn refuse_connection(mut stream: tokio::net::TcpStream) {
     let _ = stream.shutdown().await;
 }
 
-async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBody> {
+/// What a request's connection tells about it.
+#[derive(Clone, Copy)]
+pub struct ConnInfo {
+    pub peer: Option<std::net::IpAddr>,
+    pub secure: bool,
+}
+
+async fn handle(
+    state: Arc<AppState>,
+    req: Request<Incoming>,
+    conn: ConnInfo,
+) -> Response<RespBody> {
     let started = Instant::now();
     let request_id = state.next_request_id();
     let method = req.method().clone();
@@ -318,7 +341,7 @@ async fn handle(state: Arc<AppState>, req: Request<Incoming>) -> Response<RespBo
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
     let mut who = Who::default();
-    let (op, result) = route_and_run(&state, req, &mut who).await;
+    let (op, result) = route_and_run(&state, req, &mut who, conn).await;
     let mut resp = match result {
         Ok(r) => r,
         Err(e) => error_response(&e, &request_id, is_head),
@@ -484,6 +507,7 @@ async fn route_and_run(
     state: &Arc<AppState>,
     req: Request<Incoming>,
     who: &mut Who,
+    conn: ConnInfo,
 ) -> (&'static str, S3Result<Response<RespBody>>) {
     let (parts, body) = req.into_parts();
     let raw_path = parts.uri.path().to_string();
@@ -602,6 +626,8 @@ async fn route_and_run(
         key,
         body: body_reader,
         identity,
+        peer: conn.peer,
+        secure: conn.secure,
     };
     handlers::dispatch(state, s3req).await
 }

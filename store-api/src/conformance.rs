@@ -463,7 +463,12 @@ pub async fn bucket_configuration(store: &dyn ObjectStore) {
             .unwrap(),
         None
     );
-    // A bucket deleted and made again starts with none.
+    store
+        .put_bucket_config(&b, BucketConfig::Policy, Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    // A bucket deleted and made again starts with none: no other owner's policy grants
+    // anything on it.
     store.delete_bucket(&b).await.unwrap();
     let again = store
         .create_bucket(NewBucket {
@@ -475,13 +480,9 @@ pub async fn bucket_configuration(store: &dyn ObjectStore) {
         })
         .await
         .expect("creating the bucket again");
-    assert_eq!(
-        store
-            .get_bucket_config(&again, BucketConfig::Cors)
-            .await
-            .unwrap(),
-        None
-    );
+    for kind in [BucketConfig::Cors, BucketConfig::Policy] {
+        assert_eq!(store.get_bucket_config(&again, kind).await.unwrap(), None);
+    }
 }
 
 pub async fn multipart_uploads(store: &dyn ObjectStore) {

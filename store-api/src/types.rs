@@ -24,16 +24,23 @@ pub enum BucketConfig {
     Tagging,
     /// Cross-origin rules (PutBucketCors).
     Cors,
+    /// The bucket policy, JSON (PutBucketPolicy).
+    Policy,
 }
 
 impl BucketConfig {
-    pub const ALL: [BucketConfig; 2] = [BucketConfig::Tagging, BucketConfig::Cors];
+    pub const ALL: [BucketConfig; 3] = [
+        BucketConfig::Tagging,
+        BucketConfig::Cors,
+        BucketConfig::Policy,
+    ];
 
     /// The configuration's stable name (a storage key; the S3 sub-resource).
     pub fn name(self) -> &'static str {
         match self {
             BucketConfig::Tagging => "tagging",
             BucketConfig::Cors => "cors",
+            BucketConfig::Policy => "policy",
         }
     }
 }

@@ -17,7 +17,7 @@
 use super::batch_request::{BatchRequest, OnError, Order, parse_item_range, parse_shard};
 use super::checksum::{self, ChecksumWire, Hasher};
 use super::error::{S3Error, S3ErrorCode, S3Result};
-use super::handlers::{Access, load_bucket};
+use super::handlers::{Action, check_key, load_bucket, load_bucket_for_keys};
 use super::headers::{content_md5, requested_checksum};
 use crate::config;
 use crate::server::{AppState, RespBody, S3Request};
@@ -310,8 +310,10 @@ fn output(
 // ---------------------------------------------------------------- batch GET
 
 pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname: &str) -> R {
-    // Read permission on the bucket covers every item: all items name keys of this bucket.
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    // Every item names a key of this bucket: s3:GetObject on each. Under a bucket policy each
+    // key is judged, and a batch with a key the caller may not read is refused whole (naming
+    // the item), before anything is read.
+    let (b, policy) = load_bucket_for_keys(state, req, bname, Action::GET_OBJECT).await?;
     let body = req.body.read_to_end(config::BATCH_JSON_BYTES_MAX).await?;
     let r: BatchRequest = serde_json::from_slice(&body).map_err(|e| {
         bad(
@@ -341,6 +343,10 @@ pub async fn handle_batch_get(state: &Arc<AppState>, req: &mut S3Request, bname:
                 ),
             ));
         }
+        check_key(req, &b, policy.as_deref(), Action::GET_OBJECT, &it.key).map_err(|e| {
+            let msg = format!("item {i} ({}): {}", it.key, e.message);
+            bad(e.code, msg)
+        })?;
         if it.member.as_deref() == Some("") {
             return Err(bad(
                 S3ErrorCode::InvalidArgument,
@@ -478,9 +484,23 @@ fn stream_query(req: &S3Request) -> S3Result<(StreamQuery, bool, Option<u64>)> {
 /// [`packrat_store_api::stream`]), then read as batches of [`STREAM_BATCH_SAMPLES`] samples in
 /// the planned order, into one TAR. Each entry carries its sample's index (`packrat.sample`).
 pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: &str) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    // s3:ListBucket (with the stream's prefix), then s3:GetObject on every key it will send:
+    // under a bucket policy a stream over a key the caller may not read is refused whole.
+    let b = load_bucket(state, req, bname, Action::LIST_BUCKET).await?;
+    let (_, policy) = load_bucket_for_keys(state, req, bname, Action::GET_OBJECT).await?;
     let (query, abort, listing) = stream_query(req)?;
     let keys = state.store.stream_keys(&b, &query.prefix).await?;
+    if let Some(p) = policy.as_deref() {
+        for i in 0..keys.len() {
+            let key = keys.get(i);
+            check_key(req, &b, Some(p), Action::GET_OBJECT, key).map_err(|e| {
+                bad(
+                    e.code,
+                    format!("{} ({key}): the bucket policy does not let this caller read every object under the prefix", e.message),
+                )
+            })?;
+        }
+    }
     let (keys, plan) = {
         let q = query.clone();
         tokio::task::spawn_blocking(move || {

@@ -32,6 +32,8 @@ pub enum S3ErrorCode {
     KeyTooLongError,
     MalformedXML,
     MalformedJSON,
+    /// A bucket policy that does not parse or names what packrat cannot evaluate.
+    MalformedPolicy,
     /// A form upload's body that is not multipart/form-data.
     MalformedPOSTRequest,
     /// A form upload's fields before its file exceed 20 KiB.
@@ -90,6 +92,7 @@ impl S3ErrorCode {
             KeyTooLongError => ("KeyTooLongError", StatusCode::BAD_REQUEST),
             MalformedXML => ("MalformedXML", StatusCode::BAD_REQUEST),
             MalformedJSON => ("MalformedJSON", StatusCode::BAD_REQUEST),
+            MalformedPolicy => ("MalformedPolicy", StatusCode::BAD_REQUEST),
             MalformedPOSTRequest => ("MalformedPOSTRequest", StatusCode::BAD_REQUEST),
             MaxPostPreDataLengthExceeded => {
                 ("MaxPostPreDataLengthExceededError", StatusCode::BAD_REQUEST)
@@ -299,6 +302,7 @@ mod tests {
             (S3ErrorCode::NotImplemented, "NotImplemented", 501),
             (S3ErrorCode::InsufficientStorage, "InsufficientStorage", 507),
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
+            (S3ErrorCode::MalformedPolicy, "MalformedPolicy", 400),
             (S3ErrorCode::InvalidStorageClass, "InvalidStorageClass", 400),
             (S3ErrorCode::InvalidTag, "InvalidTag", 400),
             (

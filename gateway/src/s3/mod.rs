@@ -12,6 +12,7 @@ pub mod error;
 pub mod handlers;
 pub mod headers;
 pub mod lifecycle;
+pub mod policy;
 pub mod post_policy;
 pub mod range;
 pub mod route;

@@ -1,7 +1,8 @@
-//! Bucket configurations kept as documents (`BucketConfig`): bucket tagging and CORS (get,
-//! put, delete), a browser's preflight `OPTIONS`, and the `Access-Control-*` headers added to
-//! the answers of requests that carry an `Origin`. The store keeps each document as S3 writes
-//! it (the XML this module answers with), checked on the way in.
+//! Bucket configurations kept as documents (`BucketConfig`): bucket tagging, CORS and the
+//! bucket policy (get, put, delete), a browser's preflight `OPTIONS`, and the
+//! `Access-Control-*` headers added to the answers of requests that carry an `Origin`. The
+//! store keeps each document as S3 writes it (the XML or JSON this module answers with),
+//! checked on the way in.
 
 use super::*;
 use crate::s3::cors;
@@ -12,7 +13,7 @@ pub(super) async fn handle_put_bucket_tagging(
     req: &mut S3Request,
     name: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::PUT_BUCKET_TAGGING).await?;
     let body = read_xml_body(req).await?;
     let tags = crate::s3::tagging::parse_bucket_xml(&body)?;
     let doc = crate::s3::tagging::to_xml(&tags).finish().into_bytes();
@@ -28,7 +29,7 @@ pub(super) async fn handle_put_bucket_cors(
     req: &mut S3Request,
     name: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::PUT_BUCKET_CORS).await?;
     let body = read_xml_body(req).await?;
     let rules = cors::parse(&body)?;
     let doc = cors::to_xml(&rules).finish().into_bytes();
@@ -39,38 +40,81 @@ pub(super) async fn handle_put_bucket_cors(
     Ok(Response::new(empty()))
 }
 
-/// GetBucketTagging and GetBucketCors: the stored document, or S3's 404 for one never set.
+/// PutBucketPolicy: checked (`s3::policy::parse`) and kept as sent; it applies to the next
+/// request through this gateway (and within `POLICY_CACHE_TTL` through others).
+pub(super) async fn handle_put_bucket_policy(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::PUT_BUCKET_POLICY).await?;
+    let body = read_xml_body(req).await?;
+    crate::s3::policy::parse(&body, &b.name)?;
+    state
+        .store
+        .put_bucket_config(&b, BucketConfig::Policy, Some(body))
+        .await?;
+    state.policies.forget(b.id);
+    no_content()
+}
+
+/// The action that reads (`change` false) or replaces and deletes a configuration.
+fn config_action(kind: BucketConfig, change: bool) -> Action {
+    match (kind, change) {
+        (BucketConfig::Tagging, false) => Action::GET_BUCKET_TAGGING,
+        (BucketConfig::Tagging, true) => Action::PUT_BUCKET_TAGGING,
+        (BucketConfig::Cors, false) => Action::GET_BUCKET_CORS,
+        (BucketConfig::Cors, true) => Action::PUT_BUCKET_CORS,
+        (BucketConfig::Policy, false) => Action::GET_BUCKET_POLICY,
+        (BucketConfig::Policy, true) => Action::DELETE_BUCKET_POLICY,
+    }
+}
+
+/// GetBucketTagging, GetBucketCors and GetBucketPolicy: the stored document, or S3's 404 for
+/// one never set.
 pub(super) async fn handle_get_bucket_config(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
     kind: BucketConfig,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Owner)?;
+    let b = load_bucket(state, req, name, config_action(kind, false)).await?;
     let (code, what) = match kind {
         BucketConfig::Tagging => ("NoSuchTagSet", "The TagSet does not exist"),
         BucketConfig::Cors => (
             "NoSuchCORSConfiguration",
             "The CORS configuration does not exist",
         ),
+        BucketConfig::Policy => ("NoSuchBucketPolicy", "The bucket policy does not exist"),
     };
     let doc = state
         .store
         .get_bucket_config(&b, kind)
         .await?
         .ok_or_else(|| err(S3ErrorCode::NotConfigured(code), what))?;
-    xml_doc(doc)
+    match kind {
+        BucketConfig::Policy => Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/json")
+            .body(full(doc))
+            .map_err(|e| S3Error::internal("response", e)),
+        _ => xml_doc(doc),
+    }
 }
 
-/// DeleteBucketTagging and DeleteBucketCors: 204 whether or not there was one.
+/// DeleteBucketTagging, DeleteBucketCors and DeleteBucketPolicy: 204 whether or not there
+/// was one.
 pub(super) async fn handle_delete_bucket_config(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
     kind: BucketConfig,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, config_action(kind, true)).await?;
     state.store.put_bucket_config(&b, kind, None).await?;
+    if kind == BucketConfig::Policy {
+        state.policies.forget(b.id);
+    }
     no_content()
 }
 

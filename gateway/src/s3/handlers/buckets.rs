@@ -124,7 +124,7 @@ pub(super) async fn handle_create_bucket(
 }
 
 pub(super) async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    load_bucket(state, req, name, Access::Read)?;
+    load_bucket(state, req, name, Action::LIST_BUCKET).await?;
     Response::builder()
         .header("x-amz-bucket-region", state.config.region.as_str())
         .body(empty())
@@ -132,8 +132,9 @@ pub(super) async fn handle_head_bucket(state: &Arc<AppState>, req: &S3Request, n
 }
 
 pub(super) async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::DELETE_BUCKET).await?;
     state.store.delete_bucket(&b).await?;
+    state.policies.forget(b.id);
     no_content()
 }
 
@@ -142,7 +143,7 @@ pub(super) async fn handle_get_bucket_location(
     req: &S3Request,
     name: &str,
 ) -> R {
-    load_bucket(state, req, name, Access::Owner)?;
+    load_bucket(state, req, name, Action::GET_BUCKET_LOCATION).await?;
     let mut x = Xml::new();
     // us-east-1 is reported as an empty constraint, as S3 does.
     let region = if state.config.region == "us-east-1" {
@@ -157,7 +158,7 @@ pub(super) async fn handle_get_bucket_location(
 }
 
 pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::PUT_BUCKET_ACL).await?;
     let Some(public) = canned_acl_public(req)? else {
         return Err(err(
             S3ErrorCode::NotImplemented,
@@ -169,7 +170,7 @@ pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request
 }
 
 pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Owner)?;
+    let b = load_bucket(state, req, name, Action::GET_BUCKET_ACL).await?;
     let mut x = Xml::new();
     x.root("AccessControlPolicy");
     x.open("Owner");
@@ -194,7 +195,7 @@ pub(super) async fn handle_put_lifecycle(
     req: &mut S3Request,
     name: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::PUT_LIFECYCLE).await?;
     let body = read_xml_body(req).await?;
     let is_tier = |class: &str| class != "STANDARD" && state.store.is_storage_class(class);
     let rules = crate::s3::lifecycle::parse(&body, &is_tier)?;
@@ -203,7 +204,7 @@ pub(super) async fn handle_put_lifecycle(
 }
 
 pub(super) async fn handle_get_lifecycle(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Owner)?;
+    let b = load_bucket(state, req, name, Action::GET_LIFECYCLE).await?;
     let rules = state.store.get_lifecycle(&b).await?;
     let Some(rules) = rules else {
         return Err(err(
@@ -223,7 +224,7 @@ pub(super) async fn handle_delete_lifecycle(
     req: &S3Request,
     name: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Access::Write)?;
+    let b = load_bucket(state, req, name, Action::PUT_LIFECYCLE).await?;
     state.store.delete_lifecycle(&b).await?;
     Response::builder()
         .status(StatusCode::NO_CONTENT)
@@ -236,7 +237,6 @@ pub(super) async fn handle_delete_lifecycle(
 /// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.
 /// Each entry: sub-resource, and either the 404 code or the empty document of a GET.
 const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
-    ("policy", Err("NoSuchBucketPolicy")),
     (
         "encryption",
         Err("ServerSideEncryptionConfigurationNotFoundError"),
@@ -269,13 +269,13 @@ pub(super) fn not_configured_subresource(req: &S3Request) -> Option<&'static str
 
 /// GET: the 404 S3 gives for a configuration that was never set, or its empty document;
 /// DELETE: 204, there being nothing to delete. The owner's only, as S3 has it.
-pub(super) fn handle_not_configured(
+pub(super) async fn handle_not_configured(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
     sub: &str,
 ) -> R {
-    load_bucket(state, req, name, Access::Owner)?;
+    load_bucket(state, req, name, Action::GET_BUCKET_CONFIGURATION).await?;
     let answer = NOT_CONFIGURED
         .iter()
         .find(|(s, _)| *s == sub)

@@ -3,7 +3,7 @@
 use super::*;
 
 pub(super) async fn handle_list_objects(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
-    let b = load_bucket(state, req, name, Access::Read)?;
+    let b = load_bucket(state, req, name, Action::LIST_BUCKET).await?;
     let v2 = req.q("list-type") == Some("2");
     let prefix = req.q("prefix").unwrap_or("");
     let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
@@ -138,7 +138,7 @@ pub(super) async fn handle_list_multipart_uploads(
     req: &S3Request,
     bname: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Owner)?;
+    let b = load_bucket(state, req, bname, Action::LIST_BUCKET_MULTIPART_UPLOADS).await?;
     let prefix = req.q("prefix").unwrap_or("");
     let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
     let max = parse_max(req, "max-uploads")?;

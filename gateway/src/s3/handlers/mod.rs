@@ -35,7 +35,6 @@ type R = S3Result<Response<RespBody>>;
 
 /// Sub-resources packrat does not implement; requests for them answer NotImplemented.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
-    "policy",
     "versioning",
     "versions",
     "website",
@@ -108,6 +107,7 @@ fn quoted(etag: &str) -> String {
     format!("\"{etag}\"")
 }
 
+/// Who may do what when no bucket policy speaks: the bucket's owner and canned ACL.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Access {
     /// Object bytes, HEAD and listings: anonymous callers too, on a public-read bucket.
@@ -118,32 +118,274 @@ pub(crate) enum Access {
     Write,
 }
 
-/// Loads a bucket and checks that the caller may use it. Anonymous callers may only read
-/// buckets made public-read; a user touches only its own buckets; the root key touches all.
-pub(crate) fn load_bucket(
+/// What a handler asks to do to a bucket: the action a bucket policy names (`s3:GetObject`),
+/// what the owner and canned ACL allow without a policy, and whether the policy's resource is
+/// the object (`arn:aws:s3:::bucket/key`) or the bucket.
+#[derive(Clone, Copy)]
+pub(crate) struct Action {
+    pub iam: &'static str,
+    access: Access,
+    on_object: bool,
+}
+
+impl Action {
+    const fn bucket(iam: &'static str, access: Access) -> Self {
+        Self {
+            iam,
+            access,
+            on_object: false,
+        }
+    }
+
+    const fn object(iam: &'static str, access: Access) -> Self {
+        Self {
+            iam,
+            access,
+            on_object: true,
+        }
+    }
+
+    pub const GET_OBJECT: Self = Self::object("s3:GetObject", Access::Read);
+    pub const GET_OBJECT_ATTRIBUTES: Self = Self::object("s3:GetObjectAttributes", Access::Read);
+    pub const PUT_OBJECT: Self = Self::object("s3:PutObject", Access::Write);
+    pub const DELETE_OBJECT: Self = Self::object("s3:DeleteObject", Access::Write);
+    pub const GET_OBJECT_TAGGING: Self = Self::object("s3:GetObjectTagging", Access::Owner);
+    pub const PUT_OBJECT_TAGGING: Self = Self::object("s3:PutObjectTagging", Access::Write);
+    pub const DELETE_OBJECT_TAGGING: Self = Self::object("s3:DeleteObjectTagging", Access::Write);
+    pub const ABORT_MULTIPART_UPLOAD: Self = Self::object("s3:AbortMultipartUpload", Access::Write);
+    pub const LIST_MULTIPART_UPLOAD_PARTS: Self =
+        Self::object("s3:ListMultipartUploadParts", Access::Owner);
+    pub const LIST_BUCKET: Self = Self::bucket("s3:ListBucket", Access::Read);
+    pub const LIST_BUCKET_MULTIPART_UPLOADS: Self =
+        Self::bucket("s3:ListBucketMultipartUploads", Access::Owner);
+    pub const DELETE_BUCKET: Self = Self::bucket("s3:DeleteBucket", Access::Write);
+    pub const GET_BUCKET_LOCATION: Self = Self::bucket("s3:GetBucketLocation", Access::Owner);
+    pub const GET_BUCKET_ACL: Self = Self::bucket("s3:GetBucketAcl", Access::Owner);
+    pub const PUT_BUCKET_ACL: Self = Self::bucket("s3:PutBucketAcl", Access::Write);
+    pub const GET_LIFECYCLE: Self = Self::bucket("s3:GetLifecycleConfiguration", Access::Owner);
+    pub const PUT_LIFECYCLE: Self = Self::bucket("s3:PutLifecycleConfiguration", Access::Write);
+    pub const GET_BUCKET_TAGGING: Self = Self::bucket("s3:GetBucketTagging", Access::Owner);
+    pub const PUT_BUCKET_TAGGING: Self = Self::bucket("s3:PutBucketTagging", Access::Write);
+    pub const GET_BUCKET_CORS: Self = Self::bucket("s3:GetBucketCORS", Access::Owner);
+    pub const PUT_BUCKET_CORS: Self = Self::bucket("s3:PutBucketCORS", Access::Write);
+    pub const GET_BUCKET_POLICY: Self = Self::bucket("s3:GetBucketPolicy", Access::Owner);
+    pub const PUT_BUCKET_POLICY: Self = Self::bucket("s3:PutBucketPolicy", Access::Write);
+    pub const DELETE_BUCKET_POLICY: Self = Self::bucket("s3:DeleteBucketPolicy", Access::Write);
+    /// Configurations packrat does not have (their "not configured" answers): the owner's.
+    pub const GET_BUCKET_CONFIGURATION: Self =
+        Self::bucket("s3:GetBucketConfiguration", Access::Owner);
+
+    /// The owner may always read, replace or remove the policy, whatever it denies, so that
+    /// no policy locks its bucket's owner out for good (AWS keeps the same door open).
+    fn manages_policy(self) -> bool {
+        matches!(
+            self.iam,
+            "s3:GetBucketPolicy" | "s3:PutBucketPolicy" | "s3:DeleteBucketPolicy"
+        )
+    }
+}
+
+/// Loads a bucket and checks that the caller may do `action` to it (to the request's key, for
+/// an object action): see [`bucket_for`].
+pub(crate) async fn load_bucket(
     state: &AppState,
     req: &S3Request,
     name: &str,
-    access: Access,
+    action: Action,
 ) -> S3Result<Bucket> {
-    bucket_for(state, req.identity.as_ref(), name, access)
+    let key = if action.on_object {
+        req.key.as_deref()
+    } else {
+        None
+    };
+    bucket_for(
+        state,
+        &Facts::of(req),
+        req.identity.as_ref(),
+        name,
+        action,
+        key,
+    )
+    .await
 }
 
-/// [`load_bucket`] for a caller known other than by the request's signature (a form upload's
-/// policy).
-pub(crate) fn bucket_for(
+/// What a bucket policy's conditions read of a request, borrowed field by field (a handler
+/// may hold the body).
+pub(crate) struct Facts<'a> {
+    pub peer: Option<std::net::IpAddr>,
+    pub secure: bool,
+    pub headers: &'a http::HeaderMap,
+    pub query: &'a [(String, String)],
+}
+
+impl<'a> Facts<'a> {
+    pub fn of(req: &'a S3Request) -> Self {
+        Self {
+            peer: req.peer,
+            secure: req.secure,
+            headers: &req.headers,
+            query: &req.query,
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    fn q(&self, name: &str) -> Option<&'a str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Loads a bucket and checks that `identity` may do `action` to it, or to `key` in it. The
+/// root key may do anything. Otherwise the bucket's policy decides first: an explicit Deny
+/// refuses, an Allow permits; where it says nothing (or there is none), the owner may do
+/// anything and anyone may read (objects, HEAD, listings) a public-read bucket.
+pub(crate) async fn bucket_for(
     state: &AppState,
+    req: &Facts<'_>,
     identity: Option<&Identity>,
     name: &str,
-    access: Access,
+    action: Action,
+    key: Option<&str>,
 ) -> S3Result<Bucket> {
-    let b = state.store.bucket(name)?;
-    match (identity, b) {
-        (None, Some(b)) if b.public_read && access == Access::Read => Ok(b),
-        (None, _) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+    let b = lookup_bucket(state, identity, name)?;
+    if identity.is_some_and(|i| i.is_root) {
+        return Ok(b);
+    }
+    let policy = policy_of(state, &b).await?;
+    if permits(req, identity, &b, policy.as_deref(), action, key) {
+        Ok(b)
+    } else {
+        Err(access_denied())
+    }
+}
+
+fn access_denied() -> S3Error {
+    err(S3ErrorCode::AccessDenied, "Access Denied")
+}
+
+/// A bucket by name; an anonymous caller learns nothing of buckets that do not exist.
+fn lookup_bucket(state: &AppState, identity: Option<&Identity>, name: &str) -> S3Result<Bucket> {
+    match (identity, state.store.bucket(name)?) {
+        (None, None) => Err(access_denied()),
         (Some(_), None) => Err(no_such_bucket()),
-        (Some(id), Some(b)) if id.is_root || id.owner_id == b.owner_id => Ok(b),
-        (Some(_), Some(_)) => Err(err(S3ErrorCode::AccessDenied, "Access Denied")),
+        (_, Some(b)) => Ok(b),
+    }
+}
+
+/// For requests that name many keys (DeleteObjects, batch GET, epoch streams): the bucket, and
+/// its policy when it has one (not for the root key), for the caller to judge each key with
+/// [`permits`]. Without a policy every key is judged alike, so the request is judged once,
+/// here.
+pub(crate) async fn load_bucket_for_keys(
+    state: &AppState,
+    req: &S3Request,
+    name: &str,
+    action: Action,
+) -> S3Result<(Bucket, Option<Arc<crate::s3::policy::Policy>>)> {
+    let identity = req.identity.as_ref();
+    let b = lookup_bucket(state, identity, name)?;
+    if identity.is_some_and(|i| i.is_root) {
+        return Ok((b, None));
+    }
+    let policy = policy_of(state, &b).await?;
+    if policy.is_none() && !permits(&Facts::of(req), identity, &b, None, action, None) {
+        return Err(access_denied());
+    }
+    Ok((b, policy))
+}
+
+/// [`permits`] for one key of a many-key request, as an error to report.
+pub(crate) fn check_key(
+    req: &S3Request,
+    b: &Bucket,
+    policy: Option<&crate::s3::policy::Policy>,
+    action: Action,
+    key: &str,
+) -> S3Result<()> {
+    match policy {
+        Some(p)
+            if !permits(
+                &Facts::of(req),
+                req.identity.as_ref(),
+                b,
+                Some(p),
+                action,
+                Some(key),
+            ) =>
+        {
+            Err(access_denied())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The bucket's policy, from this gateway's cache or the store.
+pub(crate) async fn policy_of(
+    state: &AppState,
+    b: &Bucket,
+) -> S3Result<Option<Arc<crate::s3::policy::Policy>>> {
+    let generation = match state.policies.fresh(b.id) {
+        Ok(p) => return Ok(p),
+        Err(g) => g,
+    };
+    let doc = state
+        .store
+        .get_bucket_config(b, packrat_store_api::BucketConfig::Policy)
+        .await?;
+    // A stored policy that no longer parses refuses every request it would have judged
+    // (a 500), rather than letting them through with its denials forgotten.
+    let policy = match doc {
+        None => None,
+        Some(d) => Some(Arc::new(
+            crate::s3::policy::parse(&d, &b.name)
+                .map_err(|e| S3Error::internal("stored bucket policy", e.message))?,
+        )),
+    };
+    state.policies.store(b.id, policy.clone(), generation);
+    Ok(policy)
+}
+
+/// Whether a caller (not the root key) may do `action` to a loaded bucket, or to `key` in it.
+pub(crate) fn permits(
+    req: &Facts<'_>,
+    identity: Option<&Identity>,
+    b: &Bucket,
+    policy: Option<&crate::s3::policy::Policy>,
+    action: Action,
+    key: Option<&str>,
+) -> bool {
+    use crate::s3::policy::{Decision, RequestContext};
+    let owner = identity.is_some_and(|i| i.owner_id == b.owner_id);
+    let by_acl = owner || (identity.is_none() && b.public_read && action.access == Access::Read);
+    let Some(policy) = policy else {
+        return by_acl;
+    };
+    let resource = match key {
+        Some(k) if action.on_object => format!("arn:aws:s3:::{}/{k}", b.name),
+        _ => format!("arn:aws:s3:::{}", b.name),
+    };
+    let listing = action.iam == "s3:ListBucket";
+    let ctx = RequestContext {
+        principal: identity,
+        action: action.iam,
+        resource: &resource,
+        source_ip: req.peer,
+        secure_transport: req.secure,
+        user_agent: req.header("user-agent"),
+        referer: req.header("referer"),
+        prefix: req.q("prefix").filter(|_| listing),
+        delimiter: req.q("delimiter").filter(|_| listing),
+        max_keys: req.q("max-keys").filter(|_| listing),
+    };
+    match policy.evaluate(&ctx) {
+        Decision::Deny => owner && action.manages_policy(),
+        Decision::Allow => true,
+        Decision::Silent => by_acl,
     }
 }
 
@@ -223,7 +465,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
     if let (Some(sub), Some(bucket)) = (buckets::not_configured_subresource(req), &req.bucket) {
         return (
             "NotConfigured",
-            buckets::handle_not_configured(state, req, bucket, sub),
+            buckets::handle_not_configured(state, req, bucket, sub).await,
         );
     }
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
@@ -303,6 +545,30 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                     req,
                     b,
                     packrat_store_api::BucketConfig::Tagging,
+                )
+                .await,
+            ),
+            Method::PUT if req.has_q("policy") => (
+                "PutBucketPolicy",
+                bucket_config::handle_put_bucket_policy(state, req, b).await,
+            ),
+            Method::GET if req.has_q("policy") => (
+                "GetBucketPolicy",
+                bucket_config::handle_get_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Policy,
+                )
+                .await,
+            ),
+            Method::DELETE if req.has_q("policy") => (
+                "DeleteBucketPolicy",
+                bucket_config::handle_delete_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Policy,
                 )
                 .await,
             ),

@@ -21,7 +21,7 @@ pub(super) async fn handle_create_multipart_upload(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let id = need_identity(req)?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let alg = req
@@ -84,7 +84,7 @@ pub(super) async fn handle_upload_part(
     key: &str,
     copy: bool,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let part_number = req
         .q("partNumber")
         .and_then(|p| p.parse::<u32>().ok())
@@ -171,7 +171,7 @@ pub(super) async fn handle_complete_multipart_upload(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
     let upload = load_upload(state, req, &b, key).await?;
@@ -232,7 +232,7 @@ pub(super) async fn handle_abort_multipart_upload(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::ABORT_MULTIPART_UPLOAD).await?;
     let upload = load_upload(state, req, &b, key).await?;
     state.store.abort_upload(&b, key, &upload.upload_id).await?;
     no_content()
@@ -244,7 +244,7 @@ pub(super) async fn handle_list_parts(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Owner)?;
+    let b = load_bucket(state, req, bname, Action::LIST_MULTIPART_UPLOAD_PARTS).await?;
     let upload = load_upload(state, req, &b, key).await?;
     let max = parse_max(req, "max-parts")?;
     let marker: u32 = match req.q("part-number-marker") {

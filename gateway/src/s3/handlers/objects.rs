@@ -21,7 +21,7 @@ pub(super) async fn handle_put_object(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     if req
         .header("x-amz-meta-snowball-auto-extract")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -62,7 +62,15 @@ pub(super) async fn load_copy_source(
     req: &S3Request,
 ) -> S3Result<(String, String, ObjectInfo)> {
     let (sb, sk) = headers::copy_source(req.header("x-amz-copy-source").unwrap_or(""))?;
-    let sbucket = load_bucket(state, req, &sb, Access::Read)?;
+    let sbucket = bucket_for(
+        state,
+        &Facts::of(req),
+        req.identity.as_ref(),
+        &sb,
+        Action::GET_OBJECT,
+        Some(&sk),
+    )
+    .await?;
     let src = state
         .store
         .head_object(&sbucket, &sk)
@@ -87,7 +95,7 @@ pub(super) async fn handle_copy_object(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
@@ -190,7 +198,7 @@ pub(super) async fn handle_delete_object(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::DELETE_OBJECT).await?;
     state.store.delete_object(&b, key).await?;
     no_content()
 }
@@ -200,7 +208,7 @@ pub(super) async fn handle_delete_objects(
     req: &mut S3Request,
     bname: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let (b, policy) = load_bucket_for_keys(state, req, bname, Action::DELETE_OBJECT).await?;
     let body = read_xml_body(req).await?;
     let d: xml::Delete = xml::parse(&body)?;
     if d.objects.len() > config::DELETE_OBJECTS_KEYS_MAX {
@@ -213,10 +221,12 @@ pub(super) async fn handle_delete_objects(
     // All deletes go to group commit together, so a batch of 1000 keys costs about one
     // synced index write, not a thousand.
     let results = futures_util::future::join_all(d.objects.iter().map(|o| {
-        let (store, b) = (&state.store, &b);
+        let (store, b, req, policy) = (&state.store, &b, &*req, policy.as_deref());
         async move {
             if o.key.is_empty() || o.key.len() > config::KEY_BYTES_MAX {
                 Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
+            } else if let Err(e) = check_key(req, b, policy, Action::DELETE_OBJECT, &o.key) {
+                Err(e)
             } else if o.version_id.as_deref().is_some_and(|v| v != "null") {
                 Err(err(
                     S3ErrorCode::NotImplemented,
@@ -277,7 +287,7 @@ pub(super) async fn handle_get_object(
     key: &str,
     head: bool,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    let b = load_bucket(state, req, bname, Action::GET_OBJECT).await?;
     let obj = state
         .store
         .head_object(&b, key)
@@ -534,7 +544,7 @@ pub(super) async fn handle_get_object_attributes(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Read)?;
+    let b = load_bucket(state, req, bname, Action::GET_OBJECT_ATTRIBUTES).await?;
     let wanted: Vec<&str> = req
         .headers
         .get_all("x-amz-object-attributes")

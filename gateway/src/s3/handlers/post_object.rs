@@ -261,7 +261,20 @@ pub(super) async fn handle_post_object(
     }
     let (min, max) = policy.check(&form, bname, &key, state.clock.now_ms())?;
     refuse_unsupported(&form)?;
-    let b = bucket_for(state, Some(&id), bname, Access::Write)?;
+    let b = bucket_for(
+        state,
+        &Facts {
+            peer: req.peer,
+            secure: req.secure,
+            headers: &req.headers,
+            query: &req.query,
+        },
+        Some(&id),
+        bname,
+        Action::PUT_OBJECT,
+        Some(&key),
+    )
+    .await?;
     let mut meta_headers = http::HeaderMap::new();
     for (name, value) in form.fields.iter().filter(|(n, _)| is_object_header(n)) {
         if let (Ok(n), Ok(v)) = (

@@ -8,7 +8,7 @@ pub(super) async fn handle_get_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Owner)?;
+    let b = load_bucket(state, req, bname, Action::GET_OBJECT_TAGGING).await?;
     let obj = state
         .store
         .head_object(&b, key)
@@ -23,7 +23,7 @@ pub(super) async fn handle_put_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::PUT_OBJECT_TAGGING).await?;
     let body = read_xml_body(req).await?;
     let tags = crate::s3::tagging::parse_xml(&body)?;
     state
@@ -44,7 +44,7 @@ pub(super) async fn handle_delete_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Access::Write)?;
+    let b = load_bucket(state, req, bname, Action::DELETE_OBJECT_TAGGING).await?;
     state
         .store
         .update_object(
