@@ -1,0 +1,225 @@
+"""Bucket policies against the real binary: Put/Get/DeleteBucketPolicy through boto3 and aws-cli,
+allow and deny across two users (objects, listings with s3:prefix, copy sources, DeleteObjects,
+batch GET and epoch streams), anonymous access granted by a policy, conditions (aws:SourceIp,
+aws:SecureTransport), the owner's way back from a policy that denies everything, and malformed
+policies refused with the stored one untouched."""
+
+import json
+import os
+import urllib.error
+import urllib.request
+
+import botocore
+import pytest
+from botocore.exceptions import ClientError
+
+import conftest
+from packrat_client import AccessDenied
+from test_auth_checksums import admin, parse_key
+from test_awscli import aws
+
+
+def code_of(fn, *args, **kw):
+    with pytest.raises(ClientError) as e:
+        fn(*args, **kw)
+    return e.value.response["Error"]["Code"]
+
+
+def user(server, name):
+    out = admin(server, "key", "create", "--name", name)
+    assert out.returncode == 0, out.stderr
+    ak, sk = parse_key(out)
+    return server.client(ak, sk), (ak, sk)
+
+
+@pytest.fixture
+def two_users(server):
+    """alice owns a bucket; bob has keys of his own and, until a policy says so, no access."""
+    tag = os.urandom(3).hex()
+    alice, _ = user(server, f"alice-{tag}")
+    bob, bob_keys = user(server, f"bob-{tag}")
+    name = f"pol-{tag}"
+    alice.create_bucket(Bucket=name)
+    bob.create_bucket(Bucket=f"bob-{tag}")
+    yield alice, bob, name, f"bob-{tag}", tag, bob_keys
+    conftest.empty_bucket(alice, name)
+    conftest.empty_bucket(bob, f"bob-{tag}")
+
+
+def arn_user(name):
+    return f"arn:aws:iam:::user/{name}"
+
+
+def test_policy_allows_and_denies_across_two_users(server, two_users):
+    alice, bob, name, bobs, tag, _ = two_users
+    for k in ("shared/a.txt", "shared/secret.txt", "private/x", "shared/tmp/1", "shared/tmp/2"):
+        alice.put_object(Bucket=name, Key=k, Body=k.encode())
+    # Without a policy bob reaches nothing.
+    assert code_of(bob.get_object, Bucket=name, Key="shared/a.txt") == "AccessDenied"
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ReadShared", "Effect": "Allow", "Principal": {"AWS": [arn_user(f"bob-{tag}")]},
+         "Action": ["s3:GetObject"], "Resource": f"arn:aws:s3:::{name}/shared/*"},
+        {"Sid": "ListShared", "Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+         "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{name}",
+         "Condition": {"StringLike": {"s3:prefix": "shared/*"}}},
+        {"Sid": "Scratch", "Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+         "Action": "s3:DeleteObject", "Resource": f"arn:aws:s3:::{name}/shared/tmp/1"},
+        {"Sid": "NoSecrets", "Effect": "Deny", "Principal": "*",
+         "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{name}/shared/secret*"},
+    ]}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps(policy))
+    assert json.loads(alice.get_bucket_policy(Bucket=name)["Policy"]) == policy
+
+    assert bob.get_object(Bucket=name, Key="shared/a.txt")["Body"].read() == b"shared/a.txt"
+    assert bob.head_object(Bucket=name, Key="shared/a.txt")["ContentLength"] == 12
+    assert code_of(bob.get_object, Bucket=name, Key="private/x") == "AccessDenied"
+    assert code_of(bob.get_object, Bucket=name, Key="shared/secret.txt") == "AccessDenied"
+    assert code_of(bob.put_object, Bucket=name, Key="shared/new", Body=b"1") == "AccessDenied"
+    # The explicit deny binds the owner too; the root key is the administrator and is not bound.
+    assert code_of(alice.get_object, Bucket=name, Key="shared/secret.txt") == "AccessDenied"
+    assert server.client().get_object(Bucket=name, Key="shared/secret.txt")["Body"].read() == b"shared/secret.txt"
+    # Listings: only with the granted prefix.
+    got = bob.list_objects_v2(Bucket=name, Prefix="shared/")
+    assert [o["Key"] for o in got["Contents"]] == ["shared/a.txt", "shared/secret.txt", "shared/tmp/1", "shared/tmp/2"]
+    assert code_of(bob.list_objects_v2, Bucket=name) == "AccessDenied"
+    assert code_of(bob.list_objects_v2, Bucket=name, Prefix="private/") == "AccessDenied"
+    # Configuration stays the owner's.
+    assert code_of(bob.get_bucket_policy, Bucket=name) == "AccessDenied"
+    assert code_of(bob.put_bucket_policy, Bucket=name, Policy=json.dumps(policy)) == "AccessDenied"
+    assert code_of(bob.get_bucket_acl, Bucket=name) == "AccessDenied"
+    # A copy source is read as a GetObject of its key.
+    bob.copy_object(Bucket=bobs, Key="mine", CopySource={"Bucket": name, "Key": "shared/a.txt"})
+    assert bob.get_object(Bucket=bobs, Key="mine")["Body"].read() == b"shared/a.txt"
+    assert code_of(bob.copy_object, Bucket=bobs, Key="nope",
+                   CopySource={"Bucket": name, "Key": "private/x"}) == "AccessDenied"
+    # DeleteObjects judges each key.
+    out = bob.delete_objects(Bucket=name, Delete={"Objects": [{"Key": "shared/tmp/1"}, {"Key": "shared/tmp/2"}]})
+    assert [d["Key"] for d in out.get("Deleted", [])] == ["shared/tmp/1"]
+    assert [(e["Key"], e["Code"]) for e in out["Errors"]] == [("shared/tmp/2", "AccessDenied")]
+    assert alice.get_object(Bucket=name, Key="shared/tmp/2")["Body"].read() == b"shared/tmp/2"
+    assert code_of(alice.head_object, Bucket=name, Key="shared/tmp/1") == "404"
+
+    alice.delete_bucket_policy(Bucket=name)
+    assert code_of(alice.get_bucket_policy, Bucket=name) == "NoSuchBucketPolicy"
+    assert code_of(bob.get_object, Bucket=name, Key="shared/a.txt") == "AccessDenied"
+
+
+@pytest.mark.local_only
+def test_batch_get_and_epoch_streams_judge_every_key(server, two_users):
+    alice, _, name, _, tag, (bak, bsk) = two_users
+    for i in range(4):
+        alice.put_object(Bucket=name, Key=f"train/{i}.bin", Body=bytes([i]) * 10)
+    alice.put_object(Bucket=name, Key="held-out/0.bin", Body=b"h" * 10)
+    bob = server.packrat(bak, bsk)
+    with pytest.raises(AccessDenied):
+        list(bob.batch_get(name, ["train/0.bin"]))
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+         "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{name}/train/*"},
+        {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+         "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{name}"}]}))
+    got = {s.name: s.data for s in bob.batch_get(name, ["train/0.bin", "train/3.bin"])}
+    assert got == {"train/0.bin": b"\0" * 10, "train/3.bin": b"\3" * 10}
+    # One key outside the grant refuses the whole batch before anything is read, naming it.
+    with pytest.raises(AccessDenied) as e:
+        list(bob.batch_get(name, ["train/0.bin", "held-out/0.bin"]))
+    assert "held-out/0.bin" in str(e.value)
+    samples = list(bob.stream_samples(name, prefix="train/"))
+    assert len(samples) == 4
+    with pytest.raises(AccessDenied) as e:
+        list(bob.stream_samples(name, prefix=""))
+    assert "held-out/0.bin" in str(e.value)
+
+
+def anonymous_get(server, path):
+    try:
+        with urllib.request.urlopen(server.endpoint + path, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_a_policy_can_open_objects_to_anonymous_readers(server, two_users):
+    alice, _, name, _, _, _ = two_users
+    alice.put_object(Bucket=name, Key="pub/hello.txt", Body=b"hello")
+    alice.put_object(Bucket=name, Key="priv/no.txt", Body=b"no")
+    assert anonymous_get(server, f"/{name}/pub/hello.txt")[0] == 403
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "PublicRead", "Effect": "Allow", "Principal": "*", "Action": ["s3:GetObject"],
+         "Resource": [f"arn:aws:s3:::{name}/pub/*"]}]}))
+    assert anonymous_get(server, f"/{name}/pub/hello.txt") == (200, b"hello")
+    status, body = anonymous_get(server, f"/{name}/priv/no.txt")
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
+    assert anonymous_get(server, f"/{name}?list-type=2")[0] == 403  # listing not granted
+    anon = server.client(signature_version=botocore.UNSIGNED)
+    assert anon.get_object(Bucket=name, Key="pub/hello.txt")["Body"].read() == b"hello"
+    assert code_of(anon.put_object, Bucket=name, Key="pub/w", Body=b"w") == "AccessDenied"
+    alice.delete_bucket_policy(Bucket=name)
+    assert anonymous_get(server, f"/{name}/pub/hello.txt")[0] == 403
+
+
+def test_conditions_source_ip_and_secure_transport(server, two_users):
+    alice, bob, name, _, tag, _ = two_users
+    alice.put_object(Bucket=name, Key="k", Body=b"v")
+
+    def grant(condition):
+        alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")}, "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{name}/*", "Condition": condition}]}))
+
+    grant({"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}})
+    assert code_of(bob.get_object, Bucket=name, Key="k") == "AccessDenied"
+    grant({"IpAddress": {"aws:SourceIp": ["127.0.0.0/8", "::1/128"]}})
+    assert bob.get_object(Bucket=name, Key="k")["Body"].read() == b"v"
+    # These tests speak plain http: a grant that needs TLS does not apply.
+    grant({"Bool": {"aws:SecureTransport": "true"}})
+    assert code_of(bob.get_object, Bucket=name, Key="k") == "AccessDenied"
+    # A deny of plain http binds the owner as well.
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:*", "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"],
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]}))
+    assert code_of(alice.get_object, Bucket=name, Key="k") == "AccessDenied"
+    assert code_of(alice.list_objects_v2, Bucket=name) == "AccessDenied"
+    # ... but never out of the policy itself: the owner reads, replaces and deletes it.
+    assert "SecureTransport" in alice.get_bucket_policy(Bucket=name)["Policy"]
+    alice.delete_bucket_policy(Bucket=name)
+    assert alice.get_object(Bucket=name, Key="k")["Body"].read() == b"v"
+
+
+def test_malformed_policies_are_refused_and_the_stored_one_kept(server, two_users):
+    alice, _, name, _, _, _ = two_users
+    good = json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                                      "Resource": f"arn:aws:s3:::{name}/*"}]})
+    alice.put_bucket_policy(Bucket=name, Policy=good)
+    stmt = {"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{name}/*"}
+    bad = [
+        "{not json",
+        json.dumps({"Statement": []}),
+        json.dumps({"Statement": [{**stmt, "Effect": "Perhaps"}]}),
+        json.dumps({"Statement": [{k: v for k, v in stmt.items() if k != "Principal"}]}),
+        json.dumps({"Statement": [{**stmt, "Resource": "arn:aws:s3:::someone-elses-bucket/*"}]}),
+        json.dumps({"Statement": [{**stmt, "Action": "ec2:RunInstances"}]}),
+        json.dumps({"Statement": [{**stmt, "Condition": {"StringEquals": {"aws:PrincipalOrgID": "o-1"}}}]}),
+        json.dumps({"Statement": [{**stmt, "Principal": {"AWS": "arn:aws:iam::123456789012:root"}}]}),
+        json.dumps({"Id": "x" * 21000, "Statement": [stmt]}),
+    ]
+    for doc in bad:
+        assert code_of(alice.put_bucket_policy, Bucket=name, Policy=doc) == "MalformedPolicy", doc[:80]
+    assert alice.get_bucket_policy(Bucket=name)["Policy"] == good
+    alice.delete_bucket_policy(Bucket=name)
+    # Deleting what is not there is fine, as in S3.
+    alice.delete_bucket_policy(Bucket=name)
+
+
+def test_awscli_bucket_policy_round_trip(server, bucket, tmp_path):
+    doc = {"Version": "2012-10-17", "Statement": [
+        {"Sid": "Pub", "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/public/*"}]}
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(doc))
+    aws(server, "s3api", "put-bucket-policy", "--bucket", bucket, "--policy", f"file://{path}")
+    got = json.loads(aws(server, "s3api", "get-bucket-policy", "--bucket", bucket).stdout)
+    assert json.loads(got["Policy"]) == doc
+    aws(server, "s3api", "delete-bucket-policy", "--bucket", bucket)
+    out = aws(server, "s3api", "get-bucket-policy", "--bucket", bucket, check=False)
+    assert out.returncode != 0 and "NoSuchBucketPolicy" in out.stderr
