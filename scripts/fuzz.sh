@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (cargo-fuzz, libFuzzer, AddressSanitizer) of every parser that sees
 # network or disk bytes: TAR, on-disk records, segment headers and index records, the erasure
-# codec, XML bodies (tagging and lifecycle included), SigV4 and SigV2 authentication (signed
-# requests accepted, tampered ones refused), request headers (metadata, tagging, checksums,
-# conditions, copy source), Range headers, batch GET requests, routing and the aws-chunked body
-# decoder with real chunk signatures. Targets are in fuzz/fuzz_targets; they use the gateway
+# codec, XML bodies (tagging and lifecycle included), bucket policies (JSON, and their
+# evaluation), SigV4 and SigV2 authentication (signed requests accepted, tampered ones refused),
+# request headers (metadata, tagging, checksums, conditions, copy source), Range headers, batch
+# GET requests, routing and the aws-chunked body decoder with real chunk signatures. Targets are in fuzz/fuzz_targets; they use the gateway
 # library and the index's record encodings without RocksDB, so a build takes about a minute.
 # Each target starts from its checked-in seeds (fuzz/seeds/TARGET, read only) and the local
 # corpus it grows (fuzz/corpus/TARGET, not checked in).
