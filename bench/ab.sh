@@ -9,6 +9,13 @@
 #   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/ab.sh
 #   ROUNDS=5 DURATION=15s KEYS=20000 WORKLOADS="get" bench/ab.sh
 #   KEYS=200000 WORKLOADS=stream bench/ab.sh     # epoch streams: one epoch over 4 shards
+#   BENCH_USER=1 WORKLOADS="put get" bench/ab.sh  # as a user key, not root (authorization runs)
+#   BENCH_USER=1 BUCKET_POLICY=bench/policy-example.json bench/ab.sh   # ... under a policy
+#
+# The root key skips authorization (it may do anything), so a change to who-may-do-what is
+# measured with BENCH_USER=1: a user key made through the admin API owns the bucket and sends
+# every request. BUCKET_POLICY (needs BENCH_USER) puts that policy on the bucket after the
+# upload; `BUCKET` in the file stands for the bucket's name.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +33,13 @@ WORKLOADS=${WORKLOADS:-"put get batch"}
 PORT=${PORT:-19200}
 AK=abbenchaccesskey
 SK=abbench-secret-key-0123456789
+# The key the load generator signs with: root's, or a user's (BENCH_USER=1).
+BAK=$AK
+BSK=$SK
+if [ "${BENCH_USER:-0}" = 1 ]; then
+  BAK=abbenchuserkey
+  BSK=abbench-user-secret-0123456789
+fi
 work=$(mktemp -d /tmp/packrat-ab.XXXXXX)
 results=$work/results.jsonl
 pid=
@@ -39,7 +53,7 @@ trap cleanup EXIT
 
 bench() { # label args...
   local label=$1; shift
-  AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
+  AWS_ACCESS_KEY_ID=$BAK AWS_SECRET_ACCESS_KEY=$BSK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
     --server-pid "$pid" --label "$label" --json --bucket abbench --size "$SIZE" --keys "$KEYS" \
     --prefix k/ "$@" | tee -a "$results"
 }
@@ -56,7 +70,17 @@ for round in $(seq 1 "$ROUNDS"); do
       sleep 0.2
     done
     echo "== round $round, $side ($bin)" >&2
+    if [ "$BAK" != "$AK" ]; then
+      PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$B" admin --endpoint "http://127.0.0.1:$PORT" \
+        key create --name abbench --access-key "$BAK" --secret-key "$BSK" >/dev/null
+    fi
     bench "prepare" --workload get --prepare --ops 0 --concurrency 64 >/dev/null
+    if [ -n "${BUCKET_POLICY:-}" ]; then
+      sed "s/BUCKET/abbench/g" "$BUCKET_POLICY" >"$work/policy.json"
+      AWS_ACCESS_KEY_ID=$BAK AWS_SECRET_ACCESS_KEY=$BSK AWS_DEFAULT_REGION=us-east-1 \
+        "${AWS_CLI:-.venv/bin/aws}" --endpoint-url "http://127.0.0.1:$PORT" \
+        s3api put-bucket-policy --bucket abbench --policy "file://$work/policy.json"
+    fi
     for w in $WORKLOADS; do
       case $w in
         put) bench "$side $round PUT" --workload put --concurrency "$CONCURRENCY" --duration "$DURATION" >/dev/null ;;

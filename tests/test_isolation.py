@@ -10,23 +10,16 @@ import os
 import botocore
 import pytest
 import urllib3
-from botocore.exceptions import ClientError
 
 import conftest
 from packrat_client import AccessDenied
-from test_auth_checksums import admin, parse_key
+from test_bucket_policy import code_of as denied
+from test_bucket_policy import user
 from test_post_object import post
 
 LIFECYCLE = {"Rules": [{"ID": "r", "Status": "Enabled", "Filter": {"Prefix": "tmp/"},
                         "Expiration": {"Days": 1}}]}
 CORS = {"CORSRules": [{"AllowedOrigins": ["*"], "AllowedMethods": ["GET"]}]}
-
-
-def user(server, name):
-    out = admin(server, "key", "create", "--name", name)
-    assert out.returncode == 0, out.stderr
-    ak, sk = parse_key(out)
-    return server.client(ak, sk), (ak, sk)
 
 
 @pytest.fixture
@@ -42,13 +35,6 @@ def victim(server):
     yield alice, mallory, keys, name, own
     conftest.empty_bucket(alice, name)
     conftest.empty_bucket(mallory, own)
-
-
-def denied(call, **kw):
-    """The S3 error code of a call that must fail (HEAD errors have no body: their status)."""
-    with pytest.raises(ClientError) as e:
-        call(**kw)
-    return e.value.response["Error"]["Code"]
 
 
 def single_request_calls(c, name, own):
