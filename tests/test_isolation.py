@@ -76,6 +76,9 @@ def single_request_calls(c, name, own):
         ("GetObjectTagging", lambda: c.get_object_tagging(**k)),
         ("PutObjectTagging", lambda: c.put_object_tagging(Tagging={"TagSet": []}, **k)),
         ("DeleteObjectTagging", lambda: c.delete_object_tagging(**k)),
+        ("GetObjectAcl", lambda: c.get_object_acl(**k)),
+        ("PutObjectAcl", lambda: c.put_object_acl(ACL="private", **k)),
+        ("GetBucketOwnershipControls", lambda: c.get_bucket_ownership_controls(**b)),
         ("ListMultipartUploads", lambda: c.list_multipart_uploads(**b)),
     ]
 

@@ -346,7 +346,6 @@ def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
         s3.get_object_lock_configuration: "ObjectLockConfigurationNotFoundError",
         s3.get_bucket_replication: "ReplicationConfigurationNotFoundError",
         s3.get_public_access_block: "NoSuchPublicAccessBlockConfiguration",
-        s3.get_bucket_ownership_controls: "OwnershipControlsNotFoundError",
     }
     for call, want in missing.items():
         with pytest.raises(ClientError) as e:
@@ -358,6 +357,9 @@ def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
     assert not any(k.endswith("Configurations") for k in n)
     assert "Status" not in s3.get_bucket_accelerate_configuration(Bucket=bucket)
     assert s3.get_bucket_request_payment(Bucket=bucket)["Payer"] == "BucketOwner"
+    # Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
+    rules = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"]
+    assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}]
     for delete in [s3.delete_bucket_cors, s3.delete_bucket_policy, s3.delete_bucket_tagging,
                    s3.delete_bucket_encryption, s3.delete_bucket_website]:
         assert delete(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 204

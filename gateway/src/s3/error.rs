@@ -4,6 +4,9 @@ use http::StatusCode;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum S3ErrorCode {
+    /// An object ACL other than the owner's full control: object ACLs are disabled (S3's
+    /// "bucket owner enforced" Object Ownership).
+    AccessControlListNotSupported,
     AccessDenied,
     /// A CORS request (preflight) that the bucket's rules do not allow.
     AccessForbidden,
@@ -67,6 +70,9 @@ impl S3ErrorCode {
         use S3ErrorCode::*;
         match self {
             AccessDenied => ("AccessDenied", StatusCode::FORBIDDEN),
+            AccessControlListNotSupported => {
+                ("AccessControlListNotSupported", StatusCode::BAD_REQUEST)
+            }
             AccessForbidden => ("AccessForbidden", StatusCode::FORBIDDEN),
             BadDigest => ("BadDigest", StatusCode::BAD_REQUEST),
             BucketAlreadyExists => ("BucketAlreadyExists", StatusCode::CONFLICT),
@@ -290,6 +296,11 @@ mod tests {
             ),
             (S3ErrorCode::InvalidAccessKeyId, "InvalidAccessKeyId", 403),
             (S3ErrorCode::AccessDenied, "AccessDenied", 403),
+            (
+                S3ErrorCode::AccessControlListNotSupported,
+                "AccessControlListNotSupported",
+                400,
+            ),
             (S3ErrorCode::AccessForbidden, "AccessForbidden", 403),
             (
                 S3ErrorCode::RequestTimeTooSkewed,

@@ -292,3 +292,37 @@ pub fn is_encryption_header(name: &str) -> bool {
     name.starts_with("x-amz-server-side-encryption")
         || name.starts_with("x-amz-copy-source-server-side-encryption")
 }
+
+/// The canned ACLs an object write may name: packrat's objects have no ACLs of their own (S3's
+/// "bucket owner enforced" Object Ownership, the default for new S3 buckets), so only the ones
+/// that say what already holds are accepted: the bucket's owner has full control and nobody
+/// gains anything by the object.
+pub const OBJECT_CANNED_ACLS_ACCEPTED: &[&str] = &["private", "bucket-owner-full-control"];
+
+/// Refuses an object write that asks for an object ACL (`x-amz-acl` other than
+/// [`OBJECT_CANNED_ACLS_ACCEPTED`], or any `x-amz-grant-*`) with 400
+/// AccessControlListNotSupported, as S3 does for a bucket with ACLs disabled: storing the object
+/// while ignoring the ACL would leave the client believing it granted (or withheld) access.
+pub fn refuse_object_acl(headers: &HeaderMap) -> S3Result<()> {
+    let acl = headers.get("x-amz-acl").map(|v| v.to_str().unwrap_or("?"));
+    let grant = headers
+        .keys()
+        .find(|h| h.as_str().starts_with("x-amz-grant-"));
+    match (acl, grant) {
+        (Some(a), _) if !OBJECT_CANNED_ACLS_ACCEPTED.contains(&a) => {
+            Err(acl_not_supported(&format!("the canned ACL '{a}'")))
+        }
+        (_, Some(g)) => Err(acl_not_supported(&format!("the header {g}"))),
+        _ => Ok(()),
+    }
+}
+
+/// 400 AccessControlListNotSupported, naming what was asked.
+pub fn acl_not_supported(what: &str) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::AccessControlListNotSupported,
+        format!(
+            "The bucket does not allow ACLs ({what}): packrat's objects have no ACLs of their own; grant access with a bucket policy or the bucket's canned ACL"
+        ),
+    )
+}

@@ -154,6 +154,37 @@ pub struct DeleteObject {
     pub version_id: Option<String>,
 }
 
+/// A PutObjectAcl body: only its grants are read (the owner is the bucket's, whatever it says).
+#[derive(Debug, serde::Deserialize)]
+pub struct AccessControlPolicy {
+    #[serde(rename = "AccessControlList", default)]
+    pub list: Option<AccessControlList>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct AccessControlList {
+    #[serde(rename = "Grant", default)]
+    pub grants: Vec<Grant>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct Grant {
+    #[serde(rename = "Grantee")]
+    pub grantee: Grantee,
+    #[serde(rename = "Permission")]
+    pub permission: String,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct Grantee {
+    #[serde(rename = "ID")]
+    pub id: Option<String>,
+    #[serde(rename = "URI")]
+    pub uri: Option<String>,
+    #[serde(rename = "EmailAddress")]
+    pub email: Option<String>,
+}
+
 #[derive(Debug, serde::Deserialize)]
 pub struct CreateBucketConfiguration {
     #[serde(rename = "LocationConstraint")]

@@ -651,7 +651,8 @@ async fn rust_sdk_bucket_tagging_and_cors() {
 /// Put/Get/DeleteBucketPolicy through the Rust SDK: the document comes back as put, a
 /// malformed one is refused with `MalformedPolicy` (the stored one kept), a policy that
 /// grants anyone `s3:GetObject` on a prefix opens exactly that prefix to unsigned requests,
-/// and a deleted policy answers `NoSuchBucketPolicy`.
+/// and a deleted policy answers `NoSuchBucketPolicy`; an object ACL is refused with
+/// `AccessControlListNotSupported`.
 #[tokio::test]
 async fn rust_sdk_bucket_policy() {
     let server = start();
@@ -711,4 +712,19 @@ async fn rust_sdk_bucket_policy() {
         gone.into_service_error().meta().code(),
         Some("NoSuchBucketPolicy")
     );
+    // Object ACLs are disabled (S3's "bucket owner enforced"): access comes from policies.
+    let refused = s3
+        .put_object()
+        .bucket(b)
+        .key("acl")
+        .acl(aws_sdk_s3::types::ObjectCannedAcl::PublicRead)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.into_service_error().meta().code(),
+        Some("AccessControlListNotSupported")
+    );
+    assert_eq!(anonymous("acl"), 403, "nothing was stored");
 }

@@ -171,6 +171,67 @@ pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request
 
 pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Action::GET_BUCKET_ACL).await?;
+    acl_answer(&b)
+}
+
+/// GetObjectAcl: objects have no ACLs of their own, so an object's is what holds for it, the
+/// bucket's (the owner's full control, and anyone's READ on a public-read bucket), as S3
+/// answers for a bucket with ACLs disabled.
+pub(super) async fn handle_get_object_acl(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::GET_OBJECT_ACL).await?;
+    state
+        .store
+        .head_object(&b, key)
+        .await?
+        .ok_or_else(no_such_key)?;
+    acl_answer(&b)
+}
+
+/// PutObjectAcl: accepted when it asks for what already holds (a canned `private` or
+/// `bucket-owner-full-control`, or a body granting only the bucket's owner FULL_CONTROL);
+/// anything else is 400 AccessControlListNotSupported, as S3 answers with ACLs disabled.
+pub(super) async fn handle_put_object_acl(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+    key: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::PUT_OBJECT_ACL).await?;
+    headers::refuse_object_acl(&req.headers)?;
+    let body = read_xml_body(req).await?;
+    if !body.is_empty() {
+        let policy: xml::AccessControlPolicy = xml::parse(&body)?;
+        let grants = policy.list.map(|l| l.grants).unwrap_or_default();
+        if let Some(g) = grants.iter().find(|g| {
+            g.permission != "FULL_CONTROL" || g.grantee.id.as_deref() != Some(b.owner_id.as_str())
+        }) {
+            let who = g
+                .grantee
+                .id
+                .as_deref()
+                .or(g.grantee.uri.as_deref())
+                .or(g.grantee.email.as_deref())
+                .unwrap_or("?");
+            return Err(headers::acl_not_supported(&format!(
+                "a {} grant to {who}",
+                g.permission
+            )));
+        }
+    }
+    state
+        .store
+        .head_object(&b, key)
+        .await?
+        .ok_or_else(no_such_key)?;
+    Ok(Response::new(empty()))
+}
+
+fn acl_answer(b: &Bucket) -> R {
     let mut x = Xml::new();
     x.root("AccessControlPolicy");
     x.open("Owner");
@@ -248,7 +309,8 @@ const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
         "publicAccessBlock",
         Err("NoSuchPublicAccessBlockConfiguration"),
     ),
-    ("ownershipControls", Err("OwnershipControlsNotFoundError")),
+    // Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
+    ("ownershipControls", Ok("OwnershipControls")),
     ("versioning", Ok("VersioningConfiguration")),
     ("logging", Ok("BucketLoggingStatus")),
     ("notification", Ok("NotificationConfiguration")),
@@ -294,6 +356,11 @@ pub(super) async fn handle_not_configured(
             x.root(root);
             if sub == "requestPayment" {
                 x.elem("Payer", "BucketOwner");
+            }
+            if sub == "ownershipControls" {
+                x.open("Rule");
+                x.elem("ObjectOwnership", "BucketOwnerEnforced");
+                x.close("Rule");
             }
             x.close(root);
             xml_ok(x)

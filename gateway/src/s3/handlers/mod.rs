@@ -150,6 +150,8 @@ impl Action {
     pub const PUT_OBJECT: Self = Self::object("s3:PutObject", Access::Write);
     pub const DELETE_OBJECT: Self = Self::object("s3:DeleteObject", Access::Write);
     pub const GET_OBJECT_TAGGING: Self = Self::object("s3:GetObjectTagging", Access::Owner);
+    pub const GET_OBJECT_ACL: Self = Self::object("s3:GetObjectAcl", Access::Owner);
+    pub const PUT_OBJECT_ACL: Self = Self::object("s3:PutObjectAcl", Access::Write);
     pub const PUT_OBJECT_TAGGING: Self = Self::object("s3:PutObjectTagging", Access::Write);
     pub const DELETE_OBJECT_TAGGING: Self = Self::object("s3:DeleteObjectTagging", Access::Write);
     pub const ABORT_MULTIPART_UPLOAD: Self = Self::object("s3:AbortMultipartUpload", Access::Write);
@@ -691,10 +693,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::PUT if req.has_q("acl") => (
                 "PutObjectAcl",
-                Err(err(
-                    S3ErrorCode::NotImplemented,
-                    "packrat does not implement object ACLs",
-                )),
+                buckets::handle_put_object_acl(state, req, b, k).await,
             ),
             Method::PUT if req.headers.contains_key("x-amz-copy-source") => (
                 "CopyObject",
@@ -714,10 +713,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::GET if req.has_q("acl") => (
                 "GetObjectAcl",
-                Err(err(
-                    S3ErrorCode::NotImplemented,
-                    "packrat does not implement object ACLs",
-                )),
+                buckets::handle_get_object_acl(state, req, b, k).await,
             ),
             Method::GET => (
                 "GetObject",

@@ -22,6 +22,7 @@ pub(super) async fn handle_create_multipart_upload(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
+    headers::refuse_object_acl(&req.headers)?;
     let id = need_identity(req)?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let alg = req

@@ -22,6 +22,7 @@ pub(super) async fn handle_put_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
+    headers::refuse_object_acl(&req.headers)?;
     if req
         .header("x-amz-meta-snowball-auto-extract")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -96,6 +97,7 @@ pub(super) async fn handle_copy_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
+    headers::refuse_object_acl(&req.headers)?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,

@@ -212,9 +212,12 @@ fn signer(state: &AppState, form: &Form) -> S3Result<Identity> {
 /// Fields packrat cannot honour: refused rather than ignored.
 fn refuse_unsupported(form: &Form) -> S3Result<()> {
     for (name, value) in &form.fields {
-        let unsupported = headers::is_encryption_header(name)
-            || name == "tagging"
-            || (name == "acl" && value != "private");
+        if name == "acl" && !headers::OBJECT_CANNED_ACLS_ACCEPTED.contains(&value.as_str()) {
+            return Err(headers::acl_not_supported(&format!(
+                "the form field acl={value}"
+            )));
+        }
+        let unsupported = headers::is_encryption_header(name) || name == "tagging";
         if unsupported {
             return Err(err(
                 S3ErrorCode::NotImplemented,
