@@ -549,9 +549,12 @@ pub const POLICY_CACHE_BUCKETS_MAX: usize = 100_000;
 /// probe per request, so a bucket without a policy pays for no store read or JSON parse on
 /// its requests. Ids are never reused, so a bucket made again under an old name never finds
 /// the old bucket's policy.
+/// A bucket's policy (`None`: it has none) and when it was read.
+type CachedPolicy = (Instant, Option<Arc<Policy>>);
+
 #[derive(Default)]
 pub struct PolicyCache {
-    entries: RwLock<HashMap<u64, (Instant, Option<Arc<Policy>>)>>,
+    entries: RwLock<HashMap<u64, CachedPolicy>>,
     /// Bumped by every [`PolicyCache::forget`]: a read that began before a change does not
     /// put the older policy back.
     generation: AtomicU64,
