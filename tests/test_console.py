@@ -203,6 +203,34 @@ def test_console_end_to_end_in_chromium(workdir, browser):
     assert alice.list_buckets()["Buckets"] == []
     shot(d, "keys")
 
+    # A bucket policy from the settings page: alice may read photos/cats/*, nothing else; a
+    # malformed one is refused with the reason shown, the saved one kept.
+    s3.put_bucket_acl(Bucket="photos", ACL="private")
+    d.get(srv.endpoint + "/console#/s/photos")
+    policy = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": "arn:aws:iam:::user/alice"}, "Action": "s3:GetObject",
+         "Resource": "arn:aws:s3:::photos/cats/*"}]}
+    find(d, "#policy").send_keys(json.dumps(policy))
+    d.find_element(By.ID, "save-policy").click()
+    wait(d, lambda: "Policy saved" in flash(d), "policy saved")
+    assert json.loads(s3.get_bucket_policy(Bucket="photos")["Policy"]) == policy
+    assert alice.get_object(Bucket="photos", Key="cats/tabby.jpg")["Body"].read() == b"meow"
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        alice.get_object(Bucket="photos", Key="big.bin")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+    shot(d, "policy")
+    box = find(d, "#policy")
+    box.clear()
+    box.send_keys('{"Statement": []}')
+    d.find_element(By.ID, "save-policy").click()
+    wait(d, lambda: "MalformedPolicy" in flash(d), "the refusal is shown")
+    assert json.loads(s3.get_bucket_policy(Bucket="photos")["Policy"]) == policy
+    d.find_element(By.ID, "remove-policy").click()
+    wait(d, lambda: "Policy removed" in flash(d), "policy removed")
+    with pytest.raises(botocore.exceptions.ClientError) as e:
+        alice.get_object(Bucket="photos", Key="cats/tabby.jpg")
+    assert e.value.response["Error"]["Code"] == "AccessDenied"
+
     # Storage: the store's status and a compaction run from the page.
     d.get(srv.endpoint + "/console#/storage")
     wait(d, lambda: "segments" in find(d, "#status").text, "status shown")

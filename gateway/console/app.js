@@ -178,9 +178,14 @@ async function settingsPage(bucket) {
   let lifecycle = '';
   const r = await fetch(b + '?lifecycle', { headers: CONSOLE, credentials: 'same-origin' });
   if (r.ok) lifecycle = await r.text();
+  let policy = '';
+  const rp = await fetch(b + '?policy', { headers: CONSOLE, credentials: 'same-origin' });
+  if (rp.ok) policy = await rp.text();
   const pub = el('input', { type: 'checkbox', id: 'public-read', checked: isPublic });
   const lc = el('textarea', { id: 'lifecycle', placeholder: '<LifecycleConfiguration>...</LifecycleConfiguration>' });
   lc.value = lifecycle;
+  const pol = el('textarea', { id: 'policy', placeholder: '{"Version": "2012-10-17", "Statement": [...]}' });
+  pol.value = policy;
   show(el('h1', {}, 'Bucket ', bucket),
     el('div', { class: 'card' }, el('h2', {}, 'Access'),
       el('label', {}, pub, ' Anyone may read objects (public-read)'),
@@ -203,7 +208,19 @@ async function settingsPage(bucket) {
           class: 'danger', onclick: async () => {
             try { await call('DELETE', b + '?lifecycle'); lc.value = ''; flash('Lifecycle removed', true); } catch (e) { flash(e.message); }
           },
-        }, 'Remove rules'))));
+        }, 'Remove rules'))),
+    el('div', { class: 'card' }, el('h2', {}, 'Bucket policy (S3 JSON)'), pol,
+      el('div', { class: 'row' },
+        el('button', {
+          class: 'primary', id: 'save-policy', onclick: async () => {
+            try { await call('PUT', b + '?policy', { body: pol.value, headers: { 'content-type': 'application/json' } }); flash('Policy saved', true); } catch (e) { flash(e.message); }
+          },
+        }, 'Save policy'),
+        el('button', {
+          class: 'danger', id: 'remove-policy', onclick: async () => {
+            try { await call('DELETE', b + '?policy'); pol.value = ''; flash('Policy removed', true); } catch (e) { flash(e.message); }
+          },
+        }, 'Remove policy'))));
 }
 
 // ---- objects
