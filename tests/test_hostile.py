@@ -253,8 +253,9 @@ def test_traversal_keys_stay_keys_and_secrets_stay_out_of_logs(workdir):
         assert listed == set(keys)
         for k in keys:
             assert c.get_object(Bucket="trav", Key=k)["Body"].read() == k.encode()
-        # Nothing but the index and the segments, and no file named after a key anywhere.
-        assert sorted(p.name for p in (root / "data").iterdir()) == ["index", "segments"]
+        # Nothing but the index, the segments and the master key (which seals access keys'
+        # secrets), and no file named after a key anywhere.
+        assert sorted(p.name for p in (root / "data").iterdir()) == ["index", "master.key", "segments"]
         assert sorted(p.name for p in root.iterdir()) == ["data"] or all(
             p.name in ("data", "data.log") for p in root.iterdir())
         for p in (root / "data" / "segments").iterdir():
