@@ -15,7 +15,8 @@
 # The root key skips authorization (it may do anything), so a change to who-may-do-what is
 # measured with BENCH_USER=1: a user key made through the admin API owns the bucket and sends
 # every request. BUCKET_POLICY (needs BENCH_USER) puts that policy on the bucket after the
-# upload; `BUCKET` in the file stands for the bucket's name.
+# upload; `BUCKET` in the file stands for the bucket's name. POLICY_SIDES=B puts it on B's
+# bucket only (the cost of a policy against a binary from before policies).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,7 +76,7 @@ for round in $(seq 1 "$ROUNDS"); do
         key create --name abbench --access-key "$BAK" --secret-key "$BSK" >/dev/null
     fi
     bench "prepare" --workload get --prepare --ops 0 --concurrency 64 >/dev/null
-    if [ -n "${BUCKET_POLICY:-}" ]; then
+    if [ -n "${BUCKET_POLICY:-}" ] && [[ " ${POLICY_SIDES:-A B} " == *" $side "* ]]; then
       sed "s/BUCKET/abbench/g" "$BUCKET_POLICY" >"$work/policy.json"
       AWS_ACCESS_KEY_ID=$BAK AWS_SECRET_ACCESS_KEY=$BSK AWS_DEFAULT_REGION=us-east-1 \
         "${AWS_CLI:-.venv/bin/aws}" --endpoint-url "http://127.0.0.1:$PORT" \

@@ -73,28 +73,68 @@ pub struct RequestContext<'a> {
     pub max_keys: Option<&'a str>,
 }
 
+/// A condition key, resolved when the policy is parsed so that evaluating it allocates nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CondKey {
+    SourceIp,
+    SecureTransport,
+    Username,
+    Userid,
+    PrincipalType,
+    UserAgent,
+    Referer,
+    Prefix,
+    Delimiter,
+    MaxKeys,
+}
+
+impl CondKey {
+    fn parse(key: &str) -> Option<CondKey> {
+        use CondKey::*;
+        let all = [
+            SourceIp,
+            SecureTransport,
+            Username,
+            Userid,
+            PrincipalType,
+            UserAgent,
+            Referer,
+            Prefix,
+            Delimiter,
+            MaxKeys,
+        ];
+        CONDITION_KEYS
+            .iter()
+            .position(|k| k.eq_ignore_ascii_case(key))
+            .map(|i| all[i])
+    }
+}
+
+/// A request's value for a condition key.
+enum Got<'a> {
+    Text(&'a str),
+    Ip(IpAddr),
+    Flag(bool),
+}
+
 impl RequestContext<'_> {
-    fn value(&self, key: &str) -> Option<String> {
-        let key = key.to_ascii_lowercase();
-        match key.as_str() {
-            "aws:sourceip" => self.source_ip.map(|ip| ip.to_string()),
-            "aws:securetransport" => Some(self.secure_transport.to_string()),
-            "aws:username" => self.principal.map(|p| p.name.clone()),
-            "aws:userid" => self.principal.map(|p| p.owner_id.clone()),
-            "aws:principaltype" => Some(
-                match self.principal {
-                    None => "Anonymous",
-                    Some(p) if p.is_root => "Account",
-                    Some(_) => "User",
-                }
-                .to_string(),
-            ),
-            "aws:useragent" => self.user_agent.map(str::to_string),
-            "aws:referer" => self.referer.map(str::to_string),
-            "s3:prefix" => self.prefix.map(str::to_string),
-            "s3:delimiter" => self.delimiter.map(str::to_string),
-            "s3:max-keys" => self.max_keys.map(str::to_string),
-            _ => None,
+    fn value(&self, key: CondKey) -> Option<Got<'_>> {
+        use CondKey::*;
+        match key {
+            SourceIp => self.source_ip.map(Got::Ip),
+            SecureTransport => Some(Got::Flag(self.secure_transport)),
+            Username => self.principal.map(|p| Got::Text(&p.name)),
+            Userid => self.principal.map(|p| Got::Text(&p.owner_id)),
+            PrincipalType => Some(Got::Text(match self.principal {
+                None => "Anonymous",
+                Some(p) if p.is_root => "Account",
+                Some(_) => "User",
+            })),
+            UserAgent => self.user_agent.map(Got::Text),
+            Referer => self.referer.map(Got::Text),
+            Prefix => self.prefix.map(Got::Text),
+            Delimiter => self.delimiter.map(Got::Text),
+            MaxKeys => self.max_keys.map(Got::Text),
         }
     }
 }
@@ -182,9 +222,22 @@ impl Op {
 
     /// Whether one policy value matches the request's value (for a negated operator: the
     /// positive test, negated by the caller).
-    fn matches_one(self, want: &str, net: Option<&IpNet>, got: &str) -> bool {
+    fn matches_one(self, want: &str, net: Option<&IpNet>, got: &Got<'_>) -> bool {
         use Op::*;
         let num = |s: &str| s.trim().parse::<f64>().ok();
+        let ip_text;
+        let got = match got {
+            Got::Text(t) => *t,
+            Got::Flag(true) => "true",
+            Got::Flag(false) => "false",
+            Got::Ip(ip) => {
+                if matches!(self, IpAddress | NotIpAddress) {
+                    return net.is_some_and(|n| n.contains(ip));
+                }
+                ip_text = ip.to_string();
+                ip_text.as_str()
+            }
+        };
         match self {
             StringEquals | StringNotEquals => want == got,
             StringEqualsIgnoreCase | StringNotEqualsIgnoreCase => want.eq_ignore_ascii_case(got),
@@ -207,6 +260,7 @@ impl Op {
                 }
             }
             Bool => want.eq_ignore_ascii_case(got),
+            // A textual value against a network: only an address written as text matches.
             IpAddress | NotIpAddress => match (net, got.parse::<IpAddr>()) {
                 (Some(n), Ok(ip)) => n.contains(&ip),
                 _ => false,
@@ -221,7 +275,7 @@ impl Op {
 struct Condition {
     op: Op,
     if_exists: bool,
-    key: String,
+    key: CondKey,
     values: Vec<String>,
     /// The parsed networks of an `IpAddress`/`NotIpAddress` condition, one per value.
     nets: Vec<IpNet>,
@@ -229,7 +283,7 @@ struct Condition {
 
 impl Condition {
     fn holds(&self, ctx: &RequestContext<'_>) -> bool {
-        let got = ctx.value(&self.key);
+        let got = ctx.value(self.key);
         if self.op == Op::Null {
             // `"Null": {"k": "true"}`: holds when the key is absent.
             let want_absent = self.values.iter().any(|v| v.eq_ignore_ascii_case("true"));
@@ -415,12 +469,12 @@ fn conditions(v: &Value) -> S3Result<Vec<Condition>> {
             )));
         };
         for (key, values) in keys {
-            if !CONDITION_KEYS.iter().any(|k| k.eq_ignore_ascii_case(key)) {
+            let Some(cond_key) = CondKey::parse(key) else {
                 return Err(malformed(format!(
                     "Policy has an invalid condition key: '{key}' (packrat evaluates {})",
                     CONDITION_KEYS.join(", ")
                 )));
-            }
+            };
             let values = strings(values, "a condition value")?;
             let nets = if matches!(op, Op::IpAddress | Op::NotIpAddress) {
                 values
@@ -437,7 +491,7 @@ fn conditions(v: &Value) -> S3Result<Vec<Condition>> {
             out.push(Condition {
                 op,
                 if_exists,
-                key: key.clone(),
+                key: cond_key,
                 values,
                 nets,
             });
@@ -652,6 +706,19 @@ mod tests {
             delimiter: None,
             max_keys: None,
         }
+    }
+
+    #[test]
+    fn every_condition_key_resolves_to_its_own_variant() {
+        let keys: Vec<CondKey> = CONDITION_KEYS
+            .iter()
+            .map(|k| CondKey::parse(&k.to_uppercase()).expect(k))
+            .collect();
+        for (i, a) in keys.iter().enumerate() {
+            assert!(!keys[i + 1..].contains(a), "{}", CONDITION_KEYS[i]);
+        }
+        assert_eq!(CondKey::parse("aws:sourceip"), Some(CondKey::SourceIp));
+        assert_eq!(CondKey::parse("s3:max-keys"), Some(CondKey::MaxKeys));
     }
 
     #[test]
