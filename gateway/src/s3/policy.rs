@@ -32,18 +32,19 @@ pub const POLICY_BYTES_MAX: usize = 20 * 1024;
 /// Statements a policy may hold (a bound on the work of each request's evaluation).
 pub const STATEMENTS_MAX: usize = 100;
 
-/// The condition keys packrat can evaluate (compared case-insensitively, as AWS does).
-pub const CONDITION_KEYS: &[&str] = &[
-    "aws:SourceIp",
-    "aws:SecureTransport",
-    "aws:username",
-    "aws:userid",
-    "aws:PrincipalType",
-    "aws:UserAgent",
-    "aws:Referer",
-    "s3:prefix",
-    "s3:delimiter",
-    "s3:max-keys",
+/// The condition keys packrat can evaluate, as policies name them (compared case-insensitively,
+/// as AWS does), each with the variant it is resolved to when a policy is parsed.
+pub const CONDITION_KEYS: &[(&str, CondKey)] = &[
+    ("aws:SourceIp", CondKey::SourceIp),
+    ("aws:SecureTransport", CondKey::SecureTransport),
+    ("aws:username", CondKey::Username),
+    ("aws:userid", CondKey::Userid),
+    ("aws:PrincipalType", CondKey::PrincipalType),
+    ("aws:UserAgent", CondKey::UserAgent),
+    ("aws:Referer", CondKey::Referer),
+    ("s3:prefix", CondKey::Prefix),
+    ("s3:delimiter", CondKey::Delimiter),
+    ("s3:max-keys", CondKey::MaxKeys),
 ];
 
 /// A policy's verdict on one request.
@@ -75,7 +76,7 @@ pub struct RequestContext<'a> {
 
 /// A condition key, resolved when the policy is parsed so that evaluating it allocates nothing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CondKey {
+pub enum CondKey {
     SourceIp,
     SecureTransport,
     Username,
@@ -90,23 +91,10 @@ enum CondKey {
 
 impl CondKey {
     fn parse(key: &str) -> Option<CondKey> {
-        use CondKey::*;
-        let all = [
-            SourceIp,
-            SecureTransport,
-            Username,
-            Userid,
-            PrincipalType,
-            UserAgent,
-            Referer,
-            Prefix,
-            Delimiter,
-            MaxKeys,
-        ];
         CONDITION_KEYS
             .iter()
-            .position(|k| k.eq_ignore_ascii_case(key))
-            .map(|i| all[i])
+            .find(|(name, _)| name.eq_ignore_ascii_case(key))
+            .map(|(_, k)| *k)
     }
 }
 
@@ -472,7 +460,11 @@ fn conditions(v: &Value) -> S3Result<Vec<Condition>> {
             let Some(cond_key) = CondKey::parse(key) else {
                 return Err(malformed(format!(
                     "Policy has an invalid condition key: '{key}' (packrat evaluates {})",
-                    CONDITION_KEYS.join(", ")
+                    CONDITION_KEYS
+                        .iter()
+                        .map(|(name, _)| *name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )));
             };
             let values = strings(values, "a condition value")?;
@@ -712,10 +704,13 @@ mod tests {
     fn every_condition_key_resolves_to_its_own_variant() {
         let keys: Vec<CondKey> = CONDITION_KEYS
             .iter()
-            .map(|k| CondKey::parse(&k.to_uppercase()).expect(k))
+            .map(|(name, k)| {
+                assert_eq!(CondKey::parse(&name.to_uppercase()), Some(*k), "{name}");
+                *k
+            })
             .collect();
         for (i, a) in keys.iter().enumerate() {
-            assert!(!keys[i + 1..].contains(a), "{}", CONDITION_KEYS[i]);
+            assert!(!keys[i + 1..].contains(a), "{}", CONDITION_KEYS[i].0);
         }
         assert_eq!(CondKey::parse("aws:sourceip"), Some(CondKey::SourceIp));
         assert_eq!(CondKey::parse("s3:max-keys"), Some(CondKey::MaxKeys));
