@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use packrat_gateway::s3::policy::{self, Decision, RequestContext};
+use packrat_gateway::s3::policy::{self, RequestContext};
 use packrat_store_api::Identity;
 
 fuzz_target!(|data: &[u8]| {
