@@ -1151,6 +1151,14 @@ impl ObjectStore for ClusterStore {
     fn clock(&self) -> Arc<dyn Clock> {
         self.clock.clone()
     }
+
+    fn seal_secret(&self, _plain: &[u8], _context: &[u8]) -> StoreResult<Vec<u8>> {
+        Err(not_in_cluster("SSE-S3 (a cluster-wide master key)"))
+    }
+
+    fn open_secret(&self, _sealed: &[u8], _context: &[u8]) -> StoreResult<Vec<u8>> {
+        Err(not_in_cluster("SSE-S3 (a cluster-wide master key)"))
+    }
 }
 
 /// Stores a new access key in etcd; `Invalid` if it exists.

@@ -15,6 +15,7 @@ pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod lifecycle;
+pub mod sealed;
 pub mod source;
 pub mod stream;
 
@@ -266,6 +267,12 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// The clock the store dates everything by; the S3 layer reads the time from it too
     /// (last-modified times it passes in, SigV4 request times, presigned expiry).
     fn clock(&self) -> std::sync::Arc<dyn Clock>;
+    /// `plain` (a data key of server-side encryption, SSE-S3) sealed with the store's master
+    /// key and bound to `context`; `Invalid` from a store that has no master key to offer.
+    fn seal_secret(&self, plain: &[u8], context: &[u8]) -> StoreResult<Vec<u8>>;
+    /// What [`Self::seal_secret`] sealed with the same `context`; `Corrupt` if it does not
+    /// open (another master key, another context, changed bytes).
+    fn open_secret(&self, sealed: &[u8], context: &[u8]) -> StoreResult<Vec<u8>>;
 }
 
 /// The bytes of one object range, in order, as verified pieces.

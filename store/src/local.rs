@@ -369,7 +369,7 @@ fn identity_of(k: KeyRecord) -> Identity {
 fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
     ObjectSummary {
         key,
-        size: o.size,
+        size: packrat_store_api::sealed::shown_size(&o.headers, o.size),
         etag: o.etag.clone(),
         last_modified_ms: o.last_modified_ms,
         checksum: o
@@ -1064,6 +1064,17 @@ impl ObjectStore for LocalStore {
 
     fn clock(&self) -> Arc<dyn Clock> {
         self.engine.clock.clone()
+    }
+
+    fn seal_secret(&self, plain: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
+        Ok(self.engine.master.seal(plain, context))
+    }
+
+    fn open_secret(&self, sealed: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
+        self.engine
+            .master
+            .open(sealed, context)
+            .map_err(StoreError::Corrupt)
     }
 }
 

@@ -24,7 +24,7 @@ use members::tar_index;
 use crate::engine::{Engine, blocking};
 use packrat_index::ObjectRecord;
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, EntrySink, resolve_item_range};
-use packrat_store_api::{StoreError, StoreResult};
+use packrat_store_api::{StoreError, StoreResult, sealed};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -104,6 +104,7 @@ pub(crate) async fn plan_batch(
     for (it, obj) in items.iter().zip(&objects) {
         if let (Some(_), Some(obj)) = (&it.member, obj)
             && !tar_ids.contains_key(&it.key)
+            && !sealed::is_sealed(&obj.headers)
         {
             let id = tar_index(engine, &it.key, obj).await?;
             tar_ids.insert(it.key.clone(), id);
@@ -144,6 +145,14 @@ pub(crate) async fn plan_batch(
             entries.push(entry);
             continue;
         };
+        if sealed::is_sealed(&obj.headers) {
+            // Its bytes are ciphertext that only a GET with its key decrypts.
+            entry.body = Err(StoreError::Invalid(
+                "the object is stored with server-side encryption: read it with GetObject".into(),
+            ));
+            entries.push(entry);
+            continue;
+        }
         let (base, len) = match member {
             None => (0, obj.size),
             Some((id, m)) => {
