@@ -206,10 +206,12 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     if CLUSTER_MODE:
-        skip = pytest.mark.skip(reason="not yet through a cluster gateway (README compatibility table)")
+        default = "not yet through a cluster gateway (README compatibility table)"
         for item in items:
-            if "local_only" in item.keywords:
-                item.add_marker(skip)
+            marker = item.get_closest_marker("local_only")
+            if marker is not None:
+                # `@pytest.mark.local_only("why")` says why where the default does not.
+                item.add_marker(pytest.mark.skip(reason=marker.args[0] if marker.args else default))
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,8 @@ pub enum S3ErrorCode {
     InvalidArgument,
     InvalidBucketName,
     InvalidDigest,
+    /// SSE-C with an algorithm other than AES256.
+    InvalidEncryptionAlgorithmError,
     InvalidPart,
     InvalidPartOrder,
     /// A form upload's policy document that does not parse.
@@ -87,6 +89,9 @@ impl S3ErrorCode {
             BadRequest => ("BadRequest", StatusCode::BAD_REQUEST),
             InvalidBucketName => ("InvalidBucketName", StatusCode::BAD_REQUEST),
             InvalidDigest => ("InvalidDigest", StatusCode::BAD_REQUEST),
+            InvalidEncryptionAlgorithmError => {
+                ("InvalidEncryptionAlgorithmError", StatusCode::BAD_REQUEST)
+            }
             InvalidPart => ("InvalidPart", StatusCode::BAD_REQUEST),
             InvalidPartOrder => ("InvalidPartOrder", StatusCode::BAD_REQUEST),
             InvalidPolicyDocument => ("InvalidPolicyDocument", StatusCode::BAD_REQUEST),
@@ -332,6 +337,11 @@ mod tests {
                 400,
             ),
             (S3ErrorCode::BadRequest, "BadRequest", 400),
+            (
+                S3ErrorCode::InvalidEncryptionAlgorithmError,
+                "InvalidEncryptionAlgorithmError",
+                400,
+            ),
             (S3ErrorCode::ServiceUnavailable, "ServiceUnavailable", 503),
             (
                 S3ErrorCode::NoSuchLifecycleConfiguration,

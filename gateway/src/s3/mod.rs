@@ -17,5 +17,6 @@ pub mod post_policy;
 pub mod range;
 pub mod route;
 pub mod sigv4;
+pub mod sse;
 pub mod tagging;
 pub mod xml;

@@ -7,6 +7,7 @@ use super::headers::{
 };
 use super::range::{multi_ranges, resolve_range};
 use super::sigv4::uri_encode;
+use super::sse;
 use super::xml::{self, Xml};
 use crate::config;
 use crate::s3::tagging::Tags;
@@ -479,19 +480,21 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             )),
         );
     }
-    // A client that asks for encryption must not believe its bytes are encrypted: until
-    // packrat encrypts, such a request is refused, not stored in plaintext.
-    if let Some(h) = req
-        .headers
-        .keys()
-        .find(|h| headers::is_encryption_header(h.as_str()))
+    // A client that asks for encryption must not believe its bytes are encrypted: where
+    // packrat does not encrypt yet (multipart uploads), such a request is refused, not stored
+    // in plaintext.
+    if !takes_encryption_headers(req)
+        && let Some(h) = req
+            .headers
+            .keys()
+            .find(|h| headers::is_encryption_header(h.as_str()))
     {
         return (
             "unsupported",
             Err(err(
                 S3ErrorCode::NotImplemented,
                 format!(
-                    "packrat does not implement server-side encryption ({h}); the request was refused rather than stored unencrypted"
+                    "packrat does not implement server-side encryption for this operation ({h}); the request was refused rather than stored unencrypted (see the README's compatibility table)"
                 ),
             )),
         );
@@ -751,6 +754,16 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
 }
 
 // ---------------------------------------------------------------- shared helpers
+
+/// Whether the request is an operation that understands server-side encryption headers:
+/// PutObject, CopyObject, GetObject, HeadObject and GetObjectAttributes.
+fn takes_encryption_headers(req: &S3Request) -> bool {
+    req.key.is_some()
+        && matches!(req.method, Method::PUT | Method::GET | Method::HEAD)
+        && !["uploadId", "uploads", "tagging", "acl"]
+            .iter()
+            .any(|q| req.has_q(q))
+}
 
 fn no_content() -> R {
     Response::builder()

@@ -100,6 +100,12 @@ pub(super) async fn handle_upload_part(
     let upload_alg = upload.checksum;
     let part = if copy {
         let (_, _, src) = objects::load_copy_source(state, req).await?;
+        if sse::envelope(&src).is_some() {
+            return Err(err(
+                S3ErrorCode::NotImplemented,
+                "packrat does not yet copy an encrypted object into a multipart upload (UploadPartCopy); copy it with CopyObject",
+            ));
+        }
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src.size),
             Some(r) => match resolve_range(Some(r), src.size) {

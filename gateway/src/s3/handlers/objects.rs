@@ -23,10 +23,17 @@ pub(super) async fn handle_put_object(
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
+    let encryption = sse::requested(req)?;
     if req
         .header("x-amz-meta-snowball-auto-extract")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     {
+        if encryption.is_some() {
+            return Err(err(
+                S3ErrorCode::NotImplemented,
+                "packrat does not encrypt the members of an extracted TAR (snowball-auto-extract with server-side encryption)",
+            ));
+        }
         return crate::s3::batch::handle_snowball_put(state, req, &b, key).await;
     }
     if !req.headers.contains_key("content-length")
@@ -41,8 +48,40 @@ pub(super) async fn handle_put_object(
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
+    let mut attrs = meta.into_attrs(state.clock.now_ms());
+    if let Some(how) = encryption {
+        // The store sees only ciphertext: the plaintext's checks run in the sealing source.
+        let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
+        let answer = cipher.response_headers();
+        sse::set_envelope(&mut attrs.headers, Some(envelope));
+        let checks = sse::PlainChecks {
+            content_md5: md5,
+            checksum: alg,
+            expected_checksum: sent,
+        };
+        let mut body = sse::Sealing::new(&mut req.body, cipher, checks);
+        let put = PutObject {
+            attrs,
+            condition: cond,
+            ..Default::default()
+        };
+        let stored = state.store.put_object(&b, key, &mut body, put).await?;
+        let mut rb = Response::builder().header("etag", quoted(&stored.etag));
+        for (h, v) in answer {
+            rb = rb.header(h, v);
+        }
+        if let (Some(alg), Some(c)) = (alg, body.computed_checksum.as_ref()) {
+            rb = rb.header(
+                alg.header(),
+                base64::engine::general_purpose::STANDARD.encode(c),
+            );
+        }
+        return rb
+            .body(empty())
+            .map_err(|e| S3Error::internal("response", e));
+    }
     let put = PutObject {
-        attrs: meta.into_attrs(state.clock.now_ms()),
+        attrs,
         checksum: alg,
         expected_checksum: sent,
         content_md5: md5,
@@ -99,6 +138,9 @@ pub(super) async fn handle_copy_object(
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
+    let src_cipher =
+        sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
+    let encryption = sse::requested(req)?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
         Some("REPLACE") => true,
@@ -124,6 +166,7 @@ pub(super) async fn handle_copy_object(
         && !replace
         && !replace_tags
         && !req.headers.contains_key("x-amz-storage-class")
+        && encryption.is_none()
     {
         return Err(err(
             S3ErrorCode::InvalidRequest,
@@ -147,7 +190,7 @@ pub(super) async fn handle_copy_object(
             tags: Tags::new(),
         }
     };
-    let attrs = ObjectMeta { tags, ..meta }.into_attrs(state.clock.now_ms());
+    let mut attrs = ObjectMeta { tags, ..meta }.into_attrs(state.clock.now_ms());
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {
         Some(a) => Some(ChecksumAlgorithm::parse(a)?),
@@ -156,6 +199,25 @@ pub(super) async fn handle_copy_object(
             .as_ref()
             .and_then(|c| ChecksumAlgorithm::parse(&c.algorithm).ok()),
     };
+    // The stored bytes can be copied as they are when source and copy are both plain or
+    // both SSE-S3 (the copy shares the source's sealed data key); any other pair is decrypted
+    // and sealed again.
+    let keep_bytes = match (&encryption, &src_cipher) {
+        (None, None) => true,
+        (Some(sse::Requested::S3), Some(c)) => c.is_sse_s3(),
+        _ => false,
+    };
+    if !keep_bytes {
+        return copy_through_cipher(
+            state, &b, key, &src, src_cipher, encryption, attrs, alg, cond,
+        )
+        .await;
+    }
+    sse::set_envelope(&mut attrs.headers, sse::envelope(&src).map(str::to_string));
+    let answer: Vec<_> = src_cipher
+        .iter()
+        .flat_map(sse::ObjectCipher::response_headers)
+        .collect();
     let self_copy = sb == bname && sk == key;
     if self_copy
         && (alg.is_none()
@@ -163,12 +225,26 @@ pub(super) async fn handle_copy_object(
     {
         // A copy onto itself changes only attributes (metadata, storage class, tags): the
         // object keeps its bytes where they are (a new class moves them on the tier worker's
-        // next pass). The edit applies to the record as it is under the key lock.
+        // next pass). The edit applies to the record as it is under the key lock, and keeps
+        // the encryption envelope of the bytes it holds then.
         let rec = state
             .store
-            .update_object(&b, key, &cond, Box::new(move |cur| *cur = attrs))
+            .update_object(
+                &b,
+                key,
+                &cond,
+                Box::new(move |cur| {
+                    let env = cur
+                        .headers
+                        .iter()
+                        .find(|(k, _)| k == packrat_store_api::sealed::SSE_HEADER)
+                        .map(|(_, v)| v.clone());
+                    *cur = attrs;
+                    sse::set_envelope(&mut cur.headers, env);
+                }),
+            )
             .await?;
-        return xml_ok(copy_result(&rec));
+        return copy_answer(&rec, answer);
     }
     let put = PutObject {
         attrs,
@@ -177,7 +253,66 @@ pub(super) async fn handle_copy_object(
         ..Default::default()
     };
     let rec = state.store.copy_object(&src, &b, key, put).await?;
-    xml_ok(copy_result(&rec))
+    copy_answer(&rec, answer)
+}
+
+/// A copy whose bytes change on the way: the source decrypted (if it is encrypted) and the
+/// copy sealed (if it asks for encryption).
+#[allow(clippy::too_many_arguments)]
+async fn copy_through_cipher(
+    state: &Arc<AppState>,
+    b: &Bucket,
+    key: &str,
+    src: &ObjectInfo,
+    src_cipher: Option<sse::ObjectCipher>,
+    encryption: Option<sse::Requested>,
+    mut attrs: packrat_store_api::ObjectAttrs,
+    alg: Option<ChecksumAlgorithm>,
+    cond: WriteCondition,
+) -> R {
+    let mut source = sse::PlainSource::new(&*state.store, src, src_cipher)?;
+    match encryption {
+        Some(how) => {
+            let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
+            let answer = cipher.response_headers();
+            sse::set_envelope(&mut attrs.headers, Some(envelope));
+            let checks = sse::PlainChecks {
+                checksum: alg,
+                ..Default::default()
+            };
+            let mut body = sse::Sealing::new(&mut source, cipher, checks);
+            let put = PutObject {
+                attrs,
+                condition: cond,
+                ..Default::default()
+            };
+            let rec = state.store.put_object(b, key, &mut body, put).await?;
+            copy_answer(&rec, answer)
+        }
+        None => {
+            sse::set_envelope(&mut attrs.headers, None);
+            let put = PutObject {
+                attrs,
+                checksum: alg,
+                condition: cond,
+                ..Default::default()
+            };
+            let rec = state.store.put_object(b, key, &mut source, put).await?;
+            copy_answer(&rec, Vec::new())
+        }
+    }
+}
+
+/// CopyObject's answer, with the copy's encryption headers.
+fn copy_answer(rec: &ObjectInfo, encryption: Vec<(&'static str, String)>) -> R {
+    let mut rb = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/xml");
+    for (h, v) in encryption {
+        rb = rb.header(h, v);
+    }
+    rb.body(full(copy_result(rec).finish()))
+        .map_err(|e| S3Error::internal("response", e))
 }
 
 fn copy_result(rec: &ObjectInfo) -> Xml {
@@ -295,6 +430,7 @@ pub(super) async fn handle_get_object(
         .head_object(&b, key)
         .await?
         .ok_or_else(no_such_key)?;
+    let cipher = sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
         None => None,
@@ -305,7 +441,7 @@ pub(super) async fn handle_get_object(
             )
         })?),
     };
-    let size = obj.size;
+    let size = sse::shown_size(&obj);
     let range = match part_number {
         Some(n) => {
             if req.headers.contains_key("range") {
@@ -391,6 +527,9 @@ pub(super) async fn handle_get_object(
     if let Some(c) = &obj.attrs.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());
     }
+    for (h, v) in cipher.iter().flat_map(sse::ObjectCipher::response_headers) {
+        rb = rb.header(h, v);
+    }
     // Tags are the owner's to read (GetObjectTagging); an anonymous reader is not told of them.
     if !obj.attrs.tags.is_empty() && req.identity.is_some() {
         rb = rb.header("x-amz-tagging-count", obj.attrs.tags.len());
@@ -404,7 +543,7 @@ pub(super) async fn handle_get_object(
         rb = checksum_headers(rb, &obj.checksum);
     }
     if let Some(ranges) = multi {
-        return multi_range_response(state, rb, Arc::new(obj), ranges, head);
+        return multi_range_response(state, rb, Arc::new(obj), cipher, size, ranges, head);
     }
     if head {
         return rb
@@ -415,7 +554,10 @@ pub(super) async fn handle_get_object(
     // corrupt small object is a clean 500. Longer ranges stream; a failure mid-stream cuts the
     // connection so the client sees a short body, never wrong bytes. (A range the store knows
     // it cannot read is refused by `read_object` before anything is sent.)
-    let mut reader = state.store.read_object(&obj, start, end)?;
+    let mut reader = match cipher {
+        Some(c) => sse::read_plain(&*state.store, &obj, c, start, end)?,
+        None => state.store.read_object(&obj, start, end)?,
+    };
     if reader.is_single_piece() {
         let data = reader.next().await?.unwrap_or_default();
         return rb
@@ -440,10 +582,11 @@ fn multi_range_response(
     state: &Arc<AppState>,
     mut rb: http::response::Builder,
     obj: Arc<ObjectInfo>,
+    cipher: Option<sse::ObjectCipher>,
+    size: u64,
     ranges: Vec<(u64, u64)>,
     head: bool,
 ) -> R {
-    let size = obj.size;
     let boundary = format!("packrat-{}", hex::encode(rand::random::<[u8; 12]>()));
     let part_type = rb
         .headers_ref()
@@ -491,6 +634,7 @@ fn multi_range_response(
         move |(mut pieces, mut reader)| {
             let store = store.clone();
             let obj = obj.clone();
+            let cipher = cipher.clone();
             async move {
                 loop {
                     if let Some(r) = reader.as_mut() {
@@ -511,7 +655,10 @@ fn multi_range_response(
                         Piece::Text(t) => {
                             return Some((Ok(http_body::Frame::data(t)), (pieces, reader)));
                         }
-                        Piece::Range(start, end) => match store.read_object(&obj, start, end) {
+                        Piece::Range(start, end) => match match &cipher {
+                            Some(c) => sse::read_plain(&*store, &obj, c.clone(), start, end),
+                            None => store.read_object(&obj, start, end),
+                        } {
                             Ok(r) => reader = Some(r),
                             Err(e) => {
                                 return Some((
@@ -585,6 +732,8 @@ pub(super) async fn handle_get_object_attributes(
         .head_object(&b, key)
         .await?
         .ok_or_else(no_such_key)?;
+    // An SSE-C object's attributes need its key, as its HEAD does.
+    sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     let has = |a: &str| wanted.contains(&a);
     let mut x = Xml::new();
     x.root("GetObjectAttributesResponse");
@@ -633,7 +782,7 @@ pub(super) async fn handle_get_object_attributes(
         );
     }
     if has("ObjectSize") {
-        x.elem("ObjectSize", &obj.size.to_string());
+        x.elem("ObjectSize", &sse::shown_size(&obj).to_string());
     }
     x.close("GetObjectAttributesResponse");
     Response::builder()
