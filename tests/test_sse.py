@@ -147,8 +147,12 @@ def test_sse_s3_is_ciphertext_on_disk_and_survives_a_restart(tmp_path):
     body = pattern(2 * BLOCK + 999, seed=5)
     put = c.put_object(Bucket="sses3", Key="a", Body=body, ServerSideEncryption="AES256")
     assert put["ServerSideEncryption"] == "AES256"
+    # As in S3, an SSE-S3 object's ETag is its plaintext's MD5 (rclone and others rely on it).
+    md5 = '"%s"' % hashlib.md5(body).hexdigest()
+    assert put["ETag"] == md5
     got = c.get_object(Bucket="sses3", Key="a")
     assert got["Body"].read() == body and got["ServerSideEncryption"] == "AES256"
+    assert got["ETag"] == md5
     assert c.head_object(Bucket="sses3", Key="a")["ServerSideEncryption"] == "AES256"
     r = c.get_object(Bucket="sses3", Key="a", Range=f"bytes={BLOCK - 1}-{BLOCK + 1}")
     assert r["Body"].read() == body[BLOCK - 1:BLOCK + 2]
@@ -203,6 +207,7 @@ def test_copies_between_encryption_kinds(tls):
     assert c.get_object(Bucket="ssecopy", Key="c2", **c2)["Metadata"] == {"m": "1"}
     r = c.copy_object(Bucket="ssecopy", Key="s3", CopySource=src, ServerSideEncryption="AES256", **src1)
     assert r["ServerSideEncryption"] == "AES256"
+    assert r["CopyObjectResult"]["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
     assert c.get_object(Bucket="ssecopy", Key="s3")["Body"].read() == body
     c.copy_object(Bucket="ssecopy", Key="plain", CopySource=src, **src1)
     plain = c.get_object(Bucket="ssecopy", Key="plain")
@@ -221,6 +226,11 @@ def test_copies_between_encryption_kinds(tls):
                   ServerSideEncryption="AES256", Metadata={"new": "yes"}, MetadataDirective="REPLACE")
     r = c.get_object(Bucket="ssecopy", Key="s3")
     assert r["Body"].read() == body and r["Metadata"] == {"new": "yes"} and r["ServerSideEncryption"] == "AES256"
+    assert r["ETag"] == '"%s"' % hashlib.md5(body).hexdigest()
+    # A plain object copied onto itself with new metadata stays plain (no encryption header).
+    r = c.copy_object(Bucket="ssecopy", Key="plain", CopySource={"Bucket": "ssecopy", "Key": "plain"},
+                      Metadata={"p": "1"}, MetadataDirective="REPLACE")
+    assert "ServerSideEncryption" not in r and "SSECustomerAlgorithm" not in r
     # ... and one that changes SSE-C to SSE-S3 in place re-encrypts it.
     c.copy_object(Bucket="ssecopy", Key="c1", CopySource=src, ServerSideEncryption="AES256", **src1)
     assert c.get_object(Bucket="ssecopy", Key="c1")["Body"].read() == body

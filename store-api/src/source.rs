@@ -17,4 +17,11 @@ pub trait ByteSource: Send {
     /// A checksum that arrived after the payload (an aws-chunked trailer), as raw bytes, once
     /// the payload has ended; `None` if the source carried none for `alg`.
     fn trailing_checksum(&self, alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>>;
+
+    /// The MD5 the object's ETag shows when it is not the stored bytes' MD5, once the payload
+    /// has ended: an SSE-S3 object's plaintext MD5, as S3 shows it (tools such as rclone take
+    /// an SSE-S3 ETag for the content's MD5). `None`: the stored bytes' MD5.
+    fn shown_md5(&self) -> Option<[u8; 16]> {
+        None
+    }
 }

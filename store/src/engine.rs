@@ -518,6 +518,8 @@ impl Engine {
         {
             return Err(StoreError::BadDigest(DigestKind::ContentMd5).into());
         }
+        // The ETag's MD5: an SSE-S3 object shows its plaintext's (checked by the source).
+        let md5 = src.shown_md5().unwrap_or(md5);
         let checksum = match (checksum_alg, hasher) {
             (Some(alg), Some(h)) => {
                 let (bytes, crc) = h.finish();

@@ -341,6 +341,19 @@ pub fn envelope(obj: &ObjectInfo) -> Option<&str> {
         .map(|(_, v)| v.as_str())
 }
 
+/// The encryption headers an answer about a stored object carries, read from its envelope
+/// (without opening it).
+pub fn stored_headers(obj: &ObjectInfo) -> Vec<(&'static str, String)> {
+    let Some(env) = envelope(obj) else {
+        return Vec::new();
+    };
+    let f: Vec<&str> = env.split(' ').collect();
+    match f.as_slice() {
+        [_, "c", _, _, md5] => vec![(C_ALG, "AES256".to_string()), (C_MD5, (*md5).to_string())],
+        _ => vec![(SSE, "AES256".to_string())],
+    }
+}
+
 /// The size the client sees (the plaintext's).
 pub fn shown_size(obj: &ObjectInfo) -> u64 {
     sealed::shown_size(&obj.attrs.headers, obj.size)
@@ -376,20 +389,25 @@ pub struct Sealing<'a> {
     checks: PlainChecks,
     /// The plaintext's checksum (raw bytes) once it has ended.
     pub computed_checksum: Option<Vec<u8>>,
+    /// The plaintext's MD5 once it has ended, when it is computed.
+    plain_md5: Option<[u8; 16]>,
 }
 
 impl<'a> Sealing<'a> {
     pub fn new(inner: &'a mut dyn ByteSource, cipher: ObjectCipher, checks: PlainChecks) -> Self {
+        let is_sse_s3 = cipher.is_sse_s3();
         Self {
             inner,
             cipher,
             buf: BytesMut::new(),
             block: 0,
             ended: false,
-            md5: checks.content_md5.map(|_| Md5::new()),
+            // SSE-S3 shows the plaintext's MD5 as its ETag, so it is always computed then.
+            md5: (checks.content_md5.is_some() || is_sse_s3).then(Md5::new),
             hasher: checks.checksum.map(Hasher::new),
             checks,
             computed_checksum: None,
+            plain_md5: None,
         }
     }
 
@@ -408,10 +426,12 @@ impl<'a> Sealing<'a> {
     }
 
     fn finish_checks(&mut self) -> StoreResult<()> {
-        if let (Some(m), Some(want)) = (self.md5.take(), self.checks.content_md5)
-            && m.finalize().as_slice() != want
-        {
-            return Err(StoreError::BadDigest(Digest::ContentMd5));
+        if let Some(m) = self.md5.take() {
+            let got: [u8; 16] = m.finalize().into();
+            if self.checks.content_md5.is_some_and(|want| want != got) {
+                return Err(StoreError::BadDigest(Digest::ContentMd5));
+            }
+            self.plain_md5 = Some(got);
         }
         if let (Some(h), Some(alg)) = (self.hasher.take(), self.checks.checksum) {
             let (got, _) = h.finish();
@@ -467,6 +487,17 @@ impl ByteSource for Sealing<'_> {
     fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
         // The store is asked for no checksum of the ciphertext.
         Ok(None)
+    }
+
+    /// An SSE-S3 object's ETag is its plaintext's MD5, as in S3; an SSE-C object's stays the
+    /// stored bytes' (S3's is not the plaintext's MD5 either). A cluster replica checks its
+    /// copy against the primary's ETag, which holds because SSE-S3 is not yet served there.
+    fn shown_md5(&self) -> Option<[u8; 16]> {
+        if self.cipher.is_sse_s3() {
+            self.plain_md5
+        } else {
+            None
+        }
     }
 }
 

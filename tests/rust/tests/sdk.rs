@@ -789,6 +789,8 @@ async fn rust_sdk_server_side_encryption() {
         .unwrap();
     let plain = s3.get_object().bucket(b).key("plain").send().await.unwrap();
     assert_eq!(plain.server_side_encryption(), None);
+    // An SSE-S3 object's ETag is its plaintext's MD5, as the plain copy's is.
+    assert_eq!(put.e_tag(), plain.e_tag());
     assert_eq!(plain.body.collect().await.unwrap().into_bytes(), body);
 
     let refused = s3

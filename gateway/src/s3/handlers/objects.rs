@@ -214,10 +214,6 @@ pub(super) async fn handle_copy_object(
         .await;
     }
     sse::set_envelope(&mut attrs.headers, sse::envelope(&src).map(str::to_string));
-    let answer: Vec<_> = src_cipher
-        .iter()
-        .flat_map(sse::ObjectCipher::response_headers)
-        .collect();
     let self_copy = sb == bname && sk == key;
     if self_copy
         && (alg.is_none()
@@ -244,7 +240,9 @@ pub(super) async fn handle_copy_object(
                 }),
             )
             .await?;
-        return copy_answer(&rec, answer);
+        // What the record holds now (a copy onto itself keeps the bytes there, whatever they
+        // became since the source was read).
+        return copy_answer(&rec, sse::stored_headers(&rec));
     }
     let put = PutObject {
         attrs,
@@ -253,7 +251,7 @@ pub(super) async fn handle_copy_object(
         ..Default::default()
     };
     let rec = state.store.copy_object(&src, &b, key, put).await?;
-    copy_answer(&rec, answer)
+    copy_answer(&rec, sse::stored_headers(&rec))
 }
 
 /// A copy whose bytes change on the way: the source decrypted (if it is encrypted) and the
