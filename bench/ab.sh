@@ -17,6 +17,11 @@
 # every request. BUCKET_POLICY (needs BENCH_USER) puts that policy on the bucket after the
 # upload; `BUCKET` in the file stands for the bucket's name. POLICY_SIDES=B puts it on B's
 # bucket only (the cost of a policy against a binary from before policies).
+#
+#   PACKRAT_A=target/debug/packrat SSE_SIDES=B WORKLOADS="put get" bench/ab.sh
+#
+# SSE_SIDES names the sides whose objects are written with SSE-S3 (`packrat bench --sse`, on
+# the upload and every PUT): with the same binary on both sides, what encryption costs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +49,7 @@ fi
 work=$(mktemp -d /tmp/packrat-ab.XXXXXX)
 results=$work/results.jsonl
 pid=
+side_args=()
 
 cleanup() {
   [ -n "$pid" ] && kill "$pid" 2>/dev/null || true
@@ -56,12 +62,14 @@ bench() { # label args...
   local label=$1; shift
   AWS_ACCESS_KEY_ID=$BAK AWS_SECRET_ACCESS_KEY=$BSK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
     --server-pid "$pid" --label "$label" --json --bucket abbench --size "$SIZE" --keys "$KEYS" \
-    --prefix k/ "$@" | tee -a "$results"
+    --prefix k/ "${side_args[@]}" "$@" | tee -a "$results"
 }
 
 for round in $(seq 1 "$ROUNDS"); do
   for side in A B; do
     bin=$A; [ "$side" = B ] && bin=$B
+    side_args=()
+    [[ " ${SSE_SIDES:-} " == *" $side "* ]] && side_args=(--sse)
     rm -rf "$work/data"
     PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$bin" serve \
       --data-dir "$work/data" --listen 127.0.0.1:$PORT --log "$LOG" >"$work/server-$side.log" 2>&1 &

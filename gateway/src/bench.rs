@@ -98,6 +98,10 @@ pub struct BenchArgs {
     /// Order of a batch GET's answer: request or storage (batch workload).
     #[arg(long, default_value = "request")]
     pub batch_order: String,
+    /// Upload objects with SSE-S3 (`x-amz-server-side-encryption: AES256`), so PUTs seal and
+    /// GETs open them: what encryption costs, against a run without.
+    #[arg(long)]
+    pub sse: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -181,7 +185,15 @@ struct Signer {
 }
 
 impl Signer {
-    fn sign(&self, method: &Method, path: &str, query: &str, payload_hash: &str) -> HeaderMap {
+    /// The request's headers, signed; `extra` headers (lower-case names) are sent and signed.
+    fn sign(
+        &self,
+        method: &Method,
+        path: &str,
+        query: &str,
+        payload_hash: &str,
+        extra: &[(&'static str, &'static str)],
+    ) -> HeaderMap {
         let now = chrono::Utc::now();
         let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
         let date = &amz_date[..8];
@@ -200,11 +212,12 @@ impl Signer {
         h.insert("host", hv(&self.host));
         h.insert("x-amz-content-sha256", hv(payload_hash));
         h.insert("x-amz-date", hv(&amz_date));
-        let signed = [
-            "host".to_string(),
-            "x-amz-content-sha256".to_string(),
-            "x-amz-date".to_string(),
-        ];
+        for (name, value) in extra {
+            h.insert(*name, HeaderValue::from_static(value));
+        }
+        let mut signed: Vec<String> = h.keys().map(|k| k.as_str().to_string()).collect();
+        signed.sort();
+        let signed_list = signed.join(";");
         let creq = sigv4::canonical_request(&sigv4::CanonicalInput {
             method: method.as_str(),
             raw_path: path,
@@ -219,7 +232,7 @@ impl Signer {
         h.insert(
             "authorization",
             hv(&format!(
-                "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature={sig}",
+                "AWS4-HMAC-SHA256 Credential={}/{scope}, SignedHeaders={signed_list}, Signature={sig}",
                 self.access_key
             )),
         );
@@ -266,7 +279,7 @@ impl Client {
         query: &str,
         body: Bytes,
     ) -> Result<Outcome, String> {
-        self.request_tar(conn, method, path, query, body, false)
+        self.request_tar(conn, method, path, query, body, false, &[])
             .await
     }
 
@@ -280,13 +293,14 @@ impl Client {
         query: &str,
         body: Bytes,
         tar: bool,
+        extra: &[(&'static str, &'static str)],
     ) -> Result<Outcome, String> {
         let payload = if body.is_empty() {
             sigv4::EMPTY_SHA256
         } else {
             sigv4::UNSIGNED_PAYLOAD
         };
-        let headers = self.signer.sign(&method, path, query, payload);
+        let headers = self.signer.sign(&method, path, query, payload, extra);
         let uri = if query.is_empty() {
             path.to_string()
         } else {
@@ -641,12 +655,14 @@ async fn prepare(client: &Arc<Client>, args: &BenchArgs, payload: Bytes) -> Resu
                     return Ok::<(), String>(());
                 }
                 let out = client
-                    .request(
+                    .request_tar(
                         &mut conn,
                         Method::PUT,
                         &key_path(&args.bucket, &args.prefix, i),
                         "",
                         unique_body(&payload, i),
+                        false,
+                        put_headers(&args),
                     )
                     .await?;
                 if !out.ok {
@@ -678,6 +694,15 @@ async fn prepare(client: &Arc<Client>, args: &BenchArgs, payload: Bytes) -> Resu
     Ok(())
 }
 
+/// The headers an object PUT sends besides the signature's (`--sse`).
+fn put_headers(args: &BenchArgs) -> &'static [(&'static str, &'static str)] {
+    if args.sse {
+        &[("x-amz-server-side-encryption", "AES256")]
+    } else {
+        &[]
+    }
+}
+
 /// One object operation on key `i`: (success, bytes moved). A GET counts as failed unless
 /// the whole object came back.
 async fn object_op(
@@ -694,8 +719,13 @@ async fn object_op(
         Bytes::new()
     };
     let path = key_path(&args.bucket, &args.prefix, i);
+    let extra = if method == Method::PUT {
+        put_headers(args)
+    } else {
+        &[]
+    };
     let o = client
-        .request(conn, method.clone(), &path, "", body)
+        .request_tar(conn, method.clone(), &path, "", body, false, extra)
         .await?;
     Ok(match method {
         Method::PUT => (o.ok, args.size * u64::from(o.ok)),
@@ -824,6 +854,7 @@ async fn worker(
                         "batch=",
                         Bytes::from(items),
                         true,
+                        &[],
                     )
                     .await?;
                 listed += o.samples;
@@ -844,6 +875,7 @@ async fn worker(
                         &q,
                         Bytes::new(),
                         true,
+                        &[],
                     )
                     .await?;
                 listed += o.samples;
