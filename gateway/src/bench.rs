@@ -254,6 +254,15 @@ async fn connect(addr: &str) -> Result<Conn, String> {
     Ok(send)
 }
 
+/// How a request is sent and its answer read.
+#[derive(Default, Clone, Copy)]
+struct Ask {
+    /// Parse a successful answer as a TAR stream as it arrives (entries counted, nothing kept).
+    tar: bool,
+    /// Headers sent and signed besides the signature's own (lower-case names).
+    headers: &'static [(&'static str, &'static str)],
+}
+
 struct Client {
     addr: String,
     signer: Arc<Signer>,
@@ -279,12 +288,11 @@ impl Client {
         query: &str,
         body: Bytes,
     ) -> Result<Outcome, String> {
-        self.request_tar(conn, method, path, query, body, false, &[])
+        self.request_tar(conn, method, path, query, body, Ask::default())
             .await
     }
 
-    /// A request whose successful answer is, if `tar`, parsed as a TAR stream as it arrives
-    /// (entries counted, nothing kept).
+    /// A request sent and read as `ask` says.
     async fn request_tar(
         &self,
         conn: &mut Conn,
@@ -292,15 +300,14 @@ impl Client {
         path: &str,
         query: &str,
         body: Bytes,
-        tar: bool,
-        extra: &[(&'static str, &'static str)],
+        ask: Ask,
     ) -> Result<Outcome, String> {
         let payload = if body.is_empty() {
             sigv4::EMPTY_SHA256
         } else {
             sigv4::UNSIGNED_PAYLOAD
         };
-        let headers = self.signer.sign(&method, path, query, payload, extra);
+        let headers = self.signer.sign(&method, path, query, payload, ask.headers);
         let uri = if query.is_empty() {
             path.to_string()
         } else {
@@ -321,7 +328,7 @@ impl Client {
         // Object bodies are counted and dropped as they arrive (a 1 GiB GET must not be
         // buffered by the load generator); listings (the requests with a query) and errors
         // are kept for parsing.
-        let parse = tar && ok;
+        let parse = ask.tar && ok;
         let keep = !ok || (!query.is_empty() && !parse);
         let mut body = resp.into_body();
         let mut kept = Vec::new();
@@ -661,8 +668,10 @@ async fn prepare(client: &Arc<Client>, args: &BenchArgs, payload: Bytes) -> Resu
                         &key_path(&args.bucket, &args.prefix, i),
                         "",
                         unique_body(&payload, i),
-                        false,
-                        put_headers(&args),
+                        Ask {
+                            headers: put_headers(&args),
+                            ..Ask::default()
+                        },
                     )
                     .await?;
                 if !out.ok {
@@ -719,13 +728,16 @@ async fn object_op(
         Bytes::new()
     };
     let path = key_path(&args.bucket, &args.prefix, i);
-    let extra = if method == Method::PUT {
-        put_headers(args)
-    } else {
-        &[]
+    let ask = Ask {
+        headers: if method == Method::PUT {
+            put_headers(args)
+        } else {
+            &[]
+        },
+        ..Ask::default()
     };
     let o = client
-        .request_tar(conn, method.clone(), &path, "", body, false, extra)
+        .request_tar(conn, method.clone(), &path, "", body, ask)
         .await?;
     Ok(match method {
         Method::PUT => (o.ok, args.size * u64::from(o.ok)),
@@ -853,8 +865,10 @@ async fn worker(
                         &format!("/{}", args.bucket),
                         "batch=",
                         Bytes::from(items),
-                        true,
-                        &[],
+                        Ask {
+                            tar: true,
+                            ..Ask::default()
+                        },
                     )
                     .await?;
                 listed += o.samples;
@@ -874,8 +888,10 @@ async fn worker(
                         &format!("/{}", args.bucket),
                         &q,
                         Bytes::new(),
-                        true,
-                        &[],
+                        Ask {
+                            tar: true,
+                            ..Ask::default()
+                        },
                     )
                     .await?;
                 listed += o.samples;
