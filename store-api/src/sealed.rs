@@ -19,9 +19,17 @@ pub const BLOCK: u64 = 64 * 1024;
 /// Authentication tag bytes after each sealed block.
 pub const TAG: u64 = 16;
 
+/// The S3 layer's envelope among an object's stored headers, if its bytes are sealed.
+pub fn envelope(headers: &[(String, String)]) -> Option<&str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == SSE_HEADER)
+        .map(|(_, v)| v.as_str())
+}
+
 /// Whether an object's stored headers say its bytes are sealed.
 pub fn is_sealed(headers: &[(String, String)]) -> bool {
-    headers.iter().any(|(k, _)| k == SSE_HEADER)
+    envelope(headers).is_some()
 }
 
 /// Sealed blocks of a plaintext of `plain` bytes (at least one).

@@ -343,11 +343,7 @@ fn not_applicable() -> S3Error {
 
 /// An object's envelope, if it is encrypted.
 pub fn envelope(obj: &ObjectInfo) -> Option<&str> {
-    obj.attrs
-        .headers
-        .iter()
-        .find(|(k, _)| k == SSE_HEADER)
-        .map(|(_, v)| v.as_str())
+    sealed::envelope(&obj.attrs.headers)
 }
 
 /// The encryption headers an answer about a stored object carries, read from its envelope

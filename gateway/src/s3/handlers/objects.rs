@@ -230,11 +230,7 @@ pub(super) async fn handle_copy_object(
                 key,
                 &cond,
                 Box::new(move |cur| {
-                    let env = cur
-                        .headers
-                        .iter()
-                        .find(|(k, _)| k == packrat_store_api::sealed::SSE_HEADER)
-                        .map(|(_, v)| v.clone());
+                    let env = packrat_store_api::sealed::envelope(&cur.headers).map(str::to_string);
                     *cur = attrs;
                     sse::set_envelope(&mut cur.headers, env);
                 }),
