@@ -89,6 +89,18 @@ def test_s3_through_two_gateways(cluster):
         a.create_multipart_upload(Bucket="data", Key="big")
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
     assert "cluster" in e.value.response["Error"]["Message"]
+    s3b = gw_b.client()
+    s3b.create_bucket(Bucket="unversioned")
+    with pytest.raises(ClientError) as e:
+        s3b.put_bucket_versioning(Bucket="unversioned", VersioningConfiguration={"Status": "Enabled"})
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert "versioning" in e.value.response["Error"]["Message"]
+    assert "Status" not in s3b.get_bucket_versioning(Bucket="unversioned")
+    s3b.put_object(Bucket="unversioned", Key="k", Body=b"v")
+    assert s3b.get_object(Bucket="unversioned", Key="k", VersionId="null")["Body"].read() == b"v"
+    assert [v["VersionId"] for v in s3b.list_object_versions(Bucket="unversioned")["Versions"]] == ["null"]
+    s3b.delete_object(Bucket="unversioned", Key="k", VersionId="null")
+    s3b.delete_bucket(Bucket="unversioned")
     # Every PG has three caught-up replicas; heads are spread over the nodes.
     s = status(etcd.url)
     assert s["pgs_healthy"] == PGS

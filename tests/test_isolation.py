@@ -80,6 +80,13 @@ def single_request_calls(c, name, own):
         ("PutObjectAcl", lambda: c.put_object_acl(ACL="private", **k)),
         ("GetBucketOwnershipControls", lambda: c.get_bucket_ownership_controls(**b)),
         ("ListMultipartUploads", lambda: c.list_multipart_uploads(**b)),
+        ("PutBucketVersioning", lambda: c.put_bucket_versioning(VersioningConfiguration={"Status": "Enabled"}, **b)),
+        ("ListObjectVersions", lambda: c.list_object_versions(**b)),
+        ("GetObjectVersion", lambda: c.get_object(VersionId="null", **k)),
+        ("HeadObjectVersion", lambda: c.head_object(VersionId="null", **k)),
+        ("DeleteObjectVersion", lambda: c.delete_object(VersionId="null", **k)),
+        ("CopyObjectVersionFrom", lambda: c.copy_object(
+            Bucket=own, Key="stolen", CopySource={"Bucket": name, "Key": "k", "VersionId": "null"})),
     ]
 
 
@@ -88,6 +95,7 @@ def assert_untouched(alice, name, keys=("k",)):
     assert got["Body"].read() == b"alice's bytes"
     assert alice.get_object_tagging(Bucket=name, Key="k")["TagSet"] == [{"Key": "t", "Value": "1"}]
     assert [o["Key"] for o in alice.list_objects_v2(Bucket=name)["Contents"]] == list(keys)
+    assert "Status" not in alice.get_bucket_versioning(Bucket=name)
     grants = alice.get_bucket_acl(Bucket=name)["Grants"]
     assert [g["Permission"] for g in grants] == ["FULL_CONTROL"], grants
     for call, code in ((alice.get_bucket_policy, "NoSuchBucketPolicy"),
@@ -103,7 +111,7 @@ def test_other_users_and_anonymous_callers_are_refused_every_operation(server, v
     anonymous = server.client(signature_version=botocore.UNSIGNED)
     for who, c in (("another user", mallory), ("anonymous", anonymous)):
         for label, call in single_request_calls(c, name, own):
-            if who == "anonymous" and label == "CopyObjectFrom":
+            if who == "anonymous" and label.startswith("CopyObject") and label.endswith("From"):
                 continue  # an anonymous caller has no bucket to copy into; CopyObjectInto covers it
             got = denied(call)
             assert got in ("AccessDenied", "403"), f"{who} {label}: {got}"

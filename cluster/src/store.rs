@@ -32,6 +32,9 @@ use packrat_store_api::{
     PutObject, PutPart, StoreError, StoreResult, SystemClock, Upload, UploadPage, UploadQuery,
     WriteCondition, etag_matches,
 };
+use packrat_store_api::{
+    Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -274,6 +277,7 @@ impl ClusterStore {
             attrs: meta.put.attrs(),
             checksum: meta.object_checksum(),
             part_sizes: meta.part_sizes.clone(),
+            version_id: None,
             version: ObjectVersion(Arc::new(ClusterVersion {
                 inline,
                 bucket_id: bucket.id,
@@ -293,6 +297,7 @@ impl ClusterStore {
             owner_name: rec.owner_name.clone(),
             created_ms: rec.created_ms,
             public_read: rec.public_read,
+            versioning: Versioning::Unversioned,
         }
     }
 
@@ -629,6 +634,10 @@ impl ObjectStore for ClusterStore {
         Ok(())
     }
 
+    async fn set_versioning(&self, _: &Bucket, _: Versioning) -> StoreResult<()> {
+        Err(not_in_cluster("bucket versioning"))
+    }
+
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
         self.edit_bucket(bucket, |r| r.public_read = public).await
     }
@@ -872,7 +881,7 @@ impl ObjectStore for ClusterStore {
         ))
     }
 
-    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()> {
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted> {
         let pg = pg_of(bucket.id, key, self.map().pgs);
         let (ans, _) = self
             .call(
@@ -885,10 +894,82 @@ impl ObjectStore for ClusterStore {
             )
             .await?;
         if (200..300).contains(&ans.status) {
-            Ok(())
+            Ok(Deleted::default())
         } else {
             Err(ans.error().await)
         }
+    }
+
+    // A cluster's buckets are never versioned (`set_versioning` refuses): every object is
+    // its key's "null" version, the only one, as in an S3 bucket that never had versioning.
+
+    async fn find_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> StoreResult<Option<FoundVersion>> {
+        match version_id {
+            None | Some("null") => Ok(self
+                .head_object(bucket, key)
+                .await?
+                .map(|o| FoundVersion::Object(Box::new(o)))),
+            Some(_) => Err(StoreError::Invalid("Invalid version id specified".into())),
+        }
+    }
+
+    async fn delete_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+    ) -> StoreResult<Deleted> {
+        if version_id != "null" {
+            return Err(StoreError::Invalid("Invalid version id specified".into()));
+        }
+        self.delete_object(bucket, key).await?;
+        Ok(Deleted {
+            version_id: Some("null".into()),
+            delete_marker: false,
+        })
+    }
+
+    async fn list_versions(
+        &self,
+        bucket: &Bucket,
+        query: &VersionQuery,
+    ) -> StoreResult<VersionPage> {
+        let page = self
+            .list_objects(
+                bucket,
+                &ListQuery {
+                    prefix: query.prefix.clone(),
+                    delimiter: query.delimiter.clone(),
+                    after: query.key_marker.clone(),
+                    max_keys: query.max_keys,
+                },
+            )
+            .await?;
+        let next = page.truncated.then(|| page.last.clone()).flatten();
+        Ok(VersionPage {
+            next_version_id_marker: next
+                .as_ref()
+                .filter(|n| page.objects.last().is_some_and(|o| &o.key == *n))
+                .map(|_| "null".to_string()),
+            next_key_marker: next,
+            versions: page
+                .objects
+                .into_iter()
+                .map(|object| VersionSummary {
+                    object,
+                    version_id: "null".into(),
+                    is_latest: true,
+                    delete_marker: false,
+                })
+                .collect(),
+            common_prefixes: page.common_prefixes,
+            truncated: page.truncated,
+        })
     }
 
     async fn create_upload(&self, _: &Bucket, _: &str, _: NewUpload) -> StoreResult<Upload> {

@@ -47,9 +47,10 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(read, Ok(()));
     }
     if let Some(v) = h.get("x-amz-copy-source").and_then(|v| v.to_str().ok())
-        && let Ok((bucket, key)) = headers::copy_source(v)
+        && let Ok((bucket, key, version)) = headers::copy_source(v)
     {
         assert!(!bucket.is_empty() && !key.is_empty() && !bucket.contains('/'));
+        assert!(version.is_none_or(|v| !v.is_empty()));
     }
     let _ = headers::copy_source_conditions_hold(&h, ETAG, LAST_MODIFIED_SECS);
     if let Some(v) = h.get("x-amz-tagging").and_then(|v| v.to_str().ok()) {

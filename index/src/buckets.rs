@@ -2,8 +2,8 @@
 
 use crate::records::BucketRecord;
 use crate::{
-    CF_BUCKETS, CF_META, CF_OBJECTS, CF_UPLOADS, IndexError, IndexWrite, Result, RocksIndex,
-    records,
+    CF_BUCKETS, CF_META, CF_OBJECTS, CF_UPLOADS, CF_VERSIONS, IndexError, IndexWrite, Result,
+    RocksIndex, records,
 };
 use rocksdb::{IteratorMode, WriteBatch};
 
@@ -67,12 +67,13 @@ impl RocksIndex {
         Ok(out)
     }
 
-    /// Deletes an empty bucket. In-progress multipart uploads count as content, as in S3.
+    /// Deletes an empty bucket. In-progress multipart uploads and noncurrent versions (delete
+    /// markers too) count as content, as in S3.
     pub fn delete_bucket(&self, name: &str) -> Result<()> {
         let _g = self.bucket_lock.lock().unwrap_or_else(|p| p.into_inner());
         let rec = self.get_bucket(name)?.ok_or(IndexError::NoSuchBucket)?;
         let prefix = rec.id.to_be_bytes();
-        for cf in [CF_OBJECTS, CF_UPLOADS] {
+        for cf in [CF_OBJECTS, CF_VERSIONS, CF_UPLOADS] {
             let mut it = self.db.raw_iterator_cf(self.cf(cf));
             it.seek(prefix);
             if it.valid() && it.key().is_some_and(|k| k.starts_with(&prefix)) {

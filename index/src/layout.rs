@@ -14,6 +14,56 @@ pub(crate) fn object_key_into(k: &mut Vec<u8>, bucket_id: u64, key: &str) {
     k.extend_from_slice(key.as_bytes());
 }
 
+/// A key's bytes in `versions`: the bucket id, then the key with each 0x00 written as
+/// 0x00 0xff. Order-preserving, so that a key's versions, ended by 0x00 0x00, sort before every
+/// longer key that starts with it (even one that continues with 0x00).
+pub(crate) fn escaped_object_key(bucket_id: u64, key: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + key.len() + 10);
+    k.extend_from_slice(&bucket_id.to_be_bytes());
+    for &b in key.as_bytes() {
+        k.push(b);
+        if b == 0 {
+            k.push(0xff);
+        }
+    }
+    k
+}
+
+/// A version's key in `versions`: the escaped key, 0x00 0x00, then the bitwise complement of
+/// its sequence (u64 BE), so a key's versions sort together, newest first, and keys in order.
+pub(crate) fn version_key(bucket_id: u64, key: &str, seq: u64) -> Vec<u8> {
+    let mut k = versions_prefix(bucket_id, key);
+    k.extend_from_slice(&(!seq).to_be_bytes());
+    k
+}
+
+/// The prefix of exactly the version entries of `key`.
+pub(crate) fn versions_prefix(bucket_id: u64, key: &str) -> Vec<u8> {
+    let mut k = escaped_object_key(bucket_id, key);
+    k.extend_from_slice(&[0, 0]);
+    k
+}
+
+/// The bucket id, key and sequence of a `versions` entry.
+pub(crate) fn split_version_key(k: &[u8]) -> Option<(u64, String, u64)> {
+    let (head, seq) = k.split_last_chunk::<8>()?;
+    let head = head.strip_suffix(&[0, 0])?;
+    let (bucket, escaped) = head.split_first_chunk::<8>()?;
+    let mut key = Vec::with_capacity(escaped.len());
+    let mut bytes = escaped.iter();
+    while let Some(&b) = bytes.next() {
+        key.push(b);
+        if b == 0 && bytes.next() != Some(&0xff) {
+            return None;
+        }
+    }
+    Some((
+        u64::from_be_bytes(*bucket),
+        String::from_utf8(key).ok()?,
+        !u64::from_be_bytes(*seq),
+    ))
+}
+
 pub(crate) fn upload_key(bucket_id: u64, key: &str, upload_id: &str) -> Vec<u8> {
     let mut k = object_key(bucket_id, key);
     k.push(0);
@@ -62,6 +112,24 @@ mod tests {
         assert_eq!(hex(object_key(0x0102, "a/b")), "0000000000000102612f62");
         // uploads: bucket id ++ key ++ 0x00 ++ upload id.
         assert_eq!(hex(upload_key(7, "k", "U1")), "00000000000000076b005531");
+        // versions: bucket id ++ key (0x00 as 0x00 0xff) ++ 0x00 0x00 ++ !sequence (u64 BE).
+        assert_eq!(
+            hex(version_key(7, "k", 1)),
+            "00000000000000076b0000fffffffffffffffe"
+        );
+        assert_eq!(
+            hex(version_key(7, "a\0", 0)),
+            "00000000000000076100ff0000ffffffffffffffff"
+        );
+        // Newest first; a key's versions before any longer key's, whatever follows.
+        assert!(version_key(7, "k", 9) < version_key(7, "k", 8));
+        assert!(version_key(7, "a", 1) < version_key(7, "a\0", u64::MAX));
+        assert!(version_key(7, "a\0", 1) < version_key(7, "a\0x", u64::MAX));
+        assert!(version_key(7, "a\0x", 1) < version_key(7, "a\x01", u64::MAX));
+        assert_eq!(
+            split_version_key(&version_key(7, "a\0b", 5)),
+            Some((7, "a\0b".to_string(), 5))
+        );
         // parts: upload id ++ 0x00 ++ part number (u32 BE).
         assert_eq!(hex(part_key("U1", 258)), "55310000000102");
         // members: the TAR's byte identity (16 bytes) ++ member name.

@@ -1,7 +1,7 @@
 //! packrat-index: the metadata of a packrat node in RocksDB.
 //!
-//! Owns the column families `buckets`, `objects`, `uploads`, `parts`, `members`, `keys` and
-//! `meta`, the
+//! Owns the column families `buckets`, `objects`, `versions`, `uploads`, `parts`, `members`,
+//! `keys` and `meta`, the
 //! encoding of their keys and values ([`records`]), and ordered listing. Main types:
 //! [`RocksIndex`], [`BucketRecord`], [`ObjectRecord`], [`UploadRecord`], [`PartRecord`],
 //! [`KeyRecord`].
@@ -46,15 +46,21 @@ mod objects;
 mod rocks;
 #[cfg(feature = "rocksdb")]
 mod uploads;
+#[cfg(feature = "rocksdb")]
+mod versions;
 
 #[cfg(feature = "rocksdb")]
 pub use objects::{ListPage, ObjectOp};
 #[cfg(feature = "rocksdb")]
-use rocks::{CF_BUCKETS, CF_KEYS, CF_MEMBERS, CF_META, CF_OBJECTS, CF_PARTS, CF_UPLOADS};
+use rocks::{
+    CF_BUCKETS, CF_KEYS, CF_MEMBERS, CF_META, CF_OBJECTS, CF_PARTS, CF_UPLOADS, CF_VERSIONS,
+};
 #[cfg(feature = "rocksdb")]
 pub use rocks::{IndexError, IndexStats, IndexWrite, Result, RocksIndex, WriteGate};
 #[cfg(feature = "rocksdb")]
 pub use uploads::UploadPage;
+#[cfg(feature = "rocksdb")]
+pub use versions::{VersionCursor, VersionListPage};
 
 /// Helpers shared by the unit tests of every module.
 #[cfg(all(test, feature = "rocksdb"))]

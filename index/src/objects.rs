@@ -1,9 +1,11 @@
 //! Column family `objects`: object records by bucket id and key; point lookups (through the
 //! record cache), batched lookups, group-commit writes, reference scans and ordered listing.
 
-use crate::layout::{object_key, object_key_into, prefix_successor};
+use crate::layout::{object_key, object_key_into, prefix_successor, version_key};
 use crate::records::{ObjectRecord, PartRecord};
-use crate::{CF_OBJECTS, CF_PARTS, IndexError, IndexWrite, Result, RocksIndex, cache, records};
+use crate::{
+    CF_OBJECTS, CF_PARTS, CF_VERSIONS, IndexError, IndexWrite, Result, RocksIndex, cache, records,
+};
 use rocksdb::{ReadOptions, WriteBatch};
 use std::sync::Arc;
 
@@ -18,6 +20,18 @@ pub enum ObjectOp {
     Delete {
         bucket_id: u64,
         key: String,
+    },
+    /// Stores a noncurrent version or delete marker (under its `version_seq`) in `versions`.
+    PutVersion {
+        bucket_id: u64,
+        key: String,
+        record: Box<ObjectRecord>,
+    },
+    /// Removes one version from `versions`.
+    DeleteVersion {
+        bucket_id: u64,
+        key: String,
+        seq: u64,
     },
 }
 
@@ -77,13 +91,14 @@ impl RocksIndex {
         let mut batch = WriteBatch::default();
         let changes: Vec<(Vec<u8>, Option<[u8; 16]>)> = ops
             .iter()
-            .map(|op| match op {
+            .filter_map(|op| match op {
                 ObjectOp::Put {
                     bucket_id,
                     key,
                     record,
-                } => (object_key(*bucket_id, key), bytes_identity(record)),
-                ObjectOp::Delete { bucket_id, key } => (object_key(*bucket_id, key), None),
+                } => Some((object_key(*bucket_id, key), bytes_identity(record))),
+                ObjectOp::Delete { bucket_id, key } => Some((object_key(*bucket_id, key), None)),
+                ObjectOp::PutVersion { .. } | ObjectOp::DeleteVersion { .. } => None,
             })
             .collect();
         self.drop_replaced_member_indexes(&mut batch, &changes)?;
@@ -101,9 +116,13 @@ impl RocksIndex {
                 ObjectOp::Delete { bucket_id, key } => {
                     batch.delete_cf(self.cf(CF_OBJECTS), object_key(*bucket_id, key))
                 }
+                history => self.history_into(&mut batch, std::slice::from_ref(*history)),
             }
         }
-        let kind = if ops.iter().any(|op| matches!(op, ObjectOp::Delete { .. })) {
+        let kind = if ops
+            .iter()
+            .any(|op| matches!(op, ObjectOp::Delete { .. } | ObjectOp::DeleteVersion { .. }))
+        {
             IndexWrite::Delete
         } else {
             IndexWrite::Put
@@ -116,6 +135,29 @@ impl RocksIndex {
         }
         written?;
         Ok(())
+    }
+
+    /// Adds the version ops among `ops` to `batch` (the others are not history: ignored).
+    pub(crate) fn history_into(&self, batch: &mut WriteBatch, ops: &[ObjectOp]) {
+        for op in ops {
+            match op {
+                ObjectOp::PutVersion {
+                    bucket_id,
+                    key,
+                    record,
+                } => batch.put_cf(
+                    self.cf(CF_VERSIONS),
+                    version_key(*bucket_id, key, record.version_seq),
+                    records::encode(record.as_ref()),
+                ),
+                ObjectOp::DeleteVersion {
+                    bucket_id,
+                    key,
+                    seq,
+                } => batch.delete_cf(self.cf(CF_VERSIONS), version_key(*bucket_id, key, *seq)),
+                ObjectOp::Put { .. } | ObjectOp::Delete { .. } => {}
+            }
+        }
     }
 
     /// Looks many keys of one bucket up at once: from the record cache, and the rest in one
@@ -183,13 +225,16 @@ impl RocksIndex {
         self.objects.lookup_all(&refs)
     }
 
-    /// Visits every object of every bucket in index order (bucket id, key), then every uploaded
+    /// Visits every object of every bucket in index order (bucket id, key), then every
+    /// noncurrent version and delete marker of versioned buckets, then every uploaded
     /// part of every multipart upload in progress, all as of one consistent snapshot (so a
     /// CompleteMultipartUpload, which turns parts into an object atomically, is seen entirely
-    /// before or entirely after). Objects whose bucket no longer exists are visited too.
+    /// before or entirely after, and an overwrite that moves the old object into `versions`
+    /// is never missed). Objects whose bucket no longer exists are visited too.
     pub fn scan_references(
         &self,
         mut object: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
+        mut version: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
         mut part: impl FnMut(&str, PartRecord) -> Result<()>,
     ) -> Result<()> {
         let snapshot = self.db.snapshot();
@@ -207,18 +252,26 @@ impl RocksIndex {
             })?;
             object(bucket_id, key, rec)
         })?;
+        self.for_each_decoded(&snapshot, CF_VERSIONS, |k, rec: ObjectRecord| {
+            let (bucket_id, key, _) =
+                crate::layout::split_version_key(k).ok_or_else(|| IndexError::Corrupt {
+                    cf: CF_VERSIONS,
+                    reason: "malformed version key".into(),
+                })?;
+            version(bucket_id, &key, rec)
+        })?;
         self.for_each_decoded(&snapshot, CF_PARTS, |k, rec: PartRecord| {
             let upload = k.split(|&b| b == 0).next().unwrap_or(&[]);
             part(&String::from_utf8_lossy(upload), rec)
         })
     }
 
-    /// Visits every object (see [`scan_references`](Self::scan_references)).
+    /// Visits every object's current version (see [`scan_references`](Self::scan_references)).
     pub fn for_each_object(
         &self,
         object: impl FnMut(u64, &str, ObjectRecord) -> Result<()>,
     ) -> Result<()> {
-        self.scan_references(object, |_, _| Ok(()))
+        self.scan_references(object, |_, _, _| Ok(()), |_, _| Ok(()))
     }
 
     pub fn delete_object(&self, bucket_id: u64, key: &str) -> Result<()> {
@@ -443,7 +496,7 @@ mod tests {
             ..Default::default()
         };
         i.put_upload(&up).unwrap();
-        i.complete_upload(&up, &obj(5)).unwrap();
+        i.complete_upload(&up, &obj(5), &[]).unwrap();
         assert_eq!(size(i.get_object(1, "b").unwrap()), Some(5));
         assert_eq!(sizes(&["b"]), vec![Some(5)]);
         // Same key in another bucket: its own entry.

@@ -4,7 +4,10 @@
 //!
 //! Versions: 1 for every record; an object's entry is version 2 when the object has tags
 //! (version 1 followed by the tags), so untagged entries keep the version-1 bytes and older
-//! builds still read them. An access key's record is version 2 when its secret is sealed
+//! builds still read them; it is version 3 when it belongs to a versioned bucket's history
+//! (version 1, the tags, then its version sequence and flags), so records of buckets that
+//! never had versioning keep their bytes. A bucket's record is version 2 when versioning was
+//! ever set on it (version 1 followed by the state). An access key's record is version 2 when its secret is sealed
 //! (version 1 with an empty secret, followed by the sealed bytes); version 1 holds the secret
 //! in plaintext and is what packrat wrote before keys were sealed. A change to any struct here
 //! is a new version whose decoder still reads the older ones.
@@ -13,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 pub const FORMAT_V1: u8 = 1;
 pub const FORMAT_V2: u8 = 2;
+pub const FORMAT_V3: u8 = 3;
 
 /// An index value: how it is encoded, and every version of it that can be decoded.
 pub trait Record: Serialize + for<'a> Deserialize<'a> {
@@ -44,7 +48,33 @@ pub fn decode<T: Record>(bytes: &[u8]) -> Result<T, String> {
 
 impl Record for TarIndexRecord {}
 impl Record for MemberRecord {}
-impl Record for BucketRecord {}
+impl Record for BucketRecord {
+    fn encode(&self) -> Vec<u8> {
+        let versioned = self.versioning != 0;
+        let mut out = vec![if versioned { FORMAT_V2 } else { FORMAT_V1 }];
+        out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
+        if versioned {
+            out.push(self.versioning);
+        }
+        out
+    }
+
+    fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
+        match version {
+            FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+            FORMAT_V2 => {
+                let (mut rec, state): (BucketRecord, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                match state {
+                    [v @ 1..=2] => rec.versioning = *v,
+                    _ => return Err(format!("bad versioning state {state:?}")),
+                }
+                Ok(rec)
+            }
+            v => Err(format!("unknown index record version {v}")),
+        }
+    }
+}
 impl Record for KeyRecord {
     fn encode(&self) -> Vec<u8> {
         let sealed = !self.sealed_secret.is_empty();
@@ -80,10 +110,22 @@ impl Record for PartRecord {}
 impl Record for ObjectRecord {
     fn encode(&self) -> Vec<u8> {
         let tagged = !self.tags.is_empty();
-        let mut out = vec![if tagged { FORMAT_V2 } else { FORMAT_V1 }];
+        let versioned = self.version_seq != 0 || self.version_flags != 0;
+        let v = match (versioned, tagged) {
+            (true, _) => FORMAT_V3,
+            (false, true) => FORMAT_V2,
+            (false, false) => FORMAT_V1,
+        };
+        let mut out = vec![v];
         out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
-        if tagged {
+        if tagged || versioned {
             out.extend(postcard::to_stdvec(&self.tags).expect("postcard encodes plain structs"));
+        }
+        if versioned {
+            out.extend(
+                postcard::to_stdvec(&(self.version_seq, self.version_flags))
+                    .expect("postcard encodes plain structs"),
+            );
         }
         out
     }
@@ -91,10 +133,16 @@ impl Record for ObjectRecord {
     fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
         match version {
             FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
-            FORMAT_V2 => {
-                let (mut rec, tags): (ObjectRecord, &[u8]) =
+            FORMAT_V2 | FORMAT_V3 => {
+                let (mut rec, rest): (ObjectRecord, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-                rec.tags = postcard::from_bytes(tags).map_err(|e| e.to_string())?;
+                let (tags, rest): (Vec<(String, String)>, &[u8]) =
+                    postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
+                rec.tags = tags;
+                if version == FORMAT_V3 {
+                    (rec.version_seq, rec.version_flags) =
+                        postcard::from_bytes(rest).map_err(|e| e.to_string())?;
+                }
                 Ok(rec)
             }
             v => Err(format!("unknown index record version {v}")),
@@ -151,7 +199,20 @@ pub struct ObjectRecord {
     /// after them, in a version-2 entry, when there are any.
     #[serde(skip)]
     pub tags: Vec<(String, String)>,
+    /// The version's place in its key's history (microseconds, strictly increasing per key);
+    /// 0 for an object written while its bucket had no versioning (S3's "null" version).
+    /// Encoded after the tags, in a version-3 entry, like `version_flags`.
+    #[serde(skip)]
+    pub version_seq: u64,
+    /// [`VERSION_NULL`], [`VERSION_DELETE_MARKER`].
+    #[serde(skip)]
+    pub version_flags: u8,
 }
+
+/// The version is S3's "null" version (written while versioning was suspended).
+pub const VERSION_NULL: u8 = 1;
+/// The version is a delete marker: no bytes, it hides the versions under it.
+pub const VERSION_DELETE_MARKER: u8 = 2;
 
 /// Asks the CPU to start loading the cache lines of the `len` bytes at `p`: a hint, which
 /// never faults and never waits, for code about to touch many scattered records (a batch GET of
@@ -177,6 +238,35 @@ pub fn prefetch_bytes(p: *const u8, len: usize) {
 }
 
 impl ObjectRecord {
+    /// Whether this is S3's "null" version of its key (written without versioning, or while
+    /// it was suspended).
+    pub fn is_null_version(&self) -> bool {
+        self.version_seq == 0 || self.version_flags & VERSION_NULL != 0
+    }
+
+    pub fn is_delete_marker(&self) -> bool {
+        self.version_flags & VERSION_DELETE_MARKER != 0
+    }
+
+    /// The version id S3 clients see: `null`, or the sequence as 16 hex digits.
+    pub fn version_id(&self) -> String {
+        if self.is_null_version() {
+            "null".to_string()
+        } else {
+            format!("{:016x}", self.version_seq)
+        }
+    }
+
+    /// The sequence a version id names (`None` for `null` or a malformed id).
+    pub fn parse_version_id(id: &str) -> Option<u64> {
+        if id.len() != 16 {
+            return None;
+        }
+        u64::from_str_radix(id, 16)
+            .ok()
+            .filter(|s| *s != 0 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+    }
+
     /// Starts loading a shared record's own bytes (and its reference counts) into the CPU
     /// caches. Call it some records ahead of use, then [`prefetch_heap`](Self::prefetch_heap).
     pub fn prefetch(rec: &std::sync::Arc<ObjectRecord>) {
@@ -236,6 +326,9 @@ pub struct BucketRecord {
     pub created_ms: i64,
     /// Anonymous (unsigned) reads allowed: set by the `public-read` canned ACL.
     pub public_read: bool,
+    /// 0 never versioned, 1 enabled, 2 suspended. Encoded after the rest, in version 2 only.
+    #[serde(skip)]
+    pub versioning: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -42,6 +42,7 @@ pub trait WriteGate: Send + Sync {
 
 pub(crate) const CF_BUCKETS: &str = "buckets";
 pub(crate) const CF_OBJECTS: &str = "objects";
+pub(crate) const CF_VERSIONS: &str = "versions";
 pub(crate) const CF_UPLOADS: &str = "uploads";
 pub(crate) const CF_PARTS: &str = "parts";
 pub(crate) const CF_KEYS: &str = "keys";
@@ -145,6 +146,7 @@ impl RocksIndex {
             cf(CF_KEYS, false),
             cf(CF_META, false),
             cf(CF_MEMBERS, true),
+            cf(CF_VERSIONS, false),
         ];
         cfs
     }

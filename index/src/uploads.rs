@@ -1,7 +1,7 @@
 //! Column families `uploads` and `parts`: multipart uploads and their parts, and their listing.
 
 use crate::layout::{object_key, part_key, prefix_successor, upload_key};
-use crate::objects::bytes_identity;
+use crate::objects::{ObjectOp, bytes_identity};
 use crate::records::{ObjectRecord, PartRecord, UploadRecord};
 use crate::{
     CF_OBJECTS, CF_PARTS, CF_UPLOADS, IndexError, IndexWrite, Result, RocksIndex, records,
@@ -80,10 +80,17 @@ impl RocksIndex {
     }
 
     /// Commits a completed multipart upload: the object appears and the upload with its parts
-    /// disappears in one atomic, synced write batch.
-    pub fn complete_upload(&self, upload: &UploadRecord, object: &ObjectRecord) -> Result<()> {
+    /// disappears in one atomic, synced write batch, together with `history` (the
+    /// [`ObjectOp::PutVersion`] and [`ObjectOp::DeleteVersion`] ops of a versioned bucket).
+    pub fn complete_upload(
+        &self,
+        upload: &UploadRecord,
+        object: &ObjectRecord,
+        history: &[ObjectOp],
+    ) -> Result<()> {
         let mut batch = WriteBatch::default();
         self.delete_upload_into(&mut batch, upload)?;
+        self.history_into(&mut batch, history);
         let k = object_key(upload.bucket_id, &upload.key);
         self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
         batch.put_cf(self.cf(CF_OBJECTS), &k, records::encode(object));

@@ -25,9 +25,10 @@ pub use source::ByteSource;
 pub mod types;
 
 pub use types::{
-    Bucket, BucketConfig, CompletePart, Identity, ListQuery, NewBucket, NewUpload, ObjectAttrs,
-    ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion, PART_BYTES_MIN, Part,
-    PutObject, PutPart, Upload, UploadPage, UploadQuery, WriteCondition, etag_matches,
+    Bucket, BucketConfig, CompletePart, Deleted, FoundVersion, Identity, ListQuery, NewBucket,
+    NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion,
+    PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage, UploadQuery, VersionPage,
+    VersionQuery, VersionSummary, Versioning, WriteCondition, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that
@@ -63,6 +64,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Deletes an empty bucket and its configuration; `BucketNotEmpty` if it holds objects
     /// or uploads in progress.
     async fn delete_bucket(&self, bucket: &Bucket) -> StoreResult<()>;
+    /// Sets the bucket's versioning (`Enabled` or `Suspended`); `Invalid` for `Unversioned`
+    /// (S3 has no way back), or from a store that cannot keep versions (the text says so).
+    async fn set_versioning(&self, bucket: &Bucket, state: Versioning) -> StoreResult<()>;
     /// Sets or clears anonymous read access (the `public-read` canned ACL).
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()>;
     /// Replaces the bucket's lifecycle rules.
@@ -128,8 +132,33 @@ pub trait ObjectStore: Send + Sync + 'static {
         condition: &WriteCondition,
         edit: AttrEdit,
     ) -> StoreResult<ObjectInfo>;
-    /// Deletes an object (durable before this returns); deleting a missing key succeeds.
-    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()>;
+    /// Deletes a key's object (durable before this returns); deleting a missing key succeeds.
+    /// In a versioned bucket it adds a delete marker instead (the `null` one when suspended),
+    /// and the versions under it stay.
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted>;
+    /// One version of a key by id (`null` included); `version_id: None` asks for the latest,
+    /// which may be a delete marker. `None` if there is no such version; `Invalid` for an id
+    /// this store never makes.
+    async fn find_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> StoreResult<Option<FoundVersion>>;
+    /// Removes one version for good (an object or a delete marker); the newest remaining
+    /// becomes current. A version that does not exist is not an error (nothing is removed).
+    async fn delete_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+    ) -> StoreResult<Deleted>;
+    /// One page of the bucket's versions and delete markers.
+    async fn list_versions(
+        &self,
+        bucket: &Bucket,
+        query: &VersionQuery,
+    ) -> StoreResult<VersionPage>;
 
     // ---- multipart uploads
 

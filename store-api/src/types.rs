@@ -13,6 +13,74 @@ pub struct Bucket {
     pub created_ms: i64,
     /// Anonymous (unsigned) reads allowed: set by the `public-read` canned ACL.
     pub public_read: bool,
+    pub versioning: Versioning,
+}
+
+/// A bucket's versioning state (PutBucketVersioning). Once set, a bucket never returns to
+/// `Unversioned`, as in S3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Versioning {
+    /// Never set: a write replaces the key's object, a delete removes it.
+    #[default]
+    Unversioned,
+    /// A write keeps the version it replaces; a delete adds a delete marker.
+    Enabled,
+    /// Writes and deletes make the key's "null" version (replacing an earlier null one);
+    /// versions made while enabled stay.
+    Suspended,
+}
+
+/// What a DeleteObject did: the version it made (a delete marker) or removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deleted {
+    /// `None` in a bucket that never had versioning.
+    pub version_id: Option<String>,
+    /// The version made, or the one removed, is a delete marker.
+    pub delete_marker: bool,
+}
+
+/// A version named by its id.
+#[derive(Debug, Clone)]
+pub enum FoundVersion {
+    Object(Box<ObjectInfo>),
+    DeleteMarker {
+        version_id: String,
+        last_modified_ms: i64,
+    },
+}
+
+/// One page of a bucket's versions (ListObjectVersions): keys in byte order, each key's
+/// versions newest first.
+#[derive(Debug, Clone, Default)]
+pub struct VersionQuery {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    /// Resume after this key (all of its versions), or, with `version_id_marker`, after that
+    /// version of it.
+    pub key_marker: Option<String>,
+    pub version_id_marker: Option<String>,
+    /// Most versions plus common prefixes in the page (at least 1).
+    pub max_keys: usize,
+}
+
+/// A version as a listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionSummary {
+    /// Key, size, ETag, ... (size 0 and an empty ETag for a delete marker).
+    pub object: ObjectSummary,
+    pub version_id: String,
+    pub is_latest: bool,
+    pub delete_marker: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct VersionPage {
+    pub versions: Vec<VersionSummary>,
+    pub common_prefixes: Vec<String>,
+    pub truncated: bool,
+    /// Where the next page starts (S3's NextKeyMarker and NextVersionIdMarker).
+    pub next_key_marker: Option<String>,
+    pub next_version_id_marker: Option<String>,
 }
 
 /// A bucket configuration kept as a document the store does not read: the S3 layer checks it
@@ -146,6 +214,9 @@ pub struct ObjectInfo {
     pub checksum: Option<ObjectChecksum>,
     /// Sizes of the parts of a multipart object, in order (empty otherwise).
     pub part_sizes: Vec<u64>,
+    /// The S3 version id (`null` or an opaque id); `None` in a bucket that never had
+    /// versioning, where S3 shows none.
+    pub version_id: Option<String>,
     pub version: ObjectVersion,
 }
 

@@ -43,8 +43,9 @@ pub struct CompactReport {
     pub segments_chosen: u64,
     /// Segments removed.
     pub segments_removed: u64,
-    /// Chosen segments kept because an in-progress multipart upload's parts live there, or
-    /// something still referenced them after the move (a failed read, say).
+    /// Chosen segments kept because an in-progress multipart upload's parts or a noncurrent
+    /// version live there, or something still referenced them after the move (a failed
+    /// read, say).
     pub segments_kept: u64,
     pub records_moved: u64,
     pub bytes_moved: u64,
@@ -64,30 +65,38 @@ fn record_bytes(c: &ChunkRef) -> u64 {
     RECORD_HEADER_BYTES as u64 + u64::from(c.len)
 }
 
-/// Bytes referenced per segment, and the segments holding in-progress multipart parts.
+/// Bytes referenced per segment, and the segments compaction must leave alone: those holding
+/// in-progress multipart parts or noncurrent versions (compaction relocates current objects
+/// only, so a segment with a version's bytes stays until the version is deleted).
 fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
     let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
-    let mut part_segments = HashSet::new();
+    let pinned = std::cell::RefCell::new(HashSet::new());
     let mut objects = 0u64;
+    let count = |chunks: &[ChunkRef], pin: bool| {
+        let mut live = live.borrow_mut();
+        for c in chunks {
+            *live.entry(c.segment_id).or_default() += record_bytes(c);
+            if pin {
+                pinned.borrow_mut().insert(c.segment_id);
+            }
+        }
+    };
     engine.index.scan_references(
         |_, _, obj| {
             objects += 1;
-            let mut live = live.borrow_mut();
-            for c in &obj.chunks {
-                *live.entry(c.segment_id).or_default() += record_bytes(c);
-            }
+            count(&obj.chunks, false);
+            Ok(())
+        },
+        |_, _, version| {
+            count(&version.chunks, true);
             Ok(())
         },
         |_, part| {
-            let mut live = live.borrow_mut();
-            for c in &part.chunks {
-                *live.entry(c.segment_id).or_default() += record_bytes(c);
-                part_segments.insert(c.segment_id);
-            }
+            count(&part.chunks, true);
             Ok(())
         },
     )?;
-    Ok((live.into_inner(), part_segments, objects))
+    Ok((live.into_inner(), pinned.into_inner(), objects))
 }
 
 /// Starts a compaction as the admin job `JobKind::Compact` (followed with a progress bar:

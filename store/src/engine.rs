@@ -25,7 +25,7 @@ use packrat_index::{
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::{ByteSource, Clock};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
-use packrat_store_api::{WriteCondition, etag_matches};
+use packrat_store_api::{Versioning, WriteCondition, etag_matches};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -146,6 +146,8 @@ pub struct Engine {
     pub(crate) compaction_job: crate::job::Job<crate::compact::CompactReport>,
     /// Storage tiers and the catalog of segments that live on them (`tier.rs`).
     pub(crate) tiers: Arc<crate::tier::Tiers>,
+    /// The last version sequence handed out (`versions.rs`).
+    pub(crate) last_version_seq: std::sync::atomic::AtomicU64,
 }
 
 /// A thread that is waited for when this is dropped.
@@ -282,6 +284,7 @@ impl Engine {
             scrub: Default::default(),
             compaction_job: Default::default(),
             tiers: Arc::new(tiers),
+            last_version_seq: Default::default(),
         }
     }
 
@@ -373,7 +376,7 @@ impl Engine {
     }
 
     /// [`Self::lock_key`], also returning the lock stripe (for a writer that then enqueues).
-    async fn lock_key_current(
+    pub(crate) async fn lock_key_current(
         &self,
         bucket_id: u64,
         key: &str,
@@ -430,7 +433,7 @@ impl Engine {
     /// Commits ops under the key locks `guards` (of `stripes`): the job is enqueued while the
     /// locks are held, which fixes its order among the keys' writes, then the locks are released
     /// and the caller waits for durability without them.
-    async fn commit_locked<G>(
+    pub(crate) async fn commit_locked<G>(
         &self,
         guards: G,
         ticket: Option<WriteTicket>,
@@ -583,15 +586,23 @@ impl Engine {
     }
 
     /// Step 3: publish an object under its key, together with the durability of its records.
+    /// In a versioned bucket, `rec` gets its version here, and the version it replaces is kept.
     pub async fn commit_object(
         self: &Arc<Self>,
         bucket_id: u64,
         key: &str,
-        rec: ObjectRecord,
+        rec: &mut ObjectRecord,
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
+        versioning: Versioning,
     ) -> EngineResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
+        if versioning != Versioning::Unversioned {
+            self.quiesce(&[stripe]).await;
+            self.check_write_condition(bucket_id, key, cond)?;
+            let ops = self.versioned_put_ops(bucket_id, key, versioning, rec)?;
+            return self.commit_locked(guard, ticket, ops, &[stripe]).await;
+        }
         if cond.if_none_match_any || cond.if_match.is_some() {
             self.quiesce(&[stripe]).await;
             self.check_write_condition(bucket_id, key, cond)?;
@@ -599,7 +610,7 @@ impl Engine {
         let op = ObjectOp::Put {
             bucket_id,
             key: key.to_string(),
-            record: Box::new(rec),
+            record: Box::new(rec.clone()),
         };
         self.commit_locked(guard, ticket, vec![op], &[stripe]).await
     }
@@ -746,16 +757,26 @@ impl Engine {
         key: &str,
         upload_id: &str,
         cond: &WriteCondition,
+        versioning: Versioning,
         assemble: impl FnOnce(&UploadRecord, &[PartRecord]) -> EngineResult<ObjectRecord>,
     ) -> EngineResult<ObjectRecord> {
         let _g = self.lock_key(bucket_id, key).await;
         let upload = self.upload_record(bucket_id, key, upload_id)?;
         let stored = self.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
-        let rec = assemble(&upload, &stored)?;
+        let mut rec = assemble(&upload, &stored)?;
         self.check_write_condition(bucket_id, key, cond)?;
+        let history = match versioning {
+            Versioning::Unversioned => Vec::new(),
+            // The new object's own Put is written by `complete_upload` below.
+            v => {
+                let mut ops = self.versioned_put_ops(bucket_id, key, v, &mut rec)?;
+                ops.pop();
+                ops
+            }
+        };
         let engine = self.clone();
         let written = rec.clone();
-        blocking(move || Ok(engine.index.complete_upload(&upload, &written)?)).await?;
+        blocking(move || Ok(engine.index.complete_upload(&upload, &written, &history)?)).await?;
         Ok(rec)
     }
 

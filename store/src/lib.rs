@@ -33,6 +33,7 @@ pub mod meta;
 pub mod multipart;
 pub mod tier;
 pub mod verify;
+pub(crate) mod versions;
 
 pub use error::{EngineError, EngineResult};
 pub use local::LocalStore;

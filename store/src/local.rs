@@ -7,6 +7,7 @@ use crate::engine::{Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
 use crate::master_key::MasterKey;
 use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
+use crate::versions::VersionId;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
@@ -16,7 +17,7 @@ use packrat_chunk_store::{
 use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
 };
-use packrat_index::{IndexWrite, RocksIndex, WriteGate};
+use packrat_index::{IndexWrite, RocksIndex, VersionCursor, WriteGate};
 use packrat_store_api::Clock;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
@@ -28,6 +29,9 @@ use packrat_store_api::{
     NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead, ObjectStore,
     ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, Upload,
     UploadPage, UploadQuery, WriteCondition,
+};
+use packrat_store_api::{
+    Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
 };
 use packrat_tiering::TierSpec;
 use std::path::PathBuf;
@@ -342,6 +346,11 @@ fn bucket_of(r: BucketRecord) -> Bucket {
         owner_name: r.owner_name,
         created_ms: r.created_ms,
         public_read: r.public_read,
+        versioning: match r.versioning {
+            1 => Versioning::Enabled,
+            2 => Versioning::Suspended,
+            _ => Versioning::Unversioned,
+        },
     }
 }
 
@@ -353,6 +362,11 @@ fn record_of(b: &Bucket) -> BucketRecord {
         owner_name: b.owner_name.clone(),
         created_ms: b.created_ms,
         public_read: b.public_read,
+        versioning: match b.versioning {
+            Versioning::Unversioned => 0,
+            Versioning::Enabled => 1,
+            Versioning::Suspended => 2,
+        },
     }
 }
 
@@ -380,9 +394,11 @@ fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
     }
 }
 
-/// What HEAD and GET show of a record; the record itself rides along as the version.
-fn info_of(rec: Arc<ObjectRecord>) -> ObjectInfo {
+/// What HEAD and GET show of a record of `bucket`; the record itself rides along as the
+/// version.
+fn info_of(rec: Arc<ObjectRecord>, bucket: &Bucket) -> ObjectInfo {
     ObjectInfo {
+        version_id: (bucket.versioning != Versioning::Unversioned).then(|| rec.version_id()),
         size: rec.size,
         etag: rec.etag.clone(),
         attrs: attrs_of(&rec),
@@ -535,12 +551,18 @@ impl LocalStore {
             .engine
             .write_stream(body, put.checksum, put.expected_checksum, put.content_md5)
             .await?;
-        let rec = new_record(&w, put.attrs);
-        let info = info_of(Arc::new(rec.clone()));
+        let mut rec = new_record(&w, put.attrs);
         self.engine
-            .commit_object(bucket.id, key, rec, w.ticket, &put.condition)
+            .commit_object(
+                bucket.id,
+                key,
+                &mut rec,
+                w.ticket,
+                &put.condition,
+                bucket.versioning,
+            )
             .await?;
-        Ok(info)
+        Ok(info_of(Arc::new(rec), bucket))
     }
 }
 
@@ -572,6 +594,7 @@ impl ObjectStore for LocalStore {
                         owner_name: new.owner_name,
                         created_ms: new.created_ms,
                         public_read: new.public_read,
+                        versioning: 0,
                     })?)
             })
             .await;
@@ -593,6 +616,21 @@ impl ObjectStore for LocalStore {
             .await;
         self.engine.forget_bucket(&bucket.name);
         deleted
+    }
+
+    async fn set_versioning(&self, bucket: &Bucket, state: Versioning) -> StoreResult<()> {
+        if state == Versioning::Unversioned {
+            return Err(StoreError::Invalid(
+                "a bucket's versioning can be Enabled or Suspended, never turned off".into(),
+            ));
+        }
+        let rec = record_of(&Bucket {
+            versioning: state,
+            ..bucket.clone()
+        });
+        let updated = self.run(move |e| Ok(e.index.update_bucket(&rec)?)).await;
+        self.engine.forget_bucket(&bucket.name);
+        updated
     }
 
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
@@ -664,7 +702,7 @@ impl ObjectStore for LocalStore {
             .index
             .get_object_shared(bucket.id, key)
             .map_err(EngineError::from)?;
-        Ok(rec.map(info_of))
+        Ok(rec.map(|r| info_of(r, bucket)))
     }
 
     fn read_object(
@@ -748,11 +786,147 @@ impl ObjectStore for LocalStore {
                 set_attrs(rec, attrs);
             })
             .await?;
-        Ok(info_of(Arc::new(rec)))
+        Ok(info_of(Arc::new(rec), bucket))
     }
 
-    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<()> {
-        Ok(self.engine.delete_object(bucket.id, key).await?)
+    async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted> {
+        if bucket.versioning == Versioning::Unversioned {
+            self.engine.delete_object(bucket.id, key).await?;
+            return Ok(Deleted::default());
+        }
+        let deleted = self
+            .engine
+            .delete_versioned(bucket.id, key, bucket.versioning, None)
+            .await?;
+        Ok(deleted.unwrap_or_default())
+    }
+
+    async fn find_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+    ) -> StoreResult<Option<FoundVersion>> {
+        let id = version_id.map(VersionId::parse).transpose()?;
+        let found = if bucket.versioning == Versioning::Unversioned {
+            // Every object is the null version; no other version exists.
+            match id {
+                None | Some(VersionId::Null) => self.engine.index.get_object(bucket.id, key),
+                Some(VersionId::Seq(_)) => Ok(None),
+            }
+            .map_err(EngineError::from)?
+        } else {
+            let (e, key, bucket_id) = (self.engine.clone(), key.to_string(), bucket.id);
+            blocking(move || match id {
+                None => e.latest_version(bucket_id, &key),
+                Some(id) => Ok(e.locate_version(bucket_id, &key, id)?.map(|l| l.record)),
+            })
+            .await?
+        };
+        let shown = Bucket {
+            versioning: if version_id.is_some() {
+                Versioning::Enabled
+            } else {
+                bucket.versioning
+            },
+            ..bucket.clone()
+        };
+        Ok(found.map(|rec| {
+            if rec.is_delete_marker() {
+                FoundVersion::DeleteMarker {
+                    version_id: rec.version_id(),
+                    last_modified_ms: rec.last_modified_ms,
+                }
+            } else {
+                FoundVersion::Object(Box::new(info_of(Arc::new(rec), &shown)))
+            }
+        }))
+    }
+
+    async fn delete_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+    ) -> StoreResult<Deleted> {
+        let id = VersionId::parse(version_id)?;
+        if bucket.versioning == Versioning::Unversioned {
+            if id == VersionId::Null {
+                self.engine.delete_object(bucket.id, key).await?;
+            }
+            return Ok(Deleted {
+                version_id: Some(version_id.to_string()),
+                delete_marker: false,
+            });
+        }
+        Ok(self
+            .engine
+            .delete_version(bucket.id, key, id, version_id)
+            .await?)
+    }
+
+    async fn list_versions(
+        &self,
+        bucket: &Bucket,
+        query: &VersionQuery,
+    ) -> StoreResult<VersionPage> {
+        let (e, q, bucket_id) = (self.engine.clone(), query.clone(), bucket.id);
+        blocking(move || {
+            let cursor = match (&q.key_marker, &q.version_id_marker) {
+                (None, _) => None,
+                (Some(k), None) => Some(VersionCursor::AfterKey(k.clone())),
+                (Some(k), Some(v)) => {
+                    let id = VersionId::parse(v)?;
+                    Some(match e.locate_version(bucket_id, k, id)? {
+                        Some(l) if l.current => VersionCursor::AfterCurrent(k.clone()),
+                        Some(l) => VersionCursor::AfterSeq(k.clone(), l.record.version_seq),
+                        // A version gone since: resume after the sequence it named.
+                        None => match id {
+                            VersionId::Seq(s) => VersionCursor::AfterSeq(k.clone(), s),
+                            VersionId::Null => VersionCursor::AfterKey(k.clone()),
+                        },
+                    })
+                }
+            };
+            let page = e.index.list_versions(
+                bucket_id,
+                &q.prefix,
+                q.delimiter.as_deref(),
+                cursor.as_ref(),
+                q.max_keys.max(1),
+            )?;
+            let mut out = VersionPage {
+                common_prefixes: page.common_prefixes,
+                truncated: page.truncated,
+                ..Default::default()
+            };
+            for (key, rec, is_latest) in page.versions {
+                let mut object = summary_of(key, &rec);
+                if rec.is_delete_marker() {
+                    object.etag.clear();
+                }
+                out.versions.push(VersionSummary {
+                    object,
+                    version_id: rec.version_id(),
+                    is_latest,
+                    delete_marker: rec.is_delete_marker(),
+                });
+            }
+            if out.truncated {
+                match page.next {
+                    Some(VersionCursor::AfterKey(k)) => out.next_key_marker = Some(k),
+                    Some(VersionCursor::AfterCurrent(k) | VersionCursor::AfterSeq(k, _)) => {
+                        out.next_version_id_marker =
+                            out.versions.last().map(|v| v.version_id.clone());
+                        out.next_key_marker = Some(k);
+                    }
+                    None => {}
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(Into::into)
     }
 
     async fn create_upload(
@@ -858,11 +1032,16 @@ impl ObjectStore for LocalStore {
         let now = self.engine.clock.now_ms();
         let rec = self
             .engine
-            .complete_upload(bucket.id, key, upload_id, condition, |upload, stored| {
-                multipart::assemble(upload, stored, &parts, now)
-            })
+            .complete_upload(
+                bucket.id,
+                key,
+                upload_id,
+                condition,
+                bucket.versioning,
+                |upload, stored| multipart::assemble(upload, stored, &parts, now),
+            )
             .await?;
-        Ok(info_of(Arc::new(rec)))
+        Ok(info_of(Arc::new(rec), bucket))
     }
 
     async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {
@@ -967,6 +1146,11 @@ impl ObjectStore for LocalStore {
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
+        if bucket.versioning != Versioning::Unversioned {
+            return Err(StoreError::Invalid(
+                "batch PUT into a bucket with versioning is not supported (it would replace versions without keeping them); use PutObject".into(),
+            ));
+        }
         Ok(Box::new(crate::batch::LocalBatchWriter::new(
             self.engine.clone(),
             bucket.id,

@@ -147,6 +147,7 @@ pub fn assemble(
             })
             .collect(),
         tags,
+        ..Default::default()
     })
 }
 

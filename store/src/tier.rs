@@ -692,10 +692,32 @@ async fn apply_lifecycle(
         Ok(out)
     })
     .await?;
+    // In a versioned bucket an expiration adds a delete marker, as in S3: the data stays as a
+    // noncurrent version.
+    let versioning: HashMap<u64, u8> = engine
+        .index
+        .list_buckets()?
+        .into_iter()
+        .map(|b| (b.id, b.versioning))
+        .collect();
     for (bucket_id, key, rid, action) in actions {
         match action {
             Action::Expire => {
-                if engine.delete_if_unchanged(bucket_id, &key, rid).await? {
+                let expired = match versioning.get(&bucket_id).copied().unwrap_or(0) {
+                    0 => engine.delete_if_unchanged(bucket_id, &key, rid).await?,
+                    v => {
+                        let mode = if v == 1 {
+                            packrat_store_api::Versioning::Enabled
+                        } else {
+                            packrat_store_api::Versioning::Suspended
+                        };
+                        engine
+                            .delete_versioned(bucket_id, &key, mode, Some(rid))
+                            .await?
+                            .is_some()
+                    }
+                };
+                if expired {
                     report.lifecycle_expirations += 1;
                 }
             }
@@ -956,20 +978,24 @@ async fn move_to_nvme(
 
 /// Deletes tier segments no object references (everything in them was moved back,
 /// overwritten or deleted, or a crash stopped their move before any object pointed there).
+/// Noncurrent versions count: one may point at a tier segment its object moved to before it
+/// was replaced.
 async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> EngineResult<()> {
     let e = engine.clone();
     let referenced: HashSet<u64> = blocking(move || {
-        let mut out = HashSet::new();
-        e.index.for_each_object(|_, _, obj| {
-            out.extend(
+        let out = std::cell::RefCell::new(HashSet::new());
+        let note = |obj: ObjectRecord| {
+            out.borrow_mut().extend(
                 obj.chunks
                     .iter()
                     .filter(|c| is_tier_segment(c.segment_id))
                     .map(|c| c.segment_id),
             );
             Ok(())
-        })?;
-        Ok(out)
+        };
+        e.index
+            .scan_references(|_, _, obj| note(obj), |_, _, obj| note(obj), |_, _| Ok(()))?;
+        Ok(out.into_inner())
     })
     .await?;
     let unused: Vec<(u64, TierSegment)> = engine

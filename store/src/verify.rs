@@ -8,7 +8,7 @@
 use packrat_chunk_store::{
     ChunkStore, ChunkStoreOptions, RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES,
 };
-use packrat_index::{ChunkRef, RocksIndex};
+use packrat_index::{ChunkRef, ObjectRecord, RocksIndex};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
@@ -120,30 +120,44 @@ pub fn run(
     let buckets: HashSet<u64> = index.bucket_ids().map_err(|e| e.to_string())?;
     ck.report.buckets = buckets.len() as u64;
     let ck_cell = std::cell::RefCell::new(&mut ck);
+    // An object's current version, or (`version` set) a noncurrent one or a delete marker.
+    let visit = |bucket_id: u64, what: String, obj: ObjectRecord| {
+        let mut ck = ck_cell.borrow_mut();
+        ck.report.objects += 1;
+        ck.report.object_bytes += obj.size;
+        if !buckets.contains(&bucket_id) {
+            ck.report.orphaned_objects += 1;
+            ck.report
+                .problem(format!("{what}: its bucket does not exist"));
+        }
+        let sum: u64 = obj.chunks.iter().map(|c| u64::from(c.len)).sum();
+        if sum != obj.size {
+            ck.report.problem(format!(
+                "{what}: size {} but chunks hold {sum} bytes",
+                obj.size
+            ));
+        }
+        let ids: Vec<([u8; 16], u32)> = (0..obj.chunks.len())
+            .map(|i| obj.chunk_identity(i))
+            .collect();
+        ck.chunks(&what, &ids, &obj.chunks);
+        Ok(())
+    };
     index
         .scan_references(
             |bucket_id, key, obj| {
-                let mut ck = ck_cell.borrow_mut();
-                ck.report.objects += 1;
-                ck.report.object_bytes += obj.size;
-                let what = format!("object {key:?} (bucket id {bucket_id})");
-                if !buckets.contains(&bucket_id) {
-                    ck.report.orphaned_objects += 1;
-                    ck.report
-                        .problem(format!("{what}: its bucket does not exist"));
-                }
-                let sum: u64 = obj.chunks.iter().map(|c| u64::from(c.len)).sum();
-                if sum != obj.size {
-                    ck.report.problem(format!(
-                        "{what}: size {} but chunks hold {sum} bytes",
-                        obj.size
-                    ));
-                }
-                let ids: Vec<([u8; 16], u32)> = (0..obj.chunks.len())
-                    .map(|i| obj.chunk_identity(i))
-                    .collect();
-                ck.chunks(&what, &ids, &obj.chunks);
-                Ok(())
+                visit(
+                    bucket_id,
+                    format!("object {key:?} (bucket id {bucket_id})"),
+                    obj,
+                )
+            },
+            |bucket_id, key, obj| {
+                let what = format!(
+                    "version {} of {key:?} (bucket id {bucket_id})",
+                    obj.version_id()
+                );
+                visit(bucket_id, what, obj)
             },
             |upload_id, part| {
                 let mut ck = ck_cell.borrow_mut();

@@ -137,7 +137,7 @@ fn run(layout: Layout, rule: Value) -> Outcome {
             let (what, key, new, result) = match i % 8 {
                 6 if !live.is_empty() => {
                     let key = live[i % live.len()].clone();
-                    let r = store.delete_object(&b, &key).await;
+                    let r = store.delete_object(&b, &key).await.map(|_| ());
                     ("delete", key, None, r)
                 }
                 5 if !live.is_empty() => {

@@ -157,7 +157,7 @@ fn run_seed(seed: u64, layout: Layout, plant: Option<(bool, bool)>) -> Result<Ou
                     (what, key, Some(data), r.map(|_| ()))
                 } else if pick < 90 {
                     let key = keys[rng.below(keys.len() as u64) as usize].clone();
-                    let r = store.delete_object(&b, &key).await;
+                    let r = store.delete_object(&b, &key).await.map(|_| ());
                     ("delete", key, None, r)
                 } else if layout == Layout::Erasure && pick < 95 {
                     ("seal", String::new(), None, seal(store).await)

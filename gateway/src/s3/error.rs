@@ -50,6 +50,7 @@ pub enum S3ErrorCode {
     NoSuchKey,
     NoSuchLifecycleConfiguration,
     NoSuchUpload,
+    NoSuchVersion,
     NotImplemented,
     NotModified,
     PreconditionFailed,
@@ -115,6 +116,7 @@ impl S3ErrorCode {
             NoSuchKey => ("NoSuchKey", StatusCode::NOT_FOUND),
             NoSuchLifecycleConfiguration => ("NoSuchLifecycleConfiguration", StatusCode::NOT_FOUND),
             NoSuchUpload => ("NoSuchUpload", StatusCode::NOT_FOUND),
+            NoSuchVersion => ("NoSuchVersion", StatusCode::NOT_FOUND),
             NotImplemented => ("NotImplemented", StatusCode::NOT_IMPLEMENTED),
             NotModified => ("NotModified", StatusCode::NOT_MODIFIED),
             PreconditionFailed => ("PreconditionFailed", StatusCode::PRECONDITION_FAILED),
@@ -288,6 +290,7 @@ mod tests {
             (S3ErrorCode::NoSuchKey, "NoSuchKey", 404),
             (S3ErrorCode::NoSuchBucket, "NoSuchBucket", 404),
             (S3ErrorCode::NoSuchUpload, "NoSuchUpload", 404),
+            (S3ErrorCode::NoSuchVersion, "NoSuchVersion", 404),
             (S3ErrorCode::BucketNotEmpty, "BucketNotEmpty", 409),
             (
                 S3ErrorCode::BucketAlreadyOwnedByYou,

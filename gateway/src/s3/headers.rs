@@ -211,14 +211,25 @@ pub fn parse_http_date(s: &str) -> Option<i64> {
 }
 
 /// Parses `x-amz-copy-source` (`bucket/key` or `/bucket/key`, URL-encoded, optionally with
-/// `?versionId=`).
-pub fn copy_source(raw: &str) -> S3Result<(String, String)> {
-    let raw = raw.split_once("?versionId=").map_or(raw, |(p, _)| p);
+/// `?versionId=`): bucket, key and the version named.
+pub fn copy_source(raw: &str) -> S3Result<(String, String, Option<String>)> {
+    let (raw, version) = match raw.split_once("?versionId=") {
+        Some((p, v)) if !v.is_empty() => (p, Some(v.to_string())),
+        Some(_) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "Invalid version id specified",
+            ));
+        }
+        None => (raw, None),
+    };
     let decoded = String::from_utf8(super::sigv4::percent_decode(raw))
         .map_err(|_| err(S3ErrorCode::InvalidArgument, "Invalid copy source encoding"))?;
     let s = decoded.strip_prefix('/').unwrap_or(&decoded);
     match s.split_once('/') {
-        Some((b, k)) if !b.is_empty() && !k.is_empty() => Ok((b.to_string(), k.to_string())),
+        Some((b, k)) if !b.is_empty() && !k.is_empty() => {
+            Ok((b.to_string(), k.to_string(), version))
+        }
         _ => Err(err(
             S3ErrorCode::InvalidArgument,
             "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",

@@ -138,6 +138,15 @@ pub struct CompletedPart {
     pub sha256: Option<String>,
 }
 
+/// PutBucketVersioning's body.
+#[derive(Debug, serde::Deserialize)]
+pub struct VersioningConfiguration {
+    #[serde(rename = "Status")]
+    pub status: Option<String>,
+    #[serde(rename = "MfaDelete")]
+    pub mfa_delete: Option<String>,
+}
+
 #[derive(Debug, serde::Deserialize)]
 pub struct Delete {
     #[serde(rename = "Object", default)]

@@ -311,7 +311,6 @@ const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
     ),
     // Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
     ("ownershipControls", Ok("OwnershipControls")),
-    ("versioning", Ok("VersioningConfiguration")),
     ("logging", Ok("BucketLoggingStatus")),
     ("notification", Ok("NotificationConfiguration")),
     ("accelerate", Ok("AccelerateConfiguration")),

@@ -31,13 +31,12 @@ mod multipart;
 mod objects;
 mod post_object;
 mod tagging;
+mod versions;
 
 type R = S3Result<Response<RespBody>>;
 
 /// Sub-resources packrat does not implement; requests for them answer NotImplemented.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
-    "versioning",
-    "versions",
     "website",
     "encryption",
     "object-lock",
@@ -147,6 +146,11 @@ impl Action {
     }
 
     pub const GET_OBJECT: Self = Self::object("s3:GetObject", Access::Read);
+    pub const GET_OBJECT_VERSION: Self = Self::object("s3:GetObjectVersion", Access::Read);
+    pub const DELETE_OBJECT_VERSION: Self = Self::object("s3:DeleteObjectVersion", Access::Write);
+    pub const LIST_BUCKET_VERSIONS: Self = Self::bucket("s3:ListBucketVersions", Access::Read);
+    pub const GET_BUCKET_VERSIONING: Self = Self::bucket("s3:GetBucketVersioning", Access::Owner);
+    pub const PUT_BUCKET_VERSIONING: Self = Self::bucket("s3:PutBucketVersioning", Access::Write);
     pub const GET_OBJECT_ATTRIBUTES: Self = Self::object("s3:GetObjectAttributes", Access::Read);
     pub const PUT_OBJECT: Self = Self::object("s3:PutObject", Access::Write);
     pub const DELETE_OBJECT: Self = Self::object("s3:DeleteObject", Access::Write);
@@ -499,6 +503,21 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             )),
         );
     }
+    // Object versions are named on reads, copies and deletes; elsewhere a versionId would
+    // be ignored and act on the current version, so it is refused instead.
+    let names_versions = matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
+        && !["tagging", "acl", "uploadId", "uploads"]
+            .iter()
+            .any(|q| req.has_q(q));
+    if req.key.is_some() && req.has_q("versionId") && !names_versions {
+        return (
+            "unsupported",
+            Err(err(
+                S3ErrorCode::NotImplemented,
+                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, CopyObject's source and DeleteObject only",
+            )),
+        );
+    }
     let m = req.method.clone();
     let bucket = req.bucket.clone();
     let key = req.key.clone();
@@ -600,6 +619,18 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                     packrat_store_api::BucketConfig::Cors,
                 )
                 .await,
+            ),
+            Method::PUT if req.has_q("versioning") => (
+                "PutBucketVersioning",
+                versions::handle_put_versioning(state, req, b).await,
+            ),
+            Method::GET if req.has_q("versioning") => (
+                "GetBucketVersioning",
+                versions::handle_get_versioning(state, req, b).await,
+            ),
+            Method::GET if req.has_q("versions") => (
+                "ListObjectVersions",
+                versions::handle_list_versions(state, req, b).await,
             ),
             Method::PUT if req.has_q("lifecycle") => (
                 "PutBucketLifecycleConfiguration",

@@ -230,7 +230,13 @@ pub(super) async fn handle_complete_multipart_upload(
         x.elem("ChecksumType", &c.kind);
     }
     x.close("CompleteMultipartUploadResult");
-    xml_ok(x)
+    with_headers(
+        xml_ok(x),
+        obj.version_id
+            .iter()
+            .map(|v| ("x-amz-version-id", v.clone()))
+            .collect(),
+    )
 }
 
 pub(super) async fn handle_abort_multipart_upload(

@@ -66,7 +66,10 @@ pub(super) async fn handle_put_object(
             ..Default::default()
         };
         let stored = state.store.put_object(&b, key, &mut body, put).await?;
-        let mut rb = Response::builder().header("etag", quoted(&stored.etag));
+        let mut rb = version_header(
+            Response::builder().header("etag", quoted(&stored.etag)),
+            &stored,
+        );
         for (h, v) in answer {
             rb = rb.header(h, v);
         }
@@ -89,33 +92,48 @@ pub(super) async fn handle_put_object(
     };
     let stored = state.store.put_object(&b, key, &mut req.body, put).await?;
     checksum_headers(
-        Response::builder().header("etag", quoted(&stored.etag)),
+        version_header(
+            Response::builder().header("etag", quoted(&stored.etag)),
+            &stored,
+        ),
         &stored.checksum,
     )
     .body(empty())
     .map_err(|e| S3Error::internal("response", e))
 }
 
-/// Loads the copy source and checks the `x-amz-copy-source-if-*` conditions.
+/// `x-amz-version-id` for an object of a bucket that has (had) versioning.
+pub(super) fn version_header(
+    rb: http::response::Builder,
+    obj: &ObjectInfo,
+) -> http::response::Builder {
+    match &obj.version_id {
+        Some(v) => rb.header("x-amz-version-id", v.as_str()),
+        None => rb,
+    }
+}
+
+/// Loads the copy source (its current version, or the one `?versionId=` names) and checks
+/// the `x-amz-copy-source-if-*` conditions.
 pub(super) async fn load_copy_source(
     state: &AppState,
     req: &S3Request,
 ) -> S3Result<(String, String, ObjectInfo)> {
-    let (sb, sk) = headers::copy_source(req.header("x-amz-copy-source").unwrap_or(""))?;
+    let (sb, sk, version) = headers::copy_source(req.header("x-amz-copy-source").unwrap_or(""))?;
     let sbucket = bucket_for(
         state,
         &Facts::of(req),
         req.identity.as_ref(),
         &sb,
-        Action::GET_OBJECT,
+        if version.is_some() {
+            Action::GET_OBJECT_VERSION
+        } else {
+            Action::GET_OBJECT
+        },
         Some(&sk),
     )
     .await?;
-    let src = state
-        .store
-        .head_object(&sbucket, &sk)
-        .await?
-        .ok_or_else(no_such_key)?;
+    let src = versions::read_target(state, &sbucket, &sk, version.as_deref()).await?;
     if !headers::copy_source_conditions_hold(
         &req.headers,
         &src.etag,
@@ -214,7 +232,9 @@ pub(super) async fn handle_copy_object(
         .await;
     }
     sse::set_envelope(&mut attrs.headers, sse::envelope(&src).map(str::to_string));
-    let self_copy = sb == bname && sk == key;
+    // In a versioned bucket a copy onto itself makes a new version, as any write does.
+    let self_copy =
+        sb == bname && sk == key && b.versioning == packrat_store_api::Versioning::Unversioned;
     if self_copy
         && (alg.is_none()
             || src.checksum.as_ref().map(|c| c.algorithm.as_str()) == alg.map(|a| a.name()))
@@ -238,7 +258,7 @@ pub(super) async fn handle_copy_object(
             .await?;
         // What the record holds now (a copy onto itself keeps the bytes there, whatever they
         // became since the source was read).
-        return copy_answer(&rec, sse::stored_headers(&rec));
+        return copy_answer(&rec, &src, sse::stored_headers(&rec));
     }
     let put = PutObject {
         attrs,
@@ -247,7 +267,7 @@ pub(super) async fn handle_copy_object(
         ..Default::default()
     };
     let rec = state.store.copy_object(&src, &b, key, put).await?;
-    copy_answer(&rec, sse::stored_headers(&rec))
+    copy_answer(&rec, &src, sse::stored_headers(&rec))
 }
 
 /// A copy whose bytes change on the way: the source decrypted (if it is encrypted) and the
@@ -281,7 +301,7 @@ async fn copy_through_cipher(
                 ..Default::default()
             };
             let rec = state.store.put_object(b, key, &mut body, put).await?;
-            copy_answer(&rec, answer)
+            copy_answer(&rec, src, answer)
         }
         None => {
             sse::set_envelope(&mut attrs.headers, None);
@@ -292,16 +312,22 @@ async fn copy_through_cipher(
                 ..Default::default()
             };
             let rec = state.store.put_object(b, key, &mut source, put).await?;
-            copy_answer(&rec, Vec::new())
+            copy_answer(&rec, src, Vec::new())
         }
     }
 }
 
-/// CopyObject's answer, with the copy's encryption headers.
-fn copy_answer(rec: &ObjectInfo, encryption: Vec<(&'static str, String)>) -> R {
-    let mut rb = Response::builder()
-        .status(StatusCode::OK)
-        .header("content-type", "application/xml");
+/// CopyObject's answer, with the copy's encryption headers and version ids.
+fn copy_answer(rec: &ObjectInfo, src: &ObjectInfo, encryption: Vec<(&'static str, String)>) -> R {
+    let mut rb = version_header(
+        Response::builder()
+            .status(StatusCode::OK)
+            .header("content-type", "application/xml"),
+        rec,
+    );
+    if let Some(v) = &src.version_id {
+        rb = rb.header("x-amz-copy-source-version-id", v.as_str());
+    }
     for (h, v) in encryption {
         rb = rb.header(h, v);
     }
@@ -329,9 +355,17 @@ pub(super) async fn handle_delete_object(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::DELETE_OBJECT).await?;
-    state.store.delete_object(&b, key).await?;
-    no_content()
+    let deleted = match versions::version_id(req)? {
+        Some(v) => {
+            let b = load_bucket(state, req, bname, Action::DELETE_OBJECT_VERSION).await?;
+            versions::delete_version(state, &b, key, v).await?
+        }
+        None => {
+            let b = load_bucket(state, req, bname, Action::DELETE_OBJECT).await?;
+            state.store.delete_object(&b, key).await?
+        }
+    };
+    with_headers(no_content(), versions::deleted_headers(&deleted))
 }
 
 pub(super) async fn handle_delete_objects(
@@ -356,14 +390,11 @@ pub(super) async fn handle_delete_objects(
         async move {
             if o.key.is_empty() || o.key.len() > config::KEY_BYTES_MAX {
                 Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
-            } else if let Err(e) = check_key(req, b, policy, Action::DELETE_OBJECT, &o.key) {
-                Err(e)
-            } else if o.version_id.as_deref().is_some_and(|v| v != "null") {
-                Err(err(
-                    S3ErrorCode::NotImplemented,
-                    "packrat does not keep object versions",
-                ))
+            } else if let Some(v) = o.version_id.as_deref() {
+                check_key(req, b, policy, Action::DELETE_OBJECT_VERSION, &o.key)?;
+                versions::delete_version(state, b, &o.key, v).await
             } else {
+                check_key(req, b, policy, Action::DELETE_OBJECT, &o.key)?;
                 store.delete_object(b, &o.key).await.map_err(S3Error::from)
             }
         }
@@ -373,12 +404,21 @@ pub(super) async fn handle_delete_objects(
     x.root("DeleteResult");
     for (o, r) in d.objects.iter().zip(results) {
         match r {
-            Ok(()) if !quiet => {
+            Ok(d) if !quiet => {
                 x.open("Deleted");
                 x.elem("Key", &o.key);
+                if let Some(v) = &o.version_id {
+                    x.elem("VersionId", v);
+                }
+                if d.delete_marker {
+                    x.elem("DeleteMarker", "true");
+                    if let Some(v) = d.version_id.as_ref().filter(|_| o.version_id.is_none()) {
+                        x.elem("DeleteMarkerVersionId", v);
+                    }
+                }
                 x.close("Deleted");
             }
-            Ok(()) => {}
+            Ok(_) => {}
             Err(e) => {
                 x.open("Error");
                 x.elem("Key", &o.key);
@@ -418,12 +458,13 @@ pub(super) async fn handle_get_object(
     key: &str,
     head: bool,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::GET_OBJECT).await?;
-    let obj = state
-        .store
-        .head_object(&b, key)
-        .await?
-        .ok_or_else(no_such_key)?;
+    let version = versions::version_id(req)?;
+    let action = match version {
+        Some(_) => Action::GET_OBJECT_VERSION,
+        None => Action::GET_OBJECT,
+    };
+    let b = load_bucket(state, req, bname, action).await?;
+    let obj = versions::read_target(state, &b, key, version).await?;
     let cipher = sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
@@ -481,6 +522,7 @@ pub(super) async fn handle_get_object(
         .header("etag", quoted(&obj.etag))
         .header("last-modified", http_date(obj.attrs.last_modified_ms))
         .header("accept-ranges", "bytes");
+    rb = version_header(rb, &obj);
     if range.is_some() && size > 0 {
         rb = rb.header(
             "content-range",
@@ -721,11 +763,7 @@ pub(super) async fn handle_get_object_attributes(
     };
     let max_parts = number("x-amz-max-parts", 1000)?;
     let marker = number("x-amz-part-number-marker", 0)?;
-    let obj = state
-        .store
-        .head_object(&b, key)
-        .await?
-        .ok_or_else(no_such_key)?;
+    let obj = versions::read_target(state, &b, key, versions::version_id(req)?).await?;
     // An SSE-C object's attributes need its key, as its HEAD does.
     sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     let has = |a: &str| wanted.contains(&a);

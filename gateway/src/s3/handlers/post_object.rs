@@ -314,7 +314,7 @@ pub(super) async fn handle_post_object(
         .get("success_action_redirect")
         .or_else(|| form.get("redirect"))
         .filter(|r| r.starts_with("http://") || r.starts_with("https://"));
-    let builder = Response::builder().header("etag", &etag);
+    let builder = objects::version_header(Response::builder().header("etag", &etag), &stored);
     if let Some(to) = redirect {
         // One Location only: the redirect (a browser refuses an answer with two).
         let sep = if to.contains('?') { '&' } else { '?' };

@@ -1,0 +1,303 @@
+//! Object versioning in the engine: what a write, a delete and a delete-by-version do to a
+//! key's history in a versioned bucket, as index ops committed with the write itself (one
+//! group-commit job, under the key's lock). A bucket that never had versioning never comes
+//! here: its writes take the engine's plain paths, unchanged.
+//!
+//! The key's current version stays in `objects`; what it replaces, and delete markers, go to
+//! `versions` (see `packrat_index::versions`). Sequences are microseconds from the store's
+//! clock, kept strictly increasing per key (and across the engine), so newest-first order is
+//! the order of writes even if the clock steps back.
+
+use crate::engine::Engine;
+use crate::error::{EngineError, EngineResult};
+use packrat_index::records::{VERSION_DELETE_MARKER, VERSION_NULL};
+use packrat_index::{ObjectOp, ObjectRecord};
+use packrat_store_api::{Deleted, StoreError, Versioning};
+use std::sync::atomic::Ordering;
+
+/// Which version a version id names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum VersionId {
+    Null,
+    Seq(u64),
+}
+
+impl VersionId {
+    /// `Invalid` for an id packrat never hands out (S3's "Invalid version id specified").
+    pub(crate) fn parse(id: &str) -> EngineResult<Self> {
+        if id == "null" {
+            return Ok(Self::Null);
+        }
+        ObjectRecord::parse_version_id(id)
+            .map(Self::Seq)
+            .ok_or_else(|| EngineError(StoreError::Invalid("Invalid version id specified".into())))
+    }
+
+    fn names(self, rec: &ObjectRecord) -> bool {
+        match self {
+            Self::Null => rec.is_null_version(),
+            Self::Seq(s) => !rec.is_null_version() && rec.version_seq == s,
+        }
+    }
+}
+
+/// A version found by id: the record, and whether it is the key's current one (in `objects`).
+pub(crate) struct Located {
+    pub record: ObjectRecord,
+    pub current: bool,
+}
+
+impl Engine {
+    /// A sequence above `floor` and above every sequence this engine handed out.
+    fn next_version_seq(&self, floor: u64) -> u64 {
+        let now = (self.clock.now_ms().max(0) as u64).saturating_mul(1000);
+        let mut next = 0;
+        let _ = self
+            .last_version_seq
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
+                next = now.max(last + 1).max(floor + 1);
+                Some(next)
+            });
+        next
+    }
+
+    /// The newest sequence the key has anywhere (0 if none).
+    fn newest_seq(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        current: Option<&ObjectRecord>,
+    ) -> EngineResult<u64> {
+        let newest_kept = self
+            .index
+            .key_versions(bucket_id, key, 1)?
+            .first()
+            .map_or(0, |r| r.version_seq);
+        Ok(current.map_or(0, |c| c.version_seq).max(newest_kept))
+    }
+
+    /// The ops that keep (or, for a null version being replaced while suspended, drop) the
+    /// key's current version before something new takes its place, and drop an older null
+    /// version when a new null one is made. `seq` is the new version's sequence.
+    fn history_ops(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        mode: Versioning,
+        current: Option<ObjectRecord>,
+        seq: u64,
+    ) -> EngineResult<Vec<ObjectOp>> {
+        let mut ops = Vec::new();
+        let suspended = mode == Versioning::Suspended;
+        if let Some(mut cur) = current
+            && !(suspended && cur.is_null_version())
+        {
+            if cur.version_seq == 0 {
+                // Written before versioning: it gets a place just under the new version.
+                cur.version_seq = (cur.last_modified_ms.max(0) as u64 * 1000).clamp(1, seq - 1);
+                cur.version_flags |= VERSION_NULL;
+            }
+            ops.push(ObjectOp::PutVersion {
+                bucket_id,
+                key: key.to_string(),
+                record: Box::new(cur),
+            });
+        }
+        if suspended {
+            for old in self.index.key_versions(bucket_id, key, usize::MAX)? {
+                if old.is_null_version() {
+                    ops.push(ObjectOp::DeleteVersion {
+                        bucket_id,
+                        key: key.to_string(),
+                        seq: old.version_seq,
+                    });
+                }
+            }
+        }
+        Ok(ops)
+    }
+
+    /// The ops of a new current version `rec` of a key in a versioned bucket (its sequence and
+    /// flags are set here). Call under the key's lock with the queue before it applied.
+    pub(crate) fn versioned_put_ops(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        mode: Versioning,
+        rec: &mut ObjectRecord,
+    ) -> EngineResult<Vec<ObjectOp>> {
+        let current = self.index.get_object(bucket_id, key)?;
+        let seq = self.next_version_seq(self.newest_seq(bucket_id, key, current.as_ref())?);
+        rec.version_seq = seq;
+        rec.version_flags = if mode == Versioning::Suspended {
+            VERSION_NULL
+        } else {
+            0
+        };
+        let mut ops = self.history_ops(bucket_id, key, mode, current, seq)?;
+        ops.push(ObjectOp::Put {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(rec.clone()),
+        });
+        Ok(ops)
+    }
+
+    /// A DeleteObject without a version in a versioned bucket: the current version is kept
+    /// (or, if it is the null one while suspended, dropped) and a delete marker becomes the
+    /// latest. With `only_if`, only if the current object is still the one with that record
+    /// id (a lifecycle expiration); `None` if it was not.
+    pub(crate) async fn delete_versioned(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        mode: Versioning,
+        only_if: Option<[u8; 16]>,
+    ) -> EngineResult<Option<Deleted>> {
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
+        let current = self.index.get_object(bucket_id, key)?;
+        if let Some(rid) = only_if
+            && current.as_ref().is_none_or(|c| c.record_id != rid)
+        {
+            return Ok(None);
+        }
+        let seq = self.next_version_seq(self.newest_seq(bucket_id, key, current.as_ref())?);
+        let had_current = current.is_some();
+        let mut ops = self.history_ops(bucket_id, key, mode, current, seq)?;
+        if had_current {
+            ops.push(ObjectOp::Delete {
+                bucket_id,
+                key: key.to_string(),
+            });
+        }
+        let marker = ObjectRecord {
+            version_seq: seq,
+            version_flags: VERSION_DELETE_MARKER
+                | if mode == Versioning::Suspended {
+                    VERSION_NULL
+                } else {
+                    0
+                },
+            last_modified_ms: self.clock.now_ms(),
+            ..Default::default()
+        };
+        let deleted = Deleted {
+            version_id: Some(marker.version_id()),
+            delete_marker: true,
+        };
+        ops.push(ObjectOp::PutVersion {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(marker),
+        });
+        self.commit_locked(guard, None, ops, &[stripe]).await?;
+        Ok(Some(deleted))
+    }
+
+    /// Finds a version of a key by id, current or kept. Reads the index as it is (no lock).
+    pub(crate) fn locate_version(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: VersionId,
+    ) -> EngineResult<Option<Located>> {
+        if let Some(cur) = self.index.get_object(bucket_id, key)?
+            && id.names(&cur)
+        {
+            return Ok(Some(Located {
+                record: cur,
+                current: true,
+            }));
+        }
+        let kept = match id {
+            VersionId::Seq(s) => self
+                .index
+                .get_version(bucket_id, key, s)?
+                .filter(|r| id.names(r)),
+            VersionId::Null => self
+                .index
+                .key_versions(bucket_id, key, usize::MAX)?
+                .into_iter()
+                .find(|r| r.is_null_version()),
+        };
+        Ok(kept.map(|record| Located {
+            record,
+            current: false,
+        }))
+    }
+
+    /// The key's latest version, which may be a delete marker.
+    pub(crate) fn latest_version(
+        &self,
+        bucket_id: u64,
+        key: &str,
+    ) -> EngineResult<Option<ObjectRecord>> {
+        if let Some(cur) = self.index.get_object(bucket_id, key)? {
+            return Ok(Some(cur));
+        }
+        Ok(self
+            .index
+            .key_versions(bucket_id, key, 1)?
+            .into_iter()
+            .next())
+    }
+
+    /// Removes one version for good. When the key is left without a current object, its
+    /// newest remaining version becomes current if it is an object (not a delete marker), as
+    /// in S3.
+    pub(crate) async fn delete_version(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: VersionId,
+        shown_id: &str,
+    ) -> EngineResult<Deleted> {
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
+        let Some(found) = self.locate_version(bucket_id, key, id)? else {
+            return Ok(Deleted {
+                version_id: Some(shown_id.to_string()),
+                delete_marker: false,
+            });
+        };
+        let k = || key.to_string();
+        let mut ops = Vec::new();
+        let current_left = if found.current {
+            ops.push(ObjectOp::Delete {
+                bucket_id,
+                key: k(),
+            });
+            false
+        } else {
+            ops.push(ObjectOp::DeleteVersion {
+                bucket_id,
+                key: k(),
+                seq: found.record.version_seq,
+            });
+            self.index.get_object(bucket_id, key)?.is_some()
+        };
+        if !current_left {
+            let newest = self
+                .index
+                .key_versions(bucket_id, key, 2)?
+                .into_iter()
+                .find(|r| found.current || r.version_seq != found.record.version_seq);
+            if let Some(next) = newest.filter(|r| !r.is_delete_marker()) {
+                ops.push(ObjectOp::DeleteVersion {
+                    bucket_id,
+                    key: k(),
+                    seq: next.version_seq,
+                });
+                ops.push(ObjectOp::Put {
+                    bucket_id,
+                    key: k(),
+                    record: Box::new(next),
+                });
+            }
+        }
+        self.commit_locked(guard, None, ops, &[stripe]).await?;
+        Ok(Deleted {
+            version_id: Some(found.record.version_id()),
+            delete_marker: found.record.is_delete_marker(),
+        })
+    }
+}

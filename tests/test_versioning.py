@@ -1,0 +1,267 @@
+"""Object versioning (issue 20): PutBucketVersioning and GetBucketVersioning, versioned
+overwrite and delete (delete markers), GET, HEAD, copy and delete by versionId,
+ListObjectVersions with paging, suspended buckets and their "null" version, DeleteObjects with
+version ids, a bucket that is not empty while versions remain, and versions that survive a
+restart and a compaction of the segments they live in. boto3 and aws-cli, against a real server.
+
+A bucket that never had versioning behaves as before: no x-amz-version-id, an empty
+GetBucketVersioning, and every object listed as its "null" version."""
+
+import hashlib
+import json
+import os
+import subprocess
+
+import pytest
+from botocore.exceptions import ClientError
+
+import conftest
+from conftest import Server
+from test_awscli import aws
+from test_bucket_policy import code_of
+from test_compaction import admin as compaction_admin
+
+pytestmark = pytest.mark.local_only("versioning is not yet through a cluster gateway (README compatibility table)")
+
+
+def enable(s3, bucket, status="Enabled"):
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": status})
+
+
+def versions_of(s3, bucket, **kw):
+    """Every (key, version id, is latest, is delete marker, size) in listing order, read one
+    small page at a time, so the paging markers are exercised."""
+    out, kw = [], dict(kw)
+    while True:
+        page = s3.list_object_versions(Bucket=bucket, MaxKeys=2, **kw)
+        entries = [(v["Key"], v["VersionId"], v["IsLatest"], False, v["Size"]) for v in page.get("Versions", [])]
+        entries += [(d["Key"], d["VersionId"], d["IsLatest"], True, 0) for d in page.get("DeleteMarkers", [])]
+        out += entries
+        if not page["IsTruncated"]:
+            # boto3 splits pages into versions and markers: put them in key order (within a
+            # key by version id, which grows with time; "null" first).
+            return sorted(out, key=lambda e: (e[0], "" if e[1] == "null" else e[1]))
+        kw["KeyMarker"] = page["NextKeyMarker"]
+        if page.get("NextVersionIdMarker"):
+            kw["VersionIdMarker"] = page["NextVersionIdMarker"]
+        else:
+            kw.pop("VersionIdMarker", None)
+
+
+def remove_every_version(s3, bucket):
+    for v in versions_of(s3, bucket):
+        s3.delete_object(Bucket=bucket, Key=v[0], VersionId=v[1])
+    s3.delete_bucket(Bucket=bucket)
+
+
+def test_an_unversioned_bucket_answers_as_before(s3, bucket):
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+    put = s3.put_object(Bucket=bucket, Key="k", Body=b"v1")
+    assert "VersionId" not in put
+    assert "VersionId" not in s3.head_object(Bucket=bucket, Key="k")
+    # Its one version is "null", by that name too.
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"v1"
+    assert code_of(s3.get_object, Bucket=bucket, Key="k", VersionId="0000000000000001") == "NoSuchVersion"
+    assert code_of(s3.get_object, Bucket=bucket, Key="k", VersionId="not-an-id") == "InvalidArgument"
+    listed = s3.list_object_versions(Bucket=bucket)
+    assert [(v["Key"], v["VersionId"], v["IsLatest"]) for v in listed["Versions"]] == [("k", "null", True)]
+    # A delete removes it: nothing is kept.
+    assert "DeleteMarker" not in s3.delete_object(Bucket=bucket, Key="k")
+    assert s3.list_object_versions(Bucket=bucket).get("Versions", []) == []
+    # Versioning cannot be "turned off" by a document; MFA delete is not offered.
+    assert code_of(s3.put_bucket_versioning, Bucket=bucket,
+                   VersioningConfiguration={"Status": "Off"}) == "MalformedXML"
+    assert code_of(s3.put_bucket_versioning, Bucket=bucket,
+                   VersioningConfiguration={"Status": "Enabled", "MFADelete": "Enabled"},
+                   MFA="serial 123456") == "NotImplemented"
+    assert "Status" not in s3.get_bucket_versioning(Bucket=bucket)
+
+
+def test_versioned_overwrite_delete_and_restore(s3):
+    bucket = "versioned-basic"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="k", Body=b"before versioning")
+    enable(s3, bucket)
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    v1 = s3.put_object(Bucket=bucket, Key="k", Body=b"one")["VersionId"]
+    v2 = s3.put_object(Bucket=bucket, Key="k", Body=b"two")["VersionId"]
+    assert v1 != v2 and "null" not in (v1, v2)
+    got = s3.get_object(Bucket=bucket, Key="k")
+    assert got["Body"].read() == b"two" and got["VersionId"] == v2
+    # Every version reads by id, the one from before versioning as "null".
+    for vid, body in ((v1, b"one"), (v2, b"two"), ("null", b"before versioning")):
+        r = s3.get_object(Bucket=bucket, Key="k", VersionId=vid)
+        assert (r["Body"].read(), r["VersionId"]) == (body, vid)
+        assert s3.head_object(Bucket=bucket, Key="k", VersionId=vid)["ContentLength"] == len(body)
+    # A range of an old version.
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=v1, Range="bytes=1-2")["Body"].read() == b"ne"
+    assert [(k, v, latest) for k, v, latest, _, _ in versions_of(s3, bucket)] == \
+        [("k", "null", False), ("k", v1, False), ("k", v2, True)]
+
+    # A delete adds a marker: the key is gone, its versions stay.
+    d = s3.delete_object(Bucket=bucket, Key="k")
+    assert d["DeleteMarker"] is True
+    marker = d["VersionId"]
+    with pytest.raises(ClientError) as e:
+        s3.get_object(Bucket=bucket, Key="k")
+    assert e.value.response["Error"]["Code"] == "NoSuchKey"
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-delete-marker"] == "true"
+    assert e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-amz-version-id"] == marker
+    # The marker itself cannot be read (405), and the listing hides the key.
+    assert code_of(s3.get_object, Bucket=bucket, Key="k", VersionId=marker) == "MethodNotAllowed"
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=v2)["Body"].read() == b"two"
+    markers = s3.list_object_versions(Bucket=bucket)["DeleteMarkers"]
+    assert [(m["Key"], m["VersionId"], m["IsLatest"]) for m in markers] == [("k", marker, True)]
+
+    # Deleting the marker brings the newest version back.
+    r = s3.delete_object(Bucket=bucket, Key="k", VersionId=marker)
+    assert r["DeleteMarker"] is True and r["VersionId"] == marker
+    assert s3.get_object(Bucket=bucket, Key="k")["Body"].read() == b"two"
+    # Deleting the current version for good makes the one before it current.
+    s3.delete_object(Bucket=bucket, Key="k", VersionId=v2)
+    assert code_of(s3.get_object, Bucket=bucket, Key="k", VersionId=v2) == "NoSuchVersion"
+    got = s3.get_object(Bucket=bucket, Key="k")
+    assert (got["Body"].read(), got["VersionId"]) == (b"one", v1)
+    assert s3.list_objects_v2(Bucket=bucket)["Contents"][0]["Size"] == 3
+
+    # Copy from an old version, and a copy names the version it read and the one it made.
+    c = s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "k", "VersionId": "null"})
+    assert c["CopySourceVersionId"] == "null" and c["VersionId"] not in ("null", v1)
+    assert s3.get_object(Bucket=bucket, Key="copy")["Body"].read() == b"before versioning"
+
+    # A bucket with versions left is not empty; once every version is gone it can go.
+    for v in versions_of(s3, bucket):
+        s3.delete_object(Bucket=bucket, Key=v[0])
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    assert code_of(s3.delete_bucket, Bucket=bucket) == "BucketNotEmpty"
+    remove_every_version(s3, bucket)
+    assert code_of(s3.head_bucket, Bucket=bucket) == "404"
+
+
+def test_suspended_versioning_keeps_one_null_version(s3):
+    bucket = "versioned-suspended"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    kept = s3.put_object(Bucket=bucket, Key="k", Body=b"kept")["VersionId"]
+    enable(s3, bucket, "Suspended")
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Suspended"
+    assert s3.put_object(Bucket=bucket, Key="k", Body=b"null-1")["VersionId"] == "null"
+    assert s3.put_object(Bucket=bucket, Key="k", Body=b"null-2")["VersionId"] == "null"
+    # The second null replaced the first; the version from before the suspension stays.
+    assert sorted((v, latest) for _, v, latest, _, _ in versions_of(s3, bucket)) == \
+        sorted([("null", True), (kept, False)])
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId="null")["Body"].read() == b"null-2"
+    # A delete while suspended makes a null delete marker, which replaces the null object.
+    d = s3.delete_object(Bucket=bucket, Key="k")
+    assert (d["DeleteMarker"], d["VersionId"]) == (True, "null")
+    listed = s3.list_object_versions(Bucket=bucket)
+    assert [v["VersionId"] for v in listed["Versions"]] == [kept]
+    assert [m["VersionId"] for m in listed["DeleteMarkers"]] == ["null"]
+    assert s3.get_object(Bucket=bucket, Key="k", VersionId=kept)["Body"].read() == b"kept"
+    remove_every_version(s3, bucket)
+
+
+def test_listing_pages_delimiters_and_delete_objects_with_versions(s3):
+    bucket = "versioned-listing"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    made = {}
+    for key in ("a", "b/1", "b/2", "c"):
+        made[key] = [s3.put_object(Bucket=bucket, Key=key, Body=f"{key}-{i}".encode())["VersionId"] for i in range(3)]
+    s3.delete_object(Bucket=bucket, Key="c")
+    listed = versions_of(s3, bucket)
+    assert len(listed) == 13
+    for key, ids in made.items():
+        assert sorted(v for k, v, _, marker, _ in listed if k == key and not marker) == sorted(ids)
+    latest = {k: v for k, v, is_latest, _, _ in listed if is_latest}
+    assert latest["a"] == made["a"][-1] and latest["c"] not in made["c"]
+    # Prefix and delimiter, as ListObjects does them.
+    page = s3.list_object_versions(Bucket=bucket, Delimiter="/")
+    assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["b/"]
+    assert {v["Key"] for v in page["Versions"]} == {"a", "c"}
+    page = s3.list_object_versions(Bucket=bucket, Prefix="b/")
+    assert len(page["Versions"]) == 6
+    # A version-id marker needs a key marker.
+    assert code_of(s3.list_object_versions, Bucket=bucket, VersionIdMarker=made["a"][0]) == "InvalidArgument"
+    # DeleteObjects: by version (for good) and without (a marker).
+    r = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+        {"Key": "a", "VersionId": made["a"][0]}, {"Key": "b/1"}, {"Key": "a", "VersionId": "zz"}]})
+    deleted = {(d["Key"], d.get("VersionId")): d for d in r["Deleted"]}
+    assert ("a", made["a"][0]) in deleted
+    assert deleted[("b/1", None)]["DeleteMarker"] is True and deleted[("b/1", None)]["DeleteMarkerVersionId"]
+    assert [(e["Key"], e["Code"]) for e in r["Errors"]] == [("a", "InvalidArgument")]
+    assert code_of(s3.get_object, Bucket=bucket, Key="a", VersionId=made["a"][0]) == "NoSuchVersion"
+    assert code_of(s3.get_object, Bucket=bucket, Key="b/1") == "NoSuchKey"
+    # Operations that do not name versions refuse a versionId rather than ignore it.
+    assert code_of(s3.get_object_tagging, Bucket=bucket, Key="a", VersionId=made["a"][1]) == "NotImplemented"
+    remove_every_version(s3, bucket)
+
+
+def test_versions_survive_restart_and_compaction(workdir):
+    """Overwritten versions live in segments whose other records are dead: a compaction must
+    not drop their bytes, and a restart must find them, every one checksum-verified."""
+    srv = Server(workdir / "versions-compaction", ["--segment-size", str(1024 * 1024),
+                                                   "--compact-interval", "0", "--compact-grace", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="vers-compact")
+        enable(s3, "vers-compact")
+        s3.create_bucket(Bucket="churn")
+        written = {}
+        for round_ in range(4):
+            for i in range(40):
+                body = os.urandom(20_000 + i)
+                vid = s3.put_object(Bucket="vers-compact", Key=f"k{i:02d}", Body=body)["VersionId"]
+                written[(f"k{i:02d}", vid)] = hashlib.md5(body).hexdigest()
+                # Unversioned churn fills the same segments with bytes that die.
+                s3.put_object(Bucket="churn", Key=f"c{i:02d}", Body=os.urandom(20_000))
+        for i in range(0, 40, 3):
+            s3.delete_object(Bucket="vers-compact", Key=f"k{i:02d}")
+        report = compaction_admin(srv, "compact", "--threshold", "0.99")
+        # Segments were chosen, and those holding noncurrent versions' bytes were kept.
+        assert report["segments_chosen"] > 0 and report["segments_kept"] > 0, report
+        srv.stop()
+        srv.start()
+        s3 = srv.client()
+        for (key, vid), md5 in written.items():
+            body = s3.get_object(Bucket="vers-compact", Key=key, VersionId=vid)["Body"].read()
+            assert hashlib.md5(body).hexdigest() == md5, (key, vid)
+        assert len([v for v in versions_of(s3, "vers-compact") if not v[3]]) == len(written)
+        srv.stop()
+        # The offline verifier reads every version's records too (the deleted keys' markers
+        # count as versions without bytes).
+        out = subprocess.run([conftest.BIN, "admin", "--data-dir", srv.data_dir, "verify", "--json"],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stdout + out.stderr
+        report = json.loads(out.stdout)
+        assert report["problems"] == [], report
+        assert report["objects"] >= len(written) + 40, report
+    finally:
+        srv.stop()
+
+
+def test_awscli_versioning(server, tmp_path):
+    bucket = "versioned-cli"
+    aws(server, "s3api", "create-bucket", "--bucket", bucket)
+    aws(server, "s3api", "put-bucket-versioning", "--bucket", bucket,
+        "--versioning-configuration", "Status=Enabled")
+    got = json.loads(aws(server, "s3api", "get-bucket-versioning", "--bucket", bucket).stdout)
+    assert got["Status"] == "Enabled"
+    f = tmp_path / "f"
+    ids = []
+    for body in (b"first", b"second"):
+        f.write_bytes(body)
+        ids.append(json.loads(aws(server, "s3api", "put-object", "--bucket", bucket, "--key", "k",
+                                  "--body", str(f)).stdout)["VersionId"])
+    listed = json.loads(aws(server, "s3api", "list-object-versions", "--bucket", bucket).stdout)
+    assert sorted(v["VersionId"] for v in listed["Versions"]) == sorted(ids)
+    out = tmp_path / "out"
+    aws(server, "s3api", "get-object", "--bucket", bucket, "--key", "k", "--version-id", ids[0], str(out))
+    assert out.read_bytes() == b"first"
+    aws(server, "s3", "rm", f"s3://{bucket}/k")
+    listed = json.loads(aws(server, "s3api", "list-object-versions", "--bucket", bucket).stdout)
+    assert len(listed["DeleteMarkers"]) == 1 and len(listed["Versions"]) == 2
+    for v in listed["Versions"] + listed["DeleteMarkers"]:
+        aws(server, "s3api", "delete-object", "--bucket", bucket, "--key", v["Key"], "--version-id", v["VersionId"])
+    aws(server, "s3api", "delete-bucket", "--bucket", bucket)
