@@ -22,6 +22,11 @@
 #
 # SSE_SIDES names the sides whose objects are written with SSE-S3 (`packrat bench --sse`, on
 # the upload and every PUT): with the same binary on both sides, what encryption costs.
+#
+#   PACKRAT_A=target/debug/packrat VERSIONING_SIDES=B WORKLOADS="put get" bench/ab.sh
+#
+# VERSIONING_SIDES names the sides whose bucket has versioning (`packrat bench --versioning`):
+# every PUT then keeps the version it overwrites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,6 +75,7 @@ for round in $(seq 1 "$ROUNDS"); do
     bin=$A; [ "$side" = B ] && bin=$B
     side_args=()
     [[ " ${SSE_SIDES:-} " == *" $side "* ]] && side_args=(--sse)
+    [[ " ${VERSIONING_SIDES:-} " == *" $side "* ]] && side_args+=(--versioning)
     rm -rf "$work/data"
     PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$bin" serve \
       --data-dir "$work/data" --listen 127.0.0.1:$PORT --log "$LOG" >"$work/server-$side.log" 2>&1 &

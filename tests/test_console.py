@@ -192,6 +192,21 @@ def test_console_end_to_end_in_chromium(workdir, browser):
     wait(d, lambda: "public-read" in flash(d), "saved")
     anon = urllib.request.urlopen(f"{srv.endpoint}/photos/cats/tabby.jpg", timeout=10).read()
     assert anon == b"meow"
+    # Versioning from the same page: never enabled, then enabled (an overwrite keeps the
+    # version before it), then suspended.
+    assert find(d, "#versioning-state").text == "Never enabled"
+    d.find_element(By.ID, "versioning-enable").click()
+    wait(d, lambda: "Versioning enabled" in flash(d), "versioning enabled")
+    assert s3.get_bucket_versioning(Bucket="photos")["Status"] == "Enabled"
+    for body in (b"one", b"two"):
+        s3.put_object(Bucket="photos", Key="notes/v.txt", Body=body)
+    kept = s3.list_object_versions(Bucket="photos", Prefix="notes/v.txt")["Versions"]
+    assert sorted(v["IsLatest"] for v in kept) == [False, True]
+    d.get(srv.endpoint + "/console#/s/photos")
+    assert find(d, "#versioning-state").text == "Enabled"
+    d.find_element(By.ID, "versioning-suspend").click()
+    wait(d, lambda: "Versioning suspended" in flash(d), "versioning suspended")
+    assert s3.get_bucket_versioning(Bucket="photos")["Status"] == "Suspended"
 
     # Keys: root makes a key for alice; the secret is shown once and works.
     d.get(srv.endpoint + "/console#/keys")

@@ -265,3 +265,28 @@ def test_awscli_versioning(server, tmp_path):
     for v in listed["Versions"] + listed["DeleteMarkers"]:
         aws(server, "s3api", "delete-object", "--bucket", bucket, "--key", v["Key"], "--version-id", v["VersionId"])
     aws(server, "s3api", "delete-bucket", "--bucket", bucket)
+
+
+def test_lifecycle_expiration_in_a_versioned_bucket_adds_delete_markers(server, s3):
+    """As in S3, an expiration of a current version in a versioned bucket is a delete marker:
+    the key disappears from listings and its bytes stay readable by version id."""
+    from test_tiering import admin as tier_admin
+
+    bucket = "versioned-lifecycle"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    ids = {f"logs/{i}": s3.put_object(Bucket=bucket, Key=f"logs/{i}", Body=b"log")["VersionId"] for i in range(5)}
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration={"Rules": [
+        {"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 3}}]})
+    out = tier_admin(server, "tier", "run", "--days-ahead", "4")
+    assert "5 expirations" in out.stdout, out.stdout
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+    listed = s3.list_object_versions(Bucket=bucket)
+    assert {m["Key"] for m in listed["DeleteMarkers"] if m["IsLatest"]} == set(ids)
+    for key, vid in ids.items():
+        assert s3.get_object(Bucket=bucket, Key=key, VersionId=vid)["Body"].read() == b"log"
+    # A second run finds nothing current to expire.
+    out = tier_admin(server, "tier", "run", "--days-ahead", "4")
+    assert "0 expirations" in out.stdout, out.stdout
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    remove_every_version(s3, bucket)

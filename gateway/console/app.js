@@ -181,6 +181,18 @@ async function settingsPage(bucket) {
   let policy = '';
   const rp = await fetch(b + '?policy', { headers: CONSOLE, credentials: 'same-origin' });
   if (rp.ok) policy = await rp.text();
+  const versioning = text(await s3xml('GET', b + '?versioning'), 'Status') || 'Never enabled';
+  const vstate = el('span', { id: 'versioning-state' }, versioning);
+  const setVersioning = (status) => async () => {
+    try {
+      await call('PUT', b + '?versioning', {
+        body: '<VersioningConfiguration><Status>' + status + '</Status></VersioningConfiguration>',
+        headers: { 'content-type': 'application/xml' },
+      });
+      vstate.textContent = status;
+      flash('Versioning ' + status.toLowerCase(), true);
+    } catch (e) { flash(e.message); }
+  };
   const pub = el('input', { type: 'checkbox', id: 'public-read', checked: isPublic });
   const lc = el('textarea', { id: 'lifecycle', placeholder: '<LifecycleConfiguration>...</LifecycleConfiguration>' });
   lc.value = lifecycle;
@@ -197,6 +209,11 @@ async function settingsPage(bucket) {
           } catch (e) { flash(e.message); }
         },
       }, 'Save access'))),
+    el('div', { class: 'card' }, el('h2', {}, 'Versioning'),
+      el('p', {}, 'State: ', vstate, '. With versioning an overwrite keeps the version before it and a delete leaves a delete marker; it can be suspended, never turned off.'),
+      el('div', { class: 'row' },
+        el('button', { class: 'primary', id: 'versioning-enable', onclick: setVersioning('Enabled') }, 'Enable'),
+        el('button', { id: 'versioning-suspend', onclick: setVersioning('Suspended') }, 'Suspend'))),
     el('div', { class: 'card' }, el('h2', {}, 'Lifecycle rules (S3 XML)'), lc,
       el('div', { class: 'row' },
         el('button', {

@@ -102,6 +102,10 @@ pub struct BenchArgs {
     /// GETs open them: what encryption costs, against a run without.
     #[arg(long)]
     pub sse: bool,
+    /// Turn versioning on for the bucket before the workload, so every PUT keeps the version
+    /// it replaces: what versioning costs, against a run without.
+    #[arg(long)]
+    pub versioning: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -488,6 +492,26 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         && !body.contains("BucketAlreadyExists")
     {
         return Err(format!("cannot create bucket {}: {body}", args.bucket));
+    }
+    if args.versioning {
+        let on = client
+            .request(
+                &mut conn,
+                Method::PUT,
+                &format!("/{}", args.bucket),
+                "versioning=",
+                Bytes::from_static(
+                    b"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>",
+                ),
+            )
+            .await?;
+        if !on.ok {
+            return Err(format!(
+                "cannot enable versioning on {}: {}",
+                args.bucket,
+                String::from_utf8_lossy(&on.body)
+            ));
+        }
     }
     let payload = Bytes::from(
         (0..args.size)

@@ -131,6 +131,38 @@ mod read_only_tests {
         );
     }
 
+    /// An index from before versioning has no `versions` column family: a read-only open
+    /// (the offline verifier's) reads it all the same, creating nothing.
+    #[test]
+    fn a_read_only_open_reads_an_index_from_before_versioning() {
+        let d = tempfile::tempdir().unwrap();
+        let logs = tempfile::tempdir().unwrap();
+        {
+            let mut opts = rocksdb::Options::default();
+            opts.create_if_missing(true);
+            opts.create_missing_column_families(true);
+            let families = RocksIndex::column_families()
+                .into_iter()
+                .filter(|f| f.name() != CF_VERSIONS);
+            let i = RocksIndex::with_db(
+                rocksdb::DB::open_cf_descriptors(&opts, d.path(), families).unwrap(),
+            );
+            i.put_object(1, "k", &obj(7)).unwrap();
+        }
+        let ro = RocksIndex::open_read_only(d.path(), logs.path()).unwrap();
+        let mut seen = Vec::new();
+        ro.scan_references(
+            |_, k, r| Ok(seen.push((k.to_string(), r.size))),
+            |_, _, _| panic!("no versions here"),
+            |_, _| Ok(()),
+        )
+        .unwrap();
+        assert_eq!(seen, vec![("k".to_string(), 7)]);
+        drop(ro);
+        let names = rocksdb::DB::list_cf(&rocksdb::Options::default(), d.path()).unwrap();
+        assert!(!names.iter().any(|n| n == CF_VERSIONS), "{names:?}");
+    }
+
     #[test]
     fn a_read_only_open_refuses_a_directory_without_an_index() {
         let d = tempfile::tempdir().unwrap();

@@ -252,14 +252,20 @@ impl RocksIndex {
             })?;
             object(bucket_id, key, rec)
         })?;
-        self.for_each_decoded(&snapshot, CF_VERSIONS, |k, rec: ObjectRecord| {
-            let (bucket_id, key, _) =
-                crate::layout::split_version_key(k).ok_or_else(|| IndexError::Corrupt {
-                    cf: CF_VERSIONS,
-                    reason: "malformed version key".into(),
-                })?;
-            version(bucket_id, &key, rec)
-        })?;
+        // Absent only from a read-only open of a directory from before versioning.
+        let has_versions = self.db.cf_handle(CF_VERSIONS).is_some();
+        has_versions
+            .then(|| {
+                self.for_each_decoded(&snapshot, CF_VERSIONS, |k, rec: ObjectRecord| {
+                    let (bucket_id, key, _) =
+                        crate::layout::split_version_key(k).ok_or_else(|| IndexError::Corrupt {
+                            cf: CF_VERSIONS,
+                            reason: "malformed version key".into(),
+                        })?;
+                    version(bucket_id, &key, rec)
+                })
+            })
+            .transpose()?;
         self.for_each_decoded(&snapshot, CF_PARTS, |k, rec: PartRecord| {
             let upload = k.split(|&b| b == 0).next().unwrap_or(&[]);
             part(&String::from_utf8_lossy(upload), rec)

@@ -102,8 +102,14 @@ impl RocksIndex {
         let mut db_opts = Options::default();
         db_opts.create_if_missing(false);
         db_opts.set_db_log_dir(log_dir);
-        let db = DB::open_cf_descriptors_read_only(&db_opts, path, Self::column_families(), false)
-            .map_err(|e| {
+        // A directory written before a column family existed (`versions`) opens without it:
+        // nothing is created here, and what reads it treats it as empty.
+        let existing = DB::list_cf(&db_opts, path).unwrap_or_default();
+        let families = Self::column_families()
+            .into_iter()
+            .filter(|d| d.name() != CF_VERSIONS || existing.iter().any(|n| n == CF_VERSIONS));
+        let db =
+            DB::open_cf_descriptors_read_only(&db_opts, path, families, false).map_err(|e| {
                 IndexError::NotAvailable(format!("{} is not a packrat index: {e}", path.display()))
             })?;
         Ok(Self::with_db(db))

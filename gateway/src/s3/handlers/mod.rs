@@ -505,11 +505,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
     }
     // Object versions are named on reads, copies and deletes; elsewhere a versionId would
     // be ignored and act on the current version, so it is refused instead.
-    let names_versions = matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
-        && !["tagging", "acl", "uploadId", "uploads"]
-            .iter()
-            .any(|q| req.has_q(q));
-    if req.key.is_some() && req.has_q("versionId") && !names_versions {
+    if req.key.is_some() && req.has_q("versionId") && !names_versions(req) {
         return (
             "unsupported",
             Err(err(
@@ -792,6 +788,15 @@ fn takes_encryption_headers(req: &S3Request) -> bool {
     req.key.is_some()
         && matches!(req.method, Method::PUT | Method::GET | Method::HEAD)
         && !["uploadId", "uploads", "tagging", "acl"]
+            .iter()
+            .any(|q| req.has_q(q))
+}
+
+/// Whether an object request names a version where packrat reads one (GET, HEAD, DELETE of
+/// the object itself).
+fn names_versions(req: &S3Request) -> bool {
+    matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
+        && !["tagging", "acl", "uploadId", "uploads"]
             .iter()
             .any(|q| req.has_q(q))
 }
