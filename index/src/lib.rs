@@ -152,7 +152,10 @@ mod read_only_tests {
         let ro = RocksIndex::open_read_only(d.path(), logs.path()).unwrap();
         let mut seen = Vec::new();
         ro.scan_references(
-            |_, k, r| Ok(seen.push((k.to_string(), r.size))),
+            |_, k, r| {
+                seen.push((k.to_string(), r.size));
+                Ok(())
+            },
             |_, _, _| panic!("no versions here"),
             |_, _| Ok(()),
         )
