@@ -832,6 +832,27 @@ async fn read_xml_body(req: &mut S3Request) -> S3Result<Vec<u8>> {
     Ok(body)
 }
 
+/// Whether a listing asks for `encoding-type=url` (anything else but none is refused).
+fn url_encoding(req: &S3Request) -> S3Result<bool> {
+    match req.q("encoding-type") {
+        None => Ok(false),
+        Some("url") => Ok(true),
+        Some(_) => Err(err(
+            S3ErrorCode::InvalidArgument,
+            "Invalid Encoding Method specified in Request",
+        )),
+    }
+}
+
+/// A key or prefix as a listing shows it: URL-encoded under `encoding-type=url`.
+fn listed_name(url: bool, s: &str) -> String {
+    if url {
+        uri_encode(s.as_bytes(), true)
+    } else {
+        s.to_string()
+    }
+}
+
 fn parse_max(req: &S3Request, name: &str) -> S3Result<usize> {
     match req.q(name) {
         None => Ok(config::LIST_KEYS_MAX),

@@ -143,23 +143,8 @@ pub(super) async fn handle_list_versions(state: &Arc<AppState>, req: &S3Request,
     let prefix = req.q("prefix").unwrap_or("");
     let delimiter = req.q("delimiter").filter(|d| !d.is_empty());
     let max_keys = parse_max(req, "max-keys")?;
-    let url = match req.q("encoding-type") {
-        None => false,
-        Some("url") => true,
-        Some(_) => {
-            return Err(err(
-                S3ErrorCode::InvalidArgument,
-                "Invalid Encoding Method specified in Request",
-            ));
-        }
-    };
-    let enc = |s: &str| {
-        if url {
-            uri_encode(s.as_bytes(), true)
-        } else {
-            s.to_string()
-        }
-    };
+    let url = url_encoding(req)?;
+    let enc = |s: &str| listed_name(url, s);
     let key_marker = req.q("key-marker").filter(|k| !k.is_empty());
     let version_marker = req.q("version-id-marker").filter(|v| !v.is_empty());
     if version_marker.is_some() && key_marker.is_none() {
