@@ -87,6 +87,16 @@ pub(crate) fn part_key(upload_id: &str, part_number: u32) -> Vec<u8> {
     k
 }
 
+/// The upper bound of a scan of the bucket's entries that start with `full_prefix` (an object
+/// key or escaped key prefix): its successor, or past every key of the bucket when it has none.
+pub(crate) fn scan_upper_bound(bucket_id: u64, full_prefix: &[u8]) -> Vec<u8> {
+    prefix_successor(full_prefix).unwrap_or_else(|| {
+        let mut u = bucket_id.to_be_bytes().to_vec();
+        u.extend_from_slice(&[0xff; 9]);
+        u
+    })
+}
+
 /// The smallest byte string greater than every string that starts with `prefix`, if any.
 pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut p = prefix.to_vec();

@@ -1,7 +1,7 @@
 //! Column family `objects`: object records by bucket id and key; point lookups (through the
 //! record cache), batched lookups, group-commit writes, reference scans and ordered listing.
 
-use crate::layout::{object_key, object_key_into, prefix_successor, version_key};
+use crate::layout::{object_key, object_key_into, prefix_successor, scan_upper_bound, version_key};
 use crate::records::{ObjectRecord, PartRecord};
 use crate::{
     CF_OBJECTS, CF_PARTS, CF_VERSIONS, IndexError, IndexWrite, Result, RocksIndex, cache, records,
@@ -290,11 +290,7 @@ impl RocksIndex {
     /// An iterator over the objects of a bucket whose keys start with `prefix`, at the first.
     fn prefix_iter(&self, bucket_id: u64, prefix: &str) -> rocksdb::DBRawIterator<'_> {
         let full_prefix = object_key(bucket_id, prefix);
-        let upper = prefix_successor(&full_prefix).unwrap_or_else(|| {
-            let mut u = bucket_id.to_be_bytes().to_vec();
-            u.extend_from_slice(&[0xff; 9]);
-            u
-        });
+        let upper = scan_upper_bound(bucket_id, &full_prefix);
         let mut ro = ReadOptions::default();
         ro.set_iterate_upper_bound(upper);
         let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_OBJECTS), ro);
@@ -377,13 +373,8 @@ impl RocksIndex {
         max_keys: usize,
     ) -> Result<ListPage> {
         let mut page = ListPage::default();
-        let bucket_prefix = bucket_id.to_be_bytes();
         let full_prefix = object_key(bucket_id, prefix);
-        let upper = prefix_successor(&full_prefix).unwrap_or_else(|| {
-            let mut u = bucket_prefix.to_vec();
-            u.extend_from_slice(&[0xff; 9]);
-            u
-        });
+        let upper = scan_upper_bound(bucket_id, &full_prefix);
         let mut ro = ReadOptions::default();
         ro.set_iterate_upper_bound(upper);
         let mut it = self.db.raw_iterator_cf_opt(self.cf(CF_OBJECTS), ro);

@@ -5,8 +5,8 @@
 //! entry in `objects`. Buckets that never had versioning have nothing here.
 
 use crate::layout::{
-    escaped_object_key, object_key, prefix_successor, split_version_key, version_key,
-    versions_prefix,
+    escaped_object_key, object_key, prefix_successor, scan_upper_bound, split_version_key,
+    version_key, versions_prefix,
 };
 use crate::records::ObjectRecord;
 use crate::{CF_OBJECTS, CF_VERSIONS, IndexError, Result, RocksIndex, records};
@@ -43,6 +43,38 @@ fn corrupt(reason: impl Into<String>) -> IndexError {
 
 fn decode(v: &[u8]) -> Result<ObjectRecord> {
     records::decode(v).map_err(corrupt)
+}
+
+/// Adds to `page` the entries of `key` in `versions` from where `vers` stands, newest first
+/// (the first of them the key's latest if `latest`); false once the page is full.
+fn push_kept_versions(
+    vers: &mut rocksdb::DBRawIterator,
+    key: &str,
+    mut latest: bool,
+    page: &mut VersionListPage,
+    max: usize,
+) -> Result<bool> {
+    while let (Some(raw), Some(v)) = (vers.key(), vers.value()) {
+        let (_, k, seq) = split_version_key(raw).ok_or_else(|| corrupt("bad key"))?;
+        if k != key {
+            break;
+        }
+        if page.is_full(max) {
+            page.truncated = true;
+            return Ok(false);
+        }
+        page.next = Some(VersionCursor::AfterSeq(k.clone(), seq));
+        page.versions.push((k, decode(v)?, latest));
+        latest = false;
+        vers.next();
+    }
+    Ok(true)
+}
+
+impl VersionListPage {
+    fn is_full(&self, max: usize) -> bool {
+        self.versions.len() + self.common_prefixes.len() >= max
+    }
 }
 
 impl RocksIndex {
@@ -86,68 +118,51 @@ impl RocksIndex {
         max: usize,
     ) -> Result<VersionListPage> {
         let delimiter = delimiter.filter(|d| !d.is_empty());
-        let bound = |k: Vec<u8>| {
-            prefix_successor(&k).unwrap_or_else(|| {
-                let mut u = bucket_id.to_be_bytes().to_vec();
-                u.extend_from_slice(&[0xff; 9]);
-                u
-            })
-        };
         let iter = |cf: &'static str, upper: Vec<u8>| {
             let mut ro = ReadOptions::default();
             ro.set_iterate_upper_bound(upper);
             self.db.raw_iterator_cf_opt(self.cf(cf), ro)
         };
-        let mut objs = iter(CF_OBJECTS, bound(object_key(bucket_id, prefix)));
-        let mut vers = iter(CF_VERSIONS, bound(escaped_object_key(bucket_id, prefix)));
-        // Seeks both families to the first entry of the first key after `key`.
-        let seek_past =
-            |objs: &mut rocksdb::DBRawIterator, vers: &mut rocksdb::DBRawIterator, key: &str| {
-                let mut o = object_key(bucket_id, key);
-                o.push(0);
-                objs.seek(&o);
-                let mut v = escaped_object_key(bucket_id, key);
-                // After the key's own versions (ended by 0x00 0x00), before any longer key's.
-                v.extend_from_slice(&[0, 1]);
-                vers.seek(&v);
-            };
+        let mut objs = iter(
+            CF_OBJECTS,
+            scan_upper_bound(bucket_id, &object_key(bucket_id, prefix)),
+        );
+        let mut vers = iter(
+            CF_VERSIONS,
+            scan_upper_bound(bucket_id, &escaped_object_key(bucket_id, prefix)),
+        );
         let mut page = VersionListPage::default();
-        let full = |page: &VersionListPage| page.versions.len() + page.common_prefixes.len() >= max;
         let (cut_key, from_seq) = match after {
             None => (None, None),
             Some(VersionCursor::AfterKey(k)) => (Some(k.as_str()), None),
-            Some(VersionCursor::AfterCurrent(k)) => (Some(k.as_str()), Some(u64::MAX)),
-            Some(VersionCursor::AfterSeq(k, s)) => (Some(k.as_str()), Some(*s)),
+            Some(VersionCursor::AfterCurrent(k)) => (Some(k.as_str()), Some(None)),
+            Some(VersionCursor::AfterSeq(k, s)) => (Some(k.as_str()), Some(Some(*s))),
         };
         match cut_key {
             Some(k) if k.as_bytes() >= prefix.as_bytes() => {
-                // The rest of the versions of a key the cursor cut, before any other key.
+                // The rest of the versions of a key the cursor cut, before any other key:
+                // after its current one, all of them; after a kept one, the older ones
+                // (sequences below it, which sort after it).
                 if let Some(from) = from_seq
                     && k.starts_with(prefix)
                 {
                     let mut start = versions_prefix(bucket_id, k);
-                    if from != u64::MAX {
-                        start.extend_from_slice(&(!from).to_be_bytes());
+                    if let Some(s) = from {
+                        start.extend_from_slice(&(!s.saturating_sub(1)).to_be_bytes());
                     }
                     vers.seek(&start);
-                    while let (Some(raw), Some(v)) = (vers.key(), vers.value()) {
-                        let (_, key, seq) =
-                            split_version_key(raw).ok_or_else(|| corrupt("bad key"))?;
-                        if key != k {
-                            break;
-                        }
-                        if seq < from {
-                            if full(&page) {
-                                page.truncated = true;
-                                return Ok(page);
-                            }
-                            page.next = Some(VersionCursor::AfterSeq(key.clone(), seq));
-                            page.versions.push((key, decode(v)?, false));
-                        }
-                        vers.next();
+                    if !push_kept_versions(&mut vers, k, false, &mut page, max)? {
+                        return Ok(page);
                     }
                 }
-                seek_past(&mut objs, &mut vers, k);
+                // Then the first key after it, in both families: in `versions`, past the
+                // key's own entries (ended by 0x00 0x00) and before any longer key's.
+                let mut o = object_key(bucket_id, k);
+                o.push(0);
+                objs.seek(&o);
+                let mut v = escaped_object_key(bucket_id, k);
+                v.extend_from_slice(&[0, 1]);
+                vers.seek(&v);
             }
             _ => {
                 objs.seek(object_key(bucket_id, prefix));
@@ -179,7 +194,7 @@ impl RocksIndex {
             {
                 let cp = key[..prefix.len() + pos + d.len()].to_string();
                 if cut_key.is_none_or(|a| cp.as_str() > a) {
-                    if full(&page) {
+                    if page.is_full(max) {
                         page.truncated = true;
                         return Ok(page);
                     }
@@ -197,9 +212,9 @@ impl RocksIndex {
                 }
                 continue;
             }
-            let mut latest = true;
-            if next_obj.as_ref() == Some(&key) {
-                if full(&page) {
+            let has_current = next_obj.as_ref() == Some(&key);
+            if has_current {
+                if page.is_full(max) {
                     page.truncated = true;
                     return Ok(page);
                 }
@@ -212,22 +227,10 @@ impl RocksIndex {
                     })?;
                 page.next = Some(VersionCursor::AfterCurrent(key.clone()));
                 page.versions.push((key.clone(), rec, true));
-                latest = false;
                 objs.next();
             }
-            while let (Some(raw), Some(v)) = (vers.key(), vers.value()) {
-                let (_, k, seq) = split_version_key(raw).ok_or_else(|| corrupt("bad key"))?;
-                if k != key {
-                    break;
-                }
-                if full(&page) {
-                    page.truncated = true;
-                    return Ok(page);
-                }
-                page.next = Some(VersionCursor::AfterSeq(key.clone(), seq));
-                page.versions.push((key.clone(), decode(v)?, latest));
-                latest = false;
-                vers.next();
+            if !push_kept_versions(&mut vers, &key, !has_current, &mut page, max)? {
+                return Ok(page);
             }
         }
         objs.status()?;

@@ -7,7 +7,7 @@ use crate::engine::{Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
 use crate::master_key::MasterKey;
 use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
-use crate::versions::VersionId;
+use crate::versions::{VersionId, versioning_code, versioning_of};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
@@ -346,11 +346,7 @@ fn bucket_of(r: BucketRecord) -> Bucket {
         owner_name: r.owner_name,
         created_ms: r.created_ms,
         public_read: r.public_read,
-        versioning: match r.versioning {
-            1 => Versioning::Enabled,
-            2 => Versioning::Suspended,
-            _ => Versioning::Unversioned,
-        },
+        versioning: versioning_of(r.versioning),
     }
 }
 
@@ -362,11 +358,7 @@ fn record_of(b: &Bucket) -> BucketRecord {
         owner_name: b.owner_name.clone(),
         created_ms: b.created_ms,
         public_read: b.public_read,
-        versioning: match b.versioning {
-            Versioning::Unversioned => 0,
-            Versioning::Enabled => 1,
-            Versioning::Suspended => 2,
-        },
+        versioning: versioning_code(b.versioning),
     }
 }
 
@@ -394,11 +386,11 @@ fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
     }
 }
 
-/// What HEAD and GET show of a record of `bucket`; the record itself rides along as the
-/// version.
-fn info_of(rec: Arc<ObjectRecord>, bucket: &Bucket) -> ObjectInfo {
+/// What HEAD and GET show of a record; the record itself rides along as the version. Its
+/// version id is shown where S3 shows one (`show_version`: see [`shows_versions`]).
+fn info_of(rec: Arc<ObjectRecord>, show_version: bool) -> ObjectInfo {
     ObjectInfo {
-        version_id: (bucket.versioning != Versioning::Unversioned).then(|| rec.version_id()),
+        version_id: show_version.then(|| rec.version_id()),
         size: rec.size,
         etag: rec.etag.clone(),
         attrs: attrs_of(&rec),
@@ -410,6 +402,11 @@ fn info_of(rec: Arc<ObjectRecord>, bucket: &Bucket) -> ObjectInfo {
         part_sizes: rec.parts.iter().map(|p| p.size).collect(),
         version: ObjectVersion(rec),
     }
+}
+
+/// Whether the bucket's objects show version ids: once it has (had) versioning.
+fn shows_versions(bucket: &Bucket) -> bool {
+    bucket.versioning != Versioning::Unversioned
 }
 
 fn attrs_of(rec: &ObjectRecord) -> ObjectAttrs {
@@ -562,7 +559,7 @@ impl LocalStore {
                 bucket.versioning,
             )
             .await?;
-        Ok(info_of(Arc::new(rec), bucket))
+        Ok(info_of(Arc::new(rec), shows_versions(bucket)))
     }
 }
 
@@ -702,7 +699,7 @@ impl ObjectStore for LocalStore {
             .index
             .get_object_shared(bucket.id, key)
             .map_err(EngineError::from)?;
-        Ok(rec.map(|r| info_of(r, bucket)))
+        Ok(rec.map(|r| info_of(r, shows_versions(bucket))))
     }
 
     fn read_object(
@@ -786,7 +783,7 @@ impl ObjectStore for LocalStore {
                 set_attrs(rec, attrs);
             })
             .await?;
-        Ok(info_of(Arc::new(rec), bucket))
+        Ok(info_of(Arc::new(rec), shows_versions(bucket)))
     }
 
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted> {
@@ -823,14 +820,8 @@ impl ObjectStore for LocalStore {
             })
             .await?
         };
-        let shown = Bucket {
-            versioning: if version_id.is_some() {
-                Versioning::Enabled
-            } else {
-                bucket.versioning
-            },
-            ..bucket.clone()
-        };
+        // A version asked by id is named in the answer, `null` included.
+        let show_version = version_id.is_some() || shows_versions(bucket);
         Ok(found.map(|rec| {
             if rec.is_delete_marker() {
                 FoundVersion::DeleteMarker {
@@ -838,7 +829,7 @@ impl ObjectStore for LocalStore {
                     last_modified_ms: rec.last_modified_ms,
                 }
             } else {
-                FoundVersion::Object(Box::new(info_of(Arc::new(rec), &shown)))
+                FoundVersion::Object(Box::new(info_of(Arc::new(rec), show_version)))
             }
         }))
     }
@@ -901,12 +892,8 @@ impl ObjectStore for LocalStore {
                 ..Default::default()
             };
             for (key, rec, is_latest) in page.versions {
-                let mut object = summary_of(key, &rec);
-                if rec.is_delete_marker() {
-                    object.etag.clear();
-                }
                 out.versions.push(VersionSummary {
-                    object,
+                    object: summary_of(key, &rec),
                     version_id: rec.version_id(),
                     is_latest,
                     delete_marker: rec.is_delete_marker(),
@@ -1041,7 +1028,7 @@ impl ObjectStore for LocalStore {
                 |upload, stored| multipart::assemble(upload, stored, &parts, now),
             )
             .await?;
-        Ok(info_of(Arc::new(rec), bucket))
+        Ok(info_of(Arc::new(rec), shows_versions(bucket)))
     }
 
     async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {

@@ -703,19 +703,17 @@ async fn apply_lifecycle(
     for (bucket_id, key, rid, action) in actions {
         match action {
             Action::Expire => {
-                let expired = match versioning.get(&bucket_id).copied().unwrap_or(0) {
-                    0 => engine.delete_if_unchanged(bucket_id, &key, rid).await?,
-                    v => {
-                        let mode = if v == 1 {
-                            packrat_store_api::Versioning::Enabled
-                        } else {
-                            packrat_store_api::Versioning::Suspended
-                        };
-                        engine
-                            .delete_versioned(bucket_id, &key, mode, Some(rid))
-                            .await?
-                            .is_some()
+                let mode = crate::versions::versioning_of(
+                    versioning.get(&bucket_id).copied().unwrap_or(0),
+                );
+                let expired = match mode {
+                    packrat_store_api::Versioning::Unversioned => {
+                        engine.delete_if_unchanged(bucket_id, &key, rid).await?
                     }
+                    mode => engine
+                        .delete_versioned(bucket_id, &key, mode, Some(rid))
+                        .await?
+                        .is_some(),
                 };
                 if expired {
                     report.lifecycle_expirations += 1;

@@ -41,6 +41,24 @@ impl VersionId {
     }
 }
 
+/// A bucket's versioning state from its index record's code (0 never, 1 enabled, 2
+/// suspended), and back.
+pub(crate) fn versioning_of(code: u8) -> Versioning {
+    match code {
+        1 => Versioning::Enabled,
+        2 => Versioning::Suspended,
+        _ => Versioning::Unversioned,
+    }
+}
+
+pub(crate) fn versioning_code(v: Versioning) -> u8 {
+    match v {
+        Versioning::Unversioned => 0,
+        Versioning::Enabled => 1,
+        Versioning::Suspended => 2,
+    }
+}
+
 /// A version found by id: the record, and whether it is the key's current one (in `objects`).
 pub(crate) struct Located {
     pub record: ObjectRecord,
@@ -61,19 +79,25 @@ impl Engine {
         next
     }
 
-    /// The newest sequence the key has anywhere (0 if none).
+    /// The newest sequence the key has (0 if none). A current version with a sequence is
+    /// newer than every kept one; only without one (none, or one written before versioning,
+    /// which counts as 1 so the new version has room above it) are the kept ones read.
     fn newest_seq(
         &self,
         bucket_id: u64,
         key: &str,
         current: Option<&ObjectRecord>,
     ) -> EngineResult<u64> {
+        match current {
+            Some(c) if c.version_seq != 0 => return Ok(c.version_seq),
+            _ => {}
+        }
         let newest_kept = self
             .index
             .key_versions(bucket_id, key, 1)?
             .first()
             .map_or(0, |r| r.version_seq);
-        Ok(current.map_or(0, |c| c.version_seq).max(newest_kept))
+        Ok(newest_kept.max(u64::from(current.is_some())))
     }
 
     /// The ops that keep (or, for a null version being replaced while suspended, drop) the

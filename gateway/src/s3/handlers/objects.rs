@@ -466,13 +466,12 @@ pub(super) async fn handle_get_object(
     let b = load_bucket(state, req, bname, action).await?;
     // The current version straight from the store; what else may answer (a version by id, a
     // delete marker's 404) is boxed, so the common GET's future stays as small as it was.
-    let current = match version {
-        None => state.store.head_object(&b, key).await?,
-        Some(_) => None,
-    };
-    let obj = match current {
-        Some(o) => o,
-        None => Box::pin(versions::read_target(state, &b, key, version)).await?,
+    let obj = match version {
+        None => match state.store.head_object(&b, key).await? {
+            Some(o) => o,
+            None => return Err(Box::pin(versions::missing(state, &b, key)).await),
+        },
+        Some(v) => Box::pin(versions::read_version(state, &b, key, v)).await?,
     };
     let cipher = sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     check_read_conditions(req, &obj)?;

@@ -68,29 +68,44 @@ fn version_error(e: StoreError) -> S3Error {
     }
 }
 
-/// The object a GET, HEAD or copy reads: the key's current one, or the version named. A
-/// key whose latest version is a delete marker is 404 NoSuchKey with `x-amz-delete-marker`;
-/// a version id naming a delete marker is 405, as in S3.
+/// The object a GET, HEAD or copy reads: the key's current one, or the version named.
 pub(super) async fn read_target(
     state: &AppState,
     b: &Bucket,
     key: &str,
     version: Option<&str>,
 ) -> S3Result<ObjectInfo> {
-    let Some(v) = version else {
-        if let Some(o) = state.store.head_object(b, key).await? {
-            return Ok(o);
-        }
-        if b.versioning == Versioning::Unversioned {
-            return Err(no_such_key());
-        }
-        return match state.store.find_version(b, key, None).await? {
-            Some(FoundVersion::DeleteMarker { version_id, .. }) => Err(no_such_key()
-                .with_header("x-amz-delete-marker", "true".into())
-                .with_header("x-amz-version-id", version_id)),
-            _ => Err(no_such_key()),
-        };
-    };
+    match version {
+        None => match state.store.head_object(b, key).await? {
+            Some(o) => Ok(o),
+            None => Err(missing(state, b, key).await),
+        },
+        Some(v) => read_version(state, b, key, v).await,
+    }
+}
+
+/// The 404 for a key with no current object: with `x-amz-delete-marker` and the marker's id
+/// when its latest version is a delete marker, as in S3.
+pub(super) async fn missing(state: &AppState, b: &Bucket, key: &str) -> S3Error {
+    if b.versioning == Versioning::Unversioned {
+        return no_such_key();
+    }
+    match state.store.find_version(b, key, None).await {
+        Ok(Some(FoundVersion::DeleteMarker { version_id, .. })) => no_such_key()
+            .with_header("x-amz-delete-marker", "true".into())
+            .with_header("x-amz-version-id", version_id),
+        Ok(_) => no_such_key(),
+        Err(e) => e.into(),
+    }
+}
+
+/// The version a `versionId` names; one that is a delete marker is 405, as in S3.
+pub(super) async fn read_version(
+    state: &AppState,
+    b: &Bucket,
+    key: &str,
+    v: &str,
+) -> S3Result<ObjectInfo> {
     match state
         .store
         .find_version(b, key, Some(v))
