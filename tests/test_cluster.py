@@ -96,6 +96,11 @@ def test_s3_through_two_gateways(cluster):
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
     assert "versioning" in e.value.response["Error"]["Message"]
     assert "Status" not in s3b.get_bucket_versioning(Bucket="unversioned")
+    with pytest.raises(ClientError) as e:
+        s3b.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
+    assert e.value.response["Error"]["Code"] == "InvalidRequest"
+    assert "Object Lock" in e.value.response["Error"]["Message"]
+    assert "locked" not in [b["Name"] for b in s3b.list_buckets()["Buckets"]]
     s3b.put_object(Bucket="unversioned", Key="k", Body=b"v")
     assert s3b.get_object(Bucket="unversioned", Key="k", VersionId="null")["Body"].read() == b"v"
     assert [v["VersionId"] for v in s3b.list_object_versions(Bucket="unversioned")["Versions"]] == ["null"]

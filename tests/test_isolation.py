@@ -87,6 +87,14 @@ def single_request_calls(c, name, own):
         ("DeleteObjectVersion", lambda: c.delete_object(VersionId="null", **k)),
         ("CopyObjectVersionFrom", lambda: c.copy_object(
             Bucket=own, Key="stolen", CopySource={"Bucket": name, "Key": "k", "VersionId": "null"})),
+        ("GetObjectLockConfiguration", lambda: c.get_object_lock_configuration(**b)),
+        ("PutObjectLockConfiguration", lambda: c.put_object_lock_configuration(
+            ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"}, **b)),
+        ("GetObjectRetention", lambda: c.get_object_retention(**k)),
+        ("PutObjectRetention", lambda: c.put_object_retention(
+            Retention={"Mode": "GOVERNANCE", "RetainUntilDate": "2099-01-01T00:00:00Z"}, **k)),
+        ("GetObjectLegalHold", lambda: c.get_object_legal_hold(**k)),
+        ("PutObjectLegalHold", lambda: c.put_object_legal_hold(LegalHold={"Status": "ON"}, **k)),
     ]
 
 
@@ -101,7 +109,8 @@ def assert_untouched(alice, name, keys=("k",)):
     for call, code in ((alice.get_bucket_policy, "NoSuchBucketPolicy"),
                        (alice.get_bucket_cors, "NoSuchCORSConfiguration"),
                        (alice.get_bucket_tagging, "NoSuchTagSet"),
-                       (alice.get_bucket_lifecycle_configuration, "NoSuchLifecycleConfiguration")):
+                       (alice.get_bucket_lifecycle_configuration, "NoSuchLifecycleConfiguration"),
+                       (alice.get_object_lock_configuration, "ObjectLockConfigurationNotFoundError")):
         assert denied(call, Bucket=name) == code
 
 

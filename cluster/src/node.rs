@@ -384,6 +384,7 @@ impl Node {
                     owner_name: "packrat-cluster".into(),
                     created_ms: (now_micros() / 1000) as i64,
                     public_read: false,
+                    object_lock: false,
                 })
                 .await
             {

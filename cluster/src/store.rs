@@ -26,6 +26,7 @@ use http::Method;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::lifecycle::Rule;
+use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
 use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, Clock, CompletePart, Identity, ListQuery,
     NewBucket, NewUpload, ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectVersion, Part,
@@ -298,6 +299,7 @@ impl ClusterStore {
             created_ms: rec.created_ms,
             public_read: rec.public_read,
             versioning: Versioning::Unversioned,
+            object_lock: None,
         }
     }
 
@@ -561,6 +563,9 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn create_bucket(&self, new: NewBucket) -> StoreResult<Bucket> {
+        if new.object_lock {
+            return Err(not_in_cluster("Object Lock"));
+        }
         let unavailable = StoreError::Unavailable;
         let id = loop {
             let current = self.etcd.get("bucket-seq").await.map_err(unavailable)?;
@@ -636,6 +641,10 @@ impl ObjectStore for ClusterStore {
 
     async fn set_versioning(&self, _: &Bucket, _: Versioning) -> StoreResult<()> {
         Err(not_in_cluster("bucket versioning"))
+    }
+
+    async fn set_lock_config(&self, _: &Bucket, _: LockConfig) -> StoreResult<()> {
+        Err(not_in_cluster("Object Lock"))
     }
 
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
@@ -923,7 +932,9 @@ impl ObjectStore for ClusterStore {
         bucket: &Bucket,
         key: &str,
         version_id: &str,
+        _bypass_governance: bool,
     ) -> StoreResult<Deleted> {
+        // No version here has a lock: Object Lock needs versioning, which a cluster refuses.
         if version_id != "null" {
             return Err(StoreError::Invalid("Invalid version id specified".into()));
         }
@@ -932,6 +943,17 @@ impl ObjectStore for ClusterStore {
             version_id: Some("null".into()),
             delete_marker: false,
         })
+    }
+
+    async fn update_lock(
+        &self,
+        _: &Bucket,
+        _: &str,
+        _: Option<&str>,
+        _: LockChange,
+        _: bool,
+    ) -> StoreResult<Option<(Option<String>, ObjectLock)>> {
+        Err(not_in_cluster("Object Lock"))
     }
 
     async fn list_versions(

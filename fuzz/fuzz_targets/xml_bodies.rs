@@ -11,6 +11,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = xml::parse::<xml::Delete>(data);
     let _ = xml::parse::<xml::CompleteMultipartUpload>(data);
     let _ = xml::parse::<xml::CreateBucketConfiguration>(data);
+    let _ = xml::parse::<xml::ObjectLockConfiguration>(data);
+    let _ = xml::parse::<xml::Retention>(data);
+    let _ = xml::parse::<xml::LegalHold>(data);
     if let Ok(tags) = tagging::parse_xml(data) {
         let again = tagging::parse_xml(tagging::to_xml(&tags).finish().as_bytes());
         assert_eq!(again.expect("packrat's own tagging answer parses"), tags);

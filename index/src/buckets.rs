@@ -52,6 +52,23 @@ impl RocksIndex {
         self.put_encoded(CF_BUCKETS, rec.name.as_bytes(), rec)
     }
 
+    /// Changes a bucket's record under the bucket lock, so edits of different fields never
+    /// undo each other. `edit` may refuse (`Err`): nothing is written and its error is
+    /// answered in `Ok(Err(..))`.
+    pub fn edit_bucket<E>(
+        &self,
+        name: &str,
+        edit: impl FnOnce(&mut BucketRecord) -> std::result::Result<(), E>,
+    ) -> Result<std::result::Result<BucketRecord, E>> {
+        let _g = self.bucket_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut rec = self.get_bucket(name)?.ok_or(IndexError::NoSuchBucket)?;
+        if let Err(e) = edit(&mut rec) {
+            return Ok(Err(e));
+        }
+        self.put_encoded(CF_BUCKETS, rec.name.as_bytes(), &rec)?;
+        Ok(Ok(rec))
+    }
+
     pub fn list_buckets(&self) -> Result<Vec<BucketRecord>> {
         let mut out = Vec::new();
         for item in self

@@ -24,8 +24,8 @@
 pub mod records;
 
 pub use records::{
-    BucketRecord, ChunkRef, KeyRecord, MemberRecord, ObjectRecord, PartExtent, PartRecord,
-    StoredChecksum, TarIndexRecord, UploadRecord,
+    BucketLock, BucketRecord, ChunkRef, KeyRecord, MemberRecord, ObjectRecord, PartExtent,
+    PartRecord, StoredChecksum, TarIndexRecord, UploadRecord,
 };
 
 #[cfg(feature = "rocksdb")]

@@ -51,10 +51,18 @@ impl Record for MemberRecord {}
 impl Record for BucketRecord {
     fn encode(&self) -> Vec<u8> {
         let versioned = self.versioning != 0;
-        let mut out = vec![if versioned { FORMAT_V2 } else { FORMAT_V1 }];
+        let v = match (&self.object_lock, versioned) {
+            (Some(_), _) => FORMAT_V3,
+            (None, true) => FORMAT_V2,
+            (None, false) => FORMAT_V1,
+        };
+        let mut out = vec![v];
         out.extend(postcard::to_stdvec(self).expect("postcard encodes plain structs"));
-        if versioned {
+        if v != FORMAT_V1 {
             out.push(self.versioning);
+        }
+        if let Some(lock) = &self.object_lock {
+            out.extend(postcard::to_stdvec(lock).expect("postcard encodes plain structs"));
         }
         out
     }
@@ -62,12 +70,18 @@ impl Record for BucketRecord {
     fn decode_version(version: u8, rest: &[u8]) -> Result<Self, String> {
         match version {
             FORMAT_V1 => postcard::from_bytes(rest).map_err(|e| e.to_string()),
-            FORMAT_V2 => {
-                let (mut rec, state): (BucketRecord, &[u8]) =
+            FORMAT_V2 | FORMAT_V3 => {
+                let (mut rec, rest): (BucketRecord, &[u8]) =
                     postcard::take_from_bytes(rest).map_err(|e| e.to_string())?;
-                match state {
-                    [v @ 1..=2] => rec.versioning = *v,
-                    _ => return Err(format!("bad versioning state {state:?}")),
+                let (state, rest) = rest.split_first().ok_or("no versioning state")?;
+                match (version, state) {
+                    (FORMAT_V2, 1..=2) | (FORMAT_V3, 1) => rec.versioning = *state,
+                    _ => return Err(format!("bad versioning state {state}")),
+                }
+                if version == FORMAT_V3 {
+                    rec.object_lock = Some(postcard::from_bytes(rest).map_err(|e| e.to_string())?);
+                } else if !rest.is_empty() {
+                    return Err("bytes after the versioning state".into());
                 }
                 Ok(rec)
             }
@@ -326,9 +340,21 @@ pub struct BucketRecord {
     pub created_ms: i64,
     /// Anonymous (unsigned) reads allowed: set by the `public-read` canned ACL.
     pub public_read: bool,
-    /// 0 never versioned, 1 enabled, 2 suspended. Encoded after the rest, in version 2 only.
+    /// 0 never versioned, 1 enabled, 2 suspended. Encoded after the rest, in versions 2 and 3.
     #[serde(skip)]
     pub versioning: u8,
+    /// Object Lock, once enabled. Encoded after the versioning state, in version 3 only.
+    #[serde(skip)]
+    pub object_lock: Option<BucketLock>,
+}
+
+/// A bucket's Object Lock configuration: its default retention's mode (0 none, 1 GOVERNANCE,
+/// 2 COMPLIANCE) and period (days or years, as set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct BucketLock {
+    pub default_mode: u8,
+    pub days: u32,
+    pub years: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -463,6 +489,43 @@ mod tests {
         assert!(decode::<KeyRecord>(&v2[..v2.len() - 1]).is_err());
         // Version 2 with nothing sealed is corrupt, not a key with an empty secret.
         assert!(decode::<KeyRecord>(&[2, 2, b'A', b'K', 0, 1, b'n', 1, b'o', 1, 2, 0]).is_err());
+    }
+
+    /// Pins a bucket record's three encodings: version 1 (never versioned), version 2 (the
+    /// versioning state after it), version 3 (then the Object Lock configuration).
+    #[test]
+    fn bucket_record_golden_bytes() {
+        let mut rec = BucketRecord {
+            id: 7,
+            name: "b".into(),
+            owner_id: "o".into(),
+            owner_name: "n".into(),
+            created_ms: 1,
+            public_read: false,
+            versioning: 0,
+            object_lock: None,
+        };
+        let v1 = encode(&rec);
+        assert_eq!(v1, [1, 7, 1, b'b', 1, b'o', 1, b'n', 2, 0]);
+        rec.versioning = 2;
+        let v2 = encode(&rec);
+        assert_eq!(&v2[..], &[&[2][..], &v1[1..], &[2]].concat()[..]);
+        assert_eq!(decode::<BucketRecord>(&v2).unwrap(), rec);
+        rec.versioning = 1;
+        rec.object_lock = Some(BucketLock {
+            default_mode: 2,
+            days: 30,
+            years: 0,
+        });
+        let v3 = encode(&rec);
+        assert_eq!(&v3[..], &[&[3][..], &v1[1..], &[1, 2, 30, 0]].concat()[..]);
+        assert_eq!(decode::<BucketRecord>(&v3).unwrap(), rec);
+        assert!(decode::<BucketRecord>(&v3[..v3.len() - 1]).is_err());
+        // Object Lock without versioning enabled is corrupt.
+        let mut suspended = v3.clone();
+        suspended[v1.len()] = 2;
+        assert!(decode::<BucketRecord>(&suspended).is_err());
+        assert!(decode::<BucketRecord>(&[&v2[..], &[0]].concat()).is_err());
     }
 
     #[test]

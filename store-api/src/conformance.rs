@@ -75,6 +75,7 @@ pub async fn new_bucket(store: &dyn ObjectStore, what: &str) -> Bucket {
             owner_name: "one".into(),
             created_ms: 1_700_000_000_000,
             public_read: false,
+            object_lock: false,
         })
         .await
         .expect("creating a bucket")
@@ -142,6 +143,7 @@ pub async fn buckets(store: &dyn ObjectStore) {
             owner_name: "two".into(),
             created_ms: 0,
             public_read: false,
+            object_lock: false,
         })
         .await;
     assert!(
@@ -477,6 +479,7 @@ pub async fn bucket_configuration(store: &dyn ObjectStore) {
             owner_name: "one".into(),
             created_ms: 1_700_000_000_000,
             public_read: false,
+            object_lock: false,
         })
         .await
         .expect("creating the bucket again");

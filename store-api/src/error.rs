@@ -61,6 +61,13 @@ pub enum StoreError {
     /// meant for the client.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// A version's Object Lock forbids what was asked (the text is meant for the client).
+    #[error("object locked: {0}")]
+    ObjectLocked(&'static str),
+    /// The bucket's state forbids the change (Object Lock without versioning, suspending
+    /// versioning under Object Lock); the text is meant for the client.
+    #[error("invalid bucket state: {0}")]
+    InvalidBucketState(String),
     /// A request the store refuses as asked (the text is meant for the client).
     #[error("invalid request: {0}")]
     Invalid(String),

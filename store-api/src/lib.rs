@@ -15,6 +15,7 @@ pub mod clock;
 pub mod conformance;
 pub mod error;
 pub mod lifecycle;
+pub mod lock;
 pub mod sealed;
 pub mod source;
 pub mod stream;
@@ -65,8 +66,13 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// or uploads in progress.
     async fn delete_bucket(&self, bucket: &Bucket) -> StoreResult<()>;
     /// Sets the bucket's versioning (`Enabled` or `Suspended`); `Invalid` for `Unversioned`
-    /// (S3 has no way back), or from a store that cannot keep versions (the text says so).
+    /// (S3 has no way back), or from a store that cannot keep versions (the text says so);
+    /// `InvalidBucketState` for `Suspended` in a bucket with Object Lock.
     async fn set_versioning(&self, bucket: &Bucket, state: Versioning) -> StoreResult<()>;
+    /// Enables Object Lock on a bucket (for good) and sets its default retention;
+    /// `InvalidBucketState` unless the bucket's versioning is `Enabled`; `Invalid` from a
+    /// store that cannot keep versions.
+    async fn set_lock_config(&self, bucket: &Bucket, config: lock::LockConfig) -> StoreResult<()>;
     /// Sets or clears anonymous read access (the `public-read` canned ACL).
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()>;
     /// Replaces the bucket's lifecycle rules.
@@ -147,12 +153,27 @@ pub trait ObjectStore: Send + Sync + 'static {
     ) -> StoreResult<Option<FoundVersion>>;
     /// Removes one version for good (an object or a delete marker); the newest remaining
     /// becomes current. A version that does not exist is not an error (nothing is removed).
+    /// `ObjectLocked` if its lock protects it (see [`lock`]); `bypass_governance` lets a
+    /// GOVERNANCE retention go (the caller checked that it may).
     async fn delete_version(
         &self,
         bucket: &Bucket,
         key: &str,
         version_id: &str,
+        bypass_governance: bool,
     ) -> StoreResult<Deleted>;
+    /// Changes the lock of one version (the latest when `version_id` is `None`), as
+    /// [`lock::ObjectLock::apply`] allows, atomically with the key's other writes; answers the
+    /// version's id and its lock now. `NoSuchKey` / `NoSuchVersion`-style `None` when there is
+    /// no such object version (a delete marker has no lock: `Invalid`).
+    async fn update_lock(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+        change: lock::LockChange,
+        bypass_governance: bool,
+    ) -> StoreResult<Option<(Option<String>, lock::ObjectLock)>>;
     /// One page of the bucket's versions and delete markers.
     async fn list_versions(
         &self,

@@ -14,6 +14,8 @@ pub struct Bucket {
     /// Anonymous (unsigned) reads allowed: set by the `public-read` canned ACL.
     pub public_read: bool,
     pub versioning: Versioning,
+    /// Object Lock, once enabled (never disabled); versioning is then `Enabled` for good.
+    pub object_lock: Option<crate::lock::LockConfig>,
 }
 
 /// A bucket's versioning state (PutBucketVersioning). Once set, a bucket never returns to
@@ -121,6 +123,9 @@ pub struct NewBucket {
     pub owner_name: String,
     pub created_ms: i64,
     pub public_read: bool,
+    /// Created with Object Lock (`x-amz-bucket-object-lock-enabled`): versioning enabled and
+    /// Object Lock on, with no default retention.
+    pub object_lock: bool,
 }
 
 /// An access key and who holds it. The secret is here because SigV4 needs it to recompute a

@@ -7,7 +7,7 @@ use crate::engine::{Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
 use crate::master_key::MasterKey;
 use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
-use crate::versions::{VersionId, versioning_code, versioning_of};
+use crate::versions::{VersionId, bucket_lock_of, lock_config_of, versioning_code, versioning_of};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
@@ -23,6 +23,7 @@ use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Rep
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
+use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
 use packrat_store_api::stream::KeyList;
 use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, CompletePart, Identity, ListQuery, NewBucket,
@@ -258,6 +259,21 @@ impl LocalStore {
         let engine = self.engine.clone();
         Ok(blocking(move || f(&engine)).await?)
     }
+
+    /// Changes a bucket's record as it is in the index (not as the caller's copy has it), so
+    /// two edits of different settings never undo each other; `edit` may refuse.
+    async fn edit_bucket(
+        &self,
+        bucket: &Bucket,
+        edit: impl FnOnce(&mut BucketRecord) -> Result<(), StoreError> + Send + 'static,
+    ) -> StoreResult<()> {
+        let name = bucket.name.clone();
+        let edited = self
+            .run(move |e| Ok(e.index.edit_bucket(&name, edit)?))
+            .await;
+        self.engine.forget_bucket(&bucket.name);
+        edited?.map(drop)
+    }
 }
 
 /// The index's write gate: index writes and deletes ask the store's file operations first,
@@ -347,18 +363,7 @@ fn bucket_of(r: BucketRecord) -> Bucket {
         created_ms: r.created_ms,
         public_read: r.public_read,
         versioning: versioning_of(r.versioning),
-    }
-}
-
-fn record_of(b: &Bucket) -> BucketRecord {
-    BucketRecord {
-        id: b.id,
-        name: b.name.clone(),
-        owner_id: b.owner_id.clone(),
-        owner_name: b.owner_name.clone(),
-        created_ms: b.created_ms,
-        public_read: b.public_read,
-        versioning: versioning_code(b.versioning),
+        object_lock: r.object_lock.map(lock_config_of),
     }
 }
 
@@ -591,7 +596,9 @@ impl ObjectStore for LocalStore {
                         owner_name: new.owner_name,
                         created_ms: new.created_ms,
                         public_read: new.public_read,
-                        versioning: 0,
+                        // Object Lock comes with versioning enabled, for good.
+                        versioning: u8::from(new.object_lock),
+                        object_lock: new.object_lock.then(Default::default),
                     })?)
             })
             .await;
@@ -621,21 +628,39 @@ impl ObjectStore for LocalStore {
                 "a bucket's versioning can be Enabled or Suspended, never turned off".into(),
             ));
         }
-        let rec = record_of(&Bucket {
-            versioning: state,
-            ..bucket.clone()
-        });
-        let updated = self.run(move |e| Ok(e.index.update_bucket(&rec)?)).await;
-        self.engine.forget_bucket(&bucket.name);
-        updated
+        let code = versioning_code(state);
+        self.edit_bucket(bucket, move |r| {
+            if state == Versioning::Suspended && r.object_lock.is_some() {
+                return Err(StoreError::InvalidBucketState(
+                    "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed.".into(),
+                ));
+            }
+            r.versioning = code;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn set_lock_config(&self, bucket: &Bucket, config: LockConfig) -> StoreResult<()> {
+        let lock = bucket_lock_of(&config);
+        self.edit_bucket(bucket, move |r| {
+            if r.versioning != versioning_code(Versioning::Enabled) {
+                return Err(StoreError::InvalidBucketState(
+                    "Versioning must be 'Enabled' on the bucket to apply a Object Lock configuration".into(),
+                ));
+            }
+            r.object_lock = Some(lock);
+            Ok(())
+        })
+        .await
     }
 
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
-        let mut rec = record_of(bucket);
-        rec.public_read = public;
-        let updated = self.run(move |e| Ok(e.index.update_bucket(&rec)?)).await;
-        self.engine.forget_bucket(&bucket.name);
-        updated
+        self.edit_bucket(bucket, move |r| {
+            r.public_read = public;
+            Ok(())
+        })
+        .await
     }
 
     async fn put_lifecycle(&self, bucket: &Bucket, rules: Vec<Rule>) -> StoreResult<()> {
@@ -839,6 +864,7 @@ impl ObjectStore for LocalStore {
         bucket: &Bucket,
         key: &str,
         version_id: &str,
+        bypass_governance: bool,
     ) -> StoreResult<Deleted> {
         let id = VersionId::parse(version_id)?;
         if bucket.versioning == Versioning::Unversioned {
@@ -852,8 +878,25 @@ impl ObjectStore for LocalStore {
         }
         Ok(self
             .engine
-            .delete_version(bucket.id, key, id, version_id)
+            .delete_version(bucket.id, key, id, version_id, bypass_governance)
             .await?)
+    }
+
+    async fn update_lock(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+        change: LockChange,
+        bypass_governance: bool,
+    ) -> StoreResult<Option<(Option<String>, ObjectLock)>> {
+        let id = version_id.map(VersionId::parse).transpose()?;
+        let updated = self
+            .engine
+            .update_lock(bucket.id, key, id, change, bypass_governance)
+            .await?;
+        let shows = version_id.is_some() || shows_versions(bucket);
+        Ok(updated.map(|(rec, lock)| (shows.then(|| rec.version_id()), lock)))
     }
 
     async fn list_versions(

@@ -11,7 +11,10 @@
 use crate::engine::Engine;
 use crate::error::{EngineError, EngineResult};
 use packrat_index::records::{VERSION_DELETE_MARKER, VERSION_NULL};
-use packrat_index::{ObjectOp, ObjectRecord};
+use packrat_index::{BucketLock, ObjectOp, ObjectRecord};
+use packrat_store_api::lock::{
+    DefaultRetention, LockChange, LockConfig, LockMode, ObjectLock, PROTECTED,
+};
 use packrat_store_api::{Deleted, StoreError, Versioning};
 use std::sync::atomic::Ordering;
 
@@ -57,6 +60,45 @@ pub(crate) fn versioning_code(v: Versioning) -> u8 {
         Versioning::Enabled => 1,
         Versioning::Suspended => 2,
     }
+}
+
+/// A bucket's Object Lock configuration from its index record, and back.
+pub(crate) fn lock_config_of(l: BucketLock) -> LockConfig {
+    let mode = match l.default_mode {
+        1 => Some(LockMode::Governance),
+        2 => Some(LockMode::Compliance),
+        _ => None,
+    };
+    LockConfig {
+        default_retention: mode.map(|mode| DefaultRetention {
+            mode,
+            days: l.days,
+            years: l.years,
+        }),
+    }
+}
+
+pub(crate) fn bucket_lock_of(c: &LockConfig) -> BucketLock {
+    match c.default_retention {
+        None => BucketLock::default(),
+        Some(d) => BucketLock {
+            default_mode: match d.mode {
+                LockMode::Governance => 1,
+                LockMode::Compliance => 2,
+            },
+            days: d.days,
+            years: d.years,
+        },
+    }
+}
+
+/// `ObjectLocked` unless the version's lock lets it be removed now. A lock that cannot be
+/// read protects its version (removal is the one thing that cannot be taken back).
+fn check_removal(rec: &ObjectRecord, now_ms: i64, bypass_governance: bool) -> EngineResult<()> {
+    ObjectLock::of(&rec.headers)
+        .map_err(|_| PROTECTED)
+        .and_then(|l| l.check_removal(now_ms, bypass_governance))
+        .map_err(|why| EngineError(StoreError::ObjectLocked(why)))
 }
 
 /// A version found by id: the record, and whether it is the key's current one (in `objects`).
@@ -275,6 +317,7 @@ impl Engine {
         key: &str,
         id: VersionId,
         shown_id: &str,
+        bypass_governance: bool,
     ) -> EngineResult<Deleted> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(found) = self.locate_version(bucket_id, key, id)? else {
@@ -283,6 +326,7 @@ impl Engine {
                 delete_marker: false,
             });
         };
+        check_removal(&found.record, self.clock.now_ms(), bypass_governance)?;
         let k = || key.to_string();
         let mut ops = Vec::new();
         let current_left = if found.current {
@@ -323,5 +367,62 @@ impl Engine {
             version_id: Some(found.record.version_id()),
             delete_marker: found.record.is_delete_marker(),
         })
+    }
+
+    /// Changes the lock of one version (the current object when `id` is `None`) under the
+    /// key's lock, as S3's rules allow; the record as written and its lock. `None` if there is
+    /// no such version (or, without an id, no current object).
+    pub(crate) async fn update_lock(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: Option<VersionId>,
+        change: LockChange,
+        bypass_governance: bool,
+    ) -> EngineResult<Option<(ObjectRecord, ObjectLock)>> {
+        let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
+        let found = match id {
+            Some(id) => self.locate_version(bucket_id, key, id)?,
+            None => self
+                .index
+                .get_object(bucket_id, key)?
+                .map(|record| Located {
+                    record,
+                    current: true,
+                }),
+        };
+        let Some(Located {
+            mut record,
+            current,
+        }) = found
+        else {
+            return Ok(None);
+        };
+        if record.is_delete_marker() {
+            return Err(EngineError(StoreError::Invalid(
+                "A delete marker has no Object Lock".into(),
+            )));
+        }
+        let mut lock = ObjectLock::of(&record.headers)
+            .map_err(|e| EngineError(StoreError::internal("object lock", e)))?;
+        lock.apply(change, self.clock.now_ms(), bypass_governance)
+            .map_err(|why| EngineError(StoreError::ObjectLocked(why)))?;
+        lock.store(&mut record.headers);
+        let (bucket_id, key_s) = (bucket_id, key.to_string());
+        let op = if current {
+            ObjectOp::Put {
+                bucket_id,
+                key: key_s,
+                record: Box::new(record.clone()),
+            }
+        } else {
+            ObjectOp::PutVersion {
+                bucket_id,
+                key: key_s,
+                record: Box::new(record.clone()),
+            }
+        };
+        self.commit_locked(guard, None, vec![op], &[stripe]).await?;
+        Ok(Some((record, lock)))
     }
 }

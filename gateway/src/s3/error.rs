@@ -22,6 +22,8 @@ pub enum S3ErrorCode {
     InvalidAccessKeyId,
     InvalidArgument,
     InvalidBucketName,
+    /// The bucket's state forbids the change (Object Lock and versioning).
+    InvalidBucketState,
     InvalidDigest,
     /// SSE-C with an algorithm other than AES256.
     InvalidEncryptionAlgorithmError,
@@ -89,6 +91,7 @@ impl S3ErrorCode {
             InvalidArgument => ("InvalidArgument", StatusCode::BAD_REQUEST),
             BadRequest => ("BadRequest", StatusCode::BAD_REQUEST),
             InvalidBucketName => ("InvalidBucketName", StatusCode::BAD_REQUEST),
+            InvalidBucketState => ("InvalidBucketState", StatusCode::CONFLICT),
             InvalidDigest => ("InvalidDigest", StatusCode::BAD_REQUEST),
             InvalidEncryptionAlgorithmError => {
                 ("InvalidEncryptionAlgorithmError", StatusCode::BAD_REQUEST)
@@ -269,6 +272,10 @@ impl From<packrat_store_api::StoreError> for S3Error {
                 S3Error::new(S3ErrorCode::ServiceUnavailable, message)
             }
             E::Invalid(message) => S3Error::new(S3ErrorCode::InvalidRequest, message),
+            E::ObjectLocked(message) => S3Error::new(S3ErrorCode::AccessDenied, message),
+            E::InvalidBucketState(message) => {
+                S3Error::new(S3ErrorCode::InvalidBucketState, message)
+            }
             E::Internal { context, detail } => S3Error::internal(context, detail),
             E::Source(source) => match source.downcast_ref::<S3Error>() {
                 Some(s3) => s3.clone(),
@@ -292,6 +299,7 @@ mod tests {
             (S3ErrorCode::NoSuchUpload, "NoSuchUpload", 404),
             (S3ErrorCode::NoSuchVersion, "NoSuchVersion", 404),
             (S3ErrorCode::BucketNotEmpty, "BucketNotEmpty", 409),
+            (S3ErrorCode::InvalidBucketState, "InvalidBucketState", 409),
             (
                 S3ErrorCode::BucketAlreadyOwnedByYou,
                 "BucketAlreadyOwnedByYou",

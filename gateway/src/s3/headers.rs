@@ -128,6 +128,13 @@ pub fn object_meta(
     })
 }
 
+/// Whether a write carries any `x-amz-object-lock-*` header.
+pub fn asks_object_lock(headers: &HeaderMap) -> bool {
+    headers
+        .keys()
+        .any(|k| k.as_str().starts_with("x-amz-object-lock-"))
+}
+
 pub fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
     let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
     if let Some(v) = inm

@@ -147,6 +147,47 @@ pub struct VersioningConfiguration {
     pub mfa_delete: Option<String>,
 }
 
+/// PutObjectLockConfiguration's body.
+#[derive(Debug, serde::Deserialize)]
+pub struct ObjectLockConfiguration {
+    #[serde(rename = "ObjectLockEnabled")]
+    pub enabled: Option<String>,
+    #[serde(rename = "Rule")]
+    pub rule: Option<LockRule>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct LockRule {
+    #[serde(rename = "DefaultRetention")]
+    pub default_retention: Option<LockDefaultRetention>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct LockDefaultRetention {
+    #[serde(rename = "Mode")]
+    pub mode: Option<String>,
+    #[serde(rename = "Days")]
+    pub days: Option<i64>,
+    #[serde(rename = "Years")]
+    pub years: Option<i64>,
+}
+
+/// PutObjectRetention's body.
+#[derive(Debug, serde::Deserialize)]
+pub struct Retention {
+    #[serde(rename = "Mode")]
+    pub mode: Option<String>,
+    #[serde(rename = "RetainUntilDate")]
+    pub retain_until: Option<String>,
+}
+
+/// PutObjectLegalHold's body.
+#[derive(Debug, serde::Deserialize)]
+pub struct LegalHold {
+    #[serde(rename = "Status")]
+    pub status: Option<String>,
+}
+
 #[derive(Debug, serde::Deserialize)]
 pub struct Delete {
     #[serde(rename = "Object", default)]

@@ -898,3 +898,154 @@ async fn rust_sdk_versioning() {
         b"second"
     );
 }
+
+/// Object Lock from the Rust SDK: a bucket created with it, a default retention, a version
+/// under GOVERNANCE retention and a legal hold that refuse its removal, the bypass, and each
+/// operation's answer read back.
+#[tokio::test]
+async fn rust_sdk_object_lock() {
+    use aws_sdk_s3::primitives::DateTime;
+    use aws_sdk_s3::types::{
+        DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockLegalHold,
+        ObjectLockLegalHoldStatus, ObjectLockRetention, ObjectLockRetentionMode, ObjectLockRule,
+    };
+    let server = start();
+    let s3 = client(&server.endpoint);
+    let b = "rust-lock";
+    s3.create_bucket()
+        .bucket(b)
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    let config = ObjectLockConfiguration::builder()
+        .object_lock_enabled(ObjectLockEnabled::Enabled)
+        .rule(
+            ObjectLockRule::builder()
+                .default_retention(
+                    DefaultRetention::builder()
+                        .mode(ObjectLockRetentionMode::Governance)
+                        .days(1)
+                        .build(),
+                )
+                .build(),
+        )
+        .build();
+    s3.put_object_lock_configuration()
+        .bucket(b)
+        .object_lock_configuration(config.clone())
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_object_lock_configuration()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.object_lock_configuration(), Some(&config));
+    let put = s3
+        .put_object()
+        .bucket(b)
+        .key("k")
+        .body(ByteStream::from_static(b"kept"))
+        .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+        .send()
+        .await
+        .unwrap();
+    let v = put.version_id().expect("a version id").to_string();
+    let head = s3.head_object().bucket(b).key("k").send().await.unwrap();
+    assert_eq!(
+        head.object_lock_mode(),
+        Some(&aws_sdk_s3::types::ObjectLockMode::Governance),
+        "the bucket's default retention"
+    );
+    assert_eq!(
+        head.object_lock_legal_hold_status(),
+        Some(&ObjectLockLegalHoldStatus::On)
+    );
+    let refused = s3
+        .delete_object()
+        .bucket(b)
+        .key("k")
+        .version_id(&v)
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+    s3.put_object_legal_hold()
+        .bucket(b)
+        .key("k")
+        .legal_hold(
+            ObjectLockLegalHold::builder()
+                .status(ObjectLockLegalHoldStatus::Off)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let hold = s3
+        .get_object_legal_hold()
+        .bucket(b)
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        hold.legal_hold().and_then(|h| h.status()),
+        Some(&ObjectLockLegalHoldStatus::Off)
+    );
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+        + 2 * 86_400;
+    s3.put_object_retention()
+        .bucket(b)
+        .key("k")
+        .version_id(&v)
+        .retention(
+            ObjectLockRetention::builder()
+                .mode(ObjectLockRetentionMode::Governance)
+                .retain_until_date(DateTime::from_secs(until))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_object_retention()
+        .bucket(b)
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let r = got.retention().expect("a retention");
+    assert_eq!(r.mode(), Some(&ObjectLockRetentionMode::Governance));
+    assert_eq!(r.retain_until_date().map(|d| d.secs()), Some(until));
+    let refused = s3
+        .delete_object()
+        .bucket(b)
+        .key("k")
+        .version_id(&v)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+    s3.delete_object()
+        .bucket(b)
+        .key("k")
+        .version_id(&v)
+        .bypass_governance_retention(true)
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket().bucket(b).send().await.unwrap();
+}

@@ -74,6 +74,17 @@ pub(super) async fn handle_create_bucket(
         ));
     }
     let public = canned_acl_public(req)?.unwrap_or(false);
+    let object_lock = match req.header("x-amz-bucket-object-lock-enabled") {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case("true") => true,
+        Some(v) if v.eq_ignore_ascii_case("false") => false,
+        Some(_) => {
+            return Err(err(
+                S3ErrorCode::InvalidArgument,
+                "x-amz-bucket-object-lock-enabled must be true or false",
+            ));
+        }
+    };
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     if !body.iter().all(u8::is_ascii_whitespace) {
         let conf: xml::CreateBucketConfiguration = xml::parse(&body)?;
@@ -97,6 +108,7 @@ pub(super) async fn handle_create_bucket(
             owner_name: id.name.clone(),
             created_ms: state.clock.now_ms(),
             public_read: public,
+            object_lock,
         })
         .await;
     match result {
@@ -303,7 +315,6 @@ const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
         Err("ServerSideEncryptionConfigurationNotFoundError"),
     ),
     ("website", Err("NoSuchWebsiteConfiguration")),
-    ("object-lock", Err("ObjectLockConfigurationNotFoundError")),
     ("replication", Err("ReplicationConfigurationNotFoundError")),
     (
         "publicAccessBlock",

@@ -27,6 +27,7 @@ use std::sync::Arc;
 mod bucket_config;
 mod buckets;
 mod listing;
+mod lock;
 mod multipart;
 mod objects;
 mod post_object;
@@ -39,9 +40,6 @@ type R = S3Result<Response<RespBody>>;
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "website",
     "encryption",
-    "object-lock",
-    "retention",
-    "legal-hold",
     "torrent",
     "replication",
     "logging",
@@ -178,6 +176,16 @@ impl Action {
     pub const GET_BUCKET_POLICY: Self = Self::bucket("s3:GetBucketPolicy", Access::Owner);
     pub const PUT_BUCKET_POLICY: Self = Self::bucket("s3:PutBucketPolicy", Access::Write);
     pub const DELETE_BUCKET_POLICY: Self = Self::bucket("s3:DeleteBucketPolicy", Access::Write);
+    pub const PUT_BUCKET_OBJECT_LOCK: Self =
+        Self::bucket("s3:PutBucketObjectLockConfiguration", Access::Write);
+    pub const GET_BUCKET_OBJECT_LOCK: Self =
+        Self::bucket("s3:GetBucketObjectLockConfiguration", Access::Owner);
+    pub const PUT_OBJECT_RETENTION: Self = Self::object("s3:PutObjectRetention", Access::Write);
+    pub const GET_OBJECT_RETENTION: Self = Self::object("s3:GetObjectRetention", Access::Owner);
+    pub const PUT_OBJECT_LEGAL_HOLD: Self = Self::object("s3:PutObjectLegalHold", Access::Write);
+    pub const GET_OBJECT_LEGAL_HOLD: Self = Self::object("s3:GetObjectLegalHold", Access::Owner);
+    pub const BYPASS_GOVERNANCE_RETENTION: Self =
+        Self::object("s3:BypassGovernanceRetention", Access::Write);
     /// Configurations packrat does not have (their "not configured" answers): the owner's.
     pub const GET_BUCKET_CONFIGURATION: Self =
         Self::bucket("s3:GetBucketConfiguration", Access::Owner);
@@ -510,7 +518,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             "unsupported",
             Err(err(
                 S3ErrorCode::NotImplemented,
-                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, CopyObject's source and DeleteObject only",
+                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, CopyObject's source, DeleteObject and a version's retention and legal hold only",
             )),
         );
     }
@@ -544,6 +552,15 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             bucket_config::handle_preflight(state, req, b).await,
         ),
         (Some(b), None) => match m {
+            Method::PUT if req.has_q("object-lock") => (
+                "PutObjectLockConfiguration",
+                lock::handle_put_lock_config(state, req, b).await,
+            ),
+            Method::GET if req.has_q("object-lock") => (
+                "GetObjectLockConfiguration",
+                lock::handle_get_lock_config(state, req, b).await,
+            ),
+            _ if req.has_q("object-lock") => ("bucket", Err(method_not_allowed())),
             Method::PUT if req.has_q("tagging") => (
                 "PutBucketTagging",
                 bucket_config::handle_put_bucket_tagging(state, req, b).await,
@@ -697,6 +714,25 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
         },
         (Some(b), Some(k)) => match m {
+            Method::PUT if req.has_q("retention") => (
+                "PutObjectRetention",
+                lock::handle_put_retention(state, req, b, k).await,
+            ),
+            Method::GET if req.has_q("retention") => (
+                "GetObjectRetention",
+                lock::handle_get_retention(state, req, b, k).await,
+            ),
+            Method::PUT if req.has_q("legal-hold") => (
+                "PutObjectLegalHold",
+                lock::handle_put_legal_hold(state, req, b, k).await,
+            ),
+            Method::GET if req.has_q("legal-hold") => (
+                "GetObjectLegalHold",
+                lock::handle_get_legal_hold(state, req, b, k).await,
+            ),
+            _ if req.has_q("retention") || req.has_q("legal-hold") => {
+                ("object", Err(method_not_allowed()))
+            }
             Method::GET if req.has_q("tagging") => (
                 "GetObjectTagging",
                 tagging::handle_get_object_tagging(state, req, b, k).await,
@@ -793,12 +829,22 @@ fn takes_encryption_headers(req: &S3Request) -> bool {
 }
 
 /// Whether an object request names a version where packrat reads one (GET, HEAD, DELETE of
-/// the object itself).
+/// the object itself; a version's retention and legal hold).
 fn names_versions(req: &S3Request) -> bool {
+    if req.has_q("retention") || req.has_q("legal-hold") {
+        return matches!(req.method, Method::GET | Method::PUT);
+    }
     matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
         && !["tagging", "acl", "uploadId", "uploads"]
             .iter()
             .any(|q| req.has_q(q))
+}
+
+fn method_not_allowed() -> S3Error {
+    err(
+        S3ErrorCode::MethodNotAllowed,
+        "The specified method is not allowed against this resource.",
+    )
 }
 
 fn no_content() -> R {

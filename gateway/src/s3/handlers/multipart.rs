@@ -54,10 +54,15 @@ pub(super) async fn handle_create_multipart_upload(
             ));
         }
     };
+    let mut attrs = meta.into_attrs(0);
+    // The object's lock (asked, or the bucket's default, counted from now) goes with the
+    // upload's other attributes to the object that completes it.
+    let caller = lock::Caller::of(req);
+    lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     let new = NewUpload {
         owner_id: id.owner_id.clone(),
         initiated_ms: state.clock.now_ms(),
-        attrs: meta.into_attrs(0),
+        attrs,
         checksum: alg,
         checksum_type: kind.map(str::to_string),
     };

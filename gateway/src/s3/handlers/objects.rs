@@ -49,6 +49,10 @@ pub(super) async fn handle_put_object(
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
+    if b.object_lock.is_some() || headers::asks_object_lock(&req.headers) {
+        let caller = lock::Caller::of(req);
+        lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
+    }
     if let Some(how) = encryption {
         // The store sees only ciphertext: the plaintext's checks run in the sealing source.
         let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
@@ -209,6 +213,9 @@ pub(super) async fn handle_copy_object(
         }
     };
     let mut attrs = ObjectMeta { tags, ..meta }.into_attrs(state.clock.now_ms());
+    // The copy's lock is the request's (or the bucket's default), never the source's.
+    let caller = lock::Caller::of(req);
+    lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {
         Some(a) => Some(ChecksumAlgorithm::parse(a)?),
@@ -358,7 +365,8 @@ pub(super) async fn handle_delete_object(
     let deleted = match versions::version_id(req)? {
         Some(v) => {
             let b = load_bucket(state, req, bname, Action::DELETE_OBJECT_VERSION).await?;
-            versions::delete_version(state, &b, key, v).await?
+            let bypass = lock::bypass_governance(state, req, &b, key).await?;
+            versions::delete_version(state, &b, key, v, bypass).await?
         }
         None => {
             let b = load_bucket(state, req, bname, Action::DELETE_OBJECT).await?;
@@ -392,7 +400,8 @@ pub(super) async fn handle_delete_objects(
                 Err(err(S3ErrorCode::InvalidArgument, "Invalid key"))
             } else if let Some(v) = o.version_id.as_deref() {
                 check_key(req, b, policy, Action::DELETE_OBJECT_VERSION, &o.key)?;
-                versions::delete_version(state, b, &o.key, v).await
+                let bypass = lock::bypass_for_key(req, b, policy, &o.key);
+                versions::delete_version(state, b, &o.key, v, bypass).await
             } else {
                 check_key(req, b, policy, Action::DELETE_OBJECT, &o.key)?;
                 store.delete_object(b, &o.key).await.map_err(S3Error::from)
@@ -577,6 +586,11 @@ pub(super) async fn handle_get_object(
     // Tags are the owner's to read (GetObjectTagging); an anonymous reader is not told of them.
     if !obj.attrs.tags.is_empty() && req.identity.is_some() {
         rb = rb.header("x-amz-tagging-count", obj.attrs.tags.len());
+    }
+    if lock::has_lock(&obj) {
+        for (h, v) in Box::pin(lock::answer_headers(state, req, &b, key, &obj)).await? {
+            rb = rb.header(h, v);
+        }
     }
     if req
         .header("x-amz-checksum-mode")

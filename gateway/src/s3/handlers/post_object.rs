@@ -96,6 +96,7 @@ fn is_object_header(name: &str) -> bool {
             | "x-amz-storage-class"
     ) || name.starts_with("x-amz-meta-")
         || name.starts_with("x-amz-checksum-")
+        || name.starts_with("x-amz-object-lock-")
 }
 
 /// Reads the fields before the `file` part; answers them and the file part.
@@ -289,8 +290,19 @@ pub(super) async fn handle_post_object(
     }
     let meta = object_meta(&meta_headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&meta_headers)?;
+    let mut attrs = meta.into_attrs(state.clock.now_ms());
+    let caller = lock::Caller {
+        facts: Facts {
+            peer: req.peer,
+            secure: req.secure,
+            headers: &req.headers,
+            query: &req.query,
+        },
+        identity: Some(&id),
+    };
+    lock::lock_new_version(state, &caller, &meta_headers, &b, &key, &mut attrs.headers).await?;
     let put = PutObject {
-        attrs: meta.into_attrs(state.clock.now_ms()),
+        attrs,
         checksum: alg,
         expected_checksum: sent,
         content_md5: content_md5(&meta_headers)?,

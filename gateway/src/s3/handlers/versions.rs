@@ -133,10 +133,11 @@ pub(super) async fn delete_version(
     b: &Bucket,
     key: &str,
     version: &str,
+    bypass_governance: bool,
 ) -> S3Result<packrat_store_api::Deleted> {
     state
         .store
-        .delete_version(b, key, version)
+        .delete_version(b, key, version, bypass_governance)
         .await
         .map_err(version_error)
 }
