@@ -7,7 +7,8 @@
 //! builds still read them; it is version 3 when it belongs to a versioned bucket's history
 //! (version 1, the tags, then its version sequence and flags), so records of buckets that
 //! never had versioning keep their bytes. A bucket's record is version 2 when versioning was
-//! ever set on it (version 1 followed by the state). An access key's record is version 2 when its secret is sealed
+//! ever set on it (version 1 followed by the state), version 3 when it has Object Lock
+//! (version 2 followed by the lock configuration). An access key's record is version 2 when its secret is sealed
 //! (version 1 with an empty secret, followed by the sealed bytes); version 1 holds the secret
 //! in plaintext and is what packrat wrote before keys were sealed. A change to any struct here
 //! is a new version whose decoder still reads the older ones.
