@@ -9,14 +9,14 @@
 # Each target starts from its checked-in seeds (fuzz/seeds/TARGET, read only) and the local
 # corpus it grows (fuzz/corpus/TARGET, not checked in).
 #
-#   scripts/fuzz.sh            # every target for 20 s (the smoke run scripts/test.sh does)
+#   scripts/fuzz.sh            # every target for 10 s (the smoke run scripts/test.sh does)
 #   scripts/fuzz.sh 600        # every target for 10 minutes
 #
 # cargo-fuzz passes nightly-only flags (-Zsanitizer=address) to rustc; only the stable
 # toolchain exists here, so RUSTC_BOOTSTRAP=1 lets it accept them.
 set -euo pipefail
 cd "$(dirname "$0")/../fuzz"
-per_target=${1:-${PACKRAT_FUZZ_SECONDS:-20}}
+per_target=${1:-${PACKRAT_FUZZ_SECONDS:-10}}
 if ! command -v cargo-fuzz >/dev/null; then
   cargo install --locked cargo-fuzz@0.13.2
 fi

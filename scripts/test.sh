@@ -58,7 +58,7 @@ cargo build --workspace
 step "cargo test (unit, property, store conformance and Rust AWS SDK tests)"
 cargo test --workspace
 
-step "fuzz smoke run (cargo-fuzz, every target for \${PACKRAT_FUZZ_SECONDS:-20} s)"
+step "fuzz smoke run (cargo-fuzz, every target for \${PACKRAT_FUZZ_SECONDS:-10} s)"
 bash scripts/fuzz.sh
 
 step "pytest, cluster mode (the boto3 and aws-cli client tests against a gateway of etcd + 3 nodes)"

@@ -1,12 +1,16 @@
 """The README's setup, as a newcomer types it on a bare Debian 12: the apt line names every
 package CI installs, Rust is installed at the workspace's version, and the Python lines (a
-virtual environment, never the system pip) work when run as written in a scratch directory."""
+virtual environment, never the system pip) are the ones `.ci/run` runs on every CI machine
+before the tests (so every CI run executes them as written). Running them again in a scratch
+directory (about 90 s of installs) is the long mode: PACKRAT_README_SCRATCH=1."""
 
 import os
 import re
 import shutil
 import subprocess
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -41,6 +45,20 @@ def test_the_apt_line_and_the_rust_line_match_what_ci_does():
     assert not any(re.match(r"^(sudo )?pip3? install", l) for l in lines), "never the system pip"
 
 
+def test_ci_runs_the_python_lines_as_written():
+    lines = [l for l in setup_lines() if l.startswith(("python3 -m venv", ".venv/bin/pip"))]
+    assert len(lines) == 2, lines
+    ci = [l.strip() for l in (ROOT / ".ci" / "run").read_text().splitlines()]
+    # .ci/run may only quiet pip down; the words of each line are the README's, in order.
+    quiet = {"-q", "--disable-pip-version-check"}
+    ci_lines = [" ".join(w for w in l.split() if w not in quiet) for l in ci]
+    for line in lines:
+        assert line in ci_lines, f"the README's line {line!r} is not what .ci/run runs: {ci_lines}"
+    assert ci_lines.index(lines[0]) < ci_lines.index(lines[1])
+
+
+@pytest.mark.skipif(not os.environ.get("PACKRAT_README_SCRATCH"),
+                    reason="long mode (PACKRAT_README_SCRATCH=1): CI runs these lines itself, see test_ci_runs_the_python_lines_as_written")
 def test_the_python_lines_work_as_written_in_a_scratch_directory(tmp_path):
     lines = [l for l in setup_lines() if l.startswith(("python3 -m venv", ".venv/bin/pip"))]
     assert len(lines) == 2, lines
