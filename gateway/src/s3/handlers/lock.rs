@@ -411,17 +411,27 @@ fn no_lock_of_object() -> S3Error {
     )
 }
 
+/// The lock of the version a GetObjectRetention or GetObjectLegalHold reads.
+async fn lock_of_target(
+    state: &AppState,
+    req: &S3Request,
+    name: &str,
+    key: &str,
+    action: Action,
+) -> S3Result<ObjectLock> {
+    let b = load_bucket(state, req, name, action).await?;
+    need_lock(&b)?;
+    let obj = target(state, req, &b, key).await?;
+    ObjectLock::of(&obj.attrs.headers).map_err(|e| S3Error::internal("object lock", e))
+}
+
 pub(super) async fn handle_get_retention(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Action::GET_OBJECT_RETENTION).await?;
-    need_lock(&b)?;
-    let obj = target(state, req, &b, key).await?;
-    let lock =
-        ObjectLock::of(&obj.attrs.headers).map_err(|e| S3Error::internal("object lock", e))?;
+    let lock = lock_of_target(state, req, name, key, Action::GET_OBJECT_RETENTION).await?;
     let r = lock.retention.ok_or_else(no_lock_of_object)?;
     let mut x = Xml::new();
     x.root("Retention");
@@ -437,11 +447,7 @@ pub(super) async fn handle_get_legal_hold(
     name: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Action::GET_OBJECT_LEGAL_HOLD).await?;
-    need_lock(&b)?;
-    let obj = target(state, req, &b, key).await?;
-    let lock =
-        ObjectLock::of(&obj.attrs.headers).map_err(|e| S3Error::internal("object lock", e))?;
+    let lock = lock_of_target(state, req, name, key, Action::GET_OBJECT_LEGAL_HOLD).await?;
     let on = lock.legal_hold.ok_or_else(no_lock_of_object)?;
     let mut x = Xml::new();
     x.root("LegalHold");
