@@ -326,7 +326,8 @@ def test_copy_object(s3, bucket):
 def test_unsupported_operations_say_not_implemented(s3, bucket):
     for attempt in [
         lambda: s3.put_bucket_website(Bucket=bucket, WebsiteConfiguration={"IndexDocument": {"Suffix": "index.html"}}),
-        lambda: s3.put_object_lock_configuration(Bucket=bucket, ObjectLockConfiguration={"ObjectLockEnabled": "Enabled"}),
+        lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
     ]:
         with pytest.raises(ClientError) as e:
             attempt()
