@@ -952,7 +952,7 @@ impl ObjectStore for ClusterStore {
         _: Option<&str>,
         _: LockChange,
         _: bool,
-    ) -> StoreResult<Option<(Option<String>, ObjectLock)>> {
+    ) -> StoreResult<Option<ObjectLock>> {
         Err(not_in_cluster("Object Lock"))
     }
 

@@ -162,10 +162,10 @@ pub trait ObjectStore: Send + Sync + 'static {
         version_id: &str,
         bypass_governance: bool,
     ) -> StoreResult<Deleted>;
-    /// Changes the lock of one version (the latest when `version_id` is `None`), as
-    /// [`lock::ObjectLock::apply`] allows, atomically with the key's other writes; answers the
-    /// version's id and its lock now. `NoSuchKey` / `NoSuchVersion`-style `None` when there is
-    /// no such object version (a delete marker has no lock: `Invalid`).
+    /// Changes the lock of one version (the current object when `version_id` is `None`), as
+    /// [`lock::ObjectLock::apply`] allows, atomically with the key's other writes; answers its
+    /// lock now, or `None` when there is no such version (a delete marker has no lock:
+    /// `Invalid`).
     async fn update_lock(
         &self,
         bucket: &Bucket,
@@ -173,7 +173,7 @@ pub trait ObjectStore: Send + Sync + 'static {
         version_id: Option<&str>,
         change: lock::LockChange,
         bypass_governance: bool,
-    ) -> StoreResult<Option<(Option<String>, lock::ObjectLock)>>;
+    ) -> StoreResult<Option<lock::ObjectLock>>;
     /// One page of the bucket's versions and delete markers.
     async fn list_versions(
         &self,

@@ -889,14 +889,12 @@ impl ObjectStore for LocalStore {
         version_id: Option<&str>,
         change: LockChange,
         bypass_governance: bool,
-    ) -> StoreResult<Option<(Option<String>, ObjectLock)>> {
+    ) -> StoreResult<Option<ObjectLock>> {
         let id = version_id.map(VersionId::parse).transpose()?;
-        let updated = self
+        Ok(self
             .engine
             .update_lock(bucket.id, key, id, change, bypass_governance)
-            .await?;
-        let shows = version_id.is_some() || shows_versions(bucket);
-        Ok(updated.map(|(rec, lock)| (shows.then(|| rec.version_id()), lock)))
+            .await?)
     }
 
     async fn list_versions(

@@ -370,8 +370,8 @@ impl Engine {
     }
 
     /// Changes the lock of one version (the current object when `id` is `None`) under the
-    /// key's lock, as S3's rules allow; the record as written and its lock. `None` if there is
-    /// no such version (or, without an id, no current object).
+    /// key's lock, as S3's rules allow; answers the lock as written. `None` if there is no such
+    /// version (or, without an id, no current object).
     pub(crate) async fn update_lock(
         &self,
         bucket_id: u64,
@@ -379,7 +379,7 @@ impl Engine {
         id: Option<VersionId>,
         change: LockChange,
         bypass_governance: bool,
-    ) -> EngineResult<Option<(ObjectRecord, ObjectLock)>> {
+    ) -> EngineResult<Option<ObjectLock>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let found = match id {
             Some(id) => self.locate_version(bucket_id, key, id)?,
@@ -408,21 +408,21 @@ impl Engine {
         lock.apply(change, self.clock.now_ms(), bypass_governance)
             .map_err(|why| EngineError(StoreError::ObjectLocked(why)))?;
         lock.store(&mut record.headers);
-        let (bucket_id, key_s) = (bucket_id, key.to_string());
+        let (key, record) = (key.to_string(), Box::new(record));
         let op = if current {
             ObjectOp::Put {
                 bucket_id,
-                key: key_s,
-                record: Box::new(record.clone()),
+                key,
+                record,
             }
         } else {
             ObjectOp::PutVersion {
                 bucket_id,
-                key: key_s,
-                record: Box::new(record.clone()),
+                key,
+                record,
             }
         };
         self.commit_locked(guard, None, vec![op], &[stripe]).await?;
-        Ok(Some((record, lock)))
+        Ok(Some(lock))
     }
 }

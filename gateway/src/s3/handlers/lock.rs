@@ -24,8 +24,8 @@ fn missing_config() -> S3Error {
     )
 }
 
-fn need_lock(b: &Bucket) -> S3Result<LockConfig> {
-    b.object_lock.ok_or_else(missing_config)
+fn need_lock(b: &Bucket) -> S3Result<()> {
+    b.object_lock.map(drop).ok_or_else(missing_config)
 }
 
 fn parse_mode(m: &str) -> S3Result<LockMode> {

@@ -539,13 +539,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "ListBuckets",
                 buckets::handle_list_buckets(state, req).await,
             ),
-            _ => (
-                "service",
-                Err(err(
-                    S3ErrorCode::MethodNotAllowed,
-                    "The specified method is not allowed against this resource.",
-                )),
-            ),
+            _ => ("service", Err(method_not_allowed())),
         },
         (Some(b), _) if m == Method::OPTIONS => (
             "PreflightCORS",
@@ -705,13 +699,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "PostObject",
                 post_object::handle_post_object(state, req, b).await,
             ),
-            _ => (
-                "bucket",
-                Err(err(
-                    S3ErrorCode::MethodNotAllowed,
-                    "The specified method is not allowed against this resource.",
-                )),
-            ),
+            _ => ("bucket", Err(method_not_allowed())),
         },
         (Some(b), Some(k)) => match m {
             Method::PUT if req.has_q("retention") => (
@@ -805,13 +793,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "CompleteMultipartUpload",
                 multipart::handle_complete_multipart_upload(state, req, b, k).await,
             ),
-            _ => (
-                "object",
-                Err(err(
-                    S3ErrorCode::MethodNotAllowed,
-                    "The specified method is not allowed against this resource.",
-                )),
-            ),
+            _ => ("object", Err(method_not_allowed())),
         },
     }
 }

@@ -113,13 +113,10 @@ pub(super) async fn read_version(
         .map_err(version_error)?
     {
         Some(FoundVersion::Object(o)) => Ok(*o),
-        Some(FoundVersion::DeleteMarker { version_id, .. }) => Err(err(
-            S3ErrorCode::MethodNotAllowed,
-            "The specified method is not allowed against this resource.",
-        )
-        .with_header("x-amz-delete-marker", "true".into())
-        .with_header("x-amz-version-id", version_id)
-        .with_header("allow", "DELETE".into())),
+        Some(FoundVersion::DeleteMarker { version_id, .. }) => Err(method_not_allowed()
+            .with_header("x-amz-delete-marker", "true".into())
+            .with_header("x-amz-version-id", version_id)
+            .with_header("allow", "DELETE".into())),
         None => Err(err(
             S3ErrorCode::NoSuchVersion,
             "The specified version does not exist.",
@@ -230,10 +227,7 @@ pub(super) async fn handle_list_versions(state: &Arc<AppState>, req: &S3Request,
                 o.storage_class.as_deref().unwrap_or("STANDARD"),
             );
         }
-        x.open("Owner");
-        x.elem("ID", &b.owner_id);
-        x.elem("DisplayName", &b.owner_name);
-        x.close("Owner");
+        owner_xml(&mut x, "Owner", &b);
         x.close(if v.delete_marker {
             "DeleteMarker"
         } else {
