@@ -1,10 +1,11 @@
 """Server-side encryption (issue 20, item 2): SSE-C over https with boto3 and aws-cli (round
 trips, ranges across the 64 KiB blocks, a missing and a wrong key, the key's MD5, plain http
 refused), SSE-S3 (bytes on disk are ciphertext, a restart still decrypts, Content-MD5 and
-checksums checked on the plaintext), copies between every pair of encryption kinds, listings
-that show the plaintext size, and the paths that do not decrypt (batch GET, epoch streams,
-multipart, UploadPartCopy, SSE-KMS) refusing instead of serving ciphertext or storing
-plaintext."""
+checksums checked on the plaintext), copies between every pair of encryption kinds, encrypted
+multipart uploads (SSE-C and SSE-S3 parts, part copies into and out of them, ranges across parts,
+boto3's and aws-cli's multipart transfers), listings that show the plaintext size, and the paths
+that do not decrypt (batch GET, epoch streams, SSE-KMS) refusing instead of serving ciphertext or
+storing plaintext."""
 
 import base64
 import hashlib
@@ -249,14 +250,10 @@ def test_what_does_not_decrypt_refuses(server, s3, bucket):
     streamed = {s.name: s for s in server.packrat().stream_epoch(bucket, prefix="enc/")}
     assert streamed["enc/a"].error is not None and not streamed["enc/a"].data
     assert streamed["enc/b"].data == b"open-b"
-    # Multipart uploads with encryption, UploadPartCopy of an encrypted object and SSE-KMS:
-    # 501, nothing stored in plaintext.
-    assert code_of(s3.create_multipart_upload, Bucket=bucket, Key="mp", ServerSideEncryption="AES256") \
+    # SSE-KMS: 501, nothing stored in plaintext.
+    assert code_of(s3.create_multipart_upload, Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms") \
         == ("NotImplemented", 501)
-    up = s3.create_multipart_upload(Bucket=bucket, Key="mp")["UploadId"]
-    assert code_of(s3.upload_part_copy, Bucket=bucket, Key="mp", UploadId=up, PartNumber=1,
-                   CopySource={"Bucket": bucket, "Key": "enc/a"}) == ("NotImplemented", 501)
-    s3.abort_multipart_upload(Bucket=bucket, Key="mp", UploadId=up)
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
     assert code_of(s3.put_object, Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms") \
         == ("NotImplemented", 501)
     assert code_of(s3.put_object, Bucket=bucket, Key="bad", Body=b"x", ServerSideEncryption="DES") \
@@ -324,7 +321,8 @@ def test_awscli_sse_c_and_sse_s3(tls, tmp_path):
     c = tls_client(tls)
     c.create_bucket(Bucket="ssecli")
     src = tmp_path / "f.bin"
-    body = pattern(300_000, seed=3)
+    # Above aws-cli's 8 MiB multipart_threshold: uploaded in parts, downloaded in ranges.
+    body = pattern(9 * 1024 * 1024 + 3, seed=3)
     src.write_bytes(body)
     key = os.urandom(32)
     keyfile = tmp_path / "key.bin"
@@ -352,4 +350,156 @@ def test_awscli_sse_c_and_sse_s3(tls, tmp_path):
     head = aws("s3api", "head-object", "--bucket", "ssecli", "--key", "s.bin")
     assert head.returncode == 0 and '"ServerSideEncryption": "AES256"' in head.stdout
     ls = aws("s3", "ls", "s3://ssecli/")
-    assert ls.returncode == 0 and ls.stdout.count(" 300000 ") == 2, ls.stdout
+    assert ls.returncode == 0 and ls.stdout.count(f" {len(body)} ") == 2, ls.stdout
+    assert c.head_object(Bucket="ssecli", Key="s.bin")["ETag"].endswith('-2"')
+
+
+def part_crc32(data):
+    import zlib
+    return base64.b64encode(zlib.crc32(data).to_bytes(4, "big")).decode()
+
+
+@pytest.mark.local_only("starts its own https packrat serve; multipart uploads are not yet through a cluster gateway")
+def test_sse_c_multipart_upload_parts_ranges_and_keys(tls):
+    c = tls_client(tls)
+    c.create_bucket(Bucket="ssemp")
+    key, other = os.urandom(32), os.urandom(32)
+    sse = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+    wrong = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": other}
+    md5 = base64.b64encode(hashlib.md5(key).digest()).decode()
+    up = c.create_multipart_upload(Bucket="ssemp", Key="big", **sse)
+    assert up["SSECustomerAlgorithm"] == "AES256" and up["SSECustomerKeyMD5"] == md5
+    uid = up["UploadId"]
+    # Random bytes: other tests on this server store patterns in plaintext.
+    p1 = os.urandom(5 * 1024 * 1024 + 100)
+    p2 = os.urandom(3 * BLOCK + 17)
+    common = {"Bucket": "ssemp", "Key": "big", "UploadId": uid}
+    # Every part needs the upload's key: none is 400, another is 403; nothing is stored. (Small
+    # bodies: the refusal comes before the body is read, and a big unread body closes the
+    # connection.)
+    assert code_of(c.upload_part, PartNumber=1, Body=b"x", **common) == ("InvalidRequest", 400)
+    assert code_of(c.upload_part, PartNumber=1, Body=b"x", **common, **wrong) == ("AccessDenied", 403)
+    assert "Parts" not in c.list_parts(**common)
+    # Part 1 sent twice (first with other bytes): the second is the one kept, and a part's
+    # plaintext checksum is checked and answered.
+    c.upload_part(PartNumber=1, Body=pattern(len(p1), seed=99), **common, **sse)
+    r1 = c.upload_part(PartNumber=1, Body=p1, ChecksumCRC32=part_crc32(p1), **common, **sse)
+    assert r1["SSECustomerKeyMD5"] == md5 and r1["ChecksumCRC32"] == part_crc32(p1)
+    assert code_of(c.upload_part, PartNumber=2, Body=p2, ChecksumCRC32=part_crc32(b"no"), **common, **sse) \
+        == ("BadDigest", 400)
+    r2 = c.upload_part(PartNumber=2, Body=p2, **common, **sse)
+    listed = [(p["PartNumber"], p["Size"]) for p in c.list_parts(**common)["Parts"]]
+    assert listed == [(1, len(p1)), (2, len(p2))]
+    # Completing needs no key, but a wrong one is refused.
+    parts = {"Parts": [{"PartNumber": 1, "ETag": r1["ETag"]}, {"PartNumber": 2, "ETag": r2["ETag"]}]}
+    assert code_of(c.complete_multipart_upload, MultipartUpload=parts, **common, **wrong) \
+        == ("AccessDenied", 403)
+    done = c.complete_multipart_upload(MultipartUpload=parts, **common)
+    # (boto3's CompleteMultipartUpload output has no SSE-C fields; the headers are there.)
+    assert done["ResponseMetadata"]["HTTPHeaders"]["x-amz-server-side-encryption-customer-key-md5"] == md5
+    body = p1 + p2
+    head = c.head_object(Bucket="ssemp", Key="big", **sse)
+    assert head["ContentLength"] == len(body) and head["SSECustomerKeyMD5"] == md5
+    assert c.get_object(Bucket="ssemp", Key="big", **sse)["Body"].read() == body
+    # Ranges inside a part, across blocks, across the two parts and at the end.
+    n1 = len(p1)
+    for a, z in [(0, 0), (5, BLOCK + 5), (BLOCK * 7 - 3, BLOCK * 7 + 3), (n1 - 10, n1 + 10),
+                 (n1 - 1, n1), (n1, n1 + BLOCK + 1), (len(body) - 20, len(body) - 1)]:
+        r = c.get_object(Bucket="ssemp", Key="big", Range=f"bytes={a}-{z}", **sse)
+        assert r["Body"].read() == body[a:z + 1], (a, z)
+    second = c.get_object(Bucket="ssemp", Key="big", PartNumber=2, **sse)
+    assert second["Body"].read() == p2 and second["PartsCount"] == 2
+    # (botocore does not encode the key for GetObjectAttributes: it is sent as S3 wants it.)
+    attrs = c.get_object_attributes(Bucket="ssemp", Key="big", ObjectAttributes=["ObjectParts", "ObjectSize"],
+                                    SSECustomerAlgorithm="AES256", SSECustomerKey=base64.b64encode(key).decode(),
+                                    SSECustomerKeyMD5=md5)
+    assert attrs["ObjectSize"] == len(body)
+    assert [p["Size"] for p in attrs["ObjectParts"]["Parts"]] == [len(p1), len(p2)]
+    assert c.list_objects_v2(Bucket="ssemp")["Contents"][0]["Size"] == len(body)
+    # Without the key or with another: not served.
+    assert code_of(c.get_object, Bucket="ssemp", Key="big") == ("InvalidRequest", 400)
+    assert code_of(c.get_object, Bucket="ssemp", Key="big", Range="bytes=0-9", **wrong) == ("AccessDenied", 403)
+    # A plain upload refuses a part sent with a key (it would not be encrypted).
+    plain = c.create_multipart_upload(Bucket="ssemp", Key="plain")["UploadId"]
+    assert code_of(c.upload_part, Bucket="ssemp", Key="plain", UploadId=plain, PartNumber=1, Body=b"x", **sse) \
+        == ("InvalidRequest", 400)
+    c.abort_multipart_upload(Bucket="ssemp", Key="plain", UploadId=plain)
+    # The parts are ciphertext on disk.
+    disk = stored_bytes(tls.data_dir)
+    assert p1[BLOCK:BLOCK + 64] not in disk and p2[:64] not in disk
+
+
+@pytest.mark.local_only("starts its own https packrat serve; multipart uploads are not yet through a cluster gateway")
+def test_sse_s3_multipart_part_copies_and_transfers(tls, tmp_path):
+    from boto3.s3.transfer import TransferConfig
+    c = tls_client(tls)
+    c.create_bucket(Bucket="ssemp3")
+    key = os.urandom(32)
+    sse = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+    up = c.create_multipart_upload(Bucket="ssemp3", Key="s3", ServerSideEncryption="AES256")
+    assert up["ServerSideEncryption"] == "AES256"
+    common = {"Bucket": "ssemp3", "Key": "s3", "UploadId": up["UploadId"]}
+    p1 = pattern(5 * 1024 * 1024, seed=31)
+    p2 = pattern(BLOCK - 1, seed=32)
+    r1 = c.upload_part(PartNumber=1, Body=p1, **common)
+    r2 = c.upload_part(PartNumber=2, Body=p2, **common)
+    # As in S3, an SSE-S3 part's ETag is its plaintext's MD5, the object's the MD5 of those.
+    assert r1["ETag"] == '"%s"' % hashlib.md5(p1).hexdigest() and r1["ServerSideEncryption"] == "AES256"
+    parts = [{"PartNumber": 1, "ETag": r1["ETag"]}, {"PartNumber": 2, "ETag": r2["ETag"]}]
+    done = c.complete_multipart_upload(MultipartUpload={"Parts": parts}, **common)
+    want_etag = '"%s-2"' % hashlib.md5(hashlib.md5(p1).digest() + hashlib.md5(p2).digest()).hexdigest()
+    assert done["ETag"] == want_etag and done["ServerSideEncryption"] == "AES256"
+    body = p1 + p2
+    got = c.get_object(Bucket="ssemp3", Key="s3")
+    assert got["Body"].read() == body and got["ServerSideEncryption"] == "AES256"
+    assert got["ETag"] == want_etag
+    # Copies of it: SSE-S3 (sealed again as one piece), plain, SSE-C.
+    c.copy_object(Bucket="ssemp3", Key="s3copy", CopySource={"Bucket": "ssemp3", "Key": "s3"},
+                  ServerSideEncryption="AES256")
+    assert c.get_object(Bucket="ssemp3", Key="s3copy")["Body"].read() == body
+    c.copy_object(Bucket="ssemp3", Key="plaincopy", CopySource={"Bucket": "ssemp3", "Key": "s3"})
+    assert c.get_object(Bucket="ssemp3", Key="plaincopy")["Body"].read() == body
+    c.put_object(Bucket="ssemp3", Key="c", Body=p2, **sse)
+
+    # UploadPartCopy out of encrypted objects (SSE-S3 multipart with a range across its parts,
+    # SSE-C with its key) into an SSE-C upload, and out of an SSE-C object into a plain one.
+    up = c.create_multipart_upload(Bucket="ssemp3", Key="mixed", **sse)
+    mixed = {"Bucket": "ssemp3", "Key": "mixed", "UploadId": up["UploadId"]}
+    a, z = 100, len(body) - 1
+    r1 = c.upload_part_copy(PartNumber=1, CopySource={"Bucket": "ssemp3", "Key": "s3"},
+                            CopySourceRange=f"bytes=0-{len(p1) - 1}", **mixed, **sse)
+    r2 = c.upload_part_copy(PartNumber=2, CopySource={"Bucket": "ssemp3", "Key": "s3"},
+                            CopySourceRange=f"bytes={a}-{z}", **mixed, **sse)
+    src_c = {"CopySourceSSECustomerAlgorithm": "AES256", "CopySourceSSECustomerKey": key}
+    assert code_of(c.upload_part_copy, PartNumber=3, CopySource={"Bucket": "ssemp3", "Key": "c"}, **mixed, **sse) \
+        == ("InvalidRequest", 400)
+    r3 = c.upload_part_copy(PartNumber=3, CopySource={"Bucket": "ssemp3", "Key": "c"}, **mixed, **sse, **src_c)
+    parts = [{"PartNumber": i + 1, "ETag": r["CopyPartResult"]["ETag"]} for i, r in enumerate([r1, r2, r3])]
+    # A part but the last is at least 5 MiB of plaintext (its sealed size does not count).
+    r4 = c.upload_part_copy(PartNumber=4, CopySource={"Bucket": "ssemp3", "Key": "s3"},
+                            CopySourceRange=f"bytes=0-{5 * 1024 * 1024 - 2}", **mixed, **sse)
+    r5 = c.upload_part_copy(PartNumber=5, CopySource={"Bucket": "ssemp3", "Key": "c"}, **mixed, **sse, **src_c)
+    short = [{"PartNumber": n, "ETag": r["CopyPartResult"]["ETag"]} for n, r in [(4, r4), (5, r5)]]
+    assert code_of(c.complete_multipart_upload, MultipartUpload={"Parts": short}, **mixed) == ("EntityTooSmall", 400)
+    c.complete_multipart_upload(MultipartUpload={"Parts": parts}, **mixed)
+    want = p1 + body[a:z + 1] + p2
+    assert c.get_object(Bucket="ssemp3", Key="mixed", **sse)["Body"].read() == want
+    up = c.create_multipart_upload(Bucket="ssemp3", Key="out")
+    out = {"Bucket": "ssemp3", "Key": "out", "UploadId": up["UploadId"]}
+    r = c.upload_part_copy(PartNumber=1, CopySource={"Bucket": "ssemp3", "Key": "mixed"},
+                           CopySourceRange=f"bytes=10-{BLOCK * 3}", **out, **src_c)
+    c.complete_multipart_upload(MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": r["CopyPartResult"]["ETag"]}]},
+                                **out)
+    got = c.get_object(Bucket="ssemp3", Key="out")
+    assert got["Body"].read() == want[10:BLOCK * 3 + 1] and "ServerSideEncryption" not in got
+
+    # boto3's own multipart transfer, up and down (concurrent ranged GETs), with SSE-C.
+    cfg = TransferConfig(multipart_threshold=5 * 1024 * 1024, multipart_chunksize=5 * 1024 * 1024)
+    src = tmp_path / "f.bin"
+    data = pattern(11 * 1024 * 1024 + 7, seed=33)
+    src.write_bytes(data)
+    c.upload_file(str(src), "ssemp3", "file", ExtraArgs=sse, Config=cfg)
+    assert c.head_object(Bucket="ssemp3", Key="file", **sse)["ETag"].endswith('-3"')
+    back = tmp_path / "back.bin"
+    c.download_file("ssemp3", "file", str(back), ExtraArgs=sse, Config=cfg)
+    assert back.read_bytes() == data

@@ -278,6 +278,9 @@ pub struct Upload {
     pub storage_class: Option<String>,
     pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
     pub checksum_type: Option<String>,
+    /// The S3 layer's encryption envelope for the object it makes (its parts are sealed by
+    /// the S3 layer; see [`crate::sealed`]), `None` if it is not encrypted.
+    pub envelope: Option<String>,
 }
 
 /// One uploaded part.

@@ -380,7 +380,11 @@ fn identity_of(k: KeyRecord) -> Identity {
 fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
     ObjectSummary {
         key,
-        size: packrat_store_api::sealed::shown_size(&o.headers, o.size),
+        size: packrat_store_api::sealed::shown_size(
+            &o.headers,
+            o.size,
+            o.parts.iter().map(|p| p.size),
+        ),
         etag: o.etag.clone(),
         last_modified_ms: o.last_modified_ms,
         checksum: o
@@ -484,6 +488,7 @@ fn upload_of(u: &UploadRecord) -> Upload {
             .as_deref()
             .and_then(ChecksumAlgorithm::from_name),
         checksum_type: u.checksum_type.clone(),
+        envelope: packrat_store_api::sealed::envelope(&u.headers).map(str::to_string),
     }
 }
 

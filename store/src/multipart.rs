@@ -9,6 +9,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use md5::{Digest as _, Md5};
 use packrat_index::{ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord};
 use packrat_store_api::checksum::{self, ChecksumAlgorithm};
+use packrat_store_api::sealed;
 use packrat_store_api::{CompletePart, PART_BYTES_MIN, StoreError};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use std::collections::HashMap;
@@ -79,6 +80,7 @@ pub fn assemble(
                    been uploaded, or the specified entity tag may not match the part's entity tag.";
     let mut md5s = Vec::with_capacity(named.len() * 16);
     let mut chosen: Vec<&PartRecord> = Vec::with_capacity(named.len());
+    let by_part = sealed::is_sealed_by_part(&upload.headers);
     for (i, p) in named.iter().enumerate() {
         let sp = by_number
             .get(&p.part_number)
@@ -98,7 +100,12 @@ pub fn assemble(
                 )));
             }
         }
-        if i + 1 < named.len() && sp.size < PART_BYTES_MIN {
+        // The size a client sent (an encrypted part's plaintext).
+        let sent = match by_part {
+            true => sealed::plain_part_len(sp.size).unwrap_or(sp.size),
+            false => sp.size,
+        };
+        if i + 1 < named.len() && sent < PART_BYTES_MIN {
             return Err(EngineError(StoreError::EntityTooSmall));
         }
         md5s.extend_from_slice(

@@ -14,7 +14,12 @@
 //! - `1 s3 <data key sealed with the master key, base64>`;
 //! - `1 c <salt, base64> <check, base64> <key MD5, base64>`, where `check` is
 //!   HMAC-SHA256(key, "packrat sse-c check" || salt): it tells a wrong key from the right one
-//!   and reveals nothing of the key.
+//!   and reveals nothing of the key;
+//! - either followed by ` parts` for an object a multipart upload made: it is sealed part by
+//!   part, each part under its own key, HMAC-SHA256(object key, "packrat sse part key" ||
+//!   part salt), the part salt stored in front of the part's blocks (random per part upload:
+//!   a part sent again under the same number gets a new key, so no key ever seals two
+//!   plaintexts under one nonce). Each part's blocks are numbered from 0, its last one marked.
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use crate::server::S3Request;
@@ -176,13 +181,13 @@ pub fn copy_source_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
     )
 }
 
-/// The SSE-C key a GET or HEAD sends; `x-amz-server-side-encryption` on a read is refused
-/// (S3 takes it only on writes).
+/// The SSE-C key a GET, HEAD or multipart upload step sends; `x-amz-server-side-encryption`
+/// there is refused (S3 takes it only on writes that choose an encryption).
 pub fn read_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
     if req.headers.contains_key(SSE) {
         return Err(err(
             S3ErrorCode::InvalidArgument,
-            "x-amz-server-side-encryption is only valid on writes; an SSE-S3 object is decrypted without it",
+            "x-amz-server-side-encryption is only valid on PutObject, CopyObject and CreateMultipartUpload; an SSE-S3 object or upload needs no key after that",
         ));
     }
     customer_key(&req.headers, [C_ALG, C_KEY, C_MD5], req.secure)
@@ -206,26 +211,30 @@ fn aead_key(key: &[u8; 32]) -> LessSafeKey {
 #[derive(Clone)]
 pub struct ObjectCipher {
     cipher: LessSafeKey,
+    /// The key `cipher` holds, from which the parts' keys of an object sealed part by part
+    /// are derived.
+    key: [u8; 32],
     /// SSE-C's key MD5 (base64); `None` for SSE-S3.
     customer_md5: Option<String>,
 }
 
 impl ObjectCipher {
+    fn new(key: [u8; 32], customer_md5: Option<String>) -> Self {
+        Self {
+            cipher: aead_key(&key),
+            key,
+            customer_md5,
+        }
+    }
+
     /// A new object's cipher and envelope (the stored header's value).
     pub fn create(store: &dyn ObjectStore, how: &Requested) -> S3Result<(Self, String)> {
         match how {
             Requested::S3 => {
                 let data_key: [u8; 32] = rand::random();
                 let sealed = store.seal_secret(&data_key, DATA_KEY_CONTEXT)?;
-                let cipher = aead_key(&data_key);
                 let env = format!("{ENVELOPE_VERSION} s3 {}", B64.encode(sealed));
-                Ok((
-                    Self {
-                        cipher,
-                        customer_md5: None,
-                    },
-                    env,
-                ))
+                Ok((Self::new(data_key, None), env))
             }
             Requested::Customer(c) => {
                 let salt: [u8; 32] = rand::random();
@@ -237,15 +246,23 @@ impl ObjectCipher {
                     B64.encode(check),
                     c.md5_b64
                 );
-                Ok((
-                    Self {
-                        cipher: aead_key(&object_key),
-                        customer_md5: Some(c.md5_b64.clone()),
-                    },
-                    env,
-                ))
+                Ok((Self::new(object_key, Some(c.md5_b64.clone())), env))
             }
         }
+    }
+
+    /// A multipart upload's cipher and envelope: its object is sealed part by part.
+    pub fn create_by_part(store: &dyn ObjectStore, how: &Requested) -> S3Result<(Self, String)> {
+        let (cipher, env) = Self::create(store, how)?;
+        Ok((cipher, format!("{env} {}", sealed::BY_PART)))
+    }
+
+    /// The cipher of one part of an object sealed part by part, given the part's salt.
+    fn part(&self, salt: &[u8]) -> Self {
+        Self::new(
+            hmac(&self.key, b"packrat sse part key", salt),
+            self.customer_md5.clone(),
+        )
     }
 
     /// The cipher of a stored object (`None` if it is not encrypted), given the SSE-C key the
@@ -256,7 +273,16 @@ impl ObjectCipher {
         obj: &ObjectInfo,
         key: Option<&CustomerKey>,
     ) -> S3Result<Option<Self>> {
-        let Some(env) = envelope(obj) else {
+        Self::open_envelope(store, envelope(obj), key)
+    }
+
+    /// [`Self::open`] for an envelope (an object's or a multipart upload's).
+    pub fn open_envelope(
+        store: &dyn ObjectStore,
+        env: Option<&str>,
+        key: Option<&CustomerKey>,
+    ) -> S3Result<Option<Self>> {
+        let Some(env) = env else {
             if key.is_some() {
                 return Err(not_applicable());
             }
@@ -267,7 +293,10 @@ impl ObjectCipher {
                 "an unreadable encryption envelope".into(),
             ))
         };
-        let f: Vec<&str> = env.split(' ').collect();
+        let mut f: Vec<&str> = env.split(' ').collect();
+        if f.last() == Some(&sealed::BY_PART) {
+            f.pop();
+        }
         match f.as_slice() {
             [ENVELOPE_VERSION, "s3", sealed] => {
                 if key.is_some() {
@@ -276,10 +305,7 @@ impl ObjectCipher {
                 let sealed = B64.decode(sealed).map_err(|_| corrupt())?;
                 let data_key = store.open_secret(&sealed, DATA_KEY_CONTEXT)?;
                 let data_key = <[u8; 32]>::try_from(data_key).map_err(|_| corrupt())?;
-                Ok(Some(Self {
-                    cipher: aead_key(&data_key),
-                    customer_md5: None,
-                }))
+                Ok(Some(Self::new(data_key, None)))
             }
             [ENVELOPE_VERSION, "c", salt, check, md5] => {
                 let Some(k) = key else {
@@ -302,10 +328,7 @@ impl ObjectCipher {
                     ));
                 }
                 let object_key = hmac(&k.key, b"packrat sse-c object key", &salt);
-                Ok(Some(Self {
-                    cipher: aead_key(&object_key),
-                    customer_md5: Some((*md5).to_string()),
-                }))
+                Ok(Some(Self::new(object_key, Some((*md5).to_string()))))
             }
             _ => Err(corrupt()),
         }
@@ -352,16 +375,41 @@ pub fn stored_headers(obj: &ObjectInfo) -> Vec<(&'static str, String)> {
     let Some(env) = envelope(obj) else {
         return Vec::new();
     };
+    envelope_headers(env)
+}
+
+/// The encryption headers an answer about an object or upload with envelope `env` carries.
+pub fn envelope_headers(env: &str) -> Vec<(&'static str, String)> {
     let f: Vec<&str> = env.split(' ').collect();
     match f.as_slice() {
-        [_, "c", _, _, md5] => vec![(C_ALG, "AES256".to_string()), (C_MD5, (*md5).to_string())],
+        [_, "c", _, _, md5, ..] => {
+            vec![(C_ALG, "AES256".to_string()), (C_MD5, (*md5).to_string())]
+        }
         _ => vec![(SSE, "AES256".to_string())],
     }
 }
 
 /// The size the client sees (the plaintext's).
 pub fn shown_size(obj: &ObjectInfo) -> u64 {
-    sealed::shown_size(&obj.attrs.headers, obj.size)
+    sealed::shown_size(&obj.attrs.headers, obj.size, obj.part_sizes.iter().copied())
+}
+
+/// The sizes of a multipart object's parts the client sees (the plaintexts').
+pub fn shown_part_sizes(obj: &ObjectInfo) -> Vec<u64> {
+    if sealed::is_sealed_by_part(&obj.attrs.headers) {
+        obj.part_sizes
+            .iter()
+            .map(|p| sealed::plain_part_len(*p).unwrap_or(*p))
+            .collect()
+    } else {
+        obj.part_sizes.clone()
+    }
+}
+
+/// Whether the object's bytes are sealed part by part (so they cannot be copied as they are
+/// into an object that is not made of the same parts).
+pub fn is_sealed_by_part(obj: &ObjectInfo) -> bool {
+    sealed::is_sealed_by_part(&obj.attrs.headers)
 }
 
 /// Sets (or clears, with `None`) the envelope among a write's stored headers.
@@ -396,6 +444,8 @@ pub struct Sealing<'a> {
     pub computed_checksum: Option<Vec<u8>>,
     /// The plaintext's MD5 once it has ended, when it is computed.
     plain_md5: Option<[u8; 16]>,
+    /// Bytes handed out before the first block (a part's salt).
+    prefix: Option<Bytes>,
 }
 
 impl<'a> Sealing<'a> {
@@ -413,7 +463,17 @@ impl<'a> Sealing<'a> {
             checks,
             computed_checksum: None,
             plain_md5: None,
+            prefix: None,
         }
+    }
+
+    /// A source that seals one part of an upload whose object cipher is `upload`: a new salt,
+    /// then the part's blocks under the part's key.
+    pub fn part(inner: &'a mut dyn ByteSource, upload: &ObjectCipher, checks: PlainChecks) -> Self {
+        let salt: [u8; sealed::PART_SALT as usize] = rand::random();
+        let mut s = Self::new(inner, upload.part(&salt), checks);
+        s.prefix = Some(Bytes::copy_from_slice(&salt));
+        s
     }
 
     /// Seals the first `n` buffered bytes as the next block.
@@ -456,6 +516,9 @@ impl<'a> Sealing<'a> {
 #[async_trait::async_trait]
 impl ByteSource for Sealing<'_> {
     async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
+        if let Some(p) = self.prefix.take() {
+            return Ok(Some(p));
+        }
         let block = BLOCK as usize;
         loop {
             // A full block is sealed only once more follows: the last block is marked.
@@ -495,8 +558,9 @@ impl ByteSource for Sealing<'_> {
     }
 
     /// An SSE-S3 object's ETag is its plaintext's MD5, as in S3; an SSE-C object's stays the
-    /// stored bytes' (S3's is not the plaintext's MD5 either). A cluster replica checks its
-    /// copy against the primary's ETag, which holds because SSE-S3 is not yet served there.
+    /// stored bytes' (S3's is not the plaintext's MD5 either); the same for a part. A cluster
+    /// replica checks its copy against the primary's ETag, which holds because SSE-S3 is not
+    /// yet served there.
     fn shown_md5(&self) -> Option<[u8; 16]> {
         if self.cipher.is_sse_s3() {
             self.plain_md5
@@ -515,6 +579,9 @@ pub fn read_plain(
     start: u64,
     end: u64,
 ) -> StoreResult<Box<dyn ObjectRead>> {
+    if is_sealed_by_part(obj) {
+        return read_plain_parts(store, obj, cipher, start, end);
+    }
     let size = shown_size(obj);
     let last_block = sealed::blocks(size) - 1;
     let first = if end > start { start / BLOCK } else { 0 };
@@ -597,15 +664,14 @@ impl ObjectRead for Opening {
             if self.remaining == 0 {
                 return Ok(None);
             }
+            // What is buffered first (a part's blocks may come with its salt).
+            let mut out = BytesMut::new();
+            self.open_buffered(&mut out)?;
+            if !out.is_empty() {
+                return Ok(Some(out.freeze()));
+            }
             match self.inner.next().await? {
-                Some(p) => {
-                    self.buf.extend_from_slice(&p);
-                    let mut out = BytesMut::new();
-                    self.open_buffered(&mut out)?;
-                    if !out.is_empty() {
-                        return Ok(Some(out.freeze()));
-                    }
-                }
+                Some(p) => self.buf.extend_from_slice(&p),
                 None => {
                     return Err(StoreError::Corrupt(
                         "an encrypted object shorter than its blocks".into(),
@@ -620,6 +686,127 @@ impl ObjectRead for Opening {
     }
 }
 
+/// [`read_plain`] of an object sealed part by part: for each part the range touches, its salt
+/// (read with the blocks when the range starts in the part's first block, else on its own)
+/// and the blocks the range falls in.
+fn read_plain_parts(
+    store: &dyn ObjectStore,
+    obj: &ObjectInfo,
+    cipher: ObjectCipher,
+    start: u64,
+    end: u64,
+) -> StoreResult<Box<dyn ObjectRead>> {
+    let mut plans = std::collections::VecDeque::new();
+    let (mut stored_at, mut plain_at) = (0u64, 0u64);
+    for &stored in &obj.part_sizes {
+        let plain = sealed::plain_part_len(stored).ok_or_else(|| {
+            StoreError::Corrupt("an encrypted part of a size no plaintext seals to".into())
+        })?;
+        let (a, z) = (start.max(plain_at), end.min(plain_at + plain));
+        if a < z {
+            let (a, z) = (a - plain_at, z - plain_at);
+            let (first, last) = (a / BLOCK, (z - 1) / BLOCK);
+            let blocks_at = stored_at + sealed::PART_SALT;
+            let cend = (blocks_at + (last + 1) * (BLOCK + TAG)).min(stored_at + stored);
+            let (salt, blocks) = if first == 0 {
+                (None, store.read_object(obj, stored_at, cend)?)
+            } else {
+                (
+                    Some(store.read_object(obj, stored_at, blocks_at)?),
+                    store.read_object(obj, blocks_at + first * (BLOCK + TAG), cend)?,
+                )
+            };
+            plans.push_back(PartPlan {
+                salt,
+                blocks,
+                first,
+                last_block: sealed::blocks(plain) - 1,
+                plain,
+                skip: (a - first * BLOCK) as usize,
+                remaining: z - a,
+            });
+        }
+        stored_at += stored;
+        plain_at += plain;
+    }
+    Ok(Box::new(OpeningParts {
+        cipher,
+        plans,
+        current: None,
+    }))
+}
+
+/// What [`OpeningParts`] reads of one part.
+struct PartPlan {
+    /// The part's salt, when it is not in front of `blocks`.
+    salt: Option<Box<dyn ObjectRead>>,
+    blocks: Box<dyn ObjectRead>,
+    first: u64,
+    last_block: u64,
+    plain: u64,
+    skip: usize,
+    remaining: u64,
+}
+
+struct OpeningParts {
+    /// The object's cipher (each part's is derived from it and the part's salt).
+    cipher: ObjectCipher,
+    plans: std::collections::VecDeque<PartPlan>,
+    current: Option<Opening>,
+}
+
+#[async_trait::async_trait]
+impl ObjectRead for OpeningParts {
+    async fn next(&mut self) -> StoreResult<Option<Bytes>> {
+        loop {
+            if let Some(cur) = self.current.as_mut() {
+                if let Some(p) = cur.next().await? {
+                    return Ok(Some(p));
+                }
+                self.current = None;
+            }
+            let Some(mut plan) = self.plans.pop_front() else {
+                return Ok(None);
+            };
+            let salt_len = sealed::PART_SALT as usize;
+            let mut buf = BytesMut::new();
+            let mut blocks = plan.blocks;
+            let from: &mut Box<dyn ObjectRead> = match plan.salt.as_mut() {
+                Some(s) => s,
+                None => &mut blocks,
+            };
+            while buf.len() < salt_len {
+                match from.next().await? {
+                    Some(p) => buf.extend_from_slice(&p),
+                    None => {
+                        return Err(StoreError::Corrupt(
+                            "an encrypted part shorter than its salt".into(),
+                        ));
+                    }
+                }
+            }
+            let salt = buf.split_to(salt_len);
+            if plan.salt.is_some() {
+                buf.clear();
+            }
+            self.current = Some(Opening {
+                inner: blocks,
+                cipher: self.cipher.part(&salt),
+                buf,
+                block: plan.first,
+                last_block: plan.last_block,
+                object_size: plan.plain,
+                skip: plan.skip,
+                remaining: plan.remaining,
+            });
+        }
+    }
+
+    fn is_single_piece(&self) -> bool {
+        false
+    }
+}
+
 /// A byte source of an object's plaintext (a copy's source), decrypted if it is sealed.
 pub struct PlainSource {
     reader: Box<dyn ObjectRead>,
@@ -631,9 +818,20 @@ impl PlainSource {
         obj: &ObjectInfo,
         cipher: Option<ObjectCipher>,
     ) -> StoreResult<Self> {
+        Self::range(store, obj, cipher, 0, shown_size(obj))
+    }
+
+    /// Plaintext bytes `[start, end)` (an UploadPartCopy's source range).
+    pub fn range(
+        store: &dyn ObjectStore,
+        obj: &ObjectInfo,
+        cipher: Option<ObjectCipher>,
+        start: u64,
+        end: u64,
+    ) -> StoreResult<Self> {
         let reader = match cipher {
-            Some(c) => read_plain(store, obj, c, 0, shown_size(obj))?,
-            None => store.read_object(obj, 0, obj.size)?,
+            Some(c) => read_plain(store, obj, c, start, end)?,
+            None => store.read_object(obj, start, end)?,
         };
         Ok(Self { reader })
     }
@@ -680,10 +878,7 @@ mod tests {
     }
 
     fn cipher(key: [u8; 32]) -> ObjectCipher {
-        ObjectCipher {
-            cipher: aead_key(&key),
-            customer_md5: None,
-        }
+        ObjectCipher::new(key, None)
     }
 
     fn seal_all(plain: &[u8], piece: usize) -> Vec<u8> {

@@ -492,9 +492,8 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             )),
         );
     }
-    // A client that asks for encryption must not believe its bytes are encrypted: where
-    // packrat does not encrypt yet (multipart uploads), such a request is refused, not stored
-    // in plaintext.
+    // A client that asks for encryption must not believe its bytes are encrypted: an
+    // operation that does not take encryption headers refuses them rather than ignore them.
     if !takes_encryption_headers(req)
         && let Some(h) = req
             .headers
@@ -801,13 +800,25 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
 // ---------------------------------------------------------------- shared helpers
 
 /// Whether the request is an operation that understands server-side encryption headers:
-/// PutObject, CopyObject, GetObject, HeadObject and GetObjectAttributes.
+/// PutObject, CopyObject, GetObject, HeadObject, GetObjectAttributes and the multipart upload
+/// steps but ListParts and AbortMultipartUpload.
 fn takes_encryption_headers(req: &S3Request) -> bool {
-    req.key.is_some()
-        && matches!(req.method, Method::PUT | Method::GET | Method::HEAD)
-        && !["uploadId", "uploads", "tagging", "acl"]
+    if req.key.is_none()
+        || ["tagging", "acl", "retention", "legal-hold"]
             .iter()
             .any(|q| req.has_q(q))
+    {
+        return false;
+    }
+    match req.method {
+        // PutObject, CopyObject, UploadPart, UploadPartCopy.
+        Method::PUT => !req.has_q("uploads"),
+        // GetObject, HeadObject, GetObjectAttributes (not ListParts).
+        Method::GET | Method::HEAD => !req.has_q("uploadId") && !req.has_q("uploads"),
+        // CreateMultipartUpload, CompleteMultipartUpload.
+        Method::POST => req.has_q("uploads") || req.has_q("uploadId"),
+        _ => false,
+    }
 }
 
 /// Whether an object request names a version where packrat reads one (GET, HEAD, DELETE of

@@ -1,6 +1,7 @@
 //! Multipart uploads: create, upload part (and part copy), complete, abort, list parts.
 
 use super::*;
+use packrat_store_api::sealed;
 
 /// The upload named by `uploadId` (a malformed id is no upload at all).
 async fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<Upload> {
@@ -24,6 +25,7 @@ pub(super) async fn handle_create_multipart_upload(
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
     let id = need_identity(req)?;
+    let encryption = sse::requested(req)?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let alg = req
         .header("x-amz-checksum-algorithm")
@@ -59,12 +61,23 @@ pub(super) async fn handle_create_multipart_upload(
     // upload's other attributes to the object that completes it.
     let caller = lock::Caller::of(req);
     lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
+    // An encrypted upload's parts are sealed here, part by part, under keys derived from the
+    // object's (its envelope goes with the upload's attributes to the object). The store sees
+    // only ciphertext, so it keeps no checksum of it: each part's checksum is checked on its
+    // plaintext as it is sealed.
+    let mut answer = Vec::new();
+    if let Some(how) = &encryption {
+        let (_, env) = sse::ObjectCipher::create_by_part(&*state.store, how)?;
+        answer = sse::envelope_headers(&env);
+        sse::set_envelope(&mut attrs.headers, Some(env));
+    }
+    let stored_checksum = encryption.is_none();
     let new = NewUpload {
         owner_id: id.owner_id.clone(),
         initiated_ms: state.clock.now_ms(),
         attrs,
-        checksum: alg,
-        checksum_type: kind.map(str::to_string),
+        checksum: alg.filter(|_| stored_checksum),
+        checksum_type: kind.filter(|_| stored_checksum).map(str::to_string),
     };
     let upload_id = state.store.create_upload(&b, key, new).await?.upload_id;
     let mut x = Xml::new();
@@ -78,6 +91,9 @@ pub(super) async fn handle_create_multipart_upload(
         rb = rb
             .header("x-amz-checksum-algorithm", a.name())
             .header("x-amz-checksum-type", k);
+    }
+    for (h, v) in answer {
+        rb = rb.header(h, v);
     }
     rb.body(full(x.finish()))
         .map_err(|e| S3Error::internal("response", e))
@@ -103,17 +119,27 @@ pub(super) async fn handle_upload_part(
         })?;
     let upload = load_upload(state, req, &b, key).await?;
     let upload_alg = upload.checksum;
+    // The upload's cipher (SSE-C: the key must be sent with every part, as S3 asks).
+    let cipher = sse::ObjectCipher::open_envelope(
+        &*state.store,
+        upload.envelope.as_deref(),
+        sse::read_key(req)?.as_ref(),
+    )?;
+    let answer = upload
+        .envelope
+        .as_deref()
+        .map(sse::envelope_headers)
+        .unwrap_or_default();
+    // The checksum of a sealed part's plaintext (the store keeps none of it).
+    let mut plain_checksum = None;
     let part = if copy {
         let (_, _, src) = objects::load_copy_source(state, req).await?;
-        if sse::envelope(&src).is_some() {
-            return Err(err(
-                S3ErrorCode::NotImplemented,
-                "packrat does not yet copy an encrypted object into a multipart upload (UploadPartCopy); copy it with CopyObject",
-            ));
-        }
+        let src_cipher =
+            sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
+        let src_size = sse::shown_size(&src);
         let (start, end) = match req.header("x-amz-copy-source-range") {
-            None => (0, src.size),
-            Some(r) => match resolve_range(Some(r), src.size) {
+            None => (0, src_size),
+            Some(r) => match resolve_range(Some(r), src_size) {
                 Ok(Some(r)) => r,
                 _ => {
                     return Err(err(
@@ -123,10 +149,36 @@ pub(super) async fn handle_upload_part(
                 }
             },
         };
-        state
-            .store
-            .upload_part_copy(&b, key, &upload.upload_id, part_number, &src, start, end)
-            .await?
+        let id = &upload.upload_id;
+        match (&cipher, src_cipher) {
+            (None, None) => {
+                state
+                    .store
+                    .upload_part_copy(&b, key, id, part_number, &src, start, end)
+                    .await?
+            }
+            // Either side encrypted: the source's plaintext, sealed again if the upload is.
+            (upload_cipher, src_cipher) => {
+                let mut plain =
+                    sse::PlainSource::range(&*state.store, &src, src_cipher, start, end)?;
+                let put = PutPart::default();
+                match upload_cipher {
+                    Some(c) => {
+                        let mut body = sse::Sealing::part(&mut plain, c, Default::default());
+                        state
+                            .store
+                            .upload_part(&b, key, id, part_number, &mut body, put)
+                            .await?
+                    }
+                    None => {
+                        state
+                            .store
+                            .upload_part(&b, key, id, part_number, &mut plain, put)
+                            .await?
+                    }
+                }
+            }
+        }
     } else {
         if !req.headers.contains_key("content-length")
             && !req.headers.contains_key("x-amz-decoded-content-length")
@@ -149,15 +201,36 @@ pub(super) async fn handle_upload_part(
                 ),
             ));
         }
-        let put = PutPart {
-            checksum: alg,
-            expected_checksum: sent,
-            content_md5: content_md5(&req.headers)?,
-        };
-        state
-            .store
-            .upload_part(&b, key, &upload.upload_id, part_number, &mut req.body, put)
-            .await?
+        let md5 = content_md5(&req.headers)?;
+        let id = &upload.upload_id;
+        match &cipher {
+            Some(c) => {
+                let checks = sse::PlainChecks {
+                    content_md5: md5,
+                    checksum: alg,
+                    expected_checksum: sent,
+                };
+                let mut body = sse::Sealing::part(&mut req.body, c, checks);
+                let put = PutPart::default();
+                let part = state
+                    .store
+                    .upload_part(&b, key, id, part_number, &mut body, put)
+                    .await?;
+                plain_checksum = alg.zip(body.computed_checksum.take());
+                part
+            }
+            None => {
+                let put = PutPart {
+                    checksum: alg,
+                    expected_checksum: sent,
+                    content_md5: md5,
+                };
+                state
+                    .store
+                    .upload_part(&b, key, id, part_number, &mut req.body, put)
+                    .await?
+            }
+        }
     };
     if copy {
         let mut x = Xml::new();
@@ -165,13 +238,21 @@ pub(super) async fn handle_upload_part(
         x.elem("LastModified", &iso8601(part.last_modified_ms));
         x.elem("ETag", &quoted(&part.etag));
         x.close("CopyPartResult");
-        return xml_ok(x);
+        return with_headers(xml_ok(x), answer);
     }
     let mut rb = Response::builder().header("etag", quoted(&part.etag));
-    if let Some(c) = &part.checksum
+    if let Some((a, raw)) = plain_checksum {
+        rb = rb.header(
+            a.header(),
+            base64::engine::general_purpose::STANDARD.encode(raw),
+        );
+    } else if let Some(c) = &part.checksum
         && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
     {
         rb = rb.header(a.header(), c.value.as_str());
+    }
+    for (h, v) in answer {
+        rb = rb.header(h, v);
     }
     rb.body(empty())
         .map_err(|e| S3Error::internal("response", e))
@@ -187,6 +268,11 @@ pub(super) async fn handle_complete_multipart_upload(
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
     let upload = load_upload(state, req, &b, key).await?;
+    // An SSE-C key is not needed to complete (nothing is sealed now), but one sent must be
+    // the upload's.
+    if let Some(k) = sse::read_key(req)? {
+        sse::ObjectCipher::open_envelope(&*state.store, upload.envelope.as_deref(), Some(&k))?;
+    }
     let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
     if doc.parts.is_empty() {
         return Err(err(
@@ -235,13 +321,13 @@ pub(super) async fn handle_complete_multipart_upload(
         x.elem("ChecksumType", &c.kind);
     }
     x.close("CompleteMultipartUploadResult");
-    with_headers(
-        xml_ok(x),
-        obj.version_id
-            .iter()
-            .map(|v| ("x-amz-version-id", v.clone()))
-            .collect(),
-    )
+    let mut answer: Vec<(&'static str, String)> = obj
+        .version_id
+        .iter()
+        .map(|v| ("x-amz-version-id", v.clone()))
+        .collect();
+    answer.extend(sse::stored_headers(&obj));
+    with_headers(xml_ok(x), answer)
 }
 
 pub(super) async fn handle_abort_multipart_upload(
@@ -303,7 +389,12 @@ pub(super) async fn handle_list_parts(
         x.elem("PartNumber", &p.part_number.to_string());
         x.elem("LastModified", &iso8601(p.last_modified_ms));
         x.elem("ETag", &quoted(&p.etag));
-        x.elem("Size", &p.size.to_string());
+        // An encrypted part shows its plaintext's size.
+        let size = match upload.envelope {
+            Some(_) => sealed::plain_part_len(p.size).unwrap_or(p.size),
+            None => p.size,
+        };
+        x.elem("Size", &size.to_string());
         if let Some(c) = &p.checksum
             && let Ok(a) = ChecksumAlgorithm::parse(&c.algorithm)
         {

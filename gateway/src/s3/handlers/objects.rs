@@ -225,11 +225,11 @@ pub(super) async fn handle_copy_object(
             .and_then(|c| ChecksumAlgorithm::parse(&c.algorithm).ok()),
     };
     // The stored bytes can be copied as they are when source and copy are both plain or
-    // both SSE-S3 (the copy shares the source's sealed data key); any other pair is decrypted
-    // and sealed again.
+    // both SSE-S3 (the copy shares the source's sealed data key) and the source is not sealed
+    // part by part (a copy is one piece); any other pair is decrypted and sealed again.
     let keep_bytes = match (&encryption, &src_cipher) {
         (None, None) => true,
-        (Some(sse::Requested::S3), Some(c)) => c.is_sse_s3(),
+        (Some(sse::Requested::S3), Some(c)) => c.is_sse_s3() && !sse::is_sealed_by_part(&src),
         _ => false,
     };
     if !keep_bytes {
@@ -502,7 +502,8 @@ pub(super) async fn handle_get_object(
                     "Cannot specify both Range header and partNumber query parameter",
                 ));
             }
-            if obj.part_sizes.is_empty() {
+            let part_sizes = sse::shown_part_sizes(&obj);
+            if part_sizes.is_empty() {
                 if n != 1 {
                     return Err(err(
                         S3ErrorCode::InvalidPart,
@@ -512,13 +513,13 @@ pub(super) async fn handle_get_object(
                 None
             } else {
                 let idx = n as usize - 1;
-                let Some(part_size) = obj.part_sizes.get(idx) else {
+                let Some(part_size) = part_sizes.get(idx) else {
                     return Err(err(
                         S3ErrorCode::InvalidPart,
                         "The requested partnumber is not satisfiable",
                     ));
                 };
-                let start: u64 = obj.part_sizes[..idx].iter().sum();
+                let start: u64 = part_sizes[..idx].iter().sum();
                 Some((start, start + part_size))
             }
         }
@@ -805,8 +806,7 @@ pub(super) async fn handle_get_object_attributes(
     }
     if has("ObjectParts") && !obj.part_sizes.is_empty() {
         let total = obj.part_sizes.len();
-        let page: Vec<(usize, u64)> = obj
-            .part_sizes
+        let page: Vec<(usize, u64)> = sse::shown_part_sizes(&obj)
             .iter()
             .enumerate()
             .map(|(i, s)| (i + 1, *s))
