@@ -62,6 +62,9 @@ def single_request_calls(c, name, own):
         ("DeleteBucketPolicy", lambda: c.delete_bucket_policy(**b)),
         ("GetBucketVersioning", lambda: c.get_bucket_versioning(**b)),
         ("GetBucketEncryption", lambda: c.get_bucket_encryption(**b)),
+        ("PutBucketEncryption", lambda: c.put_bucket_encryption(ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}, **b)),
+        ("DeleteBucketEncryption", lambda: c.delete_bucket_encryption(**b)),
         ("DeleteBucket", lambda: c.delete_bucket(**b)),
         ("DeleteObjects", lambda: c.delete_objects(Delete={"Objects": [{"Key": "k"}]}, **b)),
         ("GetObject", lambda: c.get_object(**k)),

@@ -326,8 +326,8 @@ def test_copy_object(s3, bucket):
 def test_unsupported_operations_say_not_implemented(s3, bucket):
     for attempt in [
         lambda: s3.put_bucket_website(Bucket=bucket, WebsiteConfiguration={"IndexDocument": {"Suffix": "index.html"}}),
-        lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
-            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}),
+        lambda: s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True}),
     ]:
         with pytest.raises(ClientError) as e:
             attempt()
@@ -376,18 +376,16 @@ def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
 
 
 def test_encryption_packrat_does_not_do_is_refused_not_stored_in_plaintext(s3, bucket):
-    """SSE-KMS and encrypted multipart uploads are not implemented: asking for them answers
-    501 NotImplemented and stores nothing (SSE-S3 and SSE-C on single PUTs, copies and reads
-    are tests/test_sse.py's)."""
-    key = os.urandom(32)
-    sse_c = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+    """SSE-KMS is not implemented: asking for it (on a write or as a bucket's default) answers
+    501 NotImplemented and stores nothing (SSE-S3 and SSE-C are tests/test_sse.py's)."""
     s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
     attempts = [
         lambda: s3.put_object(Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms"),
         lambda: s3.put_object(Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms",
                               SSEKMSKeyId="key-1"),
-        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", **sse_c),
-        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", ServerSideEncryption="AES256"),
+        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms"),
+        lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]}),
         lambda: s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "plain"},
                                ServerSideEncryption="aws:kms"),
     ]

@@ -271,6 +271,11 @@ def test_sse_s3_through_a_cluster_gateway_says_not_yet(server, s3, bucket):
     code = code_of(s3.put_object, Bucket=bucket, Key="k", Body=b"x", ServerSideEncryption="AES256")
     assert code == ("InvalidRequest", 400)
     assert code_of(s3.head_object, Bucket=bucket, Key="k")[1] == 404
+    # Nor can a bucket default to it.
+    aes = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
+    assert code_of(s3.put_bucket_encryption, Bucket=bucket, ServerSideEncryptionConfiguration=aes) \
+        == ("InvalidRequest", 400)
+    assert code_of(s3.get_bucket_encryption, Bucket=bucket) == ("ServerSideEncryptionConfigurationNotFoundError", 404)
 
 
 @pytest.mark.local_only("starts its own etcd, nodes and https gateway (once, in the local run)")
@@ -503,3 +508,82 @@ def test_sse_s3_multipart_part_copies_and_transfers(tls, tmp_path):
     back = tmp_path / "back.bin"
     c.download_file("ssemp3", "file", str(back), ExtraArgs=sse, Config=cfg)
     assert back.read_bytes() == data
+
+
+@pytest.mark.local_only("starts its own https packrat serve (a cluster refuses default encryption: test_sse_s3_through_a_cluster_gateway_says_not_yet)")
+def test_bucket_default_encryption(tls, tmp_path):
+    import io
+    import shutil
+    import subprocess
+    import tarfile
+    import urllib3
+    c = tls_client(tls)
+    c.create_bucket(Bucket="ssedefault")
+    b = {"Bucket": "ssedefault"}
+
+    def code_of_config(fn, **kw):
+        return code_of(fn, **b, **kw)
+    assert code_of_config(c.get_bucket_encryption) == ("ServerSideEncryptionConfigurationNotFoundError", 404)
+    c.put_object(Key="before", Body=b"plain before", **b)
+    aes = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
+    assert c.put_bucket_encryption(ServerSideEncryptionConfiguration=aes, **b)["ResponseMetadata"]["HTTPStatusCode"] == 200
+    rule = c.get_bucket_encryption(**b)["ServerSideEncryptionConfiguration"]["Rules"][0]
+    assert rule["ApplyServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert rule["BucketKeyEnabled"] is False
+    # Refused, the stored configuration untouched: SSE-KMS (501), a KMS key with AES256, two
+    # rules, no algorithm.
+    kms = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": "k"}}]}
+    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration=kms) == ("NotImplemented", 501)
+    with_key = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256", "KMSMasterKeyID": "k"}}]}
+    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration=with_key) \
+        == ("InvalidArgument", 400)
+    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration={"Rules": aes["Rules"] * 2}) \
+        == ("MalformedXML", 400)
+    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration={"Rules": [{"BucketKeyEnabled": True}]}) \
+        == ("MalformedXML", 400)
+    assert c.get_bucket_encryption(**b)["ServerSideEncryptionConfiguration"]["Rules"][0] == rule
+
+    # Every write that names no encryption is SSE-S3: PUT, copy, multipart, form upload.
+    body = os.urandom(BLOCK + 100)
+    assert c.put_object(Key="put", Body=body, **b)["ServerSideEncryption"] == "AES256"
+    r = c.copy_object(Key="copy", CopySource={"Bucket": "ssedefault", "Key": "before"}, **b)
+    assert r["ServerSideEncryption"] == "AES256"
+    up = c.create_multipart_upload(Key="mp", **b)
+    assert up["ServerSideEncryption"] == "AES256"
+    part = c.upload_part(Key="mp", UploadId=up["UploadId"], PartNumber=1, Body=body, **b)
+    c.complete_multipart_upload(Key="mp", UploadId=up["UploadId"],
+                                MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]}, **b)
+    post = c.generate_presigned_post("ssedefault", "form")
+    resp = urllib3.PoolManager(ca_certs=str(tls.ca)).request(
+        "POST", post["url"], fields=list(post["fields"].items()) + [("file", ("f", body))], redirect=False)
+    assert resp.status == 204 and resp.headers["x-amz-server-side-encryption"] == "AES256"
+    for k in ["put", "copy", "mp", "form"]:
+        got = c.get_object(Key=k, **b)
+        assert got["ServerSideEncryption"] == "AES256", k
+        assert got["Body"].read() == (b"plain before" if k == "copy" else body), k
+    assert "ServerSideEncryption" not in c.head_object(Key="before", **b)
+    # A write's own encryption wins (SSE-C); TAR extraction, which cannot encrypt, is refused.
+    key = os.urandom(32)
+    r = c.put_object(Key="ssec", Body=b"c", SSECustomerAlgorithm="AES256", SSECustomerKey=key, **b)
+    assert r["SSECustomerAlgorithm"] == "AES256" and "ServerSideEncryption" not in r
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as tf:
+        info = tarfile.TarInfo("member")
+        info.size = 4
+        tf.addfile(info, io.BytesIO(b"data"))
+    assert code_of(c.put_object, Key="t.tar", Body=tar.getvalue(), Metadata={"snowball-auto-extract": "true"}, **b) \
+        == ("NotImplemented", 501)
+    assert code_of(c.head_object, Key="member", **b)[1] == 404
+    disk = stored_bytes(tls.data_dir)
+    assert body[:64] not in disk and body[BLOCK:BLOCK + 64] not in disk
+
+    # aws-cli reads it; after DeleteBucketEncryption new writes are plain again.
+    env = conftest.aws_env(AWS_CA_BUNDLE=str(tls.ca))
+    out = subprocess.run([shutil.which("aws") or "aws", "--endpoint-url", tls.endpoint, "s3api",
+                          "get-bucket-encryption", "--bucket", "ssedefault"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and '"SSEAlgorithm": "AES256"' in out.stdout, out.stderr
+    assert c.delete_bucket_encryption(**b)["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert code_of_config(c.get_bucket_encryption) == ("ServerSideEncryptionConfigurationNotFoundError", 404)
+    assert "ServerSideEncryption" not in c.put_object(Key="after", Body=b"plain", **b)
+    assert c.get_object(Key="put", **b)["Body"].read() == body

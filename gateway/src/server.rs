@@ -52,6 +52,8 @@ pub struct AppState {
     pub console_sessions: crate::console::Sessions,
     /// Buckets' parsed policies (`s3::policy`).
     pub policies: crate::s3::policy::PolicyCache,
+    /// Buckets' default encryption (`s3::sse`).
+    pub bucket_encryption: crate::s3::policy::ConfigCache<crate::s3::sse::BucketDefault>,
 }
 
 /// A connection after its handshake: what hyper serves.
@@ -141,6 +143,7 @@ impl AppState {
             access_log,
             console_sessions: Default::default(),
             policies: Default::default(),
+            bucket_encryption: Default::default(),
             clock: store.clock(),
             metrics: Metrics::new(store.clone()),
             store,

@@ -96,13 +96,16 @@ pub enum BucketConfig {
     Cors,
     /// The bucket policy, JSON (PutBucketPolicy).
     Policy,
+    /// Default encryption (PutBucketEncryption).
+    Encryption,
 }
 
 impl BucketConfig {
-    pub const ALL: [BucketConfig; 3] = [
+    pub const ALL: [BucketConfig; 4] = [
         BucketConfig::Tagging,
         BucketConfig::Cors,
         BucketConfig::Policy,
+        BucketConfig::Encryption,
     ];
 
     /// The configuration's stable name (a storage key; the S3 sub-resource).
@@ -111,6 +114,7 @@ impl BucketConfig {
             BucketConfig::Tagging => "tagging",
             BucketConfig::Cors => "cors",
             BucketConfig::Policy => "policy",
+            BucketConfig::Encryption => "encryption",
         }
     }
 }

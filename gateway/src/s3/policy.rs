@@ -591,25 +591,36 @@ pub const POLICY_CACHE_TTL: Duration = Duration::from_secs(1);
 /// Buckets whose policies a gateway keeps; past it the cache starts over (a bound on memory).
 pub const POLICY_CACHE_BUCKETS_MAX: usize = 100_000;
 
-/// Each bucket's parsed policy (or that it has none), by bucket id: one read lock and a map
-/// probe per request, so a bucket without a policy pays for no store read or JSON parse on
-/// its requests. Ids are never reused, so a bucket made again under an old name never finds
-/// the old bucket's policy.
-/// A bucket's policy (`None`: it has none) and when it was read.
-type CachedPolicy = (Instant, Option<Arc<Policy>>);
-
-#[derive(Default)]
-pub struct PolicyCache {
-    entries: RwLock<HashMap<u64, CachedPolicy>>,
-    /// Bumped by every [`PolicyCache::forget`]: a read that began before a change does not
-    /// put the older policy back.
+/// Each bucket's parsed configuration of one kind (or that it has none), by bucket id: one
+/// read lock and a map probe per request, so a bucket without a policy (or default
+/// encryption) pays for no store read or parse on its requests. Ids are never reused, so a
+/// bucket made again under an old name never finds the old bucket's configuration.
+pub struct ConfigCache<T> {
+    entries: RwLock<HashMap<u64, Cached<T>>>,
+    /// Bumped by every [`ConfigCache::forget`]: a read that began before a change does not
+    /// put the older configuration back.
     generation: AtomicU64,
 }
 
-impl PolicyCache {
-    /// The cached policy of a bucket, if still fresh; `None` when it must be read again, with
-    /// the generation to hand back to [`PolicyCache::store`].
-    pub fn fresh(&self, bucket_id: u64) -> Result<Option<Arc<Policy>>, u64> {
+/// A bucket's configuration (`None`: it has none) and when it was read.
+type Cached<T> = (Instant, Option<Arc<T>>);
+
+/// The bucket policies a gateway keeps.
+pub type PolicyCache = ConfigCache<Policy>;
+
+impl<T> Default for ConfigCache<T> {
+    fn default() -> Self {
+        Self {
+            entries: RwLock::default(),
+            generation: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<T> ConfigCache<T> {
+    /// The cached configuration of a bucket, if still fresh; `Err` when it must be read
+    /// again, with the generation to hand back to [`ConfigCache::store`].
+    pub fn fresh(&self, bucket_id: u64) -> Result<Option<Arc<T>>, u64> {
         let generation = self.generation.load(Ordering::Acquire);
         let map = self.entries.read().unwrap_or_else(|p| p.into_inner());
         match map.get(&bucket_id) {
@@ -618,7 +629,7 @@ impl PolicyCache {
         }
     }
 
-    pub fn store(&self, bucket_id: u64, policy: Option<Arc<Policy>>, generation: u64) {
+    pub fn store(&self, bucket_id: u64, policy: Option<Arc<T>>, generation: u64) {
         let mut map = self.entries.write().unwrap_or_else(|p| p.into_inner());
         if self.generation.load(Ordering::Acquire) != generation {
             return;
@@ -629,7 +640,7 @@ impl PolicyCache {
         map.insert(bucket_id, (Instant::now(), policy));
     }
 
-    /// After a bucket's policy changed (or the bucket went) through this gateway.
+    /// After a bucket's configuration changed (or the bucket went) through this gateway.
     pub fn forget(&self, bucket_id: u64) {
         let mut map = self.entries.write().unwrap_or_else(|p| p.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);

@@ -147,6 +147,29 @@ pub struct VersioningConfiguration {
     pub mfa_delete: Option<String>,
 }
 
+/// PutBucketEncryption's body.
+#[derive(Debug, serde::Deserialize)]
+pub struct ServerSideEncryptionConfiguration {
+    #[serde(rename = "Rule", default)]
+    pub rules: Vec<EncryptionRule>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct EncryptionRule {
+    #[serde(rename = "ApplyServerSideEncryptionByDefault")]
+    pub by_default: Option<ApplyByDefault>,
+    #[serde(rename = "BucketKeyEnabled")]
+    pub bucket_key_enabled: Option<String>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct ApplyByDefault {
+    #[serde(rename = "SSEAlgorithm")]
+    pub algorithm: Option<String>,
+    #[serde(rename = "KMSMasterKeyID")]
+    pub kms_key_id: Option<String>,
+}
+
 /// PutObjectLockConfiguration's body.
 #[derive(Debug, serde::Deserialize)]
 pub struct ObjectLockConfiguration {

@@ -730,7 +730,8 @@ async fn rust_sdk_bucket_policy() {
 }
 
 /// SSE-S3 from the Rust SDK: a round trip, ranges across the 64 KiB blocks, the header on
-/// HEAD, the plaintext's size in a listing, a copy to a plain object and a multipart upload. SSE-C from the SDK is
+/// HEAD, the plaintext's size in a listing, a copy to a plain object, a multipart upload and
+/// the bucket's default encryption. SSE-C from the SDK is
 /// refused over plain http (these tests build no TLS stack; tests/test_sse.py runs SSE-C over
 /// https with boto3 and aws-cli).
 #[tokio::test]
@@ -884,6 +885,74 @@ async fn rust_sdk_server_side_encryption() {
         .unwrap();
     let bytes = r.body.collect().await.unwrap().into_bytes();
     assert_eq!(&bytes[..], &whole[a..=z]);
+
+    // Bucket default encryption: a PUT that names none is SSE-S3 until it is deleted.
+    use aws_sdk_s3::types::{
+        ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
+    };
+    let missing = s3
+        .get_bucket_encryption()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        missing.into_service_error().meta().code(),
+        Some("ServerSideEncryptionConfigurationNotFoundError")
+    );
+    let rule = ServerSideEncryptionRule::builder()
+        .apply_server_side_encryption_by_default(
+            ServerSideEncryptionByDefault::builder()
+                .sse_algorithm(ServerSideEncryption::Aes256)
+                .build()
+                .unwrap(),
+        )
+        .build();
+    s3.put_bucket_encryption()
+        .bucket(b)
+        .server_side_encryption_configuration(
+            ServerSideEncryptionConfiguration::builder()
+                .rules(rule)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let got = s3.get_bucket_encryption().bucket(b).send().await.unwrap();
+    let rules = got.server_side_encryption_configuration().unwrap().rules();
+    assert_eq!(
+        rules[0]
+            .apply_server_side_encryption_by_default()
+            .map(|d| d.sse_algorithm()),
+        Some(&ServerSideEncryption::Aes256)
+    );
+    let put = s3
+        .put_object()
+        .bucket(b)
+        .key("by-default")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        put.server_side_encryption(),
+        Some(&ServerSideEncryption::Aes256)
+    );
+    s3.delete_bucket_encryption()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap();
+    let put = s3
+        .put_object()
+        .bucket(b)
+        .key("plain-again")
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.server_side_encryption(), None);
 }
 
 /// Versioning from the Rust SDK: enable it, overwrite and read both versions by id, delete

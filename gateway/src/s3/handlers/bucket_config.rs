@@ -58,6 +58,26 @@ pub(super) async fn handle_put_bucket_policy(
     no_content()
 }
 
+/// PutBucketEncryption: SSE-S3 as the default of writes that ask for no encryption (PutObject,
+/// CopyObject, CreateMultipartUpload, form uploads). The store must be able to seal SSE-S3
+/// keys (a cluster cannot yet): the same answer as an SSE-S3 PUT there.
+pub(super) async fn handle_put_bucket_encryption(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::PUT_ENCRYPTION).await?;
+    let body = read_xml_body(req).await?;
+    let doc = sse::bucket_default_doc(&xml::parse(&body)?)?;
+    sse::ObjectCipher::create(&*state.store, &sse::Requested::S3)?;
+    state
+        .store
+        .put_bucket_config(&b, BucketConfig::Encryption, Some(doc))
+        .await?;
+    state.bucket_encryption.forget(b.id);
+    Ok(Response::new(empty()))
+}
+
 /// The action that reads (`change` false) or replaces and deletes a configuration.
 fn config_action(kind: BucketConfig, change: bool) -> Action {
     match (kind, change) {
@@ -67,10 +87,12 @@ fn config_action(kind: BucketConfig, change: bool) -> Action {
         (BucketConfig::Cors, true) => Action::PUT_BUCKET_CORS,
         (BucketConfig::Policy, false) => Action::GET_BUCKET_POLICY,
         (BucketConfig::Policy, true) => Action::DELETE_BUCKET_POLICY,
+        (BucketConfig::Encryption, false) => Action::GET_ENCRYPTION,
+        (BucketConfig::Encryption, true) => Action::PUT_ENCRYPTION,
     }
 }
 
-/// GetBucketTagging, GetBucketCors and GetBucketPolicy: the stored document, or S3's 404 for
+/// GetBucketTagging, GetBucketCors, GetBucketPolicy and GetBucketEncryption: the stored document, or S3's 404 for
 /// one never set.
 pub(super) async fn handle_get_bucket_config(
     state: &Arc<AppState>,
@@ -86,6 +108,10 @@ pub(super) async fn handle_get_bucket_config(
             "The CORS configuration does not exist",
         ),
         BucketConfig::Policy => ("NoSuchBucketPolicy", "The bucket policy does not exist"),
+        BucketConfig::Encryption => (
+            "ServerSideEncryptionConfigurationNotFoundError",
+            "The server side encryption configuration was not found",
+        ),
     };
     let doc = state
         .store
@@ -102,7 +128,7 @@ pub(super) async fn handle_get_bucket_config(
     }
 }
 
-/// DeleteBucketTagging, DeleteBucketCors and DeleteBucketPolicy: 204 whether or not there
+/// DeleteBucketTagging, DeleteBucketCors, DeleteBucketPolicy and DeleteBucketEncryption: 204 whether or not there
 /// was one.
 pub(super) async fn handle_delete_bucket_config(
     state: &Arc<AppState>,
@@ -112,8 +138,10 @@ pub(super) async fn handle_delete_bucket_config(
 ) -> R {
     let b = load_bucket(state, req, name, config_action(kind, true)).await?;
     state.store.put_bucket_config(&b, kind, None).await?;
-    if kind == BucketConfig::Policy {
-        state.policies.forget(b.id);
+    match kind {
+        BucketConfig::Policy => state.policies.forget(b.id),
+        BucketConfig::Encryption => state.bucket_encryption.forget(b.id),
+        _ => {}
     }
     no_content()
 }

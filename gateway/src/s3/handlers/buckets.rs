@@ -147,6 +147,7 @@ pub(super) async fn handle_delete_bucket(state: &Arc<AppState>, req: &S3Request,
     let b = load_bucket(state, req, name, Action::DELETE_BUCKET).await?;
     state.store.delete_bucket(&b).await?;
     state.policies.forget(b.id);
+    state.bucket_encryption.forget(b.id);
     no_content()
 }
 
@@ -310,10 +311,6 @@ pub(super) async fn handle_delete_lifecycle(
 /// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.
 /// Each entry: sub-resource, and either the 404 code or the empty document of a GET.
 const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
-    (
-        "encryption",
-        Err("ServerSideEncryptionConfigurationNotFoundError"),
-    ),
     ("website", Err("NoSuchWebsiteConfiguration")),
     ("replication", Err("ReplicationConfigurationNotFoundError")),
     (

@@ -39,7 +39,6 @@ type R = S3Result<Response<RespBody>>;
 /// Sub-resources packrat does not implement; requests for them answer NotImplemented.
 const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "website",
-    "encryption",
     "torrent",
     "replication",
     "logging",
@@ -176,6 +175,8 @@ impl Action {
     pub const GET_BUCKET_POLICY: Self = Self::bucket("s3:GetBucketPolicy", Access::Owner);
     pub const PUT_BUCKET_POLICY: Self = Self::bucket("s3:PutBucketPolicy", Access::Write);
     pub const DELETE_BUCKET_POLICY: Self = Self::bucket("s3:DeleteBucketPolicy", Access::Write);
+    pub const PUT_ENCRYPTION: Self = Self::bucket("s3:PutEncryptionConfiguration", Access::Write);
+    pub const GET_ENCRYPTION: Self = Self::bucket("s3:GetEncryptionConfiguration", Access::Owner);
     pub const PUT_BUCKET_OBJECT_LOCK: Self =
         Self::bucket("s3:PutBucketObjectLockConfiguration", Access::Write);
     pub const GET_BUCKET_OBJECT_LOCK: Self =
@@ -554,6 +555,31 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 lock::handle_get_lock_config(state, req, b).await,
             ),
             _ if req.has_q("object-lock") => ("bucket", Err(method_not_allowed())),
+            Method::PUT if req.has_q("encryption") => (
+                "PutBucketEncryption",
+                bucket_config::handle_put_bucket_encryption(state, req, b).await,
+            ),
+            Method::GET if req.has_q("encryption") => (
+                "GetBucketEncryption",
+                bucket_config::handle_get_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Encryption,
+                )
+                .await,
+            ),
+            Method::DELETE if req.has_q("encryption") => (
+                "DeleteBucketEncryption",
+                bucket_config::handle_delete_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::Encryption,
+                )
+                .await,
+            ),
+            _ if req.has_q("encryption") => ("bucket", Err(method_not_allowed())),
             Method::PUT if req.has_q("tagging") => (
                 "PutBucketTagging",
                 bucket_config::handle_put_bucket_tagging(state, req, b).await,

@@ -25,7 +25,7 @@ pub(super) async fn handle_create_multipart_upload(
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
     let id = need_identity(req)?;
-    let encryption = sse::requested(req)?;
+    let encryption = sse::for_write(state, req, &b).await?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let alg = req
         .header("x-amz-checksum-algorithm")

@@ -23,7 +23,7 @@ pub(super) async fn handle_put_object(
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
-    let encryption = sse::requested(req)?;
+    let encryption = sse::for_write(state, req, &b).await?;
     if req
         .header("x-amz-meta-snowball-auto-extract")
         .is_some_and(|v| v.eq_ignore_ascii_case("true"))
@@ -31,7 +31,7 @@ pub(super) async fn handle_put_object(
         if encryption.is_some() {
             return Err(err(
                 S3ErrorCode::NotImplemented,
-                "packrat does not encrypt the members of an extracted TAR (snowball-auto-extract with server-side encryption)",
+                "packrat does not encrypt the members of an extracted TAR (snowball-auto-extract with server-side encryption, asked for or the bucket's default)",
             ));
         }
         return crate::s3::batch::handle_snowball_put(state, req, &b, key).await;
@@ -195,6 +195,11 @@ pub(super) async fn handle_copy_object(
             "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.",
         ));
     }
+    // A copy that asks for no encryption gets the bucket's default, as any write.
+    let encryption = match encryption {
+        Some(e) => Some(e),
+        None => sse::bucket_default(state, &b).await?,
+    };
     let sent = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let tags = if replace_tags {
         sent.tags.clone()

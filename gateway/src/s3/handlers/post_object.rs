@@ -301,20 +301,44 @@ pub(super) async fn handle_post_object(
         identity: Some(&id),
     };
     lock::lock_new_version(state, &caller, &meta_headers, &b, &key, &mut attrs.headers).await?;
-    let put = PutObject {
-        attrs,
-        checksum: alg,
-        expected_checksum: sent,
-        content_md5: content_md5(&meta_headers)?,
-        condition: WriteCondition::default(),
-    };
+    let md5 = content_md5(&meta_headers)?;
     let mut source = FileSource {
         field: file,
         size: 0,
         min,
         max,
     };
-    let stored = state.store.put_object(&b, &key, &mut source, put).await?;
+    // A form names no encryption (such fields are refused above); the bucket's default
+    // applies, as to any write.
+    let mut answer = Vec::new();
+    let stored = match sse::bucket_default(state, &b).await? {
+        Some(how) => {
+            let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
+            answer = cipher.response_headers();
+            sse::set_envelope(&mut attrs.headers, Some(envelope));
+            let checks = sse::PlainChecks {
+                content_md5: md5,
+                checksum: alg,
+                expected_checksum: sent,
+            };
+            let mut body = sse::Sealing::new(&mut source, cipher, checks);
+            let put = PutObject {
+                attrs,
+                ..Default::default()
+            };
+            state.store.put_object(&b, &key, &mut body, put).await?
+        }
+        None => {
+            let put = PutObject {
+                attrs,
+                checksum: alg,
+                expected_checksum: sent,
+                content_md5: md5,
+                condition: WriteCondition::default(),
+            };
+            state.store.put_object(&b, &key, &mut source, put).await?
+        }
+    };
     let etag = quoted(&stored.etag);
     let scheme = if state.tls.is_some() { "https" } else { "http" };
     let location = format!(
@@ -326,7 +350,10 @@ pub(super) async fn handle_post_object(
         .get("success_action_redirect")
         .or_else(|| form.get("redirect"))
         .filter(|r| r.starts_with("http://") || r.starts_with("https://"));
-    let builder = objects::version_header(Response::builder().header("etag", &etag), &stored);
+    let mut builder = objects::version_header(Response::builder().header("etag", &etag), &stored);
+    for (h, v) in answer {
+        builder = builder.header(h, v);
+    }
     if let Some(to) = redirect {
         // One Location only: the redirect (a browser refuses an answer with two).
         let sep = if to.contains('?') { '&' } else { '?' };
