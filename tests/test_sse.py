@@ -587,3 +587,36 @@ def test_bucket_default_encryption(tls, tmp_path):
     assert code_of_config(c.get_bucket_encryption) == ("ServerSideEncryptionConfigurationNotFoundError", 404)
     assert "ServerSideEncryption" not in c.put_object(Key="after", Body=b"plain", **b)
     assert c.get_object(Key="put", **b)["Body"].read() == body
+
+
+@pytest.mark.local_only("starts its own https packrat serve")
+def test_form_upload_encryption_fields(tls):
+    """A presigned POST whose policy names the encryption fields stores the file SSE-S3 or
+    SSE-C; a field the policy does not name is refused (tests/test_post_object.py)."""
+    import urllib3
+    c = tls_client(tls)
+    c.create_bucket(Bucket="sseform")
+    pool = urllib3.PoolManager(ca_certs=str(tls.ca))
+    body = os.urandom(BLOCK + 9)
+
+    def post(key, fields):
+        p = c.generate_presigned_post("sseform", key, Fields=fields,
+                                      Conditions=[{k: v} for k, v in fields.items()])
+        return pool.request("POST", p["url"], fields=list(p["fields"].items()) + [("file", ("f", body))],
+                            redirect=False)
+    r = post("s3", {"x-amz-server-side-encryption": "AES256"})
+    assert r.status == 204 and r.headers["x-amz-server-side-encryption"] == "AES256", r.data
+    got = c.get_object(Bucket="sseform", Key="s3")
+    assert got["ServerSideEncryption"] == "AES256" and got["Body"].read() == body
+    key = os.urandom(32)
+    md5 = base64.b64encode(hashlib.md5(key).digest()).decode()
+    r = post("c", {"x-amz-server-side-encryption-customer-algorithm": "AES256",
+                   "x-amz-server-side-encryption-customer-key": base64.b64encode(key).decode(),
+                   "x-amz-server-side-encryption-customer-key-md5": md5})
+    assert r.status == 204 and r.headers["x-amz-server-side-encryption-customer-key-md5"] == md5, r.data
+    sse = {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": key}
+    assert c.get_object(Bucket="sseform", Key="c", **sse)["Body"].read() == body
+    assert code_of(c.get_object, Bucket="sseform", Key="c") == ("InvalidRequest", 400)
+    r = post("kms", {"x-amz-server-side-encryption": "aws:kms"})
+    assert r.status == 501 and b"NotImplemented" in r.data
+    assert code_of(c.head_object, Bucket="sseform", Key="kms")[1] == 404

@@ -134,9 +134,14 @@ fn customer_key(
     Ok(Some(CustomerKey { key, md5_b64 }))
 }
 
-/// The encryption a PutObject or CopyObject asks for with its headers.
+/// The encryption a PutObject, CopyObject or CreateMultipartUpload asks for with its headers.
 pub fn requested(req: &S3Request) -> S3Result<Option<Requested>> {
-    let h = &req.headers;
+    requested_in(&req.headers, req.secure)
+}
+
+/// The encryption headers `h` ask for (a request's, or a form upload's fields), on a
+/// connection that is `secure` or not.
+pub fn requested_in(h: &HeaderMap, secure: bool) -> S3Result<Option<Requested>> {
     if let Some(k) = h.keys().find(|k| {
         let k = k.as_str();
         k.starts_with("x-amz-server-side-encryption-aws-kms")
@@ -155,7 +160,7 @@ pub fn requested(req: &S3Request) -> S3Result<Option<Requested>> {
             "packrat does not implement S3 Bucket Keys (an SSE-KMS feature)",
         ));
     }
-    let customer = customer_key(h, [C_ALG, C_KEY, C_MD5], req.secure)?;
+    let customer = customer_key(h, [C_ALG, C_KEY, C_MD5], secure)?;
     match (header(h, SSE), customer) {
         (None, None) => Ok(None),
         (None, Some(c)) => Ok(Some(Requested::Customer(c))),

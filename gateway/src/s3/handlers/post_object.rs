@@ -218,7 +218,7 @@ fn refuse_unsupported(form: &Form) -> S3Result<()> {
                 "the form field acl={value}"
             )));
         }
-        let unsupported = headers::is_encryption_header(name) || name == "tagging";
+        let unsupported = name.starts_with("x-amz-copy-source-") || name == "tagging";
         if unsupported {
             return Err(err(
                 S3ErrorCode::NotImplemented,
@@ -280,6 +280,20 @@ pub(super) async fn handle_post_object(
     )
     .await?;
     let mut meta_headers = http::HeaderMap::new();
+    let mut encryption_fields = http::HeaderMap::new();
+    for (name, value) in &form.fields {
+        if let (true, Ok(n), Ok(v)) = (
+            headers::is_encryption_header(name),
+            http::HeaderName::from_bytes(name.as_bytes()),
+            http::HeaderValue::from_str(value),
+        ) {
+            encryption_fields.insert(n, v);
+        }
+    }
+    let encryption = match sse::requested_in(&encryption_fields, req.secure)? {
+        Some(e) => Some(e),
+        None => sse::bucket_default(state, &b).await?,
+    };
     for (name, value) in form.fields.iter().filter(|(n, _)| is_object_header(n)) {
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
@@ -308,10 +322,9 @@ pub(super) async fn handle_post_object(
         min,
         max,
     };
-    // A form names no encryption (such fields are refused above); the bucket's default
-    // applies, as to any write.
+    // The form's encryption fields (SSE-S3 or SSE-C), else the bucket's default.
     let mut answer = Vec::new();
-    let stored = match sse::bucket_default(state, &b).await? {
+    let stored = match encryption {
         Some(how) => {
             let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
             answer = cipher.response_headers();
