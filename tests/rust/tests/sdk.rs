@@ -91,6 +91,55 @@ fn md5_hex(b: &[u8]) -> String {
     hex::encode(Md5::digest(b))
 }
 
+/// Uploads `parts` as parts 1, 2, ... of upload `uid` and completes it: the parts' ETags and
+/// the object's.
+async fn upload_parts(
+    s3: &Client,
+    bucket: &str,
+    key: &str,
+    uid: &str,
+    parts: &[&[u8]],
+) -> (Vec<String>, String) {
+    let mut done = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        let n = i as i32 + 1;
+        let r = s3
+            .upload_part()
+            .bucket(bucket)
+            .key(key)
+            .upload_id(uid)
+            .part_number(n)
+            .body(ByteStream::from(p.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        done.push(
+            CompletedPart::builder()
+                .part_number(n)
+                .e_tag(r.e_tag().unwrap())
+                .build(),
+        );
+    }
+    let etags = done
+        .iter()
+        .map(|p| p.e_tag().unwrap().to_string())
+        .collect();
+    let complete = s3
+        .complete_multipart_upload()
+        .bucket(bucket)
+        .key(key)
+        .upload_id(uid)
+        .multipart_upload(
+            CompletedMultipartUpload::builder()
+                .set_parts(Some(done))
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    (etags, complete.e_tag().unwrap().to_string())
+}
+
 #[tokio::test]
 async fn rust_sdk_end_to_end() {
     let server = start();
@@ -217,44 +266,10 @@ async fn rust_sdk_end_to_end() {
         .await
         .unwrap();
     let uid = up.upload_id().unwrap().to_string();
-    let mut done = Vec::new();
-    for (n, p) in [(1, &part1), (2, &part2)] {
-        let r = s3
-            .upload_part()
-            .bucket("rust-sdk")
-            .key("mp")
-            .upload_id(&uid)
-            .part_number(n)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
-    }
-    let complete = s3
-        .complete_multipart_upload()
-        .bucket("rust-sdk")
-        .key("mp")
-        .upload_id(&uid)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(done))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
+    let (_, etag) = upload_parts(&s3, "rust-sdk", "mp", &uid, &[&part1, &part2]).await;
     let mut md5s = Md5::digest(&part1).to_vec();
     md5s.extend_from_slice(&Md5::digest(&part2));
-    assert_eq!(
-        complete.e_tag(),
-        Some(format!("\"{}-2\"", md5_hex(&md5s)).as_str())
-    );
+    assert_eq!(etag, format!("\"{}-2\"", md5_hex(&md5s)));
     let whole = s3
         .get_object()
         .bucket("rust-sdk")
@@ -831,46 +846,14 @@ async fn rust_sdk_server_side_encryption() {
         (0..5 * 1024 * 1024u32).map(|i| (i % 253) as u8).collect(),
         (0..70_000u32).map(|i| (i % 241) as u8).collect(),
     ];
-    let mut done = Vec::new();
+    let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    let (part_etags, etag) = upload_parts(&s3, b, "mp", &uid, &slices).await;
     let mut md5s = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        let n = i as i32 + 1;
-        let r = s3
-            .upload_part()
-            .bucket(b)
-            .key("mp")
-            .upload_id(&uid)
-            .part_number(n)
-            .body(ByteStream::from(p.clone()))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.e_tag(), Some(format!("\"{}\"", md5_hex(p)).as_str()));
+    for (p, e) in parts.iter().zip(&part_etags) {
+        assert_eq!(e, &format!("\"{}\"", md5_hex(p)));
         md5s.extend_from_slice(&Md5::digest(p));
-        done.push(
-            CompletedPart::builder()
-                .part_number(n)
-                .e_tag(r.e_tag().unwrap())
-                .build(),
-        );
     }
-    let complete = s3
-        .complete_multipart_upload()
-        .bucket(b)
-        .key("mp")
-        .upload_id(&uid)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(done))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        complete.e_tag(),
-        Some(format!("\"{}-2\"", md5_hex(&md5s)).as_str())
-    );
+    assert_eq!(etag, format!("\"{}-2\"", md5_hex(&md5s)));
     let whole: Vec<u8> = parts.concat();
     let head = s3.head_object().bucket(b).key("mp").send().await.unwrap();
     assert_eq!(head.content_length(), Some(whole.len() as i64));
