@@ -237,7 +237,7 @@ def test_copies_between_encryption_kinds(tls):
     assert c.get_object(Bucket="ssecopy", Key="c1")["Body"].read() == body
 
 
-@pytest.mark.local_only("SSE-S3, batch GET, epoch streams and multipart uploads are not yet through a cluster gateway")
+@pytest.mark.local_only("SSE-S3 is not yet through a cluster gateway (no cluster-wide master key)")
 def test_what_does_not_decrypt_refuses(server, s3, bucket):
     s3.put_object(Bucket=bucket, Key="enc/a", Body=b"secret-a" * 100, ServerSideEncryption="AES256")
     s3.put_object(Bucket=bucket, Key="enc/b", Body=b"open-b")

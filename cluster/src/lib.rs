@@ -4,6 +4,7 @@
 //! ([`map`]); the node that wins an etcd election keeps the chains in step with the live nodes
 //! ([`manager`]). See docs/ARCHITECTURE.md, "A cluster".
 
+mod batch;
 pub mod manager;
 pub mod map;
 pub mod node;

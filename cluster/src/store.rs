@@ -1140,23 +1140,23 @@ impl ObjectStore for ClusterStore {
 
     async fn plan_batch(
         &self,
-        _: &Bucket,
-        _: Vec<BatchItem>,
-        _: BatchOrder,
+        bucket: &Bucket,
+        items: Vec<BatchItem>,
+        order: BatchOrder,
     ) -> StoreResult<BatchPlan> {
-        Err(not_in_cluster("batch GET"))
+        crate::batch::plan_batch(self, bucket, items, order).await
     }
 
-    async fn read_batch(&self, _plan: BatchPlan, sink: &mut dyn EntrySink) {
-        sink.cut(&not_in_cluster("batch GET")).await;
+    async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink) {
+        crate::batch::read_batch(self, plan, sink).await
     }
 
     async fn stream_keys(
         &self,
-        _: &Bucket,
-        _: &str,
+        bucket: &Bucket,
+        prefix: &str,
     ) -> StoreResult<packrat_store_api::stream::KeyList> {
-        Err(not_in_cluster("an epoch stream"))
+        crate::batch::stream_keys(self, bucket, prefix).await
     }
 
     fn batch_writer(&self, _: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {

@@ -1,0 +1,232 @@
+//! Batch GET and epoch streams through a cluster gateway: each item looked up and read like a
+//! GET of its own (the PG's chain, a committed replica), many at a time, the entries emitted
+//! in the order planned.
+//!
+//! A node's store plans a batch against its records and reads neighbouring records in one
+//! positioned read; a gateway's items are spread over every PG, so it has no such locality to
+//! use. What it has is concurrency: [`LOOKUPS`] lookups are in flight at once (a lookup of an
+//! object up to `INLINE_MAX` answers its bytes too), and the payloads of the next
+//! [`READ_AHEAD`] entries are read while the current one is sent. An object larger than
+//! [`PREFETCH_MAX`] is streamed when its turn comes, so memory stays bounded whatever the
+//! batch. TAR members are refused (their index is a node's).
+
+use crate::store::ClusterStore;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use packrat_store_api::batch::resolve_item_range;
+use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, EntryHead, EntrySink};
+use packrat_store_api::{Bucket, ObjectInfo, ObjectStore, StoreError, StoreResult, sealed};
+
+/// Lookups in flight at once while planning.
+const LOOKUPS: usize = 64;
+/// Entries whose payloads are read ahead of the one being sent.
+const READ_AHEAD: usize = 32;
+/// Payloads up to this size are read ahead whole; larger ones stream in their turn.
+const PREFETCH_MAX: u64 = 1024 * 1024;
+
+/// One planned entry: its name, the caller's label, and the object range to send (or why
+/// not).
+struct Entry {
+    name: String,
+    tag: Option<String>,
+    body: Result<(ObjectInfo, u64, u64), StoreError>,
+}
+
+impl Entry {
+    fn head(&self) -> EntryHead<'_> {
+        EntryHead {
+            name: &self.name,
+            tag: self.tag.as_deref(),
+        }
+    }
+}
+
+pub(crate) async fn plan_batch(
+    store: &ClusterStore,
+    bucket: &Bucket,
+    items: Vec<BatchItem>,
+    order: BatchOrder,
+) -> StoreResult<BatchPlan> {
+    if let Some(it) = items.iter().find(|i| i.member.is_some()) {
+        return Err(StoreError::Invalid(format!(
+            "TAR members (here {:?} of {:?}) are not yet read through a cluster gateway; read the archive or its ranges",
+            it.member.as_deref().unwrap_or(""),
+            it.key
+        )));
+    }
+    let keys: Vec<String> = items.iter().map(|it| it.key.clone()).collect();
+    let found: Vec<StoreResult<Option<ObjectInfo>>> = futures_util::stream::iter(keys)
+        .map(|k| async move { store.head_object(bucket, &k).await })
+        .buffered(LOOKUPS)
+        .collect()
+        .await;
+    let mut bytes = 0u64;
+    let mut entries: Vec<Entry> = items
+        .into_iter()
+        .zip(found)
+        .map(|(it, obj)| {
+            let body = match obj {
+                Err(e) => Err(e),
+                Ok(None) => Err(StoreError::NoSuchKey),
+                Ok(Some(o)) if sealed::is_sealed(&o.attrs.headers) => Err(StoreError::Invalid(
+                    "the object is stored with server-side encryption: read it with GetObject"
+                        .into(),
+                )),
+                Ok(Some(o)) => match it.range {
+                    None => Ok((0, o.size)),
+                    Some(r) => resolve_item_range(r, o.size)
+                        .ok_or(StoreError::RangeNotSatisfiable { size: o.size }),
+                }
+                .map(|(s, e)| {
+                    bytes += e - s;
+                    (o, s, e)
+                }),
+            };
+            Entry {
+                name: it.key,
+                tag: it.tag,
+                body,
+            }
+        })
+        .collect();
+    if order == BatchOrder::Storage {
+        // No disk order to follow from here: errors first (they cost nothing), then as asked.
+        entries.sort_by_key(|e| e.body.is_ok());
+    }
+    Ok(BatchPlan {
+        entries: entries.len(),
+        bytes,
+        plan: Box::new(entries),
+    })
+}
+
+/// The whole of a range (a payload read ahead).
+async fn read_all(
+    store: &ClusterStore,
+    obj: &ObjectInfo,
+    s: u64,
+    e: u64,
+) -> StoreResult<Vec<Bytes>> {
+    let mut r = store.read_object(obj, s, e)?;
+    let mut out = Vec::new();
+    while let Some(p) = r.next().await? {
+        out.push(p);
+    }
+    Ok(out)
+}
+
+/// Emits an error entry (and the frame, once full); false if the stream ended there.
+async fn error_entry(sink: &mut dyn EntrySink, head: EntryHead<'_>, err: &StoreError) -> bool {
+    if !sink.error(head, err).await {
+        return false;
+    }
+    if sink.frame_full() {
+        sink.flush().await;
+    }
+    true
+}
+
+pub(crate) async fn read_batch(store: &ClusterStore, plan: BatchPlan, sink: &mut dyn EntrySink) {
+    let entries = match plan.plan.downcast::<Vec<Entry>>() {
+        Ok(e) => *e,
+        Err(_) => {
+            sink.cut(&StoreError::internal("batch", "not a cluster plan"))
+                .await;
+            return;
+        }
+    };
+    let reads = futures_util::stream::iter(entries.into_iter().map(|e| async move {
+        let ahead = match &e.body {
+            Ok((o, s, t)) if t - s <= PREFETCH_MAX => Some(read_all(store, o, *s, *t).await),
+            _ => None,
+        };
+        (e, ahead)
+    }))
+    .buffered(READ_AHEAD);
+    futures_util::pin_mut!(reads);
+    while let Some((e, ahead)) = reads.next().await {
+        if sink.stopped() {
+            return;
+        }
+        let (obj, s, t) = match (&e.body, ahead) {
+            (Err(err), _) => {
+                if !error_entry(sink, e.head(), err).await {
+                    return;
+                }
+                continue;
+            }
+            (Ok(_), Some(Err(err))) => {
+                if !error_entry(sink, e.head(), &err).await {
+                    return;
+                }
+                continue;
+            }
+            (Ok((obj, s, t)), Some(Ok(pieces))) => {
+                sink.header(e.head(), t - s, obj.attrs.last_modified_ms, &obj.etag);
+                for p in pieces {
+                    sink.extend(&p);
+                }
+                sink.end_payload(t - s);
+                if sink.frame_full() {
+                    sink.flush().await;
+                }
+                continue;
+            }
+            (Ok((obj, s, t)), None) => (obj, *s, *t),
+        };
+        // A large payload streams after its header; a failure half-way cuts the stream.
+        let mut reader = match store.read_object(obj, s, t) {
+            Ok(r) => r,
+            Err(err) => {
+                if !error_entry(sink, e.head(), &err).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        sink.header(e.head(), t - s, obj.attrs.last_modified_ms, &obj.etag);
+        loop {
+            match reader.next().await {
+                Ok(Some(d)) => {
+                    if !sink.send(d).await {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::error!(entry = %e.name, error = %err, "batch read failed mid-entry");
+                    sink.cut(&err).await;
+                    return;
+                }
+            }
+        }
+        sink.end_payload(t - s);
+    }
+    sink.finish().await;
+}
+
+/// Every key under `prefix`, in key order, for an epoch stream: the merged listing, a page at
+/// a time.
+pub(crate) async fn stream_keys(
+    store: &ClusterStore,
+    bucket: &Bucket,
+    prefix: &str,
+) -> StoreResult<packrat_store_api::stream::KeyList> {
+    let mut keys = packrat_store_api::stream::KeyList::default();
+    let mut query = packrat_store_api::ListQuery {
+        prefix: prefix.to_string(),
+        delimiter: None,
+        after: None,
+        max_keys: 1000,
+    };
+    loop {
+        let page = store.list_objects(bucket, &query).await?;
+        for o in &page.objects {
+            keys.push(&o.key);
+        }
+        if !page.truncated || page.last.is_none() {
+            return Ok(keys);
+        }
+        query.after = page.last;
+    }
+}
