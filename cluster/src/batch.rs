@@ -5,17 +5,19 @@
 //! A node's store plans a batch against its records and reads neighbouring records in one
 //! positioned read; a gateway's items are spread over every PG, so it has no such locality to
 //! use. What it has is concurrency: [`LOOKUPS`] lookups are in flight at once (a lookup of an
-//! object up to `INLINE_MAX` answers its bytes too), and the payloads of the next
+//! object up to [`INLINE_MAX`] answers its bytes too, until the plan holds
+//! [`PLAN_INLINE_BYTES_MAX`] of them), and the payloads of the next
 //! [`READ_AHEAD`] entries are read while the current one is sent. An object larger than
 //! [`PREFETCH_MAX`] is streamed when its turn comes, so memory stays bounded whatever the
 //! batch. TAR members are refused (their index is a node's).
 
-use crate::store::ClusterStore;
+use crate::store::{ClusterStore, INLINE_MAX};
 use bytes::Bytes;
 use futures_util::StreamExt;
 use packrat_store_api::batch::resolve_item_range;
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, EntryHead, EntrySink};
 use packrat_store_api::{Bucket, ObjectInfo, ObjectStore, StoreError, StoreResult, sealed};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Lookups in flight at once while planning.
 const LOOKUPS: usize = 64;
@@ -23,6 +25,10 @@ const LOOKUPS: usize = 64;
 const READ_AHEAD: usize = 32;
 /// Payloads up to this size are read ahead whole; larger ones stream in their turn.
 const PREFETCH_MAX: u64 = 1024 * 1024;
+/// Bytes of small objects a plan holds (they come with their lookups); past it, lookups ask
+/// for metadata only and the bytes are read in their turn. A batch may name 100,000 objects:
+/// without the bound, one request could hold gigabytes in the gateway.
+const PLAN_INLINE_BYTES_MAX: u64 = 64 * 1024 * 1024;
 
 /// One planned entry: its name, the caller's label, and the object range to send (or why
 /// not).
@@ -55,8 +61,25 @@ pub(crate) async fn plan_batch(
         )));
     }
     let keys: Vec<String> = items.iter().map(|it| it.key.clone()).collect();
+    let held = &AtomicU64::new(0);
     let found: Vec<StoreResult<Option<ObjectInfo>>> = futures_util::stream::iter(keys)
-        .map(|k| async move { store.head_object(bucket, &k).await })
+        .map(|k| async move {
+            // Decided as the lookup starts: the bound is passed by at most the lookups in
+            // flight (LOOKUPS x INLINE_MAX).
+            let inline = if held.load(Ordering::Relaxed) < PLAN_INLINE_BYTES_MAX {
+                INLINE_MAX
+            } else {
+                0
+            };
+            let found = store.lookup(bucket, &k, inline).await;
+            if let Ok(Some(o)) = &found
+                && inline > 0
+                && o.size <= inline
+            {
+                held.fetch_add(o.size, Ordering::Relaxed);
+            }
+            found
+        })
         .buffered(LOOKUPS)
         .collect()
         .await;

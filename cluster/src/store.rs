@@ -56,7 +56,7 @@ const NODE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Objects up to this size come whole with their metadata (one request to a node per GET
 /// instead of two; a HEAD then carries bytes it does not need, cheap on a LAN next to a
 /// second round trip).
-const INLINE_MAX: u64 = 64 * 1024;
+pub(crate) const INLINE_MAX: u64 = 64 * 1024;
 
 fn not_in_cluster(what: &str) -> StoreError {
     StoreError::Invalid(format!(
@@ -260,6 +260,52 @@ impl ClusterStore {
             }
             // Wait for the map to change (a failover), or a moment.
             let _ = tokio::time::timeout(Duration::from_millis(200), rx.changed()).await;
+        }
+    }
+
+    /// An object's metadata from a committed replica of its PG, with its bytes when it has at
+    /// most `inline_max` of them.
+    pub(crate) async fn lookup(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        inline_max: u64,
+    ) -> StoreResult<Option<ObjectInfo>> {
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let (ans, node) = self
+            .call(
+                pg,
+                Target::Reader,
+                Method::GET,
+                &format!(
+                    "/o/{}/{pg}/{}?meta&inline={inline_max}",
+                    bucket.id,
+                    encode(key)
+                ),
+                &[],
+                Bytes::new(),
+            )
+            .await?;
+        match ans.status {
+            200 => {
+                let header = ans.headers.get(META_HEADER).map(|v| v.as_bytes().to_vec());
+                let (meta, inline) = match header {
+                    Some(h) => {
+                        let meta: WireMeta = serde_json::from_slice(&h)
+                            .map_err(|e| StoreError::internal("storage node answer", e))?;
+                        (meta, Some(ans.bytes().await?))
+                    }
+                    None => (ans.json().await?, None),
+                };
+                if inline.as_ref().is_some_and(|b| b.len() as u64 != meta.size) {
+                    return Err(StoreError::Unavailable(
+                        "storage node: a short answer".into(),
+                    ));
+                }
+                Ok(Some(self.info_of(bucket, key, pg, node, meta, inline)))
+            }
+            404 => Ok(None),
+            _ => Err(ans.error().await),
         }
     }
 
@@ -728,42 +774,7 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>> {
-        let pg = pg_of(bucket.id, key, self.map().pgs);
-        let (ans, node) = self
-            .call(
-                pg,
-                Target::Reader,
-                Method::GET,
-                &format!(
-                    "/o/{}/{pg}/{}?meta&inline={INLINE_MAX}",
-                    bucket.id,
-                    encode(key)
-                ),
-                &[],
-                Bytes::new(),
-            )
-            .await?;
-        match ans.status {
-            200 => {
-                let header = ans.headers.get(META_HEADER).map(|v| v.as_bytes().to_vec());
-                let (meta, inline) = match header {
-                    Some(h) => {
-                        let meta: WireMeta = serde_json::from_slice(&h)
-                            .map_err(|e| StoreError::internal("storage node answer", e))?;
-                        (meta, Some(ans.bytes().await?))
-                    }
-                    None => (ans.json().await?, None),
-                };
-                if inline.as_ref().is_some_and(|b| b.len() as u64 != meta.size) {
-                    return Err(StoreError::Unavailable(
-                        "storage node: a short answer".into(),
-                    ));
-                }
-                Ok(Some(self.info_of(bucket, key, pg, node, meta, inline)))
-            }
-            404 => Ok(None),
-            _ => Err(ans.error().await),
-        }
+        self.lookup(bucket, key, INLINE_MAX).await
     }
 
     fn read_object(
