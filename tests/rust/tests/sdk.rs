@@ -91,6 +91,22 @@ fn md5_hex(b: &[u8]) -> String {
     hex::encode(Md5::digest(b))
 }
 
+/// Bytes `a..=z` of an object.
+async fn get_range(s3: &Client, bucket: &str, key: &str, a: usize, z: usize) -> Vec<u8> {
+    s3.get_object()
+        .bucket(bucket)
+        .key(key)
+        .range(format!("bytes={a}-{z}"))
+        .send()
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .to_vec()
+}
+
 /// Uploads `parts` as parts 1, 2, ... of upload `uid` and completes it: the parts' ETags and
 /// the object's.
 async fn upload_parts(
@@ -778,15 +794,7 @@ async fn rust_sdk_server_side_encryption() {
     assert_eq!(got.content_length(), Some(body.len() as i64));
     assert_eq!(got.body.collect().await.unwrap().into_bytes(), body);
     for (a, z) in [(0usize, 0usize), (65_530, 65_545), (131_000, 199_999)] {
-        let r = s3
-            .get_object()
-            .bucket(b)
-            .key("enc")
-            .range(format!("bytes={a}-{z}"))
-            .send()
-            .await
-            .unwrap();
-        let bytes = r.body.collect().await.unwrap().into_bytes();
+        let bytes = get_range(&s3, b, "enc", a, z).await;
         assert_eq!(&bytes[..], &body[a..=z], "{a}-{z}");
     }
     let head = s3.head_object().bucket(b).key("enc").send().await.unwrap();
@@ -858,15 +866,7 @@ async fn rust_sdk_server_side_encryption() {
     let head = s3.head_object().bucket(b).key("mp").send().await.unwrap();
     assert_eq!(head.content_length(), Some(whole.len() as i64));
     let (a, z) = (parts[0].len() - 100, parts[0].len() + 65_600);
-    let r = s3
-        .get_object()
-        .bucket(b)
-        .key("mp")
-        .range(format!("bytes={a}-{z}"))
-        .send()
-        .await
-        .unwrap();
-    let bytes = r.body.collect().await.unwrap().into_bytes();
+    let bytes = get_range(&s3, b, "mp", a, z).await;
     assert_eq!(&bytes[..], &whole[a..=z]);
 
     // Bucket default encryption: a PUT that names none is SSE-S3 until it is deleted.
