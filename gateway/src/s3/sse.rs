@@ -33,8 +33,8 @@ use md5::{Digest as _, Md5};
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::sealed::{self, BLOCK, SSE_HEADER, TAG};
 use packrat_store_api::{
-    Bucket, BucketConfig, ByteSource, Digest, ObjectInfo, ObjectRead, ObjectStore, StoreError,
-    StoreResult,
+    Bucket, BucketConfig, ByteSource, Digest, ObjectInfo, ObjectRead, ObjectStore, PutObject,
+    StoreError, StoreResult,
 };
 use std::sync::Arc;
 // ring's AES-256-GCM (assembly, AES-NI and carry-less multiply) seals a 4 KiB block in about
@@ -211,14 +211,23 @@ pub async fn for_write(
     req: &S3Request,
     b: &Bucket,
 ) -> S3Result<Option<Requested>> {
-    match requested(req)? {
+    or_default(state, b, requested(req)?).await
+}
+
+/// `asked`, or the bucket's default when a write asks for no encryption.
+pub async fn or_default(
+    state: &AppState,
+    b: &Bucket,
+    asked: Option<Requested>,
+) -> S3Result<Option<Requested>> {
+    match asked {
         Some(r) => Ok(Some(r)),
         None => bucket_default(state, b).await,
     }
 }
 
 /// The bucket's default encryption, from this gateway's cache or the store.
-pub async fn bucket_default(state: &AppState, b: &Bucket) -> S3Result<Option<Requested>> {
+async fn bucket_default(state: &AppState, b: &Bucket) -> S3Result<Option<Requested>> {
     let generation = match state.bucket_encryption.fresh(b.id) {
         Ok(d) => return Ok(d.map(|_| Requested::S3)),
         Err(g) => g,
@@ -506,6 +515,56 @@ pub fn set_envelope(headers: &mut Vec<(String, String)>, env: Option<String>) {
     if let Some(e) = env {
         headers.push((SSE_HEADER.to_string(), e));
     }
+}
+
+/// What a sealed write stored, and what its answer says of it.
+pub struct SealedPut {
+    pub stored: ObjectInfo,
+    /// The encryption headers of the answer.
+    pub headers: Vec<(&'static str, String)>,
+    /// The plaintext's flexible checksum (raw bytes), when `put` asked for one.
+    pub checksum: Option<Vec<u8>>,
+}
+
+/// Stores `source`'s plaintext sealed as `how` asks, under a new key whose envelope joins
+/// `put`'s stored headers. `put` is what a plain write would send: its Content-MD5 and
+/// flexible checksum are checked on the plaintext as it is sealed (the store sees only
+/// ciphertext, so it cannot).
+pub async fn put_sealed(
+    store: &dyn ObjectStore,
+    bucket: &Bucket,
+    key: &str,
+    source: &mut dyn ByteSource,
+    how: &Requested,
+    put: PutObject,
+) -> S3Result<SealedPut> {
+    let (cipher, envelope) = ObjectCipher::create(store, how)?;
+    let headers = cipher.response_headers();
+    let PutObject {
+        mut attrs,
+        checksum,
+        expected_checksum,
+        content_md5,
+        condition,
+    } = put;
+    set_envelope(&mut attrs.headers, Some(envelope));
+    let checks = PlainChecks {
+        content_md5,
+        checksum,
+        expected_checksum,
+    };
+    let mut body = Sealing::new(source, cipher, checks);
+    let put = PutObject {
+        attrs,
+        condition,
+        ..Default::default()
+    };
+    let stored = store.put_object(bucket, key, &mut body, put).await?;
+    Ok(SealedPut {
+        stored,
+        headers,
+        checksum: body.computed_checksum.take(),
+    })
 }
 
 /// What a sealed write checks of its plaintext, as a store checks a plain one's bytes.

@@ -1,7 +1,7 @@
 //! Multipart uploads: create, upload part (and part copy), complete, abort, list parts.
 
 use super::*;
-use packrat_store_api::sealed;
+use packrat_store_api::{ByteSource, sealed};
 
 /// The upload named by `uploadId` (a malformed id is no upload at all).
 async fn load_upload(state: &AppState, req: &S3Request, b: &Bucket, key: &str) -> S3Result<Upload> {
@@ -161,22 +161,19 @@ pub(super) async fn handle_upload_part(
             (upload_cipher, src_cipher) => {
                 let mut plain =
                     sse::PlainSource::range(&*state.store, &src, src_cipher, start, end)?;
-                let put = PutPart::default();
-                match upload_cipher {
+                let mut sealing;
+                let body: &mut dyn ByteSource = match upload_cipher {
                     Some(c) => {
-                        let mut body = sse::Sealing::part(&mut plain, c, Default::default());
-                        state
-                            .store
-                            .upload_part(&b, key, id, part_number, &mut body, put)
-                            .await?
+                        sealing = sse::Sealing::part(&mut plain, c, Default::default());
+                        &mut sealing
                     }
-                    None => {
-                        state
-                            .store
-                            .upload_part(&b, key, id, part_number, &mut plain, put)
-                            .await?
-                    }
-                }
+                    None => &mut plain,
+                };
+                let put = PutPart::default();
+                state
+                    .store
+                    .upload_part(&b, key, id, part_number, body, put)
+                    .await?
             }
         }
     } else {

@@ -53,31 +53,23 @@ pub(super) async fn handle_put_object(
         let caller = lock::Caller::of(req);
         lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     }
+    let put = PutObject {
+        attrs,
+        checksum: alg,
+        expected_checksum: sent,
+        content_md5: md5,
+        condition: cond,
+    };
     if let Some(how) = encryption {
-        // The store sees only ciphertext: the plaintext's checks run in the sealing source.
-        let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
-        let answer = cipher.response_headers();
-        sse::set_envelope(&mut attrs.headers, Some(envelope));
-        let checks = sse::PlainChecks {
-            content_md5: md5,
-            checksum: alg,
-            expected_checksum: sent,
-        };
-        let mut body = sse::Sealing::new(&mut req.body, cipher, checks);
-        let put = PutObject {
-            attrs,
-            condition: cond,
-            ..Default::default()
-        };
-        let stored = state.store.put_object(&b, key, &mut body, put).await?;
+        let sealed = sse::put_sealed(&*state.store, &b, key, &mut req.body, &how, put).await?;
         let mut rb = version_header(
-            Response::builder().header("etag", quoted(&stored.etag)),
-            &stored,
+            Response::builder().header("etag", quoted(&sealed.stored.etag)),
+            &sealed.stored,
         );
-        for (h, v) in answer {
+        for (h, v) in sealed.headers {
             rb = rb.header(h, v);
         }
-        if let (Some(alg), Some(c)) = (alg, body.computed_checksum.as_ref()) {
+        if let (Some(alg), Some(c)) = (alg, sealed.checksum.as_ref()) {
             rb = rb.header(
                 alg.header(),
                 base64::engine::general_purpose::STANDARD.encode(c),
@@ -87,13 +79,6 @@ pub(super) async fn handle_put_object(
             .body(empty())
             .map_err(|e| S3Error::internal("response", e));
     }
-    let put = PutObject {
-        attrs,
-        checksum: alg,
-        expected_checksum: sent,
-        content_md5: md5,
-        condition: cond,
-    };
     let stored = state.store.put_object(&b, key, &mut req.body, put).await?;
     checksum_headers(
         version_header(
@@ -196,10 +181,7 @@ pub(super) async fn handle_copy_object(
         ));
     }
     // A copy that asks for no encryption gets the bucket's default, as any write.
-    let encryption = match encryption {
-        Some(e) => Some(e),
-        None => sse::bucket_default(state, &b).await?,
-    };
+    let encryption = sse::or_default(state, &b, encryption).await?;
     let sent = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let tags = if replace_tags {
         sent.tags.clone()
@@ -238,10 +220,13 @@ pub(super) async fn handle_copy_object(
         _ => false,
     };
     if !keep_bytes {
-        return copy_through_cipher(
-            state, &b, key, &src, src_cipher, encryption, attrs, alg, cond,
-        )
-        .await;
+        let put = PutObject {
+            attrs,
+            checksum: alg,
+            condition: cond,
+            ..Default::default()
+        };
+        return copy_through_cipher(state, &b, key, &src, src_cipher, encryption, put).await;
     }
     sse::set_envelope(&mut attrs.headers, sse::envelope(&src).map(str::to_string));
     // In a versioned bucket a copy onto itself makes a new version, as any write does.
@@ -284,7 +269,6 @@ pub(super) async fn handle_copy_object(
 
 /// A copy whose bytes change on the way: the source decrypted (if it is encrypted) and the
 /// copy sealed (if it asks for encryption).
-#[allow(clippy::too_many_arguments)]
 async fn copy_through_cipher(
     state: &Arc<AppState>,
     b: &Bucket,
@@ -292,37 +276,16 @@ async fn copy_through_cipher(
     src: &ObjectInfo,
     src_cipher: Option<sse::ObjectCipher>,
     encryption: Option<sse::Requested>,
-    mut attrs: packrat_store_api::ObjectAttrs,
-    alg: Option<ChecksumAlgorithm>,
-    cond: WriteCondition,
+    mut put: PutObject,
 ) -> R {
     let mut source = sse::PlainSource::new(&*state.store, src, src_cipher)?;
     match encryption {
         Some(how) => {
-            let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
-            let answer = cipher.response_headers();
-            sse::set_envelope(&mut attrs.headers, Some(envelope));
-            let checks = sse::PlainChecks {
-                checksum: alg,
-                ..Default::default()
-            };
-            let mut body = sse::Sealing::new(&mut source, cipher, checks);
-            let put = PutObject {
-                attrs,
-                condition: cond,
-                ..Default::default()
-            };
-            let rec = state.store.put_object(b, key, &mut body, put).await?;
-            copy_answer(&rec, src, answer)
+            let sealed = sse::put_sealed(&*state.store, b, key, &mut source, &how, put).await?;
+            copy_answer(&sealed.stored, src, sealed.headers)
         }
         None => {
-            sse::set_envelope(&mut attrs.headers, None);
-            let put = PutObject {
-                attrs,
-                checksum: alg,
-                condition: cond,
-                ..Default::default()
-            };
+            sse::set_envelope(&mut put.attrs.headers, None);
             let rec = state.store.put_object(b, key, &mut source, put).await?;
             copy_answer(&rec, src, Vec::new())
         }

@@ -290,10 +290,12 @@ pub(super) async fn handle_post_object(
             encryption_fields.insert(n, v);
         }
     }
-    let encryption = match sse::requested_in(&encryption_fields, req.secure)? {
-        Some(e) => Some(e),
-        None => sse::bucket_default(state, &b).await?,
-    };
+    let encryption = sse::or_default(
+        state,
+        &b,
+        sse::requested_in(&encryption_fields, req.secure)?,
+    )
+    .await?;
     for (name, value) in form.fields.iter().filter(|(n, _)| is_object_header(n)) {
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
@@ -315,7 +317,13 @@ pub(super) async fn handle_post_object(
         identity: Some(&id),
     };
     lock::lock_new_version(state, &caller, &meta_headers, &b, &key, &mut attrs.headers).await?;
-    let md5 = content_md5(&meta_headers)?;
+    let put = PutObject {
+        attrs,
+        checksum: alg,
+        expected_checksum: sent,
+        content_md5: content_md5(&meta_headers)?,
+        condition: WriteCondition::default(),
+    };
     let mut source = FileSource {
         field: file,
         size: 0,
@@ -323,34 +331,15 @@ pub(super) async fn handle_post_object(
         max,
     };
     // The form's encryption fields (SSE-S3 or SSE-C), else the bucket's default.
-    let mut answer = Vec::new();
-    let stored = match encryption {
+    let (stored, answer) = match encryption {
         Some(how) => {
-            let (cipher, envelope) = sse::ObjectCipher::create(&*state.store, &how)?;
-            answer = cipher.response_headers();
-            sse::set_envelope(&mut attrs.headers, Some(envelope));
-            let checks = sse::PlainChecks {
-                content_md5: md5,
-                checksum: alg,
-                expected_checksum: sent,
-            };
-            let mut body = sse::Sealing::new(&mut source, cipher, checks);
-            let put = PutObject {
-                attrs,
-                ..Default::default()
-            };
-            state.store.put_object(&b, &key, &mut body, put).await?
+            let sealed = sse::put_sealed(&*state.store, &b, &key, &mut source, &how, put).await?;
+            (sealed.stored, sealed.headers)
         }
-        None => {
-            let put = PutObject {
-                attrs,
-                checksum: alg,
-                expected_checksum: sent,
-                content_md5: md5,
-                condition: WriteCondition::default(),
-            };
-            state.store.put_object(&b, &key, &mut source, put).await?
-        }
+        None => (
+            state.store.put_object(&b, &key, &mut source, put).await?,
+            Vec::new(),
+        ),
     };
     let etag = quoted(&stored.etag);
     let scheme = if state.tls.is_some() { "https" } else { "http" };
