@@ -5,9 +5,10 @@ use crate::config::ServeConfig;
 use crate::metrics::{Metrics, Observation};
 use crate::s3::body::{BodyReader, BodySource, ChunkSigning, PayloadMode};
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::s3::headers::RequestHeaders;
 use crate::s3::{auth, handlers, sigv4, xml};
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use packrat_store_api::{Clock, Identity, ObjectStore};
@@ -95,7 +96,7 @@ impl HttpFaults {
 pub struct S3Request {
     pub method: Method,
     pub query: Vec<(String, String)>,
-    pub headers: HeaderMap,
+    pub headers: RequestHeaders,
     pub bucket: Option<String>,
     pub key: Option<String>,
     pub body: BodyReader,
@@ -120,7 +121,8 @@ impl S3Request {
         self.query.iter().any(|(k, _)| k == name)
     }
 
-    pub fn header(&self, name: &str) -> Option<&str> {
+    /// A header's value; `name` is best a `HeaderName` constant, looked up without parsing.
+    pub fn header<K: http::header::AsHeaderName>(&self, name: K) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
@@ -339,7 +341,7 @@ async fn handle(
     let is_head = method == Method::HEAD;
     let bytes_in = req
         .headers()
-        .get("content-length")
+        .get(http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
         .unwrap_or(0);
@@ -515,8 +517,8 @@ async fn route_and_run(
     let (parts, body) = req.into_parts();
     let raw_path = parts.uri.path().to_string();
     let raw_query = parts.uri.query().unwrap_or("").to_string();
-    let signed =
-        parts.headers.contains_key("authorization") || raw_query.contains("X-Amz-Signature=");
+    let signed = parts.headers.contains_key(http::header::AUTHORIZATION)
+        || raw_query.contains("X-Amz-Signature=");
     // Health and metrics answer unsigned requests only, so a bucket named `health` or `metrics`
     // stays reachable through signed S3 requests.
     if !signed && parts.method == Method::GET {
@@ -624,7 +626,7 @@ async fn route_and_run(
     let s3req = S3Request {
         method: parts.method,
         query,
-        headers: parts.headers,
+        headers: RequestHeaders::new(parts.headers),
         bucket,
         key,
         body: body_reader,
@@ -653,7 +655,7 @@ fn make_body_reader(
     mode: PayloadMode,
     signing: Option<ChunkSigning>,
 ) -> S3Result<BodyReader> {
-    let num = |name: &str| -> S3Result<Option<u64>> {
+    let num = |name: &HeaderName| -> S3Result<Option<u64>> {
         match headers.get(name) {
             None => Ok(None),
             Some(v) => v
@@ -670,9 +672,9 @@ fn make_body_reader(
         }
     };
     let expected = if mode.is_chunked() {
-        num("x-amz-decoded-content-length")?
+        num(&crate::s3::headers::X_AMZ_DECODED_CONTENT_LENGTH)?
     } else {
-        num("content-length")?
+        num(&http::header::CONTENT_LENGTH)?
     };
     if expected.is_some_and(|n| n > crate::config::OBJECT_BYTES_MAX) {
         return Err(S3Error::new(

@@ -40,9 +40,11 @@ pub fn authenticate(
     headers: &HeaderMap,
 ) -> S3Result<AuthOutcome> {
     let sha_header = headers
-        .get("x-amz-content-sha256")
+        .get(&super::headers::X_AMZ_CONTENT_SHA256)
         .and_then(|v| v.to_str().ok());
-    let auth_header = headers.get("authorization").and_then(|v| v.to_str().ok());
+    let auth_header = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
     let presigned = query.iter().any(|(k, _)| k == "X-Amz-Signature");
     let q = |name: &str| {
         query

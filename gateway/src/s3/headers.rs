@@ -8,7 +8,7 @@ use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::tagging::Tags;
 use crate::config;
 use base64::Engine as _;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use packrat_store_api::{ObjectAttrs, WriteCondition, etag_matches};
 
 fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
@@ -17,6 +17,135 @@ fn err(code: S3ErrorCode, msg: impl Into<String>) -> S3Error {
 
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// Names looked up on every request of some kind, parsed once (a lookup by `&str` parses the
+/// name each time).
+pub static X_AMZ_CONTENT_SHA256: HeaderName = HeaderName::from_static("x-amz-content-sha256");
+pub static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
+pub static X_AMZ_DECODED_CONTENT_LENGTH: HeaderName =
+    HeaderName::from_static("x-amz-decoded-content-length");
+pub static X_AMZ_COPY_SOURCE: HeaderName = HeaderName::from_static("x-amz-copy-source");
+
+/// A request's headers and which optional kinds of header among them ([`Kind`]), found in one
+/// pass over the names when the request is parsed. Most requests carry none of those kinds,
+/// and each lookup by name parses and hashes the name (37 of them per plain PUT cost 4% of its
+/// instructions: docs/benchmarks.md, "Header kinds"), so a parser of optional headers looks
+/// them up only when their kind is present. The only way to make one is [`RequestHeaders::new`],
+/// so the kinds always describe the map; it dereferences to the map for every other use.
+pub struct RequestHeaders {
+    map: HeaderMap,
+    kinds: u16,
+}
+
+/// Kinds of optional request header, as bits of [`RequestHeaders`].
+#[derive(Clone, Copy)]
+#[repr(u16)]
+pub enum Kind {
+    /// `x-amz-server-side-encryption*`.
+    Encryption = 1,
+    /// `x-amz-copy-source-server-side-encryption*`.
+    CopySourceEncryption = 1 << 1,
+    /// `x-amz-checksum-*`, `x-amz-trailer`, `x-amz-sdk-checksum-algorithm`.
+    Checksum = 1 << 2,
+    /// `x-amz-meta-*`.
+    UserMeta = 1 << 3,
+    /// The headers an object keeps ([`STORED_HEADERS`]).
+    Stored = 1 << 4,
+    /// `x-amz-acl`, `x-amz-grant-*`.
+    Acl = 1 << 5,
+    /// `x-amz-object-lock-*`.
+    ObjectLock = 1 << 6,
+    /// `x-amz-tagging`.
+    Tagging = 1 << 7,
+    /// `x-amz-storage-class`.
+    StorageClass = 1 << 8,
+    /// `if-match`, `if-none-match`, `if-modified-since`, `if-unmodified-since`.
+    Condition = 1 << 9,
+    /// `x-amz-copy-source-if-*`.
+    CopySourceCondition = 1 << 10,
+    /// `content-md5`.
+    ContentMd5 = 1 << 11,
+}
+
+impl Kind {
+    /// The kind of a header name, if it is one of them.
+    fn of(name: &str) -> Option<Kind> {
+        let Some(amz) = name.strip_prefix("x-amz-") else {
+            return match name {
+                "if-match" | "if-none-match" | "if-modified-since" | "if-unmodified-since" => {
+                    Some(Kind::Condition)
+                }
+                "content-md5" => Some(Kind::ContentMd5),
+                n if STORED_HEADERS.contains(&n) => Some(Kind::Stored),
+                _ => None,
+            };
+        };
+        if amz.starts_with("server-side-encryption") {
+            Some(Kind::Encryption)
+        } else if amz.starts_with("meta-") {
+            Some(Kind::UserMeta)
+        } else if amz.starts_with("checksum-")
+            || amz == "trailer"
+            || amz == "sdk-checksum-algorithm"
+        {
+            Some(Kind::Checksum)
+        } else if let Some(src) = amz.strip_prefix("copy-source-") {
+            if src.starts_with("server-side-encryption") {
+                Some(Kind::CopySourceEncryption)
+            } else if src.starts_with("if-") {
+                Some(Kind::CopySourceCondition)
+            } else {
+                None
+            }
+        } else if amz == "acl" || amz.starts_with("grant-") {
+            Some(Kind::Acl)
+        } else if amz.starts_with("object-lock-") {
+            Some(Kind::ObjectLock)
+        } else if amz == "tagging" {
+            Some(Kind::Tagging)
+        } else if amz == "storage-class" {
+            Some(Kind::StorageClass)
+        } else {
+            None
+        }
+    }
+}
+
+impl RequestHeaders {
+    pub fn new(map: HeaderMap) -> Self {
+        let kinds = map
+            .keys()
+            .filter_map(|k| Kind::of(k.as_str()))
+            .fold(0, |acc, k| acc | k as u16);
+        Self { map, kinds }
+    }
+
+    /// Every kind marked present, so every parser looks its headers up: what parsing did
+    /// before kinds existed, kept for tests that compare the two.
+    pub fn unscanned(map: HeaderMap) -> Self {
+        Self {
+            map,
+            kinds: u16::MAX,
+        }
+    }
+
+    /// Whether any header of `kind` is present.
+    pub fn has(&self, kind: Kind) -> bool {
+        self.kinds & kind as u16 != 0
+    }
+
+    pub fn map(&self) -> &HeaderMap {
+        &self.map
+    }
+}
+
+impl std::ops::Deref for RequestHeaders {
+    type Target = HeaderMap;
+
+    fn deref(&self) -> &HeaderMap {
+        &self.map
+    }
 }
 
 /// Metadata and stored headers taken from a PUT, COPY (REPLACE) or CreateMultipartUpload.
@@ -52,12 +181,13 @@ pub const STORED_HEADERS: [&str; 5] = [
 
 /// `is_storage_class` says whether a storage class other than STANDARD is configured.
 pub fn object_meta(
-    headers: &HeaderMap,
+    headers: &RequestHeaders,
     is_storage_class: &dyn Fn(&str) -> bool,
 ) -> S3Result<ObjectMeta> {
     let mut user_meta = Vec::new();
     let mut meta_bytes = 0;
-    for (k, v) in headers {
+    let meta = headers.has(Kind::UserMeta).then_some(headers.map());
+    for (k, v) in meta.into_iter().flatten() {
         if let Some(n) = k.as_str().strip_prefix("x-amz-meta-") {
             let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
             meta_bytes += n.len() + v.len();
@@ -75,7 +205,12 @@ pub fn object_meta(
     }
     user_meta.sort();
     let mut stored = Vec::new();
-    for h in STORED_HEADERS {
+    let stored_names = if headers.has(Kind::Stored) {
+        &STORED_HEADERS[..]
+    } else {
+        &[]
+    };
+    for &h in stored_names {
         if let Some(v) = headers.get(h).and_then(|v| v.to_str().ok()) {
             let v = if h == "content-encoding" {
                 // aws-chunked describes the transfer, not the object: S3 drops it.
@@ -93,8 +228,9 @@ pub fn object_meta(
         }
     }
     let storage_class = match headers
-        .get("x-amz-storage-class")
-        .and_then(|v| v.to_str().ok())
+        .has(Kind::StorageClass)
+        .then(|| header(headers, "x-amz-storage-class"))
+        .flatten()
     {
         None | Some("STANDARD") => None,
         Some(c) if is_storage_class(c) => Some(c.to_string()),
@@ -107,7 +243,11 @@ pub fn object_meta(
             ));
         }
     };
-    let tags = match headers.get("x-amz-tagging") {
+    let tags = match headers
+        .has(Kind::Tagging)
+        .then(|| headers.get("x-amz-tagging"))
+        .flatten()
+    {
         None => Tags::new(),
         Some(v) => super::tagging::parse_header(v.to_str().map_err(|_| {
             err(
@@ -118,7 +258,7 @@ pub fn object_meta(
     };
     Ok(ObjectMeta {
         content_type: headers
-            .get("content-type")
+            .get(http::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string),
         headers: stored,
@@ -129,13 +269,14 @@ pub fn object_meta(
 }
 
 /// Whether a write carries any `x-amz-object-lock-*` header.
-pub fn asks_object_lock(headers: &HeaderMap) -> bool {
-    headers
-        .keys()
-        .any(|k| k.as_str().starts_with("x-amz-object-lock-"))
+pub fn asks_object_lock(headers: &RequestHeaders) -> bool {
+    headers.has(Kind::ObjectLock)
 }
 
-pub fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
+pub fn write_condition(headers: &RequestHeaders) -> S3Result<WriteCondition> {
+    if !headers.has(Kind::Condition) {
+        return Ok(WriteCondition::default());
+    }
     let inm = headers.get("if-none-match").and_then(|v| v.to_str().ok());
     if let Some(v) = inm
         && v.trim() != "*"
@@ -157,8 +298,11 @@ pub fn write_condition(headers: &HeaderMap) -> S3Result<WriteCondition> {
 /// The checksum algorithm of a write and the value sent up front (header), if any. A
 /// trailer-announced checksum is verified when the body ends.
 pub fn requested_checksum(
-    headers: &HeaderMap,
+    headers: &RequestHeaders,
 ) -> S3Result<(Option<ChecksumAlgorithm>, Option<Vec<u8>>)> {
+    if !headers.has(Kind::Checksum) {
+        return Ok((None, None));
+    }
     let mut found: Option<(ChecksumAlgorithm, Vec<u8>)> = None;
     for alg in checksum::ALL {
         if let Some(v) = headers.get(alg.header()).and_then(|v| v.to_str().ok()) {
@@ -192,7 +336,10 @@ pub fn requested_checksum(
     }
 }
 
-pub fn content_md5(headers: &HeaderMap) -> S3Result<Option<[u8; 16]>> {
+pub fn content_md5(headers: &RequestHeaders) -> S3Result<Option<[u8; 16]>> {
+    if !headers.has(Kind::ContentMd5) {
+        return Ok(None);
+    }
     match headers.get("content-md5").and_then(|v| v.to_str().ok()) {
         None => Ok(None),
         Some(v) => base64::engine::general_purpose::STANDARD
@@ -256,10 +403,13 @@ pub enum ConditionFailure {
 /// Evaluates If-Match, If-None-Match, If-Modified-Since and If-Unmodified-Since against an
 /// object's ETag and last-modified second, in RFC 9110's order, as S3 applies them.
 pub fn read_conditions(
-    headers: &HeaderMap,
+    headers: &RequestHeaders,
     etag: &str,
     last_modified_secs: i64,
 ) -> Result<(), ConditionFailure> {
+    if !headers.has(Kind::Condition) {
+        return Ok(());
+    }
     let if_match = header(headers, "if-match");
     if let Some(m) = if_match
         && !etag_matches(m, etag)
@@ -289,10 +439,13 @@ pub fn read_conditions(
 
 /// Whether the `x-amz-copy-source-if-*` conditions hold for the source object.
 pub fn copy_source_conditions_hold(
-    headers: &HeaderMap,
+    headers: &RequestHeaders,
     etag: &str,
     last_modified_secs: i64,
 ) -> bool {
+    if !headers.has(Kind::CopySourceCondition) {
+        return true;
+    }
     let h = |n: &str| header(headers, n);
     !(h("x-amz-copy-source-if-match").is_some_and(|m| !etag_matches(m, etag))
         || h("x-amz-copy-source-if-none-match").is_some_and(|m| etag_matches(m, etag))
@@ -321,7 +474,10 @@ pub const OBJECT_CANNED_ACLS_ACCEPTED: &[&str] = &["private", "bucket-owner-full
 /// [`OBJECT_CANNED_ACLS_ACCEPTED`], or any `x-amz-grant-*`) with 400
 /// AccessControlListNotSupported, as S3 does for a bucket with ACLs disabled: storing the object
 /// while ignoring the ACL would leave the client believing it granted (or withheld) access.
-pub fn refuse_object_acl(headers: &HeaderMap) -> S3Result<()> {
+pub fn refuse_object_acl(headers: &RequestHeaders) -> S3Result<()> {
+    if !headers.has(Kind::Acl) {
+        return Ok(());
+    }
     let acl = headers.get("x-amz-acl").map(|v| v.to_str().unwrap_or("?"));
     let grant = headers
         .keys()
@@ -343,4 +499,215 @@ pub fn acl_not_supported(what: &str) -> S3Error {
             "The bucket does not allow ACLs ({what}): packrat's objects have no ACLs of their own; grant access with a bucket policy or the bucket's canned ACL"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderName, HeaderValue};
+
+    /// Every header name a parser of optional headers reads, with its kind.
+    const NAMED: &[(&str, Option<u16>)] = &[
+        (
+            "x-amz-server-side-encryption",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-customer-algorithm",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-customer-key",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-customer-key-md5",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-aws-kms-key-id",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-context",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-server-side-encryption-bucket-key-enabled",
+            Some(Kind::Encryption as u16),
+        ),
+        (
+            "x-amz-copy-source-server-side-encryption-customer-algorithm",
+            Some(Kind::CopySourceEncryption as u16),
+        ),
+        (
+            "x-amz-copy-source-server-side-encryption-customer-key",
+            Some(Kind::CopySourceEncryption as u16),
+        ),
+        (
+            "x-amz-copy-source-server-side-encryption-customer-key-md5",
+            Some(Kind::CopySourceEncryption as u16),
+        ),
+        ("x-amz-checksum-crc32", Some(Kind::Checksum as u16)),
+        ("x-amz-checksum-crc32c", Some(Kind::Checksum as u16)),
+        ("x-amz-checksum-crc64nvme", Some(Kind::Checksum as u16)),
+        ("x-amz-checksum-sha1", Some(Kind::Checksum as u16)),
+        ("x-amz-checksum-sha256", Some(Kind::Checksum as u16)),
+        ("x-amz-trailer", Some(Kind::Checksum as u16)),
+        ("x-amz-sdk-checksum-algorithm", Some(Kind::Checksum as u16)),
+        ("x-amz-meta-colour", Some(Kind::UserMeta as u16)),
+        ("content-encoding", Some(Kind::Stored as u16)),
+        ("content-disposition", Some(Kind::Stored as u16)),
+        ("content-language", Some(Kind::Stored as u16)),
+        ("cache-control", Some(Kind::Stored as u16)),
+        ("expires", Some(Kind::Stored as u16)),
+        ("x-amz-acl", Some(Kind::Acl as u16)),
+        ("x-amz-grant-read", Some(Kind::Acl as u16)),
+        ("x-amz-object-lock-mode", Some(Kind::ObjectLock as u16)),
+        (
+            "x-amz-object-lock-legal-hold",
+            Some(Kind::ObjectLock as u16),
+        ),
+        ("x-amz-tagging", Some(Kind::Tagging as u16)),
+        ("x-amz-storage-class", Some(Kind::StorageClass as u16)),
+        ("if-match", Some(Kind::Condition as u16)),
+        ("if-none-match", Some(Kind::Condition as u16)),
+        ("if-modified-since", Some(Kind::Condition as u16)),
+        ("if-unmodified-since", Some(Kind::Condition as u16)),
+        (
+            "x-amz-copy-source-if-match",
+            Some(Kind::CopySourceCondition as u16),
+        ),
+        (
+            "x-amz-copy-source-if-none-match",
+            Some(Kind::CopySourceCondition as u16),
+        ),
+        (
+            "x-amz-copy-source-if-modified-since",
+            Some(Kind::CopySourceCondition as u16),
+        ),
+        (
+            "x-amz-copy-source-if-unmodified-since",
+            Some(Kind::CopySourceCondition as u16),
+        ),
+        ("content-md5", Some(Kind::ContentMd5 as u16)),
+        ("content-type", None),
+        ("x-amz-date", None),
+        ("x-amz-content-sha256", None),
+        ("x-amz-copy-source", None),
+        ("authorization", None),
+    ];
+
+    const VALUES: &[&str] = &[
+        "AES256",
+        "aws:kms",
+        "true",
+        "*",
+        "\"9b2cf535f27731c974343645a3985328\"",
+        "Wed, 21 Oct 2015 07:28:00 GMT",
+        "1B2M2Y8AsgTpgAmY7PhCfg==",
+        "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=",
+        "CRC32",
+        "x-amz-checksum-crc32",
+        "COLD",
+        "GLACIER",
+        "a=b&c=d",
+        "private",
+        "public-read",
+        "aws-chunked,gzip",
+        "",
+    ];
+
+    fn meta_summary(r: S3Result<ObjectMeta>) -> String {
+        match r {
+            Ok(m) => format!(
+                "{:?} {:?} {:?} {:?} {:?}",
+                m.content_type, m.headers, m.user_meta, m.storage_class, m.tags
+            ),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn each_header_name_has_the_kind_its_parser_checks() {
+        for (name, kind) in NAMED {
+            assert_eq!(Kind::of(name).map(|k| k as u16), *kind, "{name}");
+        }
+    }
+
+    /// Looking headers up only when their kind is present never changes what a parser answers:
+    /// every name a parser reads, alone and beside each other name, with values it takes and
+    /// values it refuses.
+    #[test]
+    fn parsers_answer_the_same_with_and_without_kinds() {
+        let mut maps = Vec::new();
+        for (i, (a, _)) in NAMED.iter().enumerate() {
+            for v in VALUES {
+                let mut m = HeaderMap::new();
+                m.insert(HeaderName::from_static(a), HeaderValue::from_static(v));
+                maps.push(m.clone());
+                let (b, _) = NAMED[(i * 7 + v.len()) % NAMED.len()];
+                m.append(HeaderName::from_static(b), HeaderValue::from_static(v));
+                maps.push(m);
+            }
+        }
+        let is_class = |c: &str| c == "COLD";
+        for m in maps {
+            let (s, u) = (RequestHeaders::new(m.clone()), RequestHeaders::unscanned(m));
+            let same =
+                |what: &str, a: String, b: String| assert_eq!(a, b, "{what} of {:?}", s.map());
+            same(
+                "object_meta",
+                meta_summary(object_meta(&s, &is_class)),
+                meta_summary(object_meta(&u, &is_class)),
+            );
+            same(
+                "requested_checksum",
+                format!("{:?}", requested_checksum(&s)),
+                format!("{:?}", requested_checksum(&u)),
+            );
+            same(
+                "content_md5",
+                format!("{:?}", content_md5(&s)),
+                format!("{:?}", content_md5(&u)),
+            );
+            same(
+                "write_condition",
+                format!("{:?}", write_condition(&s)),
+                format!("{:?}", write_condition(&u)),
+            );
+            let etag = "9b2cf535f27731c974343645a3985328";
+            same(
+                "read_conditions",
+                format!("{:?}", read_conditions(&s, etag, 1_445_412_480)),
+                format!("{:?}", read_conditions(&u, etag, 1_445_412_480)),
+            );
+            same(
+                "copy_source_conditions_hold",
+                format!("{:?}", copy_source_conditions_hold(&s, etag, 1_445_412_480)),
+                format!("{:?}", copy_source_conditions_hold(&u, etag, 1_445_412_480)),
+            );
+            same(
+                "refuse_object_acl",
+                format!("{:?}", refuse_object_acl(&s)),
+                format!("{:?}", refuse_object_acl(&u)),
+            );
+            same(
+                "asks_object_lock",
+                format!("{:?}", asks_object_lock(&s)),
+                format!(
+                    "{:?}",
+                    s.keys()
+                        .any(|k| k.as_str().starts_with("x-amz-object-lock-"))
+                ),
+            );
+            for secure in [false, true] {
+                same(
+                    "sse::requested_in",
+                    format!("{:?}", super::super::sse::requested_in(&s, secure)),
+                    format!("{:?}", super::super::sse::requested_in(&u, secure)),
+                );
+            }
+        }
+    }
 }

@@ -23,7 +23,7 @@ pub fn split_target(
     let path = raw_path.strip_prefix('/').unwrap_or(raw_path);
     if let Some(domain) = domain {
         let host = headers
-            .get("host")
+            .get(http::header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or("");
         let host = host.rsplit_once(':').map_or(host, |(h, _)| h);

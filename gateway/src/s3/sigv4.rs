@@ -292,7 +292,7 @@ pub fn parse_authorization(value: &str, headers: &HeaderMap) -> S3Result<Signatu
     };
     let (access_key, date, region, service) = parse_credential(cred, false)?;
     let amz_date = headers
-        .get("x-amz-date")
+        .get(&super::headers::X_AMZ_DATE)
         .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
             S3Error::new(

@@ -22,6 +22,7 @@
 //!   plaintexts under one nonce). Each part's blocks are numbered from 0, its last one marked.
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
+use super::headers::{Kind, RequestHeaders};
 use super::xml::{self, Xml};
 use crate::server::{AppState, S3Request};
 use base64::Engine as _;
@@ -84,12 +85,17 @@ fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"))
 }
 
-/// The SSE-C key named by the three headers `alg`, `key`, `md5`; `None` when none is sent.
+/// The SSE-C key named by the three headers `alg`, `key`, `md5` (of `kind`); `None` when none
+/// is sent.
 fn customer_key(
-    h: &HeaderMap,
+    h: &RequestHeaders,
+    kind: Kind,
     [alg, key, md5]: [&str; 3],
     secure: bool,
 ) -> S3Result<Option<CustomerKey>> {
+    if !h.has(kind) {
+        return Ok(None);
+    }
     let (a, k, m) = (header(h, alg), header(h, key), header(h, md5));
     if a.is_none() && k.is_none() && m.is_none() {
         return Ok(None);
@@ -141,7 +147,10 @@ pub fn requested(req: &S3Request) -> S3Result<Option<Requested>> {
 
 /// The encryption headers `h` ask for (a request's, or a form upload's fields), on a
 /// connection that is `secure` or not.
-pub fn requested_in(h: &HeaderMap, secure: bool) -> S3Result<Option<Requested>> {
+pub fn requested_in(h: &RequestHeaders, secure: bool) -> S3Result<Option<Requested>> {
+    if !h.has(Kind::Encryption) {
+        return Ok(None);
+    }
     if let Some(k) = h.keys().find(|k| {
         let k = k.as_str();
         k.starts_with("x-amz-server-side-encryption-aws-kms")
@@ -160,7 +169,7 @@ pub fn requested_in(h: &HeaderMap, secure: bool) -> S3Result<Option<Requested>> 
             "packrat does not implement S3 Bucket Keys (an SSE-KMS feature)",
         ));
     }
-    let customer = customer_key(h, [C_ALG, C_KEY, C_MD5], secure)?;
+    let customer = customer_key(h, Kind::Encryption, [C_ALG, C_KEY, C_MD5], secure)?;
     match (header(h, SSE), customer) {
         (None, None) => Ok(None),
         (None, Some(c)) => Ok(Some(Requested::Customer(c))),
@@ -184,6 +193,7 @@ pub fn requested_in(h: &HeaderMap, secure: bool) -> S3Result<Option<Requested>> 
 pub fn copy_source_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
     customer_key(
         &req.headers,
+        Kind::CopySourceEncryption,
         [COPY_C_ALG, COPY_C_KEY, COPY_C_MD5],
         req.secure,
     )
@@ -192,13 +202,21 @@ pub fn copy_source_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
 /// The SSE-C key a GET, HEAD or multipart upload step sends; `x-amz-server-side-encryption`
 /// there is refused (S3 takes it only on writes that choose an encryption).
 pub fn read_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
+    if !req.headers.has(Kind::Encryption) {
+        return Ok(None);
+    }
     if req.headers.contains_key(SSE) {
         return Err(err(
             S3ErrorCode::InvalidArgument,
             "x-amz-server-side-encryption is only valid on PutObject, CopyObject and CreateMultipartUpload; an SSE-S3 object or upload needs no key after that",
         ));
     }
-    customer_key(&req.headers, [C_ALG, C_KEY, C_MD5], req.secure)
+    customer_key(
+        &req.headers,
+        Kind::Encryption,
+        [C_ALG, C_KEY, C_MD5],
+        req.secure,
+    )
 }
 
 /// A bucket's default encryption: SSE-S3 for writes that ask for none (SSE-KMS, the other

@@ -421,7 +421,7 @@ pub async fn dispatch(state: &Arc<AppState>, mut req: S3Request) -> (&'static st
     let (name, r) = route(state, &mut req).await;
     // A browser's request to a bucket with CORS rules: the answer (an error too) says which
     // origin may read it. Requests without an `Origin` pay nothing.
-    let r = match (req.headers.get("origin"), &req.bucket) {
+    let r = match (req.headers.get(http::header::ORIGIN), &req.bucket) {
         (Some(origin), Some(bucket)) if req.method != Method::OPTIONS => {
             let origin = origin.to_str().unwrap_or("").to_string();
             let cors = bucket_config::cors_headers(state, bucket, &origin, &req.method).await;
@@ -759,7 +759,8 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 tagging::handle_delete_object_tagging(state, req, b, k).await,
             ),
             Method::PUT
-                if req.has_q("uploadId") && req.headers.contains_key("x-amz-copy-source") =>
+                if req.has_q("uploadId")
+                    && req.headers.contains_key(&headers::X_AMZ_COPY_SOURCE) =>
             {
                 (
                     "UploadPartCopy",
@@ -774,7 +775,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "PutObjectAcl",
                 buckets::handle_put_object_acl(state, req, b, k).await,
             ),
-            Method::PUT if req.headers.contains_key("x-amz-copy-source") => (
+            Method::PUT if req.headers.contains_key(&headers::X_AMZ_COPY_SOURCE) => (
                 "CopyObject",
                 objects::handle_copy_object(state, req, b, k).await,
             ),

@@ -491,10 +491,10 @@ pub(super) async fn handle_get_object(
                 Some((start, start + part_size))
             }
         }
-        None => resolve_range(req.header("range"), size)?,
+        None => resolve_range(req.header(http::header::RANGE), size)?,
     };
     let multi = match part_number {
-        None => multi_ranges(req.header("range"), size)?,
+        None => multi_ranges(req.header(http::header::RANGE), size)?,
         Some(_) => None,
     };
     let (start, end) = range.unwrap_or((0, size));
@@ -561,9 +561,10 @@ pub(super) async fn handle_get_object(
             rb = rb.header(h, v);
         }
     }
-    if req
-        .header("x-amz-checksum-mode")
-        .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
+    if req.headers.has(headers::Kind::Checksum)
+        && req
+            .header("x-amz-checksum-mode")
+            .is_some_and(|m| m.eq_ignore_ascii_case("ENABLED"))
         && range.is_none()
         && multi.is_none()
     {

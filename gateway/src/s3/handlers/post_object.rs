@@ -5,6 +5,7 @@
 //! arrives, so a file too large or too small is never stored.
 
 use super::*;
+use crate::s3::headers::RequestHeaders;
 use crate::s3::post_policy::{self, FORM_FIELDS_BYTES_MAX, Form};
 use packrat_store_api::ByteSource;
 use packrat_store_api::checksum::ChecksumAlgorithm;
@@ -293,7 +294,7 @@ pub(super) async fn handle_post_object(
     let encryption = sse::or_default(
         state,
         &b,
-        sse::requested_in(&encryption_fields, req.secure)?,
+        sse::requested_in(&RequestHeaders::new(encryption_fields), req.secure)?,
     )
     .await?;
     for (name, value) in form.fields.iter().filter(|(n, _)| is_object_header(n)) {
@@ -304,6 +305,7 @@ pub(super) async fn handle_post_object(
             meta_headers.insert(n, v);
         }
     }
+    let meta_headers = RequestHeaders::new(meta_headers);
     let meta = object_meta(&meta_headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&meta_headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
