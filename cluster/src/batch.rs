@@ -1,25 +1,37 @@
-//! Batch GET and epoch streams through a cluster gateway: each item looked up and read like a
-//! GET of its own (the PG's chain, a committed replica), many at a time, the entries emitted
-//! in the order planned.
+//! Batch GET and epoch streams through a cluster gateway: the items looked up on committed
+//! replicas of their PGs, the entries emitted in the order planned.
 //!
-//! A node's store plans a batch against its records and reads neighbouring records in one
-//! positioned read; a gateway's items are spread over every PG, so it has no such locality to
-//! use. What it has is concurrency: [`LOOKUPS`] lookups are in flight at once (a lookup of an
-//! object up to [`INLINE_MAX`] answers its bytes too, until the plan holds
-//! [`PLAN_INLINE_BYTES_MAX`] of them), and the payloads of the next
-//! [`READ_AHEAD`] entries are read while the current one is sent. An object larger than
-//! [`PREFETCH_MAX`] is streamed when its turn comes, so memory stays bounded whatever the
-//! batch. TAR members are refused (their index is a node's).
+//! The items are grouped by the reader chosen for their PG (the caught-up members in turn, as
+//! for a GET), and each group of up to [`KEYS_PER_LOOKUP`] keys is one request to its node
+//! ([`NODE_LOOKUPS`] in flight), which answers every key's metadata and, for an object up to
+//! [`INLINE_MAX`], its bytes (until the plan holds [`PLAN_INLINE_BYTES_MAX`] of them). A key
+//! the node may not answer for (its copy is dirty: a write is on its way down the chain, and
+//! only the tail's copy is committed), and every key of a request that failed (a node
+//! unreachable, a map changed), is then looked up alone, the way a GET is ([`LOOKUPS`] at a
+//! time), which follows the chain to the tail and the map through a failover.
+//!
+//! The payloads of the next [`READ_AHEAD`] entries are read while the current one is sent
+//! (the inlined ones are already here). An object larger than [`PREFETCH_MAX`] is streamed
+//! when its turn comes, so memory stays bounded whatever the batch. TAR members are refused
+//! (their index is a node's).
 
+use crate::placement::pg_of;
 use crate::store::{ClusterStore, INLINE_MAX};
+use crate::wire::LOOKUP_KEYS_MAX;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use packrat_store_api::batch::resolve_item_range;
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, EntryHead, EntrySink};
 use packrat_store_api::{Bucket, ObjectInfo, ObjectStore, StoreError, StoreResult, sealed};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Lookups in flight at once while planning.
+/// Keys of one request to a node.
+const KEYS_PER_LOOKUP: usize = 128;
+const _: () = assert!(KEYS_PER_LOOKUP <= LOOKUP_KEYS_MAX);
+/// Requests to nodes in flight at once while planning.
+const NODE_LOOKUPS: usize = 4;
+/// Keys looked up alone in flight at once.
 const LOOKUPS: usize = 64;
 /// Entries whose payloads are read ahead of the one being sent.
 const READ_AHEAD: usize = 32;
@@ -61,28 +73,7 @@ pub(crate) async fn plan_batch(
         )));
     }
     let keys: Vec<String> = items.iter().map(|it| it.key.clone()).collect();
-    let held = &AtomicU64::new(0);
-    let found: Vec<StoreResult<Option<ObjectInfo>>> = futures_util::stream::iter(keys)
-        .map(|k| async move {
-            // Decided as the lookup starts: the bound is passed by at most the lookups in
-            // flight (LOOKUPS x INLINE_MAX).
-            let inline = if held.load(Ordering::Relaxed) < PLAN_INLINE_BYTES_MAX {
-                INLINE_MAX
-            } else {
-                0
-            };
-            let found = store.lookup(bucket, &k, inline).await;
-            if let Ok(Some(o)) = &found
-                && inline > 0
-                && o.size <= inline
-            {
-                held.fetch_add(o.size, Ordering::Relaxed);
-            }
-            found
-        })
-        .buffered(LOOKUPS)
-        .collect()
-        .await;
+    let found = look_up(store, bucket, &keys).await;
     let mut bytes = 0u64;
     let mut entries: Vec<Entry> = items
         .into_iter()
@@ -121,6 +112,95 @@ pub(crate) async fn plan_batch(
         bytes,
         plan: Box::new(entries),
     })
+}
+
+/// Every key's object (or none, or why not), in the order of `keys`: by node, then alone (see
+/// the module's comment).
+async fn look_up(
+    store: &ClusterStore,
+    bucket: &Bucket,
+    keys: &[String],
+) -> Vec<StoreResult<Option<ObjectInfo>>> {
+    let held = &AtomicU64::new(0);
+    // Decided as a request starts: the bound is passed by at most what the requests in flight
+    // bring (NODE_LOOKUPS x KEYS_PER_LOOKUP x INLINE_MAX, or LOOKUPS x INLINE_MAX).
+    let inline_now = || {
+        if held.load(Ordering::Relaxed) < PLAN_INLINE_BYTES_MAX {
+            INLINE_MAX
+        } else {
+            0
+        }
+    };
+    let count = |found: &StoreResult<Option<ObjectInfo>>, inline: u64| {
+        if let Ok(Some(o)) = found
+            && inline > 0
+            && o.size <= inline
+        {
+            held.fetch_add(o.size, Ordering::Relaxed);
+        }
+    };
+    let map = &store.map();
+    let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, k) in keys.iter().enumerate() {
+        // A PG with no reader now is left to the lookups alone, which wait for a failover.
+        if let Some(node) = store.pick_reader(map, pg_of(bucket.id, k, map.pgs)) {
+            by_node.entry(node).or_default().push(i);
+        }
+    }
+    let groups: Vec<(String, Vec<usize>)> = by_node
+        .into_iter()
+        .flat_map(|(node, idx)| {
+            idx.chunks(KEYS_PER_LOOKUP)
+                .map(|c| (node.clone(), c.to_vec()))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut found: Vec<Option<StoreResult<Option<ObjectInfo>>>> =
+        (0..keys.len()).map(|_| None).collect();
+    let answers: Vec<_> = futures_util::stream::iter(groups)
+        .map(|(node, idx)| async move {
+            let inline = inline_now();
+            let asked: Vec<(u32, &str)> = idx
+                .iter()
+                .map(|&i| (pg_of(bucket.id, &keys[i], map.pgs), keys[i].as_str()))
+                .collect();
+            let answer = store.lookup_on(map, &node, bucket, &asked, inline).await;
+            match &answer {
+                Ok(each) => each.iter().flatten().for_each(|f| count(f, inline)),
+                Err(e) => {
+                    tracing::debug!(%node, error = %e, "batch lookup failed; keys asked alone")
+                }
+            }
+            (idx, answer)
+        })
+        .buffer_unordered(NODE_LOOKUPS)
+        .collect()
+        .await;
+    for (idx, answer) in answers {
+        if let Ok(each) = answer {
+            for (i, f) in idx.into_iter().zip(each) {
+                found[i] = f;
+            }
+        }
+    }
+    let alone: Vec<usize> = (0..keys.len()).filter(|&i| found[i].is_none()).collect();
+    let singles: Vec<_> = futures_util::stream::iter(alone)
+        .map(|i| async move {
+            let inline = inline_now();
+            let f = store.lookup(bucket, &keys[i], inline).await;
+            count(&f, inline);
+            (i, f)
+        })
+        .buffer_unordered(LOOKUPS)
+        .collect()
+        .await;
+    for (i, f) in singles {
+        found[i] = Some(f);
+    }
+    found
+        .into_iter()
+        .map(|f| f.unwrap_or_else(|| Err(StoreError::internal("batch", "a key not looked up"))))
+        .collect()
 }
 
 /// The whole of a range (a payload read ahead).

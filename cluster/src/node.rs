@@ -17,8 +17,9 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
-    CV_HEADER, CV_META, EPOCH_HEADER, META_HEADER, NodeClient, PUT_HEADER, SECRET_HEADER,
-    WireEntry, WireError, WireMeta, WirePage, WirePut, WireRefusal, decode, encode, hop_timeout,
+    CV_HEADER, CV_META, EPOCH_HEADER, LOOKUP_KEYS_MAX, META_HEADER, NodeClient, PUT_HEADER,
+    SECRET_HEADER, WireEntry, WireError, WireFound, WireLookup, WireMeta, WirePage, WirePut,
+    WireRefusal, decode, encode, hop_timeout,
 };
 use base64::Engine;
 use bytes::Bytes;
@@ -42,6 +43,8 @@ const LOCK_STRIPES: usize = 1024;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Exact-version lookups kept for reads that follow a metadata request.
 const RECENT_MAX: usize = 16_384;
+/// Keys of one batch lookup read from the local store at once.
+const LOOKUPS_IN_FLIGHT: usize = 32;
 
 pub struct Node {
     pub id: String,
@@ -257,6 +260,27 @@ impl Node {
             let map = self.map_at(epoch).await?;
             return Ok(json(200, &self.list(&map, bid, &q).await?));
         }
+        if let Some(rest) = path.strip_prefix("/m/")
+            && method == Method::POST
+        {
+            let bid: u64 = rest
+                .parse()
+                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let map = self.map_at(epoch).await?;
+            let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
+            let body = req
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| StoreError::Unavailable(format!("lookup body: {e}")))?
+                .to_bytes();
+            let keys: Vec<WireLookup> = serde_json::from_slice(&body)
+                .map_err(|e| StoreError::Invalid(format!("bad lookup list: {e}")))?;
+            if keys.len() > LOOKUP_KEYS_MAX {
+                return Ok(answer(400, "too many keys in one lookup"));
+            }
+            return self.lookup_many(&map, bid, keys, inline).await;
+        }
         let Some(rest) = path.strip_prefix("/o/") else {
             return Ok(answer(404, "no such route"));
         };
@@ -300,24 +324,18 @@ impl Node {
                 Ok(answer(204, Bytes::new()))
             }
             Method::GET if q.contains_key("meta") => {
-                let info = self
-                    .read_meta(&map, bid, pg, &key, q.contains_key("any"))
-                    .await?;
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
-                if info.size > inline || info.size == 0 {
-                    self.remember(bid, &key, &info);
-                    return Ok(json(200, &meta_of(&info)));
-                }
+                let (info, body) = self
+                    .meta_and_bytes(&map, bid, pg, &key, q.contains_key("any"), inline)
+                    .await?;
                 // A small object comes with its metadata: a GET through a gateway is then one
                 // request to a node, not two (the metadata rides in a header).
-                let mut reader = self.store.read_object(&info, 0, info.size)?;
-                let mut body = bytes::BytesMut::with_capacity(info.size as usize);
-                while let Some(piece) = reader.next().await? {
-                    body.extend_from_slice(&piece);
-                }
+                let Some(body) = body else {
+                    return Ok(json(200, &meta_of(&info)));
+                };
                 let meta = serde_json::to_string(&meta_of(&info))
                     .map_err(|e| StoreError::internal("metadata", e))?;
-                let mut resp = answer(200, body.freeze());
+                let mut resp = answer(200, body);
                 // JSON escapes control characters; other bytes of UTF-8 text are valid in a
                 // header value (obs-text).
                 let value = http::HeaderValue::from_bytes(meta.as_bytes())
@@ -742,6 +760,84 @@ impl Node {
             .await?
             .ok_or(StoreError::NoSuchKey)?;
         Ok(info)
+    }
+
+    /// An object's metadata (see [`Node::read_meta`]) and, when it has 1 to `inline` bytes,
+    /// its bytes; a version handed out without them is remembered for the read that follows.
+    async fn meta_and_bytes(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        any: bool,
+        inline: u64,
+    ) -> Result<(ObjectInfo, Option<Bytes>), Fail> {
+        let info = self.read_meta(map, bid, pg, key, any).await?;
+        if info.size > inline || info.size == 0 {
+            self.remember(bid, key, &info);
+            return Ok((info, None));
+        }
+        let mut reader = self.store.read_object(&info, 0, info.size)?;
+        let mut body = bytes::BytesMut::with_capacity(info.size as usize);
+        while let Some(piece) = reader.next().await? {
+            body.extend_from_slice(&piece);
+        }
+        Ok((info, Some(body.freeze())))
+    }
+
+    /// A batch lookup: each key answered as `GET ?meta&inline=` would answer it (the same
+    /// reader and dirty-copy rules), [`LOOKUPS_IN_FLIGHT`] at a time, in one answer (see
+    /// [`WireFound`]) so a batch GET through a gateway costs one request per node and group
+    /// of keys, not one per key.
+    async fn lookup_many(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        keys: Vec<WireLookup>,
+        inline: u64,
+    ) -> Result<NodeResp, Fail> {
+        use futures_util::StreamExt;
+        let found: Vec<(WireFound, Option<Bytes>)> = futures_util::stream::iter(keys)
+            .map(|k| async move {
+                if pg_of(bid, &k.key, map.pgs) != k.pg {
+                    let e = StoreError::Invalid("the key is not in that PG".into());
+                    return (WireFound::Failed(WireError::of(&e).1), None);
+                }
+                match self
+                    .meta_and_bytes(map, bid, k.pg, &k.key, false, inline)
+                    .await
+                {
+                    Ok((info, bytes)) => (
+                        WireFound::Found {
+                            meta: Box::new(meta_of(&info)),
+                            inline: bytes.is_some(),
+                        },
+                        bytes,
+                    ),
+                    Err(Fail::Refused(_)) => (WireFound::Refused, None),
+                    Err(Fail::Store(StoreError::NoSuchKey)) => (WireFound::Missing, None),
+                    Err(Fail::Store(e)) => (WireFound::Failed(WireError::of(&e).1), None),
+                }
+            })
+            .buffered(LOOKUPS_IN_FLIGHT)
+            .collect()
+            .await;
+        let index: Vec<&WireFound> = found.iter().map(|(f, _)| f).collect();
+        let index =
+            serde_json::to_vec(&index).map_err(|e| StoreError::internal("lookup answer", e))?;
+        let bytes: usize = found
+            .iter()
+            .filter_map(|(_, b)| b.as_ref())
+            .map(Bytes::len)
+            .sum();
+        let mut body = bytes::BytesMut::with_capacity(4 + index.len() + bytes);
+        body.extend_from_slice(&(index.len() as u32).to_be_bytes());
+        body.extend_from_slice(&index);
+        for b in found.iter().filter_map(|(_, b)| b.as_ref()) {
+            body.extend_from_slice(b);
+        }
+        Ok(answer(200, body.freeze()))
     }
 
     /// Keeps a version handed out without its bytes for the read that follows.

@@ -154,6 +154,33 @@ pub struct WirePage {
     pub truncated: bool,
 }
 
+/// One key of a batch lookup: `POST /m/<bucket id>?inline=N` with a JSON array of these (at
+/// most [`LOOKUP_KEYS_MAX`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireLookup {
+    pub pg: u32,
+    pub key: String,
+}
+
+/// Keys one batch lookup may name.
+pub const LOOKUP_KEYS_MAX: usize = 256;
+
+/// A node's answer for one key of a batch lookup, in the order asked. The answer's body is a
+/// 4-byte big-endian length, that many bytes of a JSON array of these, then the bytes of every
+/// `Found` with `inline`, one after another.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum WireFound {
+    Found {
+        meta: Box<WireMeta>,
+        inline: bool,
+    },
+    Missing,
+    /// This node may not answer for the key (its copy is dirty, or it is not a reader of the
+    /// PG): ask for it alone, the way a GET does.
+    Refused,
+    Failed(WireError),
+}
+
 /// Why a node sent a request elsewhere (409).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct WireRefusal {
