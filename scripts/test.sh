@@ -71,7 +71,8 @@ PACKRAT_TEST_TARGET=cluster "$venv/bin/python" -m pytest -q -rs \
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"
 pytest_log=$(mktemp)
 set +e
-"$venv/bin/python" -m pytest -q tests "$@" 2>&1 | tee "$pytest_log"
+# --durations: the slowest tests, so the suite's growth is seen test by test.
+"$venv/bin/python" -m pytest -q --durations=15 tests "$@" 2>&1 | tee "$pytest_log"
 pytest_status=${PIPESTATUS[0]}
 set -e
 trap - EXIT
