@@ -1,7 +1,9 @@
 """Storage tiers against the real binary: a lifecycle rule moves 10,000 small objects to an HDD
 directory tier; storage classes set by PutObject and by a copy onto itself move objects to a
-cloud tier whose remote is a second packrat process, or SeaweedFS; a stopped remote gives 503
-and recovers; kill -9 in the middle of a move loses nothing and the move resumes."""
+cloud tier whose remote is a second packrat process, or SeaweedFS; a stopped remote (the
+packrat one: both fail the same way, a refused connection, and SeaweedFS takes 25 s to come
+back) gives 503 and recovers; kill -9 in the middle of a move loses nothing and the move
+resumes."""
 
 import concurrent.futures as cf
 import hashlib
@@ -203,13 +205,11 @@ class Weed:
         raise RuntimeError("SeaweedFS did not start")
 
     def stop(self):
+        # SIGKILL: `weed server` takes SIGTERM as a request to stop its parts one by one and
+        # was still running 20 s later; what is tested is packrat, not SeaweedFS's shutdown.
         if self.proc:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            self.proc.kill()
+            self.proc.wait()
         self.proc = None
 
     def client(self):
@@ -268,29 +268,34 @@ def test_cloud_tier_on_a_real_s3_remote(workdir, remote_kind):
         r = s3.get_object(Bucket="data", Key="c/0003", Range="bytes=100-199")["Body"].read()
         assert r == body(3, items[3][2])[100:200]
 
-        # The remote stops: tiered reads fail with 503, local ones do not; then they recover.
+        if remote_kind != "packrat":
+            return
+        # The remote stops: tiered reads fail with 503 (each after the tier client's own
+        # retries, about 1.5 s), local ones do not; then they recover. Objects read above may
+        # still be in the tier's 1 MiB cache, so a few of the reads may succeed.
         remote.stop()
         c = srv.client()
         failures = 0
-        for k, _, _ in items[::97]:
+        for k, _, _ in items[::250]:
             try:
                 c.get_object(Bucket="data", Key=k)["Body"].read()
             except ClientError as e:
                 assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 503, e.response
                 assert e.response["Error"]["Code"] == "ServiceUnavailable"
                 failures += 1
-        assert failures >= 10, failures
+        assert failures >= 4, failures
         assert get_all(srv, "data", hot) == 2
         remote.start()
         deadline = time.time() + 60
         while True:
             try:
-                assert get_all(srv, "data", expected) == 1500
+                c.get_object(Bucket="data", Key=items[0][0])["Body"].read()
                 break
             except ClientError:
                 if time.time() > deadline:
                     raise
-                time.sleep(1)
+                time.sleep(0.5)
+        assert get_all(srv, "data", expected) == 1500
     finally:
         srv.stop()
         remote.stop()
@@ -318,6 +323,9 @@ def test_kill9_during_a_move_then_it_resumes(workdir):
         time.sleep(0.5)
         srv.kill9()
         mover.wait(timeout=60)
+        # The rest of the move runs unthrottled (the throttle only kept it going until the kill).
+        i = srv.extra_args.index("--tier-rate")
+        del srv.extra_args[i:i + 2]
         srv.start()
         mid = tier_status(srv)
         print("after the kill:", json.dumps({k: mid[k] for k in ("standard_objects", "pending_objects")}), mid["tiers"])

@@ -86,6 +86,19 @@ fn body_of(
         .boxed_unsync()
 }
 
+/// The whole body of a request to this node (`what` names it in the error).
+async fn body_of_request(
+    req: http::Request<hyper::body::Incoming>,
+    what: &str,
+) -> StoreResult<Bytes> {
+    Ok(req
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| StoreError::Unavailable(format!("{what} body: {e}")))?
+        .to_bytes())
+}
+
 fn answer(status: u16, body: impl Into<Bytes>) -> NodeResp {
     let mut r = Response::new(body_of(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
@@ -268,12 +281,7 @@ impl Node {
                 .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
             let map = self.map_at(epoch).await?;
             let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
-            let body = req
-                .into_body()
-                .collect()
-                .await
-                .map_err(|e| StoreError::Unavailable(format!("lookup body: {e}")))?
-                .to_bytes();
+            let body = body_of_request(req, "lookup").await?;
             let keys: Vec<WireLookup> = serde_json::from_slice(&body)
                 .map_err(|e| StoreError::Invalid(format!("bad lookup list: {e}")))?;
             if keys.len() > LOOKUP_KEYS_MAX {
@@ -308,12 +316,7 @@ impl Node {
                     .get(PUT_HEADER)
                     .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
                     .ok_or_else(|| StoreError::Invalid("no write description".into()))?;
-                let body = req
-                    .into_body()
-                    .collect()
-                    .await
-                    .map_err(|e| StoreError::Unavailable(format!("write body: {e}")))?
-                    .to_bytes();
+                let body = body_of_request(req, "write").await?;
                 let meta = self
                     .write(&map, bid, pg, &key, cv, Some((put, body)))
                     .await?;

@@ -652,62 +652,47 @@ mod tests {
             }
         }
         let is_class = |c: &str| c == "COLD";
+        let etag = "9b2cf535f27731c974343645a3985328";
+        let lm = 1_445_412_480;
+        type Check<'a> = (&'a str, &'a dyn Fn(&RequestHeaders) -> String);
+        let checks: &[Check] = &[
+            ("object_meta", &|h| meta_summary(object_meta(h, &is_class))),
+            ("requested_checksum", &|h| {
+                format!("{:?}", requested_checksum(h))
+            }),
+            ("content_md5", &|h| format!("{:?}", content_md5(h))),
+            ("write_condition", &|h| format!("{:?}", write_condition(h))),
+            ("read_conditions", &|h| {
+                format!("{:?}", read_conditions(h, etag, lm))
+            }),
+            ("copy_source_conditions_hold", &|h| {
+                format!("{:?}", copy_source_conditions_hold(h, etag, lm))
+            }),
+            ("refuse_object_acl", &|h| {
+                format!("{:?}", refuse_object_acl(h))
+            }),
+            ("sse::requested_in", &|h| {
+                format!(
+                    "{:?} {:?}",
+                    super::super::sse::requested_in(h, false),
+                    super::super::sse::requested_in(h, true)
+                )
+            }),
+        ];
         for m in maps {
             let (s, u) = (RequestHeaders::new(m.clone()), RequestHeaders::unscanned(m));
-            let same =
-                |what: &str, a: String, b: String| assert_eq!(a, b, "{what} of {:?}", s.map());
-            same(
-                "object_meta",
-                meta_summary(object_meta(&s, &is_class)),
-                meta_summary(object_meta(&u, &is_class)),
-            );
-            same(
-                "requested_checksum",
-                format!("{:?}", requested_checksum(&s)),
-                format!("{:?}", requested_checksum(&u)),
-            );
-            same(
-                "content_md5",
-                format!("{:?}", content_md5(&s)),
-                format!("{:?}", content_md5(&u)),
-            );
-            same(
-                "write_condition",
-                format!("{:?}", write_condition(&s)),
-                format!("{:?}", write_condition(&u)),
-            );
-            let etag = "9b2cf535f27731c974343645a3985328";
-            same(
-                "read_conditions",
-                format!("{:?}", read_conditions(&s, etag, 1_445_412_480)),
-                format!("{:?}", read_conditions(&u, etag, 1_445_412_480)),
-            );
-            same(
-                "copy_source_conditions_hold",
-                format!("{:?}", copy_source_conditions_hold(&s, etag, 1_445_412_480)),
-                format!("{:?}", copy_source_conditions_hold(&u, etag, 1_445_412_480)),
-            );
-            same(
-                "refuse_object_acl",
-                format!("{:?}", refuse_object_acl(&s)),
-                format!("{:?}", refuse_object_acl(&u)),
-            );
-            same(
-                "asks_object_lock",
-                format!("{:?}", asks_object_lock(&s)),
-                format!(
-                    "{:?}",
-                    s.keys()
-                        .any(|k| k.as_str().starts_with("x-amz-object-lock-"))
-                ),
-            );
-            for secure in [false, true] {
-                same(
-                    "sse::requested_in",
-                    format!("{:?}", super::super::sse::requested_in(&s, secure)),
-                    format!("{:?}", super::super::sse::requested_in(&u, secure)),
-                );
+            for (what, check) in checks {
+                assert_eq!(check(&s), check(&u), "{what} of {:?}", s.map());
             }
+            let lock = s
+                .keys()
+                .any(|k| k.as_str().starts_with("x-amz-object-lock-"));
+            assert_eq!(
+                asks_object_lock(&s),
+                lock,
+                "asks_object_lock of {:?}",
+                s.map()
+            );
         }
     }
 }
