@@ -24,9 +24,10 @@ pub(super) async fn handle_put_object(
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     headers::refuse_object_acl(&req.headers)?;
     let encryption = sse::for_write(state, req, &b).await?;
-    if req
-        .header("x-amz-meta-snowball-auto-extract")
-        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    if req.headers.has(headers::Kind::UserMeta)
+        && req
+            .header("x-amz-meta-snowball-auto-extract")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     {
         if encryption.is_some() {
             return Err(err(
@@ -36,8 +37,10 @@ pub(super) async fn handle_put_object(
         }
         return crate::s3::batch::handle_snowball_put(state, req, &b, key).await;
     }
-    if !req.headers.contains_key("content-length")
-        && !req.headers.contains_key("x-amz-decoded-content-length")
+    if !req.headers.contains_key(http::header::CONTENT_LENGTH)
+        && !req
+            .headers
+            .contains_key(&headers::X_AMZ_DECODED_CONTENT_LENGTH)
     {
         return Err(err(
             S3ErrorCode::MissingContentLength,
