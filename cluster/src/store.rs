@@ -37,7 +37,7 @@ use packrat_store_api::{
     Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
 };
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -83,6 +83,10 @@ pub struct ClusterStore {
     keys: Arc<RwLock<HashMap<String, AccessKey>>>,
     next_reader: AtomicUsize,
     clock: Arc<dyn Clock>,
+    /// Changes this gateway made to its bucket and key caches itself (after writing them to
+    /// etcd), counted under the cache's lock: a reload whose listing may predate one of them
+    /// lists again rather than put an older record back (see [`ClusterStore::reload`]).
+    local_edits: AtomicU64,
 }
 
 /// Where a request for a PG goes.
@@ -104,6 +108,7 @@ impl ClusterStore {
             buckets: Arc::default(),
             keys: Arc::default(),
             next_reader: AtomicUsize::new(0),
+            local_edits: AtomicU64::new(0),
             clock: Arc::new(SystemClock),
         });
         store.reload().await?;
@@ -112,27 +117,44 @@ impl ClusterStore {
         Ok(store)
     }
 
+    /// Replaces the bucket and key caches with etcd's records. A change this gateway made
+    /// while the listing was under way (a PutBucketCors answered, then read back at once)
+    /// may be missing from the listing, so the caches are replaced only if no local change
+    /// was counted since the listing began; otherwise it lists again.
     async fn reload(&self) -> Result<(), String> {
-        let buckets: HashMap<String, BucketRecord> = bucket_records(&self.etcd)
-            .await?
-            .into_iter()
-            .map(|b| (b.name.clone(), b))
-            .collect();
-        let keys: HashMap<String, AccessKey> = self
-            .etcd
-            .list("keys/")
-            .await?
-            .iter()
-            .filter_map(|(_, v)| serde_json::from_slice::<AccessKey>(v).ok())
-            .map(|k| (k.access_key.clone(), k))
-            .collect();
+        for _ in 0..64 {
+            let before = self.local_edits.load(Ordering::SeqCst);
+            let buckets: HashMap<String, BucketRecord> = bucket_records(&self.etcd)
+                .await?
+                .into_iter()
+                .map(|b| (b.name.clone(), b))
+                .collect();
+            let keys: HashMap<String, AccessKey> = self
+                .etcd
+                .list("keys/")
+                .await?
+                .iter()
+                .filter_map(|(_, v)| serde_json::from_slice::<AccessKey>(v).ok())
+                .map(|k| (k.access_key.clone(), k))
+                .collect();
+            let (Ok(mut b), Ok(mut k)) = (self.buckets.write(), self.keys.write()) else {
+                return Err("a bucket or key cache lock is poisoned".into());
+            };
+            if self.local_edits.load(Ordering::SeqCst) == before {
+                *b = buckets;
+                *k = keys;
+                return Ok(());
+            }
+        }
+        Err("the caches kept changing while they were reloaded".into())
+    }
+
+    /// A change to the bucket cache after a write to etcd, counted (see `local_edits`).
+    fn edit_bucket_cache(&self, f: impl FnOnce(&mut HashMap<String, BucketRecord>)) {
         if let Ok(mut b) = self.buckets.write() {
-            *b = buckets;
+            f(&mut b);
+            self.local_edits.fetch_add(1, Ordering::SeqCst);
         }
-        if let Ok(mut k) = self.keys.write() {
-            *k = keys;
-        }
-        Ok(())
     }
 
     /// Reloads buckets and keys whenever they change in etcd.
@@ -470,9 +492,9 @@ impl ClusterStore {
                 .await
                 .map_err(StoreError::Unavailable)?
             {
-                if let Ok(mut b) = self.buckets.write() {
+                self.edit_bucket_cache(|b| {
                     b.insert(rec.name.clone(), rec);
-                }
+                });
                 return Ok(());
             }
         }
@@ -741,9 +763,9 @@ impl ObjectStore for ClusterStore {
         {
             return Err(StoreError::BucketExists);
         }
-        if let Ok(mut b) = self.buckets.write() {
+        self.edit_bucket_cache(|b| {
             b.insert(rec.name.clone(), rec.clone());
-        }
+        });
         Ok(Self::bucket_of(&rec))
     }
 
@@ -772,9 +794,9 @@ impl ObjectStore for ClusterStore {
                 .await
                 .map_err(StoreError::Unavailable)?;
         }
-        if let Ok(mut b) = self.buckets.write() {
+        self.edit_bucket_cache(|b| {
             b.remove(&bucket.name);
-        }
+        });
         Ok(())
     }
 
@@ -1311,6 +1333,7 @@ impl ObjectStore for ClusterStore {
             .map_err(StoreError::Unavailable)?;
         if let Ok(mut m) = self.keys.write() {
             m.remove(access_key);
+            self.local_edits.fetch_add(1, Ordering::SeqCst);
         }
         Ok(Some(k))
     }
