@@ -140,14 +140,16 @@ async fn look_up(
         }
     };
     let map = &store.map();
-    let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+    // Each key's index and PG, by the node asked.
+    let mut by_node: HashMap<String, Vec<(usize, u32)>> = HashMap::new();
     for (i, k) in keys.iter().enumerate() {
+        let pg = pg_of(bucket.id, k, map.pgs);
         // A PG with no reader now is left to the lookups alone, which wait for a failover.
-        if let Some(node) = store.pick_reader(map, pg_of(bucket.id, k, map.pgs)) {
-            by_node.entry(node).or_default().push(i);
+        if let Some(node) = store.pick_reader(map, pg) {
+            by_node.entry(node).or_default().push((i, pg));
         }
     }
-    let groups: Vec<(String, Vec<usize>)> = by_node
+    let groups: Vec<(String, Vec<(usize, u32)>)> = by_node
         .into_iter()
         .flat_map(|(node, idx)| {
             idx.chunks(KEYS_PER_LOOKUP)
@@ -160,10 +162,8 @@ async fn look_up(
     let answers: Vec<_> = futures_util::stream::iter(groups)
         .map(|(node, idx)| async move {
             let inline = inline_now();
-            let asked: Vec<(u32, &str)> = idx
-                .iter()
-                .map(|&i| (pg_of(bucket.id, &keys[i], map.pgs), keys[i].as_str()))
-                .collect();
+            let asked: Vec<(u32, &str)> =
+                idx.iter().map(|&(i, pg)| (pg, keys[i].as_str())).collect();
             let answer = store.lookup_on(map, &node, bucket, &asked, inline).await;
             match &answer {
                 Ok(each) => each.iter().flatten().for_each(|f| count(f, inline)),
@@ -178,7 +178,7 @@ async fn look_up(
         .await;
     for (idx, answer) in answers {
         if let Ok(each) = answer {
-            for (i, f) in idx.into_iter().zip(each) {
+            for ((i, _), f) in idx.into_iter().zip(each) {
                 found[i] = f;
             }
         }
