@@ -154,17 +154,6 @@ class Server:
         )
 
 
-def aws_cli_config():
-    """No user configuration; in cluster mode, single PUTs up to 200 MB instead of multipart
-    uploads (a cluster gateway takes single PUTs up to 256 MiB and no multipart uploads yet)."""
-    if not CLUSTER_MODE:
-        return os.devnull
-    path = os.path.join(tempfile.gettempdir(), f"packrat-awscli-cluster-{os.getpid()}.cfg")
-    with open(path, "w") as f:
-        f.write("[default]\ns3 =\n  multipart_threshold = 200MB\n")
-    return path
-
-
 def aws_env(**extra):
     """The environment for aws-cli and example scripts: root credentials, no user config."""
     env = dict(os.environ)
@@ -172,7 +161,7 @@ def aws_env(**extra):
         AWS_ACCESS_KEY_ID=ROOT_AK,
         AWS_SECRET_ACCESS_KEY=ROOT_SK,
         AWS_DEFAULT_REGION=REGION,
-        AWS_CONFIG_FILE=aws_cli_config(),
+        AWS_CONFIG_FILE=os.devnull,
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
         **extra,
     )

@@ -86,7 +86,7 @@ def test_s3_through_two_gateways(cluster):
     wait_for("the other gateway to see the bucket gone", gone, timeout=5)
     # What a cluster cannot do yet says so (README compatibility table).
     with pytest.raises(ClientError) as e:
-        a.create_multipart_upload(Bucket="data", Key="big")
+        a.put_bucket_versioning(Bucket="data", VersioningConfiguration={"Status": "Enabled"})
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
     assert "cluster" in e.value.response["Error"]["Message"]
     s3b = gw_b.client()
@@ -147,6 +147,37 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
             slowest[0] = max(slowest[0], time.time() - t0)
             i += 1
 
+    # Multipart uploads around the failure: one completed before it, one begun before and
+    # completed after the victim is back (the victim lacks its upload and copies the object
+    # from the member before it), one begun and completed while the victim is away (the
+    # victim copies it as it catches up). Each copy must keep the parts and the ETag.
+    mp = gw_a.client(read_timeout=60)
+    multipart = {}  # key -> (bytes, ETag)
+
+    def multipart_etag(parts):
+        digest = hashlib.md5(b"".join(hashlib.md5(p).digest() for p in parts)).hexdigest()
+        return f'"{digest}-{len(parts)}"'
+
+    def begin(key):
+        return mp.create_multipart_upload(Bucket="load", Key=key, Metadata={"k": key})["UploadId"]
+
+    def part(key, uid, n, data):
+        etag = mp.upload_part(Bucket="load", Key=key, UploadId=uid, PartNumber=n, Body=data)["ETag"]
+        return {"PartNumber": n, "ETag": etag}
+
+    def complete(key, uid, done, parts):
+        r = mp.complete_multipart_upload(Bucket="load", Key=key, UploadId=uid, MultipartUpload={"Parts": done})
+        assert r["ETag"] == multipart_etag(parts), key
+        multipart[key] = (b"".join(parts), r["ETag"])
+
+    MiB = 1024 * 1024
+    before = [os.urandom(5 * MiB), os.urandom(1000)]
+    uid = begin("mp-before")
+    complete("mp-before", uid, [part("mp-before", uid, i + 1, p) for i, p in enumerate(before)], before)
+    across = [os.urandom(5 * MiB), os.urandom(5 * MiB), os.urandom(777)]
+    across_uid = begin("mp-across")
+    across_done = [part("mp-across", across_uid, 1, across[0])]
+
     pool = concurrent.futures.ThreadPoolExecutor(4)
     futures = [pool.submit(worker, w) for w in range(4)]
     time.sleep(2)
@@ -154,6 +185,10 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     victim.kill9()
     # The survivors take over the victim's chains once its lease lapses.
     wait_for("the map without the victim", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
+    across_done.append(part("mp-across", across_uid, 2, across[1]))
+    away = [os.urandom(5 * MiB), os.urandom(2000)]
+    uid = begin("mp-away")
+    complete("mp-away", uid, [part("mp-away", uid, i + 1, p) for i, p in enumerate(away)], away)
     time.sleep(2)
     stop.set()
     for f in futures:
@@ -172,10 +207,17 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
             else:
                 assert client.get_object(Bucket="load", Key=key)["Body"].read() == body, key
 
+        for key, (body, etag) in sorted(multipart.items()):
+            got = client.get_object(Bucket="load", Key=key)
+            assert (got["ETag"], got["Metadata"], got["Body"].read() == body) == (etag, {"k": key}, True), key
+            assert client.head_object(Bucket="load", Key=key, PartNumber=1)["PartsCount"] == int(etag.strip('"').split("-")[1])
+
     check(gw_b.client())
     # The victim comes back: it rejoins at the tails, catches up, then serves reads.
     victim.start()
     wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+    across_done.append(part("mp-across", across_uid, 3, across[2]))
+    complete("mp-across", across_uid, across_done, across)
     # Only the victim left: everything acknowledged must come from its copy.
     nodes[0].kill9()
     nodes[2].kill9()

@@ -36,6 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod uploads;
+
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
 const LOCK_STRIPES: usize = 1024;
@@ -63,6 +65,17 @@ pub struct Node {
     recent: Mutex<HashMap<(u64, String, u64), ObjectInfo>>,
     /// How long a delete's tombstone is kept (see [`Node::collect_tombstones`]).
     tombstone_keep: Duration,
+}
+
+/// Who asks for an object's metadata (see [`Node::read_meta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asker {
+    /// A gateway's read: committed copies only.
+    Reader,
+    /// A member catching up on a PG.
+    Resync,
+    /// The next member of the chain, copying the version this node just made.
+    Successor,
 }
 
 /// Why a request could not be served here.
@@ -289,8 +302,17 @@ impl Node {
             }
             return self.lookup_many(&map, bid, keys, inline).await;
         }
-        let Some(rest) = path.strip_prefix("/o/") else {
-            return Ok(answer(404, "no such route"));
+        if let Some(rest) = path.strip_prefix("/ul/") {
+            let bid: u64 = rest
+                .parse()
+                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let map = self.map_at(epoch).await?;
+            return Ok(json(200, &self.list_uploads(&map, bid, &q).await?));
+        }
+        let (rest, uploads) = match (path.strip_prefix("/o/"), path.strip_prefix("/u/")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => return Ok(answer(404, "no such route")),
         };
         let mut parts = rest.splitn(3, '/');
         let (Some(bid), Some(pg), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
@@ -303,6 +325,9 @@ impl Node {
         let map = self.map_at(epoch).await?;
         if pg_of(bid, &key, map.pgs) != pg {
             return Ok(answer(400, "the key is not in that PG"));
+        }
+        if uploads {
+            return self.upload_route(req, &map, (bid, pg, &key), &q).await;
         }
         let cv: Option<u64> = req
             .headers()
@@ -328,8 +353,13 @@ impl Node {
             }
             Method::GET if q.contains_key("meta") => {
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let who = match (q.contains_key("pull"), q.contains_key("any")) {
+                    (true, _) => Asker::Successor,
+                    (false, true) => Asker::Resync,
+                    (false, false) => Asker::Reader,
+                };
                 let (info, body) = self
-                    .meta_and_bytes(&map, bid, pg, &key, q.contains_key("any"), inline)
+                    .meta_and_bytes(&map, bid, pg, &key, who, inline)
                     .await?;
                 // A small object comes with its metadata: a GET through a gateway is then one
                 // request to a node, not two (the metadata rides in a header).
@@ -463,26 +493,8 @@ impl Node {
         cv: Option<u64>,
         put: Option<(WirePut, Bytes)>,
     ) -> Result<Option<WireMeta>, Fail> {
-        let chain = map.chain(pg);
-        let Some(pos) = chain.iter().position(|n| *n == self.id) else {
-            return Err(Fail::Refused(format!("not a member of PG {pg}")));
-        };
         let at_head = cv.is_none();
-        if at_head != (pos == 0) {
-            return Err(Fail::Refused(format!(
-                "{} the head of PG {pg}",
-                if at_head { "not" } else { "already" }
-            )));
-        }
-        if at_head && chain.len() < map.write_quorum() {
-            return Err(StoreError::Unavailable(format!(
-                "PG {pg} has {} of {} replicas alive, fewer than the {} a write needs",
-                chain.len(),
-                map.replicas,
-                map.write_quorum()
-            ))
-            .into());
-        }
+        let (chain, pos) = self.chain_position(map, pg, at_head)?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let tombs = self.local_bucket(format!("t-{bid}")).await?;
         let guard = self.lock_of(bid, key).lock().await;
@@ -551,63 +563,112 @@ impl Node {
         }
         // The next member gets it after this one made it durable; the key stays locked here
         // meanwhile, so writes of one key reach every member in the head's order.
-        if let Some(next) = chain.get(pos + 1) {
-            let addr = map.addr(next).ok_or_else(|| {
-                StoreError::internal("cluster map", format!("no address for {next}"))
-            })?;
-            let path = format!("/o/{bid}/{pg}/{}", encode(key));
-            let mut headers = vec![(CV_HEADER, cv.to_string())];
-            let (method, body) = match &put {
-                Some((wput, body)) => {
-                    let mut wput = wput.clone();
-                    wput.if_match = None;
-                    wput.if_none_match_any = false;
-                    headers.push((
-                        PUT_HEADER,
-                        serde_json::to_string(&wput)
-                            .map_err(|e| StoreError::internal("write description", e))?,
-                    ));
-                    (Method::PUT, body.clone())
-                }
-                None => (Method::DELETE, Bytes::new()),
-            };
-            let body_len = body.len();
-            // An unreachable successor is a broken chain, not a failed write: the gateway
-            // retries on the map that replaces it.
-            let sent = self
-                .client
-                .send(
-                    method,
-                    addr,
-                    &path,
-                    map.epoch,
-                    &headers,
-                    body,
-                    // The rest of the chain answers within a hop's time per member.
-                    hop_timeout(body_len) * (chain.len() - pos - 1) as u32,
-                )
-                .await;
-            let ans = match sent {
-                Ok(a) => a,
-                Err(StoreError::Unavailable(why)) => {
-                    return Err(Fail::Refused(format!("successor {next}: {why}")));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if ans.status == 409 {
-                let r: WireRefusal = ans.json().await?;
-                return Err(Fail::Refused(format!("{next}: {}", r.reason)));
+        let mut headers = vec![(CV_HEADER, cv.to_string())];
+        let (method, body) = match &put {
+            Some((wput, body)) => {
+                let mut wput = wput.clone();
+                wput.if_match = None;
+                wput.if_none_match_any = false;
+                headers.push((
+                    PUT_HEADER,
+                    serde_json::to_string(&wput)
+                        .map_err(|e| StoreError::internal("write description", e))?,
+                ));
+                (Method::PUT, body.clone())
             }
-            if !(200..300).contains(&ans.status) {
-                return Err(ans.error().await.into());
-            }
-        }
+            None => (Method::DELETE, Bytes::new()),
+        };
+        let path = format!("/o/{bid}/{pg}/{}", encode(key));
+        self.forward(map, chain, pos, method, &path, &headers, body)
+            .await?;
         self.clear_dirty(bid, key, cv);
         drop(guard);
         if let Some(m) = meta.as_mut() {
             m.cv = m.cv.max(cv);
         }
         Ok(meta)
+    }
+
+    /// This node's place in `pg`'s chain, if it may take a chain write there: the head when
+    /// the write comes from a gateway (`at_head`), a later member when it is forwarded; and a
+    /// write at the head needs the chain to have its write quorum.
+    fn chain_position<'m>(
+        &self,
+        map: &'m ClusterMap,
+        pg: u32,
+        at_head: bool,
+    ) -> Result<(&'m [String], usize), Fail> {
+        let chain = map.chain(pg);
+        let Some(pos) = chain.iter().position(|n| *n == self.id) else {
+            return Err(Fail::Refused(format!("not a member of PG {pg}")));
+        };
+        if at_head != (pos == 0) {
+            return Err(Fail::Refused(format!(
+                "{} the head of PG {pg}",
+                if at_head { "not" } else { "already" }
+            )));
+        }
+        if at_head && chain.len() < map.write_quorum() {
+            return Err(StoreError::Unavailable(format!(
+                "PG {pg} has {} of {} replicas alive, fewer than the {} a write needs",
+                chain.len(),
+                map.replicas,
+                map.write_quorum()
+            ))
+            .into());
+        }
+        Ok((chain, pos))
+    }
+
+    /// Sends a chain write on to the member after `pos` (if any) and waits for the rest of
+    /// the chain's answer, which it returns. An unreachable successor is a broken chain, not
+    /// a failed write: the gateway retries on the map that replaces it.
+    #[allow(clippy::too_many_arguments)]
+    async fn forward(
+        &self,
+        map: &ClusterMap,
+        chain: &[String],
+        pos: usize,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> Result<Option<Bytes>, Fail> {
+        let Some(next) = chain.get(pos + 1) else {
+            return Ok(None);
+        };
+        let addr = map
+            .addr(next)
+            .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
+        let body_len = body.len();
+        let sent = self
+            .client
+            .send(
+                method,
+                addr,
+                path,
+                map.epoch,
+                headers,
+                body,
+                // The rest of the chain answers within a hop's time per member.
+                hop_timeout(body_len) * (chain.len() - pos - 1) as u32,
+            )
+            .await;
+        let ans = match sent {
+            Ok(a) => a,
+            Err(StoreError::Unavailable(why)) => {
+                return Err(Fail::Refused(format!("successor {next}: {why}")));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if ans.status == 409 {
+            let r: WireRefusal = ans.json().await?;
+            return Err(Fail::Refused(format!("{next}: {}", r.reason)));
+        }
+        if !(200..300).contains(&ans.status) {
+            return Err(ans.error().await.into());
+        }
+        Ok(Some(ans.bytes().await?))
     }
 
     /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if
@@ -738,22 +799,24 @@ impl Node {
             .is_ok_and(|d| d.contains_key(&(bid, key.to_string())))
     }
 
-    /// An object's metadata, if this node may answer for it: a caught-up member whose copy is
-    /// committed (the tail's always is). `any` (a resync) skips the dirty check.
+    /// An object's metadata, if this node may answer `who` for it: a reader gets it from a
+    /// caught-up member whose copy is committed (the tail's always is); a resync also gets a
+    /// dirty copy; the next member of the chain, copying the version this node just made
+    /// (see `uploads`), gets it from a member still syncing too.
     async fn read_meta(
         &self,
         map: &ClusterMap,
         bid: u64,
         pg: u32,
         key: &str,
-        any: bool,
+        who: Asker,
     ) -> Result<ObjectInfo, Fail> {
         let chain = map.chain(pg);
-        if !chain.contains(&self.id) || map.is_syncing(&self.id, pg) {
+        if !chain.contains(&self.id) || (who != Asker::Successor && map.is_syncing(&self.id, pg)) {
             return Err(Fail::Refused(format!("not a reader of PG {pg}")));
         }
         let is_tail = chain.last().is_some_and(|n| *n == self.id);
-        if !any && !is_tail && self.is_dirty(bid, key) {
+        if who == Asker::Reader && !is_tail && self.is_dirty(bid, key) {
             return Err(Fail::Refused("dirty: ask the tail".into()));
         }
         let objects = self.local_bucket(format!("o-{bid}")).await?;
@@ -773,10 +836,10 @@ impl Node {
         bid: u64,
         pg: u32,
         key: &str,
-        any: bool,
+        who: Asker,
         inline: u64,
     ) -> Result<(ObjectInfo, Option<Bytes>), Fail> {
-        let info = self.read_meta(map, bid, pg, key, any).await?;
+        let info = self.read_meta(map, bid, pg, key, who).await?;
         if info.size > inline || info.size == 0 {
             self.remember(bid, key, &info);
             return Ok((info, None));
@@ -808,7 +871,7 @@ impl Node {
                     return (WireFound::Failed(WireError::of(&e).1), None);
                 }
                 match self
-                    .meta_and_bytes(map, bid, k.pg, &k.key, false, inline)
+                    .meta_and_bytes(map, bid, k.pg, &k.key, Asker::Reader, inline)
                     .await
                 {
                     Ok((info, bytes)) => (
@@ -1127,52 +1190,20 @@ impl Node {
                     continue;
                 }
             }
-            let path = format!(
-                "/o/{bid}/{pg}/{}?cv={}&start=0&end={}",
-                encode(&o.key),
-                meta.cv,
-                meta.size
-            );
-            let ans = self.fetch(addr, &path, map.epoch).await?;
-            if ans.status == 409 {
-                continue; // overwritten meanwhile: the newer write reaches this node by the chain
-            }
-            if ans.status != 200 {
-                return Err(format!("{}: {}", o.key, ans.error().await));
-            }
-            let body = ans.bytes().await.map_err(e)?;
             let _g = self.lock_of(bid, &o.key).lock().await;
             let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
             if meta.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
                 continue;
             }
-            let mut attrs = meta.put.attrs();
-            attrs
-                .user_meta
-                .push((CV_META.to_string(), meta.cv.to_string()));
-            let checksum = meta
-                .checksum
-                .as_ref()
-                .and_then(|(a, _, _)| ChecksumAlgorithm::from_name(a));
-            let md5 = (meta.part_sizes.is_empty())
-                .then(|| hex::decode(&meta.etag).ok())
-                .flatten()
-                .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
-            self.store
-                .put_object(
-                    &objects,
-                    &o.key,
-                    &mut OnePiece(Some(body)),
-                    PutObject {
-                        attrs,
-                        checksum,
-                        // The copy is checked against the source's MD5 as it is stored.
-                        content_md5: md5,
-                        ..Default::default()
-                    },
-                )
+            match self
+                .copy_version(map, addr, &objects, bid, pg, &o.key, &meta)
                 .await
-                .map_err(e)?;
+            {
+                Ok(_) => {}
+                // Overwritten meanwhile: the newer write reaches this node by the chain.
+                Err(Fail::Refused(_)) => continue,
+                Err(Fail::Store(err)) => return Err(format!("{}: {err}", o.key)),
+            }
             if tomb > 0 {
                 self.store.delete_object(&tombs, &o.key).await.map_err(e)?;
             }

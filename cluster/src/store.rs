@@ -28,10 +28,10 @@ use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, En
 use packrat_store_api::lifecycle::Rule;
 use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
 use packrat_store_api::{
-    AttrEdit, Bucket, BucketConfig, ByteSource, Clock, CompletePart, Identity, ListQuery,
-    NewBucket, NewUpload, ObjectInfo, ObjectPage, ObjectRead, ObjectStore, ObjectVersion, Part,
-    PutObject, PutPart, StoreError, StoreResult, SystemClock, Upload, UploadPage, UploadQuery,
-    WriteCondition, etag_matches,
+    AttrEdit, Bucket, BucketConfig, ByteSource, Clock, CompleteAs, CompletePart, Identity,
+    ListQuery, NewBucket, NewUpload, ObjectInfo, ObjectPage, ObjectRead, ObjectStore,
+    ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, SystemClock, Upload,
+    UploadPage, UploadQuery, WriteCondition, etag_matches,
 };
 use packrat_store_api::{
     Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
@@ -41,6 +41,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+mod uploads;
 
 /// How long a request keeps trying while the cluster fails over (a lease of
 /// [`crate::LEASE_SECS`] running out, then the manager's next round).
@@ -782,6 +784,19 @@ impl ObjectStore for ClusterStore {
         if !probe.objects.is_empty() {
             return Err(StoreError::BucketNotEmpty);
         }
+        // As on one node, uploads in progress keep a bucket (S3 answers BucketNotEmpty too).
+        let uploads = self
+            .uploads_page(
+                bucket,
+                &UploadQuery {
+                    max_uploads: 1,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if !uploads.uploads.is_empty() {
+            return Err(StoreError::BucketNotEmpty);
+        }
         let rest = format!("buckets/{}", bucket.name);
         if let Some((_, rev)) = self
             .etcd
@@ -1120,67 +1135,80 @@ impl ObjectStore for ClusterStore {
         })
     }
 
-    async fn create_upload(&self, _: &Bucket, _: &str, _: NewUpload) -> StoreResult<Upload> {
-        Err(not_in_cluster("multipart upload"))
+    async fn create_upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        new: NewUpload,
+    ) -> StoreResult<Upload> {
+        self.begin_upload(bucket, key, new).await
     }
 
-    async fn upload(&self, _: &Bucket, _: &str, _: &str) -> StoreResult<Option<Upload>> {
-        Ok(None)
+    async fn upload(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+    ) -> StoreResult<Option<Upload>> {
+        self.find_upload(bucket, key, upload_id).await
     }
 
     async fn upload_part(
         &self,
-        _: &Bucket,
-        _: &str,
-        _: &str,
-        _: u32,
-        _: &mut dyn ByteSource,
-        _: PutPart,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        body: &mut dyn ByteSource,
+        put: PutPart,
     ) -> StoreResult<Part> {
-        Err(StoreError::NoSuchUpload)
+        self.put_part(bucket, key, upload_id, part_number, body, put)
+            .await
     }
 
     async fn upload_part_copy(
         &self,
-        _: &Bucket,
-        _: &str,
-        _: &str,
-        _: u32,
-        _: &ObjectInfo,
-        _: u64,
-        _: u64,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        source: &ObjectInfo,
+        start: u64,
+        end: u64,
     ) -> StoreResult<Part> {
-        Err(StoreError::NoSuchUpload)
+        self.copy_part(bucket, key, upload_id, part_number, source, start, end)
+            .await
     }
 
     async fn complete_upload(
         &self,
-        _: &Bucket,
-        _: &str,
-        _: &str,
-        _: Vec<CompletePart>,
-        _: &WriteCondition,
+        bucket: &Bucket,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        condition: &WriteCondition,
+        _: &CompleteAs,
     ) -> StoreResult<ObjectInfo> {
-        Err(StoreError::NoSuchUpload)
+        self.finish_upload(bucket, key, upload_id, parts, condition)
+            .await
     }
 
-    async fn abort_upload(&self, _: &Bucket, _: &str, _: &str) -> StoreResult<()> {
-        Err(StoreError::NoSuchUpload)
+    async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {
+        self.end_upload(bucket, key, upload_id).await
     }
 
     async fn list_parts(
         &self,
-        _: &Upload,
-        _: &Bucket,
-        _: u32,
-        _: usize,
+        upload: &Upload,
+        bucket: &Bucket,
+        after: u32,
+        max: usize,
     ) -> StoreResult<(Vec<Part>, bool)> {
-        Err(StoreError::NoSuchUpload)
+        self.parts_of(upload, bucket, after, max).await
     }
 
-    async fn list_uploads(&self, _: &Bucket, _: &UploadQuery) -> StoreResult<UploadPage> {
-        // A cluster has no uploads in progress: it cannot start one yet.
-        Ok(UploadPage::default())
+    async fn list_uploads(&self, bucket: &Bucket, query: &UploadQuery) -> StoreResult<UploadPage> {
+        self.uploads_page(bucket, query).await
     }
 
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {

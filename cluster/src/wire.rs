@@ -11,6 +11,12 @@
 //! | `GET /o/{bucket id}/{pg}/{key}?meta[&inline=N]` | the object's metadata ([`WireMeta`]); with `inline`, an object of at most N bytes comes whole, its metadata in `x-packrat-meta` |
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
+//! | `POST /u/{bucket id}/{pg}/{key}?create&id=ID` | begins a multipart upload on the chain ([`WireUpload`]) |
+//! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`) |
+//! | `POST /u/{bucket id}/{pg}/{key}?complete&id=ID` | completes it ([`WireComplete`]): a chain write with a version, as a PUT |
+//! | `DELETE /u/{bucket id}/{pg}/{key}?id=ID` | aborts it on the chain |
+//! | `GET /u/{bucket id}/{pg}/{key}?id=ID[&parts&after=N&max=M]` | the upload and its parts, from the head ([`WireUploadState`]) |
+//! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of the PGs this node heads ([`WireUploadEntry`]) |
 //!
 //! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
 //! when the request must go elsewhere (an old epoch, not the head, an uncommitted copy).
@@ -90,6 +96,89 @@ impl WirePut {
             })
             .transpose()
     }
+}
+
+/// A multipart upload as the gateway asks a PG's head to begin it
+/// (`POST /u/{bucket id}/{pg}/{key}?create&id=ID`, this as the JSON body); every member of the
+/// chain keeps it under the same id.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireUpload {
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    /// The object's attributes (the checks and conditions of `WirePut` are unused).
+    pub put: WirePut,
+    pub checksum: Option<String>,
+    pub checksum_type: Option<String>,
+}
+
+/// An upload as a head describes it (`GET /u/...?id=ID[&parts&after=N&max=M]`): the upload
+/// and, with `parts`, a page of its parts.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireUploadState {
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    pub storage_class: Option<String>,
+    pub checksum: Option<String>,
+    pub checksum_type: Option<String>,
+    pub envelope: Option<String>,
+    pub parts: Vec<WirePart>,
+    pub truncated: bool,
+}
+
+/// One stored part.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WirePart {
+    pub part_number: u32,
+    pub etag: String,
+    pub size: u64,
+    pub last_modified_ms: i64,
+    /// (algorithm, value, type) of the part's checksum.
+    pub checksum: Option<(String, String, String)>,
+}
+
+/// How a part's bytes are checked (`PUT /u/...?id=ID&part=N`, in `x-packrat-put`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WirePartPut {
+    pub checksum: Option<String>,
+    pub expected_checksum: Option<String>,
+    pub content_md5: Option<String>,
+}
+
+/// CompleteMultipartUpload as the head gets it (`POST /u/...?complete&id=ID`, JSON body).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireComplete {
+    pub parts: Vec<WireCompletePart>,
+    pub if_none_match_any: bool,
+    pub if_match: Option<String>,
+}
+
+/// A part as CompleteMultipartUpload names it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireCompletePart {
+    pub number: u32,
+    /// The ETag as the client sent it.
+    pub etag: String,
+    /// Checksums the client sent: algorithm and base64 value.
+    pub checksums: Vec<(String, String)>,
+}
+
+/// One upload of a node's listing (`GET /ul/{bucket id}?pgs=..&prefix=..`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireUploadEntry {
+    pub key: String,
+    pub upload_id: String,
+    pub owner_id: String,
+    pub initiated_ms: i64,
+    pub storage_class: Option<String>,
+    pub checksum: Option<String>,
+    pub checksum_type: Option<String>,
+}
+
+/// A page of a node's uploads in progress, in key and upload id order.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireUploadPage {
+    pub uploads: Vec<WireUploadEntry>,
+    pub truncated: bool,
 }
 
 /// An object's metadata as a node answers it.
@@ -207,17 +296,26 @@ impl WireError {
             StoreError::RangeNotSatisfiable { .. } => (416, "RangeNotSatisfiable"),
             StoreError::InsufficientStorage(_) => (507, "InsufficientStorage"),
             StoreError::Invalid(_) => (400, "Invalid"),
+            StoreError::NoSuchUpload => (404, "NoSuchUpload"),
+            StoreError::InvalidPart(_) => (400, "InvalidPart"),
+            StoreError::InvalidPartOrder => (400, "InvalidPartOrder"),
+            StoreError::EntityTooSmall => (400, "EntityTooSmall"),
             StoreError::Unavailable(_) => (503, "Unavailable"),
             StoreError::Corrupt(_) | StoreError::Unrecoverable(_) | StoreError::TierData(_) => {
                 (500, "Corrupt")
             }
             _ => (500, "Internal"),
         };
+        let detail = match e {
+            // The text is the client's, passed on as it is.
+            StoreError::InvalidPart(m) => m.clone(),
+            e => e.to_string(),
+        };
         (
             status,
             WireError {
                 kind: kind.to_string(),
-                detail: e.to_string(),
+                detail,
             },
         )
     }
@@ -229,6 +327,10 @@ impl WireError {
             "PreconditionFailed" => StoreError::PreconditionFailed,
             "BadDigestMd5" => StoreError::BadDigest(packrat_store_api::Digest::ContentMd5),
             "Invalid" => StoreError::Invalid(self.detail),
+            "NoSuchUpload" => StoreError::NoSuchUpload,
+            "InvalidPart" => StoreError::InvalidPart(self.detail),
+            "InvalidPartOrder" => StoreError::InvalidPartOrder,
+            "EntityTooSmall" => StoreError::EntityTooSmall,
             "Unavailable" => StoreError::Unavailable(self.detail),
             "InsufficientStorage" => StoreError::InsufficientStorage(self.detail),
             "Corrupt" => StoreError::Corrupt(self.detail),

@@ -500,6 +500,7 @@ pub async fn multipart_uploads(store: &dyn ObjectStore) {
         },
         checksum: Some(ChecksumAlgorithm::Crc32c),
         checksum_type: Some("FULL_OBJECT".into()),
+        upload_id: None,
     };
     let up = store.create_upload(&b, "big", new.clone()).await.unwrap();
     assert_eq!(
@@ -538,8 +539,10 @@ pub async fn multipart_uploads(store: &dyn ObjectStore) {
             .collect()
     };
     let always = WriteCondition::default();
-    let complete =
-        |ps: Vec<CompletePart>| store.complete_upload(&b, "big", &up.upload_id, ps, &always);
+    let stamp = crate::CompleteAs::default();
+    let complete = |ps: Vec<CompletePart>| {
+        store.complete_upload(&b, "big", &up.upload_id, ps, &always, &stamp)
+    };
     let out_of_order = complete(named(&[&parts[1], &parts[0]])).await;
     assert!(
         matches!(out_of_order, Err(StoreError::InvalidPartOrder)),
@@ -571,6 +574,7 @@ pub async fn multipart_uploads(store: &dyn ObjectStore) {
             &up2.upload_id,
             named(&small_parts.iter().collect::<Vec<_>>()),
             &WriteCondition::default(),
+            &Default::default(),
         )
         .await;
     assert!(matches!(r, Err(StoreError::EntityTooSmall)), "{r:?}");
@@ -652,6 +656,7 @@ pub async fn multipart_uploads(store: &dyn ObjectStore) {
             &up3.upload_id,
             named(&[&part]),
             &WriteCondition::default(),
+            &Default::default(),
         )
         .await
         .unwrap();

@@ -26,10 +26,10 @@ pub use source::ByteSource;
 pub mod types;
 
 pub use types::{
-    Bucket, BucketConfig, CompletePart, Deleted, FoundVersion, Identity, ListQuery, NewBucket,
-    NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary, ObjectVersion,
-    PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage, UploadQuery, VersionPage,
-    VersionQuery, VersionSummary, Versioning, WriteCondition, etag_matches,
+    Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity, ListQuery,
+    NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary,
+    ObjectVersion, PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage, UploadQuery,
+    VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that
@@ -224,6 +224,8 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Makes the object from the named parts, in ascending order, if `condition` holds:
     /// `InvalidPartOrder`, `InvalidPart` (a part missing, or its ETag or checksum differs),
     /// `EntityTooSmall` (a part but the last under [`PART_BYTES_MIN`]). The upload ends.
+    /// `stamp` fixes the object's time and adds user metadata (see [`CompleteAs`]).
+    #[allow(clippy::too_many_arguments)]
     async fn complete_upload(
         &self,
         bucket: &Bucket,
@@ -231,6 +233,7 @@ pub trait ObjectStore: Send + Sync + 'static {
         upload_id: &str,
         parts: Vec<CompletePart>,
         condition: &WriteCondition,
+        stamp: &CompleteAs,
     ) -> StoreResult<ObjectInfo>;
     /// Ends an upload and drops its parts; `NoSuchUpload` if there is none.
     async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()>;

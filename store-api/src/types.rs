@@ -270,6 +270,18 @@ pub struct NewUpload {
     pub checksum: Option<crate::checksum::ChecksumAlgorithm>,
     /// `COMPOSITE` or `FULL_OBJECT` when `checksum` is set.
     pub checksum_type: Option<String>,
+    /// The upload's id when the caller chooses it (a cluster gives every replica of an upload
+    /// the same id); `None` for a new random one.
+    pub upload_id: Option<String>,
+}
+
+/// What a caller fixes of the object a completed upload makes. The S3 layer fixes nothing
+/// (`Default`); a cluster node fixes the modification time the chain's head chose and adds
+/// the chain's version to the user metadata, so every replica's copy is the same.
+#[derive(Debug, Clone, Default)]
+pub struct CompleteAs {
+    pub last_modified_ms: Option<i64>,
+    pub user_meta: Vec<(String, String)>,
 }
 
 /// A multipart upload in progress.

@@ -26,10 +26,10 @@ use packrat_store_api::lifecycle::Rule;
 use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
 use packrat_store_api::stream::KeyList;
 use packrat_store_api::{
-    AttrEdit, Bucket, BucketConfig, ByteSource, CompletePart, Identity, ListQuery, NewBucket,
-    NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead, ObjectStore,
-    ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, Upload,
-    UploadPage, UploadQuery, WriteCondition,
+    AttrEdit, Bucket, BucketConfig, ByteSource, CompleteAs, CompletePart, Identity, ListQuery,
+    NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead,
+    ObjectStore, ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult,
+    Upload, UploadPage, UploadQuery, WriteCondition,
 };
 use packrat_store_api::{
     Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
@@ -976,7 +976,9 @@ impl ObjectStore for LocalStore {
             ));
         }
         let rec = UploadRecord {
-            upload_id: hex::encode(rand::random::<[u8; 16]>()),
+            upload_id: new
+                .upload_id
+                .unwrap_or_else(|| hex::encode(rand::random::<[u8; 16]>())),
             bucket_id: bucket.id,
             key: key.to_string(),
             owner_id: new.owner_id,
@@ -1061,6 +1063,7 @@ impl ObjectStore for LocalStore {
         upload_id: &str,
         parts: Vec<CompletePart>,
         condition: &WriteCondition,
+        stamp: &CompleteAs,
     ) -> StoreResult<ObjectInfo> {
         let now = self.engine.clock.now_ms();
         let rec = self
@@ -1071,7 +1074,14 @@ impl ObjectStore for LocalStore {
                 upload_id,
                 condition,
                 bucket.versioning,
-                |upload, stored| multipart::assemble(upload, stored, &parts, now),
+                |upload, stored| {
+                    let mut rec = multipart::assemble(upload, stored, &parts, now)?;
+                    rec.user_meta.extend_from_slice(&stamp.user_meta);
+                    if let Some(t) = stamp.last_modified_ms {
+                        rec.last_modified_ms = t;
+                    }
+                    Ok(rec)
+                },
             )
             .await?;
         Ok(info_of(Arc::new(rec), shows_versions(bucket)))

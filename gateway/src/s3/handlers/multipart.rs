@@ -78,6 +78,7 @@ pub(super) async fn handle_create_multipart_upload(
         attrs,
         checksum: alg.filter(|_| stored_checksum),
         checksum_type: kind.filter(|_| stored_checksum).map(str::to_string),
+        upload_id: None,
     };
     let upload_id = state.store.create_upload(&b, key, new).await?.upload_id;
     let mut x = Xml::new();
@@ -300,7 +301,14 @@ pub(super) async fn handle_complete_multipart_upload(
         .collect();
     let obj = state
         .store
-        .complete_upload(&b, key, &upload.upload_id, parts, &cond)
+        .complete_upload(
+            &b,
+            key,
+            &upload.upload_id,
+            parts,
+            &cond,
+            &Default::default(),
+        )
         .await?;
     let mut x = Xml::new();
     x.root("CompleteMultipartUploadResult");

@@ -1,0 +1,612 @@
+//! Multipart uploads on a PG's chain, and copying one version of an object from another member.
+//!
+//! Every member of the chain keeps the upload in its local store under the id the gateway
+//! chose, and stores each part as it comes down the chain, so completing the upload is, on
+//! every member, the local store's own completion: no bytes copied. Completion is a chain write
+//! like a PUT (the head checks the condition, gives the version, the key stays locked while it
+//! goes down the chain). A member that lacks the upload or a part (it joined the chain after
+//! they were written) copies the completed version from the member before it instead, part by
+//! part, so its copy has the same parts, ETag and checksum.
+
+use super::{Fail, Node, NodeResp, OnePiece, answer, body_of_request, cv_of, json, meta_of};
+use crate::map::ClusterMap;
+use crate::placement::pg_of;
+use crate::wire::{
+    CV_HEADER, CV_META, PUT_HEADER, WireComplete, WireMeta, WirePart, WirePartPut, WireUpload,
+    WireUploadEntry, WireUploadPage, WireUploadState, encode,
+};
+use base64::Engine;
+use bytes::Bytes;
+use http::Method;
+use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::{
+    Bucket, CompleteAs, CompletePart, NewUpload, ObjectInfo, Part, PutObject, PutPart, StoreError,
+    UploadQuery, WriteCondition,
+};
+use std::collections::{HashMap, HashSet};
+
+/// What a chain step of an upload does (completion, a versioned write, is apart).
+enum Step {
+    Create(Box<WireUpload>),
+    Part {
+        number: u32,
+        put: WirePartPut,
+        body: Bytes,
+    },
+    Abort,
+}
+
+fn b64(v: &Option<String>) -> Result<Option<Vec<u8>>, StoreError> {
+    v.as_deref()
+        .map(|v| base64::engine::general_purpose::STANDARD.decode(v))
+        .transpose()
+        .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
+}
+
+fn algorithm(name: &Option<String>) -> Result<Option<ChecksumAlgorithm>, StoreError> {
+    name.as_deref()
+        .map(|n| {
+            ChecksumAlgorithm::from_name(n)
+                .ok_or_else(|| StoreError::Invalid(format!("unknown checksum {n}")))
+        })
+        .transpose()
+}
+
+pub fn wire_part(p: &Part) -> WirePart {
+    WirePart {
+        part_number: p.part_number,
+        etag: p.etag.clone(),
+        size: p.size,
+        last_modified_ms: p.last_modified_ms,
+        checksum: p
+            .checksum
+            .as_ref()
+            .map(|c| (c.algorithm.clone(), c.value.clone(), c.kind.clone())),
+    }
+}
+
+/// The parts a completion names, as the store takes them.
+pub fn complete_parts(wc: &WireComplete) -> Vec<CompletePart> {
+    wc.parts
+        .iter()
+        .map(|p| CompletePart {
+            part_number: p.number,
+            etag: p.etag.clone(),
+            checksums: p
+                .checksums
+                .iter()
+                .filter_map(|(a, v)| ChecksumAlgorithm::from_name(a).map(|a| (a, v.clone())))
+                .collect(),
+        })
+        .collect()
+}
+
+impl Node {
+    /// `/u/{bucket id}/{pg}/{key}?id=ID&...`: the upload routes (see `crate::wire`).
+    pub(super) async fn upload_route(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+        map: &ClusterMap,
+        (bid, pg, key): (u64, u32, &str),
+        q: &HashMap<String, String>,
+    ) -> Result<NodeResp, Fail> {
+        let Some(id) = q.get("id").cloned() else {
+            return Ok(answer(400, "no upload id"));
+        };
+        // A forwarded step carries the chain's version header (its value unused but for
+        // completion).
+        let hop: Option<u64> = req
+            .headers()
+            .get(CV_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+        let method = req.method().clone();
+        let step = match method {
+            Method::GET => return self.describe_upload(map, bid, pg, key, &id, q).await,
+            Method::POST if q.contains_key("complete") => {
+                let body = body_of_request(req, "completion").await?;
+                let wc: WireComplete = serde_json::from_slice(&body)
+                    .map_err(|e| StoreError::Invalid(format!("bad completion: {e}")))?;
+                let t = q.get("t").and_then(|v| v.parse().ok());
+                return self.complete(map, bid, pg, key, &id, hop, t, wc).await;
+            }
+            Method::POST if q.contains_key("create") => {
+                let body = body_of_request(req, "upload").await?;
+                Step::Create(
+                    serde_json::from_slice(&body)
+                        .map_err(|e| StoreError::Invalid(format!("bad upload: {e}")))?,
+                )
+            }
+            Method::PUT => {
+                let Some(number) = q.get("part").and_then(|v| v.parse().ok()) else {
+                    return Ok(answer(400, "no part number"));
+                };
+                let put: WirePartPut = req
+                    .headers()
+                    .get(PUT_HEADER)
+                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
+                    .ok_or_else(|| StoreError::Invalid("no part description".into()))?;
+                let body = body_of_request(req, "part").await?;
+                Step::Part { number, put, body }
+            }
+            Method::DELETE => Step::Abort,
+            _ => return Ok(answer(405, "method not allowed")),
+        };
+        self.upload_step(map, bid, pg, key, &id, hop.is_none(), step)
+            .await
+    }
+
+    /// Begins, adds a part to or aborts an upload here, then down the chain. A member that
+    /// lacks the upload (it joined the chain after the upload began) skips its parts and
+    /// abort: it copies the object if the upload completes.
+    #[allow(clippy::too_many_arguments)]
+    async fn upload_step(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        id: &str,
+        at_head: bool,
+        step: Step,
+    ) -> Result<NodeResp, Fail> {
+        let (chain, pos) = self.chain_position(map, pg, at_head)?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let lacks = |e: &StoreError| !at_head && matches!(e, StoreError::NoSuchUpload);
+        let path = format!("/u/{bid}/{pg}/{}?id={}", encode(key), encode(id));
+        let mut headers = vec![(CV_HEADER, "0".to_string())];
+        let (out, method, path, body) = match step {
+            Step::Create(up) => {
+                let checksum = algorithm(&up.checksum)?;
+                let new = NewUpload {
+                    owner_id: up.owner_id.clone(),
+                    initiated_ms: up.initiated_ms,
+                    attrs: up.put.attrs(),
+                    checksum,
+                    checksum_type: up.checksum_type.clone(),
+                    upload_id: Some(id.to_string()),
+                };
+                self.store.create_upload(&objects, key, new).await?;
+                let body =
+                    serde_json::to_vec(&up).map_err(|e| StoreError::internal("upload", e))?;
+                (
+                    answer(200, Bytes::new()),
+                    Method::POST,
+                    format!("{path}&create"),
+                    Bytes::from(body),
+                )
+            }
+            Step::Part { number, put, body } => {
+                let md5 = b64(&put.content_md5)?
+                    .map(|v| <[u8; 16]>::try_from(v.as_slice()))
+                    .transpose()
+                    .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))?;
+                let stored = self
+                    .store
+                    .upload_part(
+                        &objects,
+                        key,
+                        id,
+                        number,
+                        &mut OnePiece(Some(body.clone())),
+                        PutPart {
+                            checksum: algorithm(&put.checksum)?,
+                            expected_checksum: b64(&put.expected_checksum)?,
+                            content_md5: md5,
+                        },
+                    )
+                    .await;
+                let out = match stored {
+                    Ok(p) => json(200, &wire_part(&p)),
+                    Err(e) if lacks(&e) => answer(200, Bytes::new()),
+                    Err(e) => return Err(e.into()),
+                };
+                headers.push((
+                    PUT_HEADER,
+                    serde_json::to_string(&put).map_err(|e| StoreError::internal("part", e))?,
+                ));
+                (out, Method::PUT, format!("{path}&part={number}"), body)
+            }
+            Step::Abort => {
+                match self.store.abort_upload(&objects, key, id).await {
+                    Err(e) if lacks(&e) => {}
+                    r => r?,
+                }
+                (
+                    answer(204, Bytes::new()),
+                    Method::DELETE,
+                    path,
+                    Bytes::new(),
+                )
+            }
+        };
+        self.forward(map, chain, pos, method, &path, &headers, body)
+            .await?;
+        Ok(out)
+    }
+
+    /// CompleteMultipartUpload on the chain: a versioned write, as `Node::write` does a PUT.
+    /// The head checks the condition and gives the version and the time (`t`, passed down
+    /// so every copy shows the same one).
+    #[allow(clippy::too_many_arguments)]
+    async fn complete(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        id: &str,
+        cv: Option<u64>,
+        t: Option<i64>,
+        wc: WireComplete,
+    ) -> Result<NodeResp, Fail> {
+        let at_head = cv.is_none();
+        let (chain, pos) = self.chain_position(map, pg, at_head)?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let tombs = self.local_bucket(format!("t-{bid}")).await?;
+        let guard = self.lock_of(bid, key).lock().await;
+        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
+        let have = obj.as_ref().map_or(0, cv_of).max(tomb);
+        let cv = cv.unwrap_or_else(|| self.next_cv(have));
+        let t = t.unwrap_or_else(|| (super::now_micros() / 1000) as i64);
+        let mut meta = obj.as_ref().map(meta_of);
+        if cv > have {
+            if let Ok(mut d) = self.dirty.lock() {
+                d.insert((bid, key.to_string()), cv);
+            }
+            let condition = match at_head {
+                // Decided once, at the head, against its committed copy.
+                true => WriteCondition {
+                    if_none_match_any: wc.if_none_match_any,
+                    if_match: wc.if_match.clone(),
+                },
+                false => WriteCondition::default(),
+            };
+            let stamp = CompleteAs {
+                last_modified_ms: Some(t),
+                user_meta: vec![(CV_META.to_string(), cv.to_string())],
+            };
+            let done = self
+                .store
+                .complete_upload(&objects, key, id, complete_parts(&wc), &condition, &stamp)
+                .await;
+            let info = match done {
+                Ok(info) => Ok(info),
+                // This member missed the upload or a part (it joined the chain after they were
+                // written): it copies the version the member before it made.
+                Err(
+                    StoreError::NoSuchUpload
+                    | StoreError::InvalidPart(_)
+                    | StoreError::InvalidPartOrder
+                    | StoreError::EntityTooSmall,
+                ) if !at_head => {
+                    let _ = self.store.abort_upload(&objects, key, id).await;
+                    tracing::info!(
+                        key,
+                        cv,
+                        from = %chain[pos - 1],
+                        "completing an upload this node lacks parts of: copying the object"
+                    );
+                    self.pull_version(map, &chain[pos - 1], &objects, bid, pg, key, cv)
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            };
+            let info = match info {
+                Ok(i) => i,
+                Err(e) => {
+                    self.clear_dirty(bid, key, cv);
+                    return Err(e);
+                }
+            };
+            if tomb > 0 {
+                self.store.delete_object(&tombs, key).await?;
+            }
+            meta = Some(meta_of(&info));
+        } else {
+            // A newer write of the key is here already: the upload's parts are not needed.
+            let _ = self.store.abort_upload(&objects, key, id).await;
+        }
+        let mut wc = wc;
+        wc.if_match = None;
+        wc.if_none_match_any = false;
+        let body = serde_json::to_vec(&wc).map_err(|e| StoreError::internal("completion", e))?;
+        let path = format!(
+            "/u/{bid}/{pg}/{}?id={}&complete&t={t}",
+            encode(key),
+            encode(id)
+        );
+        self.forward(
+            map,
+            chain,
+            pos,
+            Method::POST,
+            &path,
+            &[(CV_HEADER, cv.to_string())],
+            Bytes::from(body),
+        )
+        .await?;
+        self.clear_dirty(bid, key, cv);
+        drop(guard);
+        let mut meta = meta.ok_or(StoreError::NoSuchKey)?;
+        meta.cv = meta.cv.max(cv);
+        Ok(json(200, &meta))
+    }
+
+    /// An upload and, with `parts`, a page of its parts, from the head (which holds every part
+    /// the chain acknowledged).
+    async fn describe_upload(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        id: &str,
+        q: &HashMap<String, String>,
+    ) -> Result<NodeResp, Fail> {
+        if map.chain(pg).first() != Some(&self.id) {
+            return Err(Fail::Refused(format!("not the head of PG {pg}")));
+        }
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let up = self
+            .store
+            .upload(&objects, key, id)
+            .await?
+            .ok_or(StoreError::NoSuchUpload)?;
+        let (parts, truncated) = match q.contains_key("parts") {
+            true => {
+                let after = q.get("after").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let max = q
+                    .get("max")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(1000usize)
+                    .clamp(1, 10_000);
+                self.store.list_parts(&up, &objects, after, max).await?
+            }
+            false => (Vec::new(), false),
+        };
+        Ok(json(
+            200,
+            &WireUploadState {
+                owner_id: up.owner_id,
+                initiated_ms: up.initiated_ms,
+                storage_class: up.storage_class,
+                checksum: up.checksum.map(|a| a.name().to_string()),
+                checksum_type: up.checksum_type,
+                envelope: up.envelope,
+                parts: parts.iter().map(wire_part).collect(),
+                truncated,
+            },
+        ))
+    }
+
+    /// `/ul/{bucket id}?pgs=..&prefix=..&key=..&id=..&max=..`: this node's uploads in progress
+    /// of the PGs asked (those it heads), after the key and upload id given.
+    pub(super) async fn list_uploads(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        q: &HashMap<String, String>,
+    ) -> Result<WireUploadPage, Fail> {
+        let pgs: HashSet<u32> = q
+            .get("pgs")
+            .map(|s| s.split(',').filter_map(|p| p.parse().ok()).collect())
+            .unwrap_or_default();
+        let max: usize = q
+            .get("max")
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(1000)
+            .clamp(1, 10_000);
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let mut query = UploadQuery {
+            prefix: q.get("prefix").cloned().unwrap_or_default(),
+            delimiter: None,
+            key_marker: q.get("key").cloned(),
+            upload_id_marker: q.get("id").cloned(),
+            max_uploads: 1000,
+        };
+        let mut page = WireUploadPage::default();
+        loop {
+            let local = self.store.list_uploads(&objects, &query).await?;
+            for u in &local.uploads {
+                query.key_marker = Some(u.key.clone());
+                query.upload_id_marker = Some(u.upload_id.clone());
+                if !pgs.contains(&pg_of(bid, &u.key, map.pgs)) {
+                    continue;
+                }
+                if page.uploads.len() >= max {
+                    page.truncated = true;
+                    return Ok(page);
+                }
+                page.uploads.push(WireUploadEntry {
+                    key: u.key.clone(),
+                    upload_id: u.upload_id.clone(),
+                    owner_id: u.owner_id.clone(),
+                    initiated_ms: u.initiated_ms,
+                    storage_class: u.storage_class.clone(),
+                    checksum: u.checksum.map(|a| a.name().to_string()),
+                    checksum_type: u.checksum_type.clone(),
+                });
+            }
+            if !local.truncated {
+                return Ok(page);
+            }
+        }
+    }
+
+    /// Copies version `cv` of a key from member `from` (the one before this node in the chain,
+    /// which made it and holds the key locked until this node answers).
+    #[allow(clippy::too_many_arguments)]
+    async fn pull_version(
+        &self,
+        map: &ClusterMap,
+        from: &str,
+        objects: &Bucket,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: u64,
+    ) -> Result<ObjectInfo, Fail> {
+        let addr = map
+            .addr(from)
+            .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {from}")))?;
+        let path = format!("/o/{bid}/{pg}/{}?meta&any&pull", encode(key));
+        let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
+        let ans = self
+            .fetch(addr, &path, map.epoch)
+            .await
+            .map_err(unavailable)?;
+        if ans.status != 200 {
+            return Err(ans.error().await.into());
+        }
+        let meta: WireMeta = ans.json().await?;
+        if meta.cv != cv {
+            return Err(unavailable(format!(
+                "{from} has version {} of {key}, not {cv}",
+                meta.cv
+            )));
+        }
+        self.copy_version(map, addr, objects, bid, pg, key, &meta)
+            .await
+    }
+
+    /// Stores here the version `meta` describes, its bytes read from the member at `addr`:
+    /// an object of one part in one write checked against the source's MD5; a multipart object
+    /// as an upload of the same parts, so the copy has the same ETag, parts and checksum. The
+    /// caller holds the key's lock. `Fail::Refused` when the source no longer has that version.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn copy_version(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        objects: &Bucket,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        meta: &WireMeta,
+    ) -> Result<ObjectInfo, Fail> {
+        let range = |start: u64, end: u64| async move {
+            let path = format!(
+                "/o/{bid}/{pg}/{}?cv={}&start={start}&end={end}",
+                encode(key),
+                meta.cv
+            );
+            let ans = self
+                .fetch(addr, &path, map.epoch)
+                .await
+                .map_err(|why| Fail::Store(StoreError::Unavailable(why)))?;
+            if ans.status == 409 {
+                return Err(Fail::Refused(format!("{key}: overwritten on the source")));
+            }
+            if ans.status != 200 {
+                return Err(ans.error().await.into());
+            }
+            let body = ans.bytes().await?;
+            if body.len() as u64 != end - start {
+                return Err(Fail::Store(StoreError::Unavailable(format!(
+                    "{key}: a short copy from {addr}"
+                ))));
+            }
+            Ok(body)
+        };
+        let mut attrs = meta.put.attrs();
+        attrs
+            .user_meta
+            .push((CV_META.to_string(), meta.cv.to_string()));
+        let checksum = meta
+            .checksum
+            .as_ref()
+            .and_then(|(a, _, _)| ChecksumAlgorithm::from_name(a));
+        if meta.part_sizes.is_empty() {
+            let body = range(0, meta.size).await?;
+            let md5 = hex::decode(&meta.etag)
+                .ok()
+                .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
+            let info = self
+                .store
+                .put_object(
+                    objects,
+                    key,
+                    &mut OnePiece(Some(body)),
+                    PutObject {
+                        attrs,
+                        checksum,
+                        // The copy is checked against the source's MD5 as it is stored.
+                        content_md5: md5,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            return Ok(info);
+        }
+        let last_modified_ms = attrs.last_modified_ms;
+        let up = self
+            .store
+            .create_upload(
+                objects,
+                key,
+                NewUpload {
+                    owner_id: "packrat-cluster".into(),
+                    initiated_ms: last_modified_ms,
+                    attrs,
+                    checksum,
+                    checksum_type: meta.checksum.as_ref().map(|(_, _, kind)| kind.clone()),
+                    upload_id: None,
+                },
+            )
+            .await?;
+        let copied = async {
+            let mut named = Vec::with_capacity(meta.part_sizes.len());
+            let mut start = 0;
+            for (i, size) in meta.part_sizes.iter().enumerate() {
+                let body = range(start, start + size).await?;
+                start += size;
+                let part = self
+                    .store
+                    .upload_part(
+                        objects,
+                        key,
+                        &up.upload_id,
+                        i as u32 + 1,
+                        &mut OnePiece(Some(body)),
+                        PutPart::default(),
+                    )
+                    .await?;
+                named.push(CompletePart {
+                    part_number: part.part_number,
+                    etag: part.etag,
+                    checksums: Vec::new(),
+                });
+            }
+            let stamp = CompleteAs {
+                last_modified_ms: Some(last_modified_ms),
+                user_meta: Vec::new(),
+            };
+            let info = self
+                .store
+                .complete_upload(
+                    objects,
+                    key,
+                    &up.upload_id,
+                    named,
+                    &WriteCondition::default(),
+                    &stamp,
+                )
+                .await?;
+            if info.etag != meta.etag {
+                // The parts' MD5s differ from the source's: the bytes read are not its bytes.
+                self.store.delete_object(objects, key).await?;
+                return Err(Fail::Store(StoreError::Unavailable(format!(
+                    "{key}: the copy's ETag {} is not the source's {}",
+                    info.etag, meta.etag
+                ))));
+            }
+            Ok(info)
+        }
+        .await;
+        if copied.is_err() {
+            let _ = self.store.abort_upload(objects, key, &up.upload_id).await;
+        }
+        copied
+    }
+}
