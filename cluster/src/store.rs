@@ -11,8 +11,8 @@
 //! up to [`FAILOVER_WAIT`]; after that it fails with 503 (`Unavailable`).
 //!
 //! Not yet through a cluster (answered with an error that says so, and listed in the README):
-//! multipart uploads, batch GET and PUT, epoch streams, storage tiers, and the admin jobs
-//! (compaction, scrub, tier runs), which run on each node.
+//! batch PUT, TAR members, storage tiers, and the admin jobs (compaction, scrub, tier runs),
+//! which run on each node.
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
