@@ -3,7 +3,8 @@
 # the same loads against `packrat serve` (embedded) and against one gateway in front of three
 # nodes with R=3, all on loopback. On 2 cores, throughput cannot grow with nodes, so the figure
 # is cost: CPU per operation (gateway + nodes, etcd shown apart), and the latency at 64
-# connections; a batch GET of 1,000 random keys per request (4 connections) counted per sample.
+# connections; a batch GET of 1,000 random keys per request (4 connections) counted per sample;
+# multipart uploads of 32 MiB in 8 MiB parts (2 connections), counted per MiB.
 # Prints a table (and the JSON lines in $work/results.jsonl with KEEP=1).
 #
 #   bench/cluster.sh
@@ -67,6 +68,9 @@ loads() { # label endpoint "pids"
   run "$1" "$2" "$3" --workload get
   run "$1" "$2" "$3" --workload put
   RUN_CONC=4 run "$1" "$2" "$3" --workload batch --batch-order request --batch-size 1000
+  # Multipart uploads of 32 MiB objects in 8 MiB parts, 2 at a time (the keys rewritten in turn).
+  RUN_CONC=2 run "$1" "$2" "$3" --workload multipart --size "${MP_SIZE:-32MiB}" --part-size 8MiB \
+    --prefix mp/
 }
 
 # Embedded.
@@ -119,6 +123,13 @@ for w in ("get", "put", "batch"):
           f"{e['cpu_us_per_op']:>13.0f} {c['cpu_us_per_op']:>12.0f} "
           f"{c['cpu_us_per_op'] / e['cpu_us_per_op']:>6.2f} {e['latency_us_p99'] / 1000:>10.1f} "
           f"{c['latency_us_p99'] / 1000:>9.1f}")
+e, c = by[("embedded", "multipart")], by[("cluster", "multipart")]
+mib = e["size_bytes"] / (1 << 20)
+print(f"multipart uploads of {mib:.0f} MiB in 8 MiB parts, 2 at a time: "
+      f"embedded {e['mb_per_sec']:.0f} MB/s, {e['cpu_us_per_op'] / mib / 1000:.2f} CPU ms/MiB; "
+      f"cluster {c['mb_per_sec']:.0f} MB/s, {c['cpu_us_per_op'] / mib / 1000:.2f} CPU ms/MiB "
+      f"(ratio {c['cpu_us_per_op'] / e['cpu_us_per_op']:.2f}); "
+      f"p99 {e['latency_us_p99'] / 1000:.0f} / {c['latency_us_p99'] / 1000:.0f} ms")
 print(f"etcd during the cluster loads: {float(sys.argv[3]) - float(sys.argv[2]):.2f} CPU s; "
       f"errors: {sum(r['errors'] for r in rows)}")
 EOF

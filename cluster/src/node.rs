@@ -1190,19 +1190,28 @@ impl Node {
                     continue;
                 }
             }
-            let _g = self.lock_of(bid, &o.key).lock().await;
-            let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
-            if meta.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
-                continue;
-            }
-            match self
-                .copy_version(map, addr, &objects, bid, pg, &o.key, &meta)
+            // The bytes are read without the key's lock; the copy is made visible under it
+            // if it is still newer than what this node has.
+            let staged = match self
+                .stage_version(map, addr, &objects, bid, pg, &o.key, &meta)
                 .await
             {
-                Ok(_) => {}
+                Ok(s) => s,
                 // Overwritten meanwhile: the newer write reaches this node by the chain.
                 Err(Fail::Refused(_)) => continue,
                 Err(Fail::Store(err)) => return Err(format!("{}: {err}", o.key)),
+            };
+            let _g = self.lock_of(bid, &o.key).lock().await;
+            let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
+            if meta.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
+                self.drop_staged(&objects, &o.key, staged).await;
+                continue;
+            }
+            if let Err(f) = self.commit_version(&objects, &o.key, &meta, staged).await {
+                return Err(match f {
+                    Fail::Refused(r) => format!("{}: {r}", o.key),
+                    Fail::Store(err) => format!("{}: {err}", o.key),
+                });
             }
             if tomb > 0 {
                 self.store.delete_object(&tombs, &o.key).await.map_err(e)?;

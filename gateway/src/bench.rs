@@ -32,6 +32,10 @@ pub enum Workload {
     /// packrat epoch streams: each connection streams shard i of `--concurrency` of the
     /// prefix once (one whole epoch in all); samples are the TAR entries received.
     Stream,
+    /// Multipart uploads: each operation uploads one object of `--size` in parts of
+    /// `--part-size` (CreateMultipartUpload, the parts one after another on the connection,
+    /// CompleteMultipartUpload).
+    Multipart,
     /// A soak: 60% GET, 25% PUT, 10% DELETE, 5% LIST (one 100-key page) of random keys. A GET
     /// of a key deleted meanwhile (404) is expected; any other failure is an error.
     Soak,
@@ -102,6 +106,9 @@ pub struct BenchArgs {
     /// GETs open them: what encryption costs, against a run without.
     #[arg(long)]
     pub sse: bool,
+    /// Part size of the multipart workload (at least 5 MiB, S3's minimum but for the last).
+    #[arg(long, default_value = "8MiB", value_parser = parse_size)]
+    pub part_size: u64,
     /// Turn versioning on for the bucket before the workload, so every PUT keeps the version
     /// it replaces: what versioning costs, against a run without.
     #[arg(long)]
@@ -736,6 +743,60 @@ fn put_headers(args: &BenchArgs) -> &'static [(&'static str, &'static str)] {
     }
 }
 
+/// One multipart upload of key `i` (see [`Workload::Multipart`]): (success, bytes sent).
+/// The parts' ETags are their MD5s, computed here.
+async fn multipart_op(
+    client: &Client,
+    conn: &mut Conn,
+    args: &BenchArgs,
+    payload: &Bytes,
+    i: u64,
+) -> Result<(bool, u64), String> {
+    use md5::Digest as _;
+    use std::fmt::Write as _;
+    let path = key_path(&args.bucket, &args.prefix, i);
+    let created = client
+        .request(conn, Method::POST, &path, "uploads=", Bytes::new())
+        .await?;
+    let text = String::from_utf8_lossy(&created.body);
+    let upload_id = match (text.find("<UploadId>"), text.find("</UploadId>")) {
+        (Some(a), Some(b)) if created.ok => text[a + "<UploadId>".len()..b].to_string(),
+        _ => return Ok((false, 0)),
+    };
+    let body = unique_body(payload, i);
+    let part_size = (args.part_size.max(1) as usize).min(body.len().max(1));
+    let mut xml = String::from("<CompleteMultipartUpload>");
+    for (n, start) in (0..body.len()).step_by(part_size).enumerate() {
+        let part = body.slice(start..(start + part_size).min(body.len()));
+        let etag = hex::encode(md5::Md5::digest(&part));
+        let query = format!("partNumber={}&uploadId={upload_id}", n + 1);
+        let sent = client
+            .request(conn, Method::PUT, &path, &query, part)
+            .await?;
+        if !sent.ok {
+            return Ok((false, 0));
+        }
+        let _ = write!(
+            xml,
+            "<Part><PartNumber>{}</PartNumber><ETag>\"{etag}\"</ETag></Part>",
+            n + 1
+        );
+    }
+    xml.push_str("</CompleteMultipartUpload>");
+    let done = client
+        .request(
+            conn,
+            Method::POST,
+            &path,
+            &format!("uploadId={upload_id}"),
+            Bytes::from(xml),
+        )
+        .await?;
+    // CompleteMultipartUpload may answer 200 with an error in the body.
+    let ok = done.ok && !String::from_utf8_lossy(&done.body).contains("<Error>");
+    Ok((ok, body.len() as u64))
+}
+
 /// One object operation on key `i`: (success, bytes moved). A GET counts as failed unless
 /// the whole object came back.
 async fn object_op(
@@ -816,6 +877,10 @@ async fn worker(
                     chooser.pick(&mut rng),
                 )
                 .await?
+            }
+            Workload::Multipart => {
+                let i = n % args.keys.max(1);
+                multipart_op(&client, &mut conn, &args, &payload, i).await?
             }
             Workload::Head => {
                 object_op(

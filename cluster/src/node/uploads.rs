@@ -25,6 +25,22 @@ use packrat_store_api::{
 };
 use std::collections::{HashMap, HashSet};
 
+/// A copy of a version read from another member, not yet visible here (see
+/// [`Node::stage_version`]).
+pub(super) enum Staged {
+    Whole(Bytes),
+    Parts {
+        upload_id: String,
+        named: Vec<CompletePart>,
+    },
+}
+
+fn checksum_of(meta: &WireMeta) -> Option<ChecksumAlgorithm> {
+    meta.checksum
+        .as_ref()
+        .and_then(|(a, _, _)| ChecksumAlgorithm::from_name(a))
+}
+
 /// What a chain step of an upload does (completion, a versioned write, is apart).
 enum Step {
     Create(Box<WireUpload>),
@@ -470,12 +486,10 @@ impl Node {
             .await
     }
 
-    /// Stores here the version `meta` describes, its bytes read from the member at `addr`:
-    /// an object of one part in one write checked against the source's MD5; a multipart object
-    /// as an upload of the same parts, so the copy has the same ETag, parts and checksum. The
-    /// caller holds the key's lock. `Fail::Refused` when the source no longer has that version.
+    /// Stores here the version `meta` describes, its bytes read from the member at `addr`
+    /// (see [`Node::stage_version`]); the caller holds the key's lock.
     #[allow(clippy::too_many_arguments)]
-    pub(super) async fn copy_version(
+    async fn copy_version(
         &self,
         map: &ClusterMap,
         addr: &str,
@@ -485,6 +499,28 @@ impl Node {
         key: &str,
         meta: &WireMeta,
     ) -> Result<ObjectInfo, Fail> {
+        let staged = self
+            .stage_version(map, addr, objects, bid, pg, key, meta)
+            .await?;
+        self.commit_version(objects, key, meta, staged).await
+    }
+
+    /// Reads the version `meta` describes from the member at `addr` and readies it here
+    /// without making it visible, so a resync holds no key's lock while bytes travel: an
+    /// object of one part is held in memory; a multipart object becomes an upload of the same
+    /// part sizes, so the copy has the same ETag, parts and checksum. `Fail::Refused` when
+    /// the source no longer has that version.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn stage_version(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        objects: &Bucket,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        meta: &WireMeta,
+    ) -> Result<Staged, Fail> {
         let range = |start: u64, end: u64| async move {
             let path = format!(
                 "/o/{bid}/{pg}/{}?cv={}&start={start}&end={end}",
@@ -509,37 +545,13 @@ impl Node {
             }
             Ok(body)
         };
+        if meta.part_sizes.is_empty() {
+            return Ok(Staged::Whole(range(0, meta.size).await?));
+        }
         let mut attrs = meta.put.attrs();
         attrs
             .user_meta
             .push((CV_META.to_string(), meta.cv.to_string()));
-        let checksum = meta
-            .checksum
-            .as_ref()
-            .and_then(|(a, _, _)| ChecksumAlgorithm::from_name(a));
-        if meta.part_sizes.is_empty() {
-            let body = range(0, meta.size).await?;
-            let md5 = hex::decode(&meta.etag)
-                .ok()
-                .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
-            let info = self
-                .store
-                .put_object(
-                    objects,
-                    key,
-                    &mut OnePiece(Some(body)),
-                    PutObject {
-                        attrs,
-                        checksum,
-                        // The copy is checked against the source's MD5 as it is stored.
-                        content_md5: md5,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-            return Ok(info);
-        }
-        let last_modified_ms = attrs.last_modified_ms;
         let up = self
             .store
             .create_upload(
@@ -547,15 +559,16 @@ impl Node {
                 key,
                 NewUpload {
                     owner_id: "packrat-cluster".into(),
-                    initiated_ms: last_modified_ms,
+                    initiated_ms: attrs.last_modified_ms,
                     attrs,
-                    checksum,
+                    checksum: checksum_of(meta),
                     checksum_type: meta.checksum.as_ref().map(|(_, _, kind)| kind.clone()),
                     upload_id: None,
                 },
             )
             .await?;
-        let copied = async {
+        let upload_id = up.upload_id;
+        let parts = async {
             let mut named = Vec::with_capacity(meta.part_sizes.len());
             let mut start = 0;
             for (i, size) in meta.part_sizes.iter().enumerate() {
@@ -566,7 +579,7 @@ impl Node {
                     .upload_part(
                         objects,
                         key,
-                        &up.upload_id,
+                        &upload_id,
                         i as u32 + 1,
                         &mut OnePiece(Some(body)),
                         PutPart::default(),
@@ -578,35 +591,92 @@ impl Node {
                     checksums: Vec::new(),
                 });
             }
-            let stamp = CompleteAs {
-                last_modified_ms: Some(last_modified_ms),
-                user_meta: Vec::new(),
-            };
-            let info = self
-                .store
-                .complete_upload(
-                    objects,
-                    key,
-                    &up.upload_id,
-                    named,
-                    &WriteCondition::default(),
-                    &stamp,
-                )
-                .await?;
-            if info.etag != meta.etag {
-                // The parts' MD5s differ from the source's: the bytes read are not its bytes.
-                self.store.delete_object(objects, key).await?;
-                return Err(Fail::Store(StoreError::Unavailable(format!(
-                    "{key}: the copy's ETag {} is not the source's {}",
-                    info.etag, meta.etag
-                ))));
-            }
-            Ok(info)
+            Ok(named)
         }
         .await;
-        if copied.is_err() {
-            let _ = self.store.abort_upload(objects, key, &up.upload_id).await;
+        match parts {
+            Ok(named) => Ok(Staged::Parts { upload_id, named }),
+            Err(e) => {
+                let _ = self.store.abort_upload(objects, key, &upload_id).await;
+                Err(e)
+            }
         }
-        copied
+    }
+
+    /// Makes a staged copy the key's object here (the caller holds the key's lock and has
+    /// checked that the version is newer than what this node has).
+    pub(super) async fn commit_version(
+        &self,
+        objects: &Bucket,
+        key: &str,
+        meta: &WireMeta,
+        staged: Staged,
+    ) -> Result<ObjectInfo, Fail> {
+        let mut attrs = meta.put.attrs();
+        attrs
+            .user_meta
+            .push((CV_META.to_string(), meta.cv.to_string()));
+        let (upload_id, named) = match staged {
+            Staged::Whole(body) => {
+                let md5 = hex::decode(&meta.etag)
+                    .ok()
+                    .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
+                let info = self
+                    .store
+                    .put_object(
+                        objects,
+                        key,
+                        &mut OnePiece(Some(body)),
+                        PutObject {
+                            attrs,
+                            checksum: checksum_of(meta),
+                            // The copy is checked against the source's MD5 as it is stored.
+                            content_md5: md5,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                return Ok(info);
+            }
+            Staged::Parts { upload_id, named } => (upload_id, named),
+        };
+        let stamp = CompleteAs {
+            last_modified_ms: Some(attrs.last_modified_ms),
+            user_meta: Vec::new(),
+        };
+        let done = self
+            .store
+            .complete_upload(
+                objects,
+                key,
+                &upload_id,
+                named,
+                &WriteCondition::default(),
+                &stamp,
+            )
+            .await;
+        let info = match done {
+            Ok(info) => info,
+            Err(e) => {
+                let _ = self.store.abort_upload(objects, key, &upload_id).await;
+                return Err(e.into());
+            }
+        };
+        if info.etag != meta.etag {
+            // The parts' MD5s differ from the source's: the bytes read are not its bytes.
+            self.store.delete_object(objects, key).await?;
+            return Err(Fail::Store(StoreError::Unavailable(format!(
+                "{key}: the copy's ETag {} is not the source's {}",
+                info.etag, meta.etag
+            ))));
+        }
+        Ok(info)
+    }
+
+    /// Drops a staged copy that is not needed after all.
+    pub(super) async fn drop_staged(&self, objects: &Bucket, key: &str, staged: Staged) {
+        if let Staged::Parts { upload_id, .. } = staged {
+            let _ = self.store.abort_upload(objects, key, &upload_id).await;
+        }
     }
 }
