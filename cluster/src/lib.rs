@@ -165,6 +165,7 @@ pub async fn run_node(
     store: Arc<dyn packrat_store_api::ObjectStore>,
     listener: tokio::net::TcpListener,
     tombstone_keep: Duration,
+    lifecycle: node::LifecycleSchedule,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let secret = etcd.secret().await?;
@@ -174,6 +175,7 @@ pub async fn run_node(
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));
     tokio::spawn(node.clone().collect_tombstones());
+    tokio::spawn(node.clone().lifecycle_loop(etcd.clone(), lifecycle));
     node.serve(listener, stop).await;
     // Leave at once rather than when the lease runs out.
     let _ = etcd.client.clone().lease_revoke(lease).await;

@@ -36,6 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod lifecycle;
+pub use lifecycle::LifecycleSchedule;
 mod uploads;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
@@ -343,12 +345,12 @@ impl Node {
                     .ok_or_else(|| StoreError::Invalid("no write description".into()))?;
                 let body = body_of_request(req, "write").await?;
                 let meta = self
-                    .write(&map, bid, pg, &key, cv, Some((put, body)))
+                    .write(&map, bid, pg, &key, cv, Some((put, body)), None)
                     .await?;
                 Ok(json(200, &meta))
             }
             Method::DELETE => {
-                self.write(&map, bid, pg, &key, cv, None).await?;
+                self.write(&map, bid, pg, &key, cv, None, None).await?;
                 Ok(answer(204, Bytes::new()))
             }
             Method::GET if q.contains_key("meta") => {
@@ -484,6 +486,9 @@ impl Node {
 
     /// A chain write (`Some((put, body))`) or delete (`None`): applied here if newer than
     /// what this node has, then forwarded to the next member; answers once the chain has.
+    /// `expect` (at the head): only if the key's version here is still that one, else
+    /// `PreconditionFailed` (a lifecycle expiration of the version it evaluated).
+    #[allow(clippy::too_many_arguments)]
     async fn write(
         &self,
         map: &ClusterMap,
@@ -492,6 +497,7 @@ impl Node {
         key: &str,
         cv: Option<u64>,
         put: Option<(WirePut, Bytes)>,
+        expect: Option<u64>,
     ) -> Result<Option<WireMeta>, Fail> {
         let at_head = cv.is_none();
         let (chain, pos) = self.chain_position(map, pg, at_head)?;
@@ -500,6 +506,9 @@ impl Node {
         let guard = self.lock_of(bid, key).lock().await;
         let (obj, tomb) = self.current(&objects, &tombs, key).await?;
         let have = obj.as_ref().map_or(0, cv_of).max(tomb);
+        if at_head && expect.is_some_and(|v| v != have) {
+            return Err(StoreError::PreconditionFailed.into());
+        }
         let cv = match cv {
             Some(v) => v,
             None => self.next_cv(have),

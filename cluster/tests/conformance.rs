@@ -129,6 +129,7 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
                 Arc::new(store.store),
                 listener,
                 Duration::from_secs(600),
+                Default::default(),
                 std::future::pending(),
             )
             .await

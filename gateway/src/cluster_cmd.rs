@@ -33,6 +33,9 @@ pub struct NodeArgs {
     /// catches up, by the object's absence.
     #[arg(long, env = "PACKRAT_TOMBSTONE_KEEP", default_value_t = 600)]
     tombstone_keep: u64,
+    /// Apply lifecycle rules as if this many days had passed (tests and previews only).
+    #[arg(long, default_value_t = 0, hide = true)]
+    lifecycle_days_ahead: u32,
     #[command(flatten)]
     logging: LogArgs,
     #[command(flatten)]
@@ -146,7 +149,22 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         incarnation: chrono::Utc::now().timestamp_micros().max(1) as u64,
     };
     let keep = std::time::Duration::from_secs(args.tombstone_keep);
-    packrat_cluster::run_node(etcd, entry, Arc::new(opened.store), listener, keep, stop).await?;
+    // The node applies the buckets' lifecycle rules to the PGs it heads as often as a
+    // server's tier worker runs (`--tier-interval`).
+    let lifecycle = packrat_cluster::node::LifecycleSchedule {
+        every: std::time::Duration::from_secs(args.storage.tier_interval),
+        days_ahead: args.lifecycle_days_ahead,
+    };
+    packrat_cluster::run_node(
+        etcd,
+        entry,
+        Arc::new(opened.store),
+        listener,
+        keep,
+        lifecycle,
+        stop,
+    )
+    .await?;
     tracing::info!("stopped");
     Ok(())
 }

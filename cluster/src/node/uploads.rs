@@ -42,7 +42,7 @@ fn checksum_of(meta: &WireMeta) -> Option<ChecksumAlgorithm> {
 }
 
 /// What a chain step of an upload does (completion, a versioned write, is apart).
-enum Step {
+pub(super) enum Step {
     Create(Box<WireUpload>),
     Part {
         number: u32,
@@ -156,7 +156,7 @@ impl Node {
     /// lacks the upload (it joined the chain after the upload began) skips its parts and
     /// abort: it copies the object if the upload completes.
     #[allow(clippy::too_many_arguments)]
-    async fn upload_step(
+    pub(super) async fn upload_step(
         &self,
         map: &ClusterMap,
         bid: u64,

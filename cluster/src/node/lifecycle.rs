@@ -1,0 +1,183 @@
+//! Bucket lifecycle rules in a cluster: each node applies them to the PGs it heads, so every
+//! object is looked at by one node. An expiration is a chain delete made only if the key still
+//! has the version evaluated (a write that lands meanwhile is never expired by an older
+//! judgement); AbortIncompleteMultipartUpload is a chain abort. Transitions need storage tiers,
+//! which a cluster does not have yet: its gateways refuse rules that name another storage class.
+
+use super::uploads::Step;
+use super::{Fail, Node, cv_of, now_micros};
+use crate::map::{ClusterMap, Etcd, bucket_records};
+use crate::placement::pg_of;
+use packrat_store_api::lifecycle::{self, Action, Rule};
+use packrat_store_api::{StoreError, UploadQuery};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// When a node applies the lifecycle rules.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LifecycleSchedule {
+    /// Between passes; zero: never.
+    pub every: Duration,
+    /// Rules are evaluated as if this many days had passed (tests and previews, as
+    /// `packrat admin tier run --days-ahead` on one server); 0 in production.
+    pub days_ahead: u32,
+}
+
+/// What one pass did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct LifecyclePass {
+    pub expired: usize,
+    pub aborted: usize,
+}
+
+impl Node {
+    /// Applies the buckets' lifecycle rules on `when`'s schedule for the node's life.
+    pub async fn lifecycle_loop(self: Arc<Self>, etcd: Etcd, when: LifecycleSchedule) {
+        if when.every.is_zero() {
+            return;
+        }
+        loop {
+            tokio::time::sleep(when.every).await;
+            let now_ms = (now_micros() / 1000) as i64 + i64::from(when.days_ahead) * 86_400_000;
+            match self.lifecycle_once(&etcd, now_ms).await {
+                Ok(p) if p == LifecyclePass::default() => {}
+                Ok(p) => tracing::info!(
+                    expired = p.expired,
+                    uploads_aborted = p.aborted,
+                    "lifecycle rules applied"
+                ),
+                Err(e) => tracing::warn!("lifecycle rules: {e}"),
+            }
+        }
+    }
+
+    /// One pass over the PGs this node heads, as of `now_ms`.
+    pub async fn lifecycle_once(&self, etcd: &Etcd, now_ms: i64) -> Result<LifecyclePass, String> {
+        let mut pass = LifecyclePass::default();
+        let map = self.map.borrow().clone();
+        let headed: HashSet<u32> = (0..map.pgs)
+            .filter(|pg| map.chain(*pg).first() == Some(&self.id))
+            .collect();
+        if headed.is_empty() {
+            return Ok(pass);
+        }
+        let records = bucket_records(etcd).await.map_err(|e| e.to_string())?;
+        for rec in records {
+            let Some(rules) = rec.lifecycle.filter(|r| r.iter().any(|r| r.enabled)) else {
+                continue;
+            };
+            pass.expired += self
+                .expire(&map, rec.id, &rules, &headed, now_ms)
+                .await
+                .map_err(|e| format!("bucket {}: {e}", rec.name))?;
+            pass.aborted += self
+                .abort_stale_uploads(&map, rec.id, &rules, &headed, now_ms)
+                .await
+                .map_err(|e| format!("bucket {}: {e}", rec.name))?;
+        }
+        Ok(pass)
+    }
+
+    async fn expire(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        rules: &[Rule],
+        headed: &HashSet<u32>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        if !rules.iter().any(|r| r.enabled && r.expiration.is_some()) {
+            return Ok(0);
+        }
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let mut expired = 0;
+        let mut after: Option<String> = None;
+        loop {
+            let page = self.local_page(&objects, "", &after).await?;
+            for o in &page.objects {
+                let pg = pg_of(bid, &o.key, map.pgs);
+                if !headed.contains(&pg) {
+                    continue;
+                }
+                let Some(info) = self.store.head_object(&objects, &o.key).await? else {
+                    continue;
+                };
+                let action = lifecycle::evaluate(
+                    rules,
+                    &o.key,
+                    info.size,
+                    &info.attrs.tags,
+                    info.attrs.last_modified_ms,
+                    "STANDARD",
+                    now_ms,
+                );
+                if action != Action::Expire {
+                    continue;
+                }
+                match self
+                    .write(map, bid, pg, &o.key, None, None, Some(cv_of(&info)))
+                    .await
+                {
+                    Ok(_) => expired += 1,
+                    // Written again meanwhile, or the chain changed: the next pass decides.
+                    Err(Fail::Store(StoreError::PreconditionFailed)) | Err(Fail::Refused(_)) => {}
+                    Err(Fail::Store(e)) => return Err(e),
+                }
+            }
+            after = page.objects.last().map(|o| o.key.clone());
+            if !page.truncated {
+                return Ok(expired);
+            }
+        }
+    }
+
+    async fn abort_stale_uploads(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        rules: &[Rule],
+        headed: &HashSet<u32>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let mut aborted = 0;
+        for r in rules.iter().filter(|r| r.enabled) {
+            let Some(days) = r.abort_incomplete_days else {
+                continue;
+            };
+            let mut query = UploadQuery {
+                prefix: r.prefix.clone(),
+                max_uploads: 1000,
+                ..Default::default()
+            };
+            loop {
+                let page = self.store.list_uploads(&objects, &query).await?;
+                for u in &page.uploads {
+                    let pg = pg_of(bid, &u.key, map.pgs);
+                    if !headed.contains(&pg)
+                        || now_ms - u.initiated_ms < i64::from(days) * 86_400_000
+                    {
+                        continue;
+                    }
+                    match self
+                        .upload_step(map, bid, pg, &u.key, &u.upload_id, true, Step::Abort)
+                        .await
+                    {
+                        Ok(_) => aborted += 1,
+                        Err(Fail::Store(StoreError::NoSuchUpload)) | Err(Fail::Refused(_)) => {}
+                        Err(Fail::Store(e)) => return Err(e),
+                    }
+                }
+                match page.uploads.last() {
+                    Some(u) if page.truncated => {
+                        query.key_marker = Some(u.key.clone());
+                        query.upload_id_marker = Some(u.upload_id.clone());
+                    }
+                    _ => break,
+                }
+            }
+        }
+        Ok(aborted)
+    }
+}
