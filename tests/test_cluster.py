@@ -4,10 +4,12 @@ killed with SIGKILL under load; nothing is mocked."""
 
 import concurrent.futures
 import hashlib
+import io
 import json
 import os
 import signal
 import subprocess
+import tarfile
 import threading
 import time
 
@@ -227,6 +229,19 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     with pytest.raises(ClientError) as e:
         gw_a.client().put_object(Bucket="load", Key="late", Body=b"x")
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    # So is a batch PUT: its members are written only at commit, and none could be.
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as tf:
+        for i in range(3):
+            info = tarfile.TarInfo(f"m{i}")
+            info.size = 10
+            tf.addfile(info, io.BytesIO(b"%010d" % i))
+    with pytest.raises(ClientError) as e:
+        gw_a.client().put_object(Bucket="load", Key="batch/x.tar", Body=tar.getvalue(),
+                                 Metadata={"snowball-auto-extract": "true"})
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    assert "0 of 3 members were written" in e.value.response["Error"]["Message"]
+    assert gw_a.client().list_objects_v2(Bucket="load", Prefix="batch/")["KeyCount"] == 0
 
 
 def test_batch_get_and_epoch_streams_through_a_gateway(cluster):

@@ -1,7 +1,7 @@
 """packrat's data-loader extensions, driven through the Python client (sdk-examples/python)
 against the real binary: batch GET, TAR members, batch PUT, epoch streams, multi-range reads,
 and the dataset's split across workers and ranks. Also run against a cluster gateway (scripts/test.sh's
-cluster step), where TAR members and batch PUT are not yet served."""
+cluster step), where TAR members are not yet served."""
 
 import hashlib
 import io
@@ -306,7 +306,6 @@ def test_epoch_stream_bad_parameters(server, dataset):
         assert status == 400 and b"InvalidArgument" in text, (q, status, text)
 
 
-@pytest.mark.local_only("batch PUT is not yet through a cluster gateway")
 def test_batch_put_extracts_tar_atomically(pc, s3, bucket):
     rng = random.Random(3)
     members = {f"img/{i:04d}.jpg": rng.randbytes(rng.randint(0, 70_000)) for i in range(200)}
@@ -337,7 +336,6 @@ def test_batch_put_extracts_tar_atomically(pc, s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="via-boto3/dir/a.txt")["Body"].read() == b"abc"
 
 
-@pytest.mark.local_only("batch PUT is not yet through a cluster gateway")
 def test_corrupt_tar_upload_commits_nothing(pc, s3, bucket):
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as tf:

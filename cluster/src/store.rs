@@ -11,7 +11,7 @@
 //! up to [`FAILOVER_WAIT`]; after that it fails with 503 (`Unavailable`).
 //!
 //! Not yet through a cluster (answered with an error that says so, and listed in the README):
-//! batch PUT, TAR members, storage tiers, and the admin jobs (compaction, scrub, tier runs),
+//! TAR members, storage tiers, and the admin jobs (compaction, scrub, tier runs),
 //! which run on each node.
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
@@ -42,6 +42,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+mod batch_put;
 mod uploads;
 
 /// How long a request keeps trying while the cluster fails over (a lease of
@@ -78,6 +79,8 @@ struct ClusterVersion {
 }
 
 pub struct ClusterStore {
+    /// This store, for what outlives a call (a batch PUT's writer).
+    me: std::sync::Weak<ClusterStore>,
     etcd: Etcd,
     map: watch::Receiver<Arc<ClusterMap>>,
     client: NodeClient,
@@ -103,7 +106,8 @@ impl ClusterStore {
     pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
         let secret = etcd.secret().await?;
         let map = etcd.follow_map().await?;
-        let store = Arc::new(ClusterStore {
+        let store = Arc::new_cyclic(|me| ClusterStore {
+            me: me.clone(),
             client: NodeClient::new(secret),
             etcd,
             map,
@@ -1313,8 +1317,19 @@ impl ObjectStore for ClusterStore {
         crate::batch::stream_keys(self, bucket, prefix).await
     }
 
-    fn batch_writer(&self, _: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
-        Err(not_in_cluster("batch PUT"))
+    fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
+        let store = self
+            .me
+            .upgrade()
+            .ok_or_else(|| StoreError::Unavailable("the gateway is stopping".into()))?;
+        Ok(Box::new(batch_put::ClusterBatchWriter {
+            store,
+            bucket: bucket.clone(),
+            now_ms: self.clock.now_ms(),
+            members: Vec::new(),
+            current: None,
+            total: 0,
+        }))
     }
 
     async fn list_keys(&self) -> StoreResult<Vec<AccessKey>> {
