@@ -1,7 +1,7 @@
 """packrat's data-loader extensions, driven through the Python client (sdk-examples/python)
 against the real binary: batch GET, TAR members, batch PUT, epoch streams, multi-range reads,
 and the dataset's split across workers and ranks. Also run against a cluster gateway (scripts/test.sh's
-cluster step), where TAR members are not yet served."""
+cluster step)."""
 
 import hashlib
 import io
@@ -184,7 +184,6 @@ def test_batch_get_abort_stops_at_first_failure(pc, dataset):
     assert got[1].name == "nope"
 
 
-@pytest.mark.local_only("TAR members are not yet through a cluster gateway (a node keeps their index)")
 def test_tar_members(pc, dataset):
     name, _, members = dataset
     names = list(members)
@@ -200,7 +199,6 @@ def test_tar_members(pc, dataset):
         assert got[-1].error[0] == "NoSuchKey"
 
 
-@pytest.mark.local_only("TAR members are not yet through a cluster gateway (a node keeps their index)")
 def test_member_of_non_tar_is_a_clear_400(pc, dataset):
     name, _, _ = dataset
     with pytest.raises(PackratError) as e:

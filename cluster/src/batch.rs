@@ -12,8 +12,9 @@
 //!
 //! The payloads of the next [`READ_AHEAD`] entries are read while the current one is sent
 //! (the inlined ones are already here). An object larger than [`PREFETCH_MAX`] is streamed
-//! when its turn comes, so memory stays bounded whatever the batch. TAR members are refused
-//! (their index is a node's).
+//! when its turn comes, so memory stays bounded whatever the batch. A TAR member is a range
+//! of its archive: where it lies is asked of a node that has the archive's version (it builds
+//! and keeps the member index, as one server does), once per archive and batch.
 
 use crate::placement::pg_of;
 use crate::store::{ClusterStore, INLINE_MAX};
@@ -65,44 +66,48 @@ pub(crate) async fn plan_batch(
     items: Vec<BatchItem>,
     order: BatchOrder,
 ) -> StoreResult<BatchPlan> {
-    if let Some(it) = items.iter().find(|i| i.member.is_some()) {
-        return Err(StoreError::Invalid(format!(
-            "TAR members (here {:?} of {:?}) are not yet read through a cluster gateway; read the archive or its ranges",
-            it.member.as_deref().unwrap_or(""),
-            it.key
-        )));
-    }
     let keys: Vec<String> = items.iter().map(|it| it.key.clone()).collect();
     let found = look_up(store, bucket, &keys).await;
+    let members = locate_members(store, bucket, &items, &found).await?;
     let mut bytes = 0u64;
-    let mut entries: Vec<Entry> = items
-        .into_iter()
-        .zip(found)
-        .map(|(it, obj)| {
-            let body = match obj {
-                Err(e) => Err(e),
-                Ok(None) => Err(StoreError::NoSuchKey),
-                Ok(Some(o)) if sealed::is_sealed(&o.attrs.headers) => Err(StoreError::Invalid(
-                    "the object is stored with server-side encryption: read it with GetObject"
-                        .into(),
-                )),
-                Ok(Some(o)) => match it.range {
+    let mut entries: Vec<Entry> = Vec::with_capacity(items.len());
+    for (it, obj) in items.into_iter().zip(found) {
+        // An entry is named by its key, or `key/member` for a TAR member, as on one server.
+        let name = match &it.member {
+            None => it.key.clone(),
+            Some(m) => format!("{}/{m}", it.key),
+        };
+        let body = match obj {
+            Err(e) => Err(e),
+            Ok(None) => Err(StoreError::NoSuchKey),
+            Ok(Some(o)) if sealed::is_sealed(&o.attrs.headers) => Err(StoreError::Invalid(
+                "the object is stored with server-side encryption: read it with GetObject".into(),
+            )),
+            Ok(Some(o)) => {
+                let at = match &it.member {
                     None => Ok((0, o.size)),
-                    Some(r) => resolve_item_range(r, o.size)
-                        .ok_or(StoreError::RangeNotSatisfiable { size: o.size }),
-                }
-                .map(|(s, e)| {
+                    Some(m) => match members.get(&(it.key.clone(), m.clone())) {
+                        Some(Some(at)) => Ok(*at),
+                        _ => Err(StoreError::NoSuchMember(m.clone())),
+                    },
+                };
+                at.and_then(|(base, len)| {
+                    let (s, e) = match it.range {
+                        None => (0, len),
+                        Some(r) => resolve_item_range(r, len)
+                            .ok_or(StoreError::RangeNotSatisfiable { size: len })?,
+                    };
                     bytes += e - s;
-                    (o, s, e)
-                }),
-            };
-            Entry {
-                name: it.key,
-                tag: it.tag,
-                body,
+                    Ok((o, base + s, base + e))
+                })
             }
-        })
-        .collect();
+        };
+        entries.push(Entry {
+            name,
+            tag: it.tag,
+            body,
+        });
+    }
     if order == BatchOrder::Storage {
         // No disk order to follow from here: errors first (they cost nothing), then as asked.
         entries.sort_by_key(|e| e.body.is_ok());
@@ -112,6 +117,50 @@ pub(crate) async fn plan_batch(
         bytes,
         plan: Box::new(entries),
     })
+}
+
+/// Where the TAR members the items name lie in their archives: one request per archive to a
+/// node that has its version (which indexes it once), [`NODE_LOOKUPS`] at a time. An archive
+/// that is not a TAR fails the whole plan, as on one server.
+async fn locate_members(
+    store: &ClusterStore,
+    bucket: &Bucket,
+    items: &[BatchItem],
+    found: &[StoreResult<Option<ObjectInfo>>],
+) -> StoreResult<HashMap<(String, String), Option<(u64, u64)>>> {
+    let mut wanted: HashMap<String, (ObjectInfo, Vec<String>)> = HashMap::new();
+    for (it, obj) in items.iter().zip(found) {
+        if let (Some(m), Ok(Some(o))) = (&it.member, obj)
+            && !sealed::is_sealed(&o.attrs.headers)
+        {
+            let names = &mut wanted
+                .entry(it.key.clone())
+                .or_insert_with(|| (o.clone(), Vec::new()))
+                .1;
+            if !names.contains(m) {
+                names.push(m.clone());
+            }
+        }
+    }
+    let asked: Vec<_> = wanted
+        .into_iter()
+        .map(|(key, (obj, names))| async move {
+            let at = store.tar_members(bucket, &key, &obj, &names).await?;
+            Ok::<_, StoreError>(
+                names
+                    .into_iter()
+                    .zip(at)
+                    .map(|(m, at)| ((key.clone(), m), at))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect();
+    let mut out = HashMap::new();
+    let mut answers = futures_util::stream::iter(asked).buffer_unordered(NODE_LOOKUPS);
+    while let Some(answer) = answers.next().await {
+        out.extend(answer?);
+    }
+    Ok(out)
 }
 
 /// Every key's object (or none, or why not), in the order of `keys`: by node, then alone (see

@@ -349,6 +349,15 @@ impl Node {
                     .await?;
                 Ok(json(200, &meta))
             }
+            Method::POST if q.contains_key("members") => {
+                let Some(want) = q.get("cv").and_then(|v| v.parse().ok()) else {
+                    return Ok(answer(400, "cv is needed"));
+                };
+                let body = body_of_request(req, "member names").await?;
+                let names: Vec<String> = serde_json::from_slice(&body)
+                    .map_err(|e| StoreError::Invalid(format!("bad member names: {e}")))?;
+                self.tar_members(bid, &key, want, &names).await
+            }
             Method::DELETE => {
                 self.write(&map, bid, pg, &key, cv, None, None).await?;
                 Ok(answer(204, Bytes::new()))
@@ -925,6 +934,44 @@ impl Node {
         }
     }
 
+    /// Version `want` of a key as this node has it (remembered from the lookup that handed it
+    /// out, or its current object); refused if it is gone.
+    async fn version_here(&self, bid: u64, key: &str, want: u64) -> Result<ObjectInfo, Fail> {
+        let cached = self
+            .recent
+            .lock()
+            .ok()
+            .and_then(|r| r.get(&(bid, key.to_string(), want)).cloned());
+        if let Some(i) = cached {
+            return Ok(i);
+        }
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let info = self
+            .store
+            .head_object(&objects, key)
+            .await?
+            .ok_or(StoreError::NoSuchKey)?;
+        if cv_of(&info) != want {
+            return Err(Fail::Refused("the version asked for is gone".into()));
+        }
+        Ok(info)
+    }
+
+    /// Where the named members of version `want` of a TAR object lie in it (see
+    /// `ObjectStore::tar_members`).
+    async fn tar_members(
+        &self,
+        bid: u64,
+        key: &str,
+        want: u64,
+        names: &[String],
+    ) -> Result<NodeResp, Fail> {
+        let info = self.version_here(bid, key, want).await?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let found = self.store.tar_members(&objects, key, &info, names).await?;
+        Ok(json(200, &found))
+    }
+
     /// Bytes `[start, end)` of version `want` of a key, streamed as the local store verifies
     /// them.
     async fn read_bytes(
@@ -935,26 +982,7 @@ impl Node {
         start: u64,
         end: u64,
     ) -> Result<NodeResp, Fail> {
-        let cached = self
-            .recent
-            .lock()
-            .ok()
-            .and_then(|r| r.get(&(bid, key.to_string(), want)).cloned());
-        let info = match cached {
-            Some(i) => i,
-            None => {
-                let objects = self.local_bucket(format!("o-{bid}")).await?;
-                let info = self
-                    .store
-                    .head_object(&objects, key)
-                    .await?
-                    .ok_or(StoreError::NoSuchKey)?;
-                if cv_of(&info) != want {
-                    return Err(Fail::Refused("the version asked for is gone".into()));
-                }
-                info
-            }
-        };
+        let info = self.version_here(bid, key, want).await?;
         let mut reader = self.store.read_object(&info, start, end)?;
         // A single piece is read before answering, so a failed read is an error, not a cut.
         if reader.is_single_piece() {

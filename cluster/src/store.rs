@@ -11,7 +11,7 @@
 //! up to [`FAILOVER_WAIT`]; after that it fails with 503 (`Unavailable`).
 //!
 //! Not yet through a cluster (answered with an error that says so, and listed in the README):
-//! TAR members, storage tiers, and the admin jobs (compaction, scrub, tier runs),
+//! storage tiers, and the admin jobs (compaction, scrub, tier runs),
 //! which run on each node.
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
@@ -1294,6 +1294,64 @@ impl ObjectStore for ClusterStore {
         }
         page.truncated = taken < entries.len() || any_truncated;
         Ok(page)
+    }
+
+    async fn tar_members(
+        &self,
+        _bucket: &Bucket,
+        _key: &str,
+        object: &ObjectInfo,
+        names: &[String],
+    ) -> StoreResult<Vec<Option<(u64, u64)>>> {
+        let v = object
+            .version
+            .0
+            .downcast_ref::<ClusterVersion>()
+            .ok_or_else(|| StoreError::internal("members", "not a cluster object version"))?;
+        let body = Bytes::from(
+            serde_json::to_vec(names).map_err(|e| StoreError::internal("member names", e))?,
+        );
+        let path = format!(
+            "/o/{}/{}/{}?members&cv={}",
+            v.bucket_id,
+            v.pg,
+            encode(&v.key),
+            v.cv
+        );
+        // The node that described the version indexes the archive (once: it keeps the index);
+        // if it is gone, a caught-up member of the chain has the same bytes.
+        let map = self.map();
+        let mut nodes = vec![v.node.clone()];
+        nodes.extend(map.readers(v.pg).filter(|n| **n != v.node).cloned());
+        let mut last = StoreError::Unavailable("no member of the chain".into());
+        for node in nodes {
+            let Some(addr) = map.addr(&node) else {
+                continue;
+            };
+            match self
+                .client
+                .send(
+                    Method::POST,
+                    addr,
+                    &path,
+                    map.epoch,
+                    &[],
+                    body.clone(),
+                    NODE_TIMEOUT,
+                )
+                .await
+            {
+                Ok(a) if a.status == 200 => return a.json().await,
+                Ok(a) if a.status == 409 => {
+                    last = StoreError::Unavailable(
+                        "the object changed while it was read; retry".into(),
+                    );
+                }
+                Ok(a) => return Err(a.error().await),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     async fn plan_batch(

@@ -10,6 +10,7 @@
 //! | `DELETE /o/{bucket id}/{pg}/{key}` | a chain delete (a tombstone with the delete's version) |
 //! | `GET /o/{bucket id}/{pg}/{key}?meta[&inline=N]` | the object's metadata ([`WireMeta`]); with `inline`, an object of at most N bytes comes whole, its metadata in `x-packrat-meta` |
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
+//! | `POST /o/{bucket id}/{pg}/{key}?members&cv=V` | where the named TAR members lie in version V (JSON names in, `[[offset, size] or null]` out) |
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
 //! | `POST /u/{bucket id}/{pg}/{key}?create&id=ID` | begins a multipart upload on the chain ([`WireUpload`]) |
 //! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`) |
@@ -297,6 +298,7 @@ impl WireError {
             StoreError::InsufficientStorage(_) => (507, "InsufficientStorage"),
             StoreError::Invalid(_) => (400, "Invalid"),
             StoreError::NoSuchUpload => (404, "NoSuchUpload"),
+            StoreError::NoSuchMember(_) => (404, "NoSuchMember"),
             StoreError::InvalidPart(_) => (400, "InvalidPart"),
             StoreError::InvalidPartOrder => (400, "InvalidPartOrder"),
             StoreError::EntityTooSmall => (400, "EntityTooSmall"),
@@ -308,7 +310,9 @@ impl WireError {
         };
         let detail = match e {
             // The text is the client's, passed on as it is.
-            StoreError::InvalidPart(m) => m.clone(),
+            StoreError::InvalidPart(m) | StoreError::Invalid(m) | StoreError::NoSuchMember(m) => {
+                m.clone()
+            }
             e => e.to_string(),
         };
         (
@@ -328,6 +332,7 @@ impl WireError {
             "BadDigestMd5" => StoreError::BadDigest(packrat_store_api::Digest::ContentMd5),
             "Invalid" => StoreError::Invalid(self.detail),
             "NoSuchUpload" => StoreError::NoSuchUpload,
+            "NoSuchMember" => StoreError::NoSuchMember(self.detail),
             "InvalidPart" => StoreError::InvalidPart(self.detail),
             "InvalidPartOrder" => StoreError::InvalidPartOrder,
             "EntityTooSmall" => StoreError::EntityTooSmall,

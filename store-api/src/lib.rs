@@ -255,6 +255,16 @@ pub trait ObjectStore: Send + Sync + 'static {
 
     // ---- batch reads and writes (packrat's extensions, see [`batch`])
 
+    /// Where members of a TAR object (`key`'s version `object`) lie in it, as a batch GET finds them (the object's member
+    /// index, built on first use): each name's (offset, size) in the object, `None` for a name
+    /// the archive lacks. `Invalid` if the object is not a TAR archive or is encrypted.
+    async fn tar_members(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        object: &ObjectInfo,
+        names: &[String],
+    ) -> StoreResult<Vec<Option<(u64, u64)>>>;
     /// Plans a batch GET: looks up every item's object (and TAR member, building the object's
     /// member index on first use) and resolves its range. An item that cannot be read becomes
     /// an error entry (`NoSuchKey`, `NoSuchMember`, `RangeNotSatisfiable`); an object named

@@ -1151,6 +1151,17 @@ impl ObjectStore for LocalStore {
         .await
     }
 
+    async fn tar_members(
+        &self,
+        _bucket: &Bucket,
+        key: &str,
+        object: &ObjectInfo,
+        names: &[String],
+    ) -> StoreResult<Vec<Option<(u64, u64)>>> {
+        let rec = record_in(object)?;
+        crate::batch::tar_members(&self.engine, key, &rec, names).await
+    }
+
     async fn plan_batch(
         &self,
         bucket: &Bucket,

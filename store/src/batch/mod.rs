@@ -225,3 +225,29 @@ pub(crate) async fn read_batch(engine: &Arc<Engine>, plan: BatchPlan, sink: &mut
     }
     em.sink.finish().await;
 }
+
+/// Where members of the TAR object `obj` (key `key`) lie in it: (offset, size) per name, `None`
+/// for a name it lacks (see `ObjectStore::tar_members`).
+pub(crate) async fn tar_members(
+    engine: &Arc<Engine>,
+    key: &str,
+    obj: &Arc<ObjectRecord>,
+    names: &[String],
+) -> StoreResult<Vec<Option<(u64, u64)>>> {
+    if sealed::is_sealed(&obj.headers) {
+        return Err(StoreError::Invalid(
+            "the object is stored with server-side encryption: read it with GetObject".into(),
+        ));
+    }
+    let id = tar_index(engine, key, obj).await?;
+    let engine = engine.clone();
+    let names = names.to_vec();
+    let found = blocking(move || {
+        names
+            .iter()
+            .map(|m| Ok(engine.index.get_member(&id, m)?.map(|r| (r.offset, r.size))))
+            .collect()
+    })
+    .await?;
+    Ok(found)
+}
