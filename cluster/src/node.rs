@@ -124,6 +124,37 @@ fn json<T: serde::Serialize>(status: u16, v: &T) -> NodeResp {
     answer(status, serde_json::to_vec(v).unwrap_or_default())
 }
 
+/// The PGs a listing request asks for (`pgs=1,5,..`) and its page size (`max`, 1,000 by
+/// default, at most 10,000).
+fn listing_scope(q: &HashMap<String, String>) -> (HashSet<u32>, usize) {
+    let pgs = q
+        .get("pgs")
+        .map(|s| s.split(',').filter_map(|p| p.parse().ok()).collect())
+        .unwrap_or_default();
+    let max = q
+        .get("max")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(1000)
+        .clamp(1, 10_000);
+    (pgs, max)
+}
+
+/// A digest the gateway sent in base64.
+fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
+    v.as_deref()
+        .map(|v| base64::engine::general_purpose::STANDARD.decode(v))
+        .transpose()
+        .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
+}
+
+/// A Content-MD5 the gateway sent in base64.
+fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
+    digest_of(v)?
+        .map(|v| <[u8; 16]>::try_from(v.as_slice()))
+        .transpose()
+        .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))
+}
+
 /// One piece of bytes as a write's source.
 pub struct OnePiece(pub Option<Bytes>);
 
@@ -281,19 +312,19 @@ impl Node {
         let path = req.uri().path().to_string();
         let q = query(req.uri().query());
         let method = req.method().clone();
+        let bucket_id = |rest: &str| {
+            rest.parse::<u64>()
+                .map_err(|_| StoreError::Invalid("bad bucket id".into()))
+        };
         if let Some(rest) = path.strip_prefix("/l/") {
-            let bid: u64 = rest
-                .parse()
-                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let bid = bucket_id(rest)?;
             let map = self.map_at(epoch).await?;
             return Ok(json(200, &self.list(&map, bid, &q).await?));
         }
         if let Some(rest) = path.strip_prefix("/m/")
             && method == Method::POST
         {
-            let bid: u64 = rest
-                .parse()
-                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let bid = bucket_id(rest)?;
             let map = self.map_at(epoch).await?;
             let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
             let body = body_of_request(req, "lookup").await?;
@@ -305,9 +336,7 @@ impl Node {
             return self.lookup_many(&map, bid, keys, inline).await;
         }
         if let Some(rest) = path.strip_prefix("/ul/") {
-            let bid: u64 = rest
-                .parse()
-                .map_err(|_| StoreError::Invalid("bad bucket id".into()))?;
+            let bid = bucket_id(rest)?;
             let map = self.map_at(epoch).await?;
             return Ok(json(200, &self.list_uploads(&map, bid, &q).await?));
         }
@@ -531,16 +560,7 @@ impl Node {
                 Some((wput, body)) => {
                     let mut attrs = wput.attrs();
                     attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
-                    let b64 = |s: &Option<String>| {
-                        s.as_deref()
-                            .map(|v| base64::engine::general_purpose::STANDARD.decode(v))
-                            .transpose()
-                            .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
-                    };
-                    let md5 = b64(&wput.content_md5)?
-                        .map(|v| <[u8; 16]>::try_from(v.as_slice()))
-                        .transpose()
-                        .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))?;
+                    let md5 = md5_of(&wput.content_md5)?;
                     let info = self
                         .store
                         .put_object(
@@ -550,7 +570,7 @@ impl Node {
                             PutObject {
                                 attrs,
                                 checksum: wput.checksum_algorithm()?,
-                                expected_checksum: b64(&wput.expected_checksum)?,
+                                expected_checksum: digest_of(&wput.expected_checksum)?,
                                 content_md5: md5,
                                 // Decided once, at the head, against its committed copy.
                                 condition: if at_head {
@@ -1008,18 +1028,10 @@ impl Node {
         bid: u64,
         q: &HashMap<String, String>,
     ) -> Result<WirePage, Fail> {
-        let pgs: HashSet<u32> = q
-            .get("pgs")
-            .map(|s| s.split(',').filter_map(|p| p.parse().ok()).collect())
-            .unwrap_or_default();
+        let (pgs, max) = listing_scope(q);
         let tombstones = q.contains_key("tombstones");
         let prefix = q.get("prefix").cloned().unwrap_or_default();
         let delimiter = q.get("delimiter").filter(|d| !d.is_empty()).cloned();
-        let max: usize = q
-            .get("max")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(1000)
-            .clamp(1, 10_000);
         let mut after = q.get("after").cloned();
         // A page that ended on a common prefix resumes after everything under it.
         if let (Some(d), Some(a)) = (&delimiter, after.as_mut())

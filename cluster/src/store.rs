@@ -204,6 +204,46 @@ impl ClusterStore {
         tokio::task::block_in_place(|| tokio::runtime::Handle::current().block_on(f))
     }
 
+    /// One GET of `route?pgs=..{tail}` to each node of `by_node` with the PGs it answers for
+    /// there, all at once: the pages of a listing merged by the caller. A node on another map
+    /// epoch fails the listing with 503 (the client retries).
+    async fn ask_nodes<T: serde::de::DeserializeOwned>(
+        &self,
+        map: &ClusterMap,
+        route: &str,
+        by_node: &BTreeMap<String, Vec<u32>>,
+        tail: &str,
+    ) -> StoreResult<Vec<T>> {
+        let requests = by_node.iter().map(|(node, pgs)| {
+            let pgs: Vec<String> = pgs.iter().map(u32::to_string).collect();
+            let path = format!("{route}?pgs={}{tail}", pgs.join(","));
+            let addr = map.addr(node).unwrap_or_default().to_string();
+            let client = self.client.clone();
+            let epoch = map.epoch;
+            async move {
+                let ans = client
+                    .send(
+                        Method::GET,
+                        &addr,
+                        &path,
+                        epoch,
+                        &[],
+                        Bytes::new(),
+                        NODE_TIMEOUT,
+                    )
+                    .await?;
+                if ans.status != 200 {
+                    return Err(match ans.status {
+                        409 => StoreError::Unavailable("the cluster map changed; retry".into()),
+                        _ => ans.error().await,
+                    });
+                }
+                ans.json::<T>().await
+            }
+        });
+        futures_util::future::try_join_all(requests).await
+    }
+
     pub(crate) fn map(&self) -> Arc<ClusterMap> {
         self.map.borrow().clone()
     }
@@ -1239,34 +1279,9 @@ impl ObjectStore for ClusterStore {
         if let Some(a) = &query.after {
             path_tail.push_str(&format!("&after={}", encode(a)));
         }
-        let requests = by_node.iter().map(|(node, pgs)| {
-            let pgs: Vec<String> = pgs.iter().map(u32::to_string).collect();
-            let path = format!("/l/{}?pgs={}{path_tail}", bucket.id, pgs.join(","));
-            let addr = map.addr(node).unwrap_or_default().to_string();
-            let client = self.client.clone();
-            let epoch = map.epoch;
-            async move {
-                let ans = client
-                    .send(
-                        Method::GET,
-                        &addr,
-                        &path,
-                        epoch,
-                        &[],
-                        Bytes::new(),
-                        NODE_TIMEOUT,
-                    )
-                    .await?;
-                if ans.status != 200 {
-                    return Err(match ans.status {
-                        409 => StoreError::Unavailable("the cluster map changed; retry".into()),
-                        _ => ans.error().await,
-                    });
-                }
-                ans.json::<WirePage>().await
-            }
-        });
-        let pages = futures_util::future::try_join_all(requests).await?;
+        let pages: Vec<WirePage> = self
+            .ask_nodes(&map, &format!("/l/{}", bucket.id), &by_node, &path_tail)
+            .await?;
         // Entries are valid up to the smallest last entry of a truncated page.
         let limit: Option<String> = pages
             .iter()

@@ -8,14 +8,16 @@
 //! they were written) copies the completed version from the member before it instead, part by
 //! part, so its copy has the same parts, ETag and checksum.
 
-use super::{Fail, Node, NodeResp, OnePiece, answer, body_of_request, cv_of, json, meta_of};
+use super::{
+    Fail, Node, NodeResp, OnePiece, answer, body_of_request, cv_of, digest_of, json, listing_scope,
+    md5_of, meta_of,
+};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
 use crate::wire::{
     CV_HEADER, CV_META, PUT_HEADER, WireComplete, WireMeta, WirePart, WirePartPut, WireUpload,
     WireUploadEntry, WireUploadPage, WireUploadState, encode,
 };
-use base64::Engine;
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::checksum::ChecksumAlgorithm;
@@ -23,7 +25,7 @@ use packrat_store_api::{
     Bucket, CompleteAs, CompletePart, NewUpload, ObjectInfo, Part, PutObject, PutPart, StoreError,
     UploadQuery, WriteCondition,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 /// A copy of a version read from another member, not yet visible here (see
 /// [`Node::stage_version`]).
@@ -50,13 +52,6 @@ pub(super) enum Step {
         body: Bytes,
     },
     Abort,
-}
-
-fn b64(v: &Option<String>) -> Result<Option<Vec<u8>>, StoreError> {
-    v.as_deref()
-        .map(|v| base64::engine::general_purpose::STANDARD.decode(v))
-        .transpose()
-        .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
 }
 
 fn algorithm(name: &Option<String>) -> Result<Option<ChecksumAlgorithm>, StoreError> {
@@ -193,10 +188,7 @@ impl Node {
                 )
             }
             Step::Part { number, put, body } => {
-                let md5 = b64(&put.content_md5)?
-                    .map(|v| <[u8; 16]>::try_from(v.as_slice()))
-                    .transpose()
-                    .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))?;
+                let md5 = md5_of(&put.content_md5)?;
                 let stored = self
                     .store
                     .upload_part(
@@ -207,7 +199,7 @@ impl Node {
                         &mut OnePiece(Some(body.clone())),
                         PutPart {
                             checksum: algorithm(&put.checksum)?,
-                            expected_checksum: b64(&put.expected_checksum)?,
+                            expected_checksum: digest_of(&put.expected_checksum)?,
                             content_md5: md5,
                         },
                     )
@@ -404,15 +396,7 @@ impl Node {
         bid: u64,
         q: &HashMap<String, String>,
     ) -> Result<WireUploadPage, Fail> {
-        let pgs: HashSet<u32> = q
-            .get("pgs")
-            .map(|s| s.split(',').filter_map(|p| p.parse().ok()).collect())
-            .unwrap_or_default();
-        let max: usize = q
-            .get("max")
-            .and_then(|m| m.parse().ok())
-            .unwrap_or(1000)
-            .clamp(1, 10_000);
+        let (pgs, max) = listing_scope(q);
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let mut query = UploadQuery {
             prefix: q.get("prefix").cloned().unwrap_or_default(),
@@ -482,27 +466,10 @@ impl Node {
                 meta.cv
             )));
         }
-        self.copy_version(map, addr, objects, bid, pg, key, &meta)
-            .await
-    }
-
-    /// Stores here the version `meta` describes, its bytes read from the member at `addr`
-    /// (see [`Node::stage_version`]); the caller holds the key's lock.
-    #[allow(clippy::too_many_arguments)]
-    async fn copy_version(
-        &self,
-        map: &ClusterMap,
-        addr: &str,
-        objects: &Bucket,
-        bid: u64,
-        pg: u32,
-        key: &str,
-        meta: &WireMeta,
-    ) -> Result<ObjectInfo, Fail> {
         let staged = self
-            .stage_version(map, addr, objects, bid, pg, key, meta)
+            .stage_version(map, addr, objects, bid, pg, key, &meta)
             .await?;
-        self.commit_version(objects, key, meta, staged).await
+        self.commit_version(objects, key, &meta, staged).await
     }
 
     /// Reads the version `meta` describes from the member at `addr` and readies it here

@@ -2,7 +2,7 @@
 //! PG (which sends it down the chain, see `crate::node::uploads`); the upload's id is chosen
 //! here, so a step retried on a new head after a failover names the same upload.
 
-use super::{CLUSTER_PUT_MAX, ClusterStore, NODE_TIMEOUT, Target, not_in_cluster, wire_put};
+use super::{CLUSTER_PUT_MAX, ClusterStore, Target, not_in_cluster, wire_put};
 use crate::placement::pg_of;
 use crate::wire::{
     PUT_HEADER, WireComplete, WireCompletePart, WireMeta, WirePart, WirePartPut, WireUpload,
@@ -352,34 +352,9 @@ impl ClusterStore {
                 tail.push_str(&format!("&id={}", encode(id)));
             }
         }
-        let requests = by_node.iter().map(|(node, pgs)| {
-            let pgs: Vec<String> = pgs.iter().map(u32::to_string).collect();
-            let path = format!("/ul/{}?pgs={}{tail}", bucket.id, pgs.join(","));
-            let addr = map.addr(node).unwrap_or_default().to_string();
-            let client = self.client.clone();
-            let epoch = map.epoch;
-            async move {
-                let ans = client
-                    .send(
-                        Method::GET,
-                        &addr,
-                        &path,
-                        epoch,
-                        &[],
-                        Bytes::new(),
-                        NODE_TIMEOUT,
-                    )
-                    .await?;
-                if ans.status != 200 {
-                    return Err(match ans.status {
-                        409 => StoreError::Unavailable("the cluster map changed; retry".into()),
-                        _ => ans.error().await,
-                    });
-                }
-                ans.json::<WireUploadPage>().await
-            }
-        });
-        let pages = futures_util::future::try_join_all(requests).await?;
+        let pages: Vec<WireUploadPage> = self
+            .ask_nodes(&map, &format!("/ul/{}", bucket.id), &by_node, &tail)
+            .await?;
         // Entries are known complete up to the smallest last entry of a truncated page.
         let limit: Option<(String, String)> = pages
             .iter()
