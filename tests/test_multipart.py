@@ -92,6 +92,34 @@ def test_abort_list_parts_and_uploads(s3, bucket):
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
 
 
+def test_list_multipart_uploads_pages(s3, bucket):
+    """Pages of MaxUploads, resumed with the markers S3 returns, give every upload once, in key
+    then upload order; with a delimiter, a common prefix is one entry and never repeated. (In a
+    cluster the uploads are spread over the nodes that head their PGs, and merged.)"""
+    keys = ["a/1", "a/2", "a/3", "b", "c/1", "c/2", "d", "d"]
+    made = sorted((k, s3.create_multipart_upload(Bucket=bucket, Key=k)["UploadId"]) for k in keys)
+
+    def pages(**extra):
+        seen, prefixes, marker = [], [], {}
+        for _ in range(20):
+            r = s3.list_multipart_uploads(Bucket=bucket, MaxUploads=2, **marker, **extra)
+            entries = len(r.get("Uploads", [])) + len(r.get("CommonPrefixes", []))
+            assert 0 < entries <= 2, r
+            seen += [(u["Key"], u["UploadId"]) for u in r.get("Uploads", [])]
+            prefixes += [p["Prefix"] for p in r.get("CommonPrefixes", [])]
+            if not r["IsTruncated"]:
+                return seen, prefixes
+            marker = {"KeyMarker": r["NextKeyMarker"], "UploadIdMarker": r.get("NextUploadIdMarker", "")}
+        raise AssertionError("the pages do not end")
+
+    seen, prefixes = pages()
+    assert seen == made and prefixes == []
+    seen, prefixes = pages(Delimiter="/")
+    assert seen == [u for u in made if "/" not in u[0]] and prefixes == ["a/", "c/"]
+    for k, u in made:
+        s3.abort_multipart_upload(Bucket=bucket, Key=k, UploadId=u)
+
+
 def test_upload_part_copy(s3, bucket):
     src = os.urandom(6 * MiB)
     s3.put_object(Bucket=bucket, Key="src", Body=src)
