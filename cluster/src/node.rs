@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
 
+mod admin;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
 mod uploads;
@@ -334,6 +335,9 @@ impl Node {
                 return Ok(answer(400, "too many keys in one lookup"));
             }
             return self.lookup_many(&map, bid, keys, inline).await;
+        }
+        if let Some(what) = path.strip_prefix("/admin/") {
+            return self.admin(what, &method, &q).await;
         }
         if let Some(rest) = path.strip_prefix("/ul/") {
             let bid = bucket_id(rest)?;

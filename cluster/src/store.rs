@@ -11,8 +11,8 @@
 //! up to [`FAILOVER_WAIT`]; after that it fails with 503 (`Unavailable`).
 //!
 //! Not yet through a cluster (answered with an error that says so, and listed in the README):
-//! storage tiers, and the admin jobs (compaction, scrub, tier runs),
-//! which run on each node.
+//! storage tiers. The admin jobs (compaction, scrub, tier runs) run on every node's own store
+//! (`admin`).
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
@@ -42,6 +42,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
+mod admin;
 mod batch_put;
 mod uploads;
 
@@ -1458,20 +1459,16 @@ impl ObjectStore for ClusterStore {
         Ok(crate::status_report(&self.map()))
     }
 
-    async fn compact(&self, _: f64, _: Duration) -> StoreResult<Report> {
-        Err(not_in_cluster("compaction (it runs on each storage node)"))
+    async fn compact(&self, threshold: f64, grace: Duration) -> StoreResult<Report> {
+        self.compact_nodes(threshold, grace).await
     }
 
-    fn start_job(&self, _: JobStart) -> StoreResult<Report> {
-        Err(not_in_cluster(
-            "a scrub or tier run (they run on each storage node)",
-        ))
+    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
+        self.start_job_on_nodes(job)
     }
 
-    fn job_progress(&self, _: JobKind) -> StoreResult<Report> {
-        Err(not_in_cluster(
-            "a scrub or tier run (they run on each storage node)",
-        ))
+    fn job_progress(&self, kind: JobKind) -> StoreResult<Report> {
+        self.job_progress_of_nodes(kind)
     }
 
     async fn tier_status(&self) -> StoreResult<Report> {

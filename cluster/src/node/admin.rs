@@ -1,0 +1,66 @@
+//! The admin jobs of a node's own store, started by a gateway for the whole cluster
+//! (`crate::store`'s fan-out): compaction, scrub and tier runs run on each node's local store,
+//! as on one server.
+
+use super::{Fail, Node, NodeResp, answer, json};
+use http::Method;
+use packrat_store_api::StoreError;
+use packrat_store_api::admin::{JobKind, JobStart};
+use std::collections::HashMap;
+use std::time::Duration;
+
+fn job_kind(q: &HashMap<String, String>) -> Result<JobKind, StoreError> {
+    match q.get("kind").map(String::as_str) {
+        Some("compact") => Ok(JobKind::Compact),
+        Some("scrub") => Ok(JobKind::Scrub),
+        Some("tier") => Ok(JobKind::TierRun),
+        other => Err(StoreError::Invalid(format!("no such job kind: {other:?}"))),
+    }
+}
+
+/// A compaction's threshold and grace (`threshold=0.5&grace_ms=..`).
+fn compaction(q: &HashMap<String, String>) -> Result<(f64, Duration), StoreError> {
+    let threshold = q
+        .get("threshold")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|t| (0.0..=1.0).contains(t))
+        .ok_or_else(|| StoreError::Invalid("threshold must be between 0 and 1".into()))?;
+    let grace = q.get("grace_ms").and_then(|v| v.parse().ok()).unwrap_or(0);
+    Ok((threshold, Duration::from_millis(grace)))
+}
+
+impl Node {
+    /// `/admin/compact` (POST: a compaction, answered with its report) and `/admin/job?kind=..`
+    /// (POST: start a run or join the one going; GET: its progress).
+    pub(super) async fn admin(
+        &self,
+        what: &str,
+        method: &Method,
+        q: &HashMap<String, String>,
+    ) -> Result<NodeResp, Fail> {
+        match (method, what) {
+            (&Method::POST, "compact") => {
+                let (threshold, grace) = compaction(q)?;
+                Ok(json(200, &self.store.compact(threshold, grace).await?))
+            }
+            (&Method::POST, "job") => {
+                let job = match job_kind(q)? {
+                    JobKind::Scrub => JobStart::Scrub,
+                    JobKind::TierRun => JobStart::TierRun {
+                        days_ahead: q
+                            .get("days_ahead")
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(0),
+                    },
+                    JobKind::Compact => {
+                        let (threshold, grace) = compaction(q)?;
+                        JobStart::Compact { threshold, grace }
+                    }
+                };
+                Ok(json(200, &self.store.start_job(job)?))
+            }
+            (&Method::GET, "job") => Ok(json(200, &self.store.job_progress(job_kind(q)?)?)),
+            _ => Ok(answer(404, "no such admin route")),
+        }
+    }
+}

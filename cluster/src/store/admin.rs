@@ -1,0 +1,192 @@
+//! The admin jobs through a cluster gateway: compaction, scrub and tier runs run on every
+//! node's own store (each node compacts, scrubs and tiers its own segments); the gateway starts
+//! them on every node of the map and answers one report, the nodes' figures added up, so
+//! `packrat admin compact|scrub|tier run --endpoint GATEWAY` works as against one server.
+
+use super::{ClusterStore, NODE_TIMEOUT};
+use bytes::Bytes;
+use http::Method;
+use packrat_store_api::admin::{JobKind, JobStart, Report};
+use packrat_store_api::{StoreError, StoreResult};
+use serde_json::Value;
+use std::time::Duration;
+
+fn kind_name(kind: JobKind) -> &'static str {
+    match kind {
+        JobKind::Compact => "compact",
+        JobKind::Scrub => "scrub",
+        JobKind::TierRun => "tier",
+    }
+}
+
+/// Adds a node's report to the sum: numbers added (durations, `seconds`, the longest), lists
+/// joined, objects merged field by field, anything else kept from the first node.
+fn add_report(sum: &mut Value, node: &Value, field: &str) {
+    match (sum, node) {
+        (Value::Number(a), Value::Number(b)) => {
+            let total = match (a.as_u64(), b.as_u64()) {
+                (Some(x), Some(y)) if field != "seconds" => Value::from(x.saturating_add(y)),
+                _ => {
+                    let (x, y) = (a.as_f64().unwrap_or(0.0), b.as_f64().unwrap_or(0.0));
+                    Value::from(if field == "seconds" { x.max(y) } else { x + y })
+                }
+            };
+            *a = match total {
+                Value::Number(n) => n,
+                _ => a.clone(),
+            };
+        }
+        (Value::Array(a), Value::Array(b)) => a.extend(b.iter().cloned()),
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(mine) => add_report(mine, v, k),
+                    None => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Bool(a), Value::Bool(b)) => *a |= *b,
+        (s @ Value::Null, n) => *s = n.clone(),
+        _ => {}
+    }
+}
+
+fn sum_reports(reports: Vec<Value>) -> Value {
+    let mut it = reports.into_iter();
+    let mut sum = it.next().unwrap_or(Value::Null);
+    for r in it {
+        add_report(&mut sum, &r, "");
+    }
+    sum
+}
+
+/// A job's progress over the nodes (`Progress` as one store answers it): running while any
+/// node runs, bytes added up, the runs finished those of the node that finished fewest (so a
+/// client waiting for the next run waits for every node's), the report summed once every node
+/// has one, the first error.
+fn sum_progress(nodes: Vec<Value>) -> Value {
+    let field = |v: &Value, k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+    let running = nodes.iter().any(|p| p["running"].as_bool() == Some(true));
+    let bytes = |k: &str| nodes.iter().filter_map(|p| p[k].as_u64()).sum::<u64>();
+    let finished = nodes
+        .iter()
+        .map(|p| p["finished_runs"].as_u64().unwrap_or(0))
+        .min()
+        .unwrap_or(0);
+    let reports: Vec<Value> = nodes.iter().map(|p| field(p, "report")).collect();
+    let report = match reports.iter().any(Value::is_null) {
+        true => Value::Null,
+        false => sum_reports(reports),
+    };
+    let error = nodes
+        .iter()
+        .map(|p| field(p, "error"))
+        .find(|e| !e.is_null())
+        .unwrap_or(Value::Null);
+    serde_json::json!({
+        "running": running,
+        "done_bytes": bytes("done_bytes"),
+        "total_bytes": bytes("total_bytes"),
+        "finished_runs": finished,
+        "report": report,
+        "error": error,
+    })
+}
+
+impl ClusterStore {
+    /// The same admin request to every node of the map, all at once; their JSON answers.
+    async fn ask_every_node(&self, method: Method, path: &str) -> StoreResult<Vec<Report>> {
+        let map = self.map();
+        let asks = map.nodes.values().map(|n| {
+            let (client, method, epoch) = (self.client.clone(), method.clone(), map.epoch);
+            async move {
+                let ans = client
+                    .send(
+                        method,
+                        &n.addr,
+                        path,
+                        epoch,
+                        &[],
+                        Bytes::new(),
+                        // A compaction answers when it is done.
+                        NODE_TIMEOUT * 60,
+                    )
+                    .await
+                    .map_err(|e| StoreError::Unavailable(format!("node {}: {e}", n.id)))?;
+                match ans.status {
+                    200 => ans.json::<Report>().await,
+                    409 => Err(StoreError::Unavailable(
+                        "the cluster map changed; retry".into(),
+                    )),
+                    _ => Err(ans.error().await),
+                }
+            }
+        });
+        futures_util::future::try_join_all(asks).await
+    }
+
+    pub(super) async fn compact_nodes(
+        &self,
+        threshold: f64,
+        grace: Duration,
+    ) -> StoreResult<Report> {
+        let path = format!(
+            "/admin/compact?threshold={threshold}&grace_ms={}",
+            grace.as_millis()
+        );
+        Ok(sum_reports(self.ask_every_node(Method::POST, &path).await?))
+    }
+
+    pub(super) fn start_job_on_nodes(&self, job: JobStart) -> StoreResult<Report> {
+        let path = match job {
+            JobStart::Scrub => "/admin/job?kind=scrub".to_string(),
+            JobStart::TierRun { days_ahead } => {
+                format!("/admin/job?kind=tier&days_ahead={days_ahead}")
+            }
+            JobStart::Compact { threshold, grace } => format!(
+                "/admin/job?kind=compact&threshold={threshold}&grace_ms={}",
+                grace.as_millis()
+            ),
+        };
+        let nodes = self.blocking(self.ask_every_node(Method::POST, &path))?;
+        Ok(sum_progress(nodes))
+    }
+
+    pub(super) fn job_progress_of_nodes(&self, kind: JobKind) -> StoreResult<Report> {
+        let path = format!("/admin/job?kind={}", kind_name(kind));
+        let nodes = self.blocking(self.ask_every_node(Method::GET, &path))?;
+        Ok(sum_progress(nodes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_add_up_and_progress_waits_for_every_node() {
+        let a = serde_json::json!({"segments_checked": 3, "unrepairable": [7], "seconds": 1.5});
+        let b = serde_json::json!({"segments_checked": 4, "unrepairable": [9], "seconds": 0.5});
+        assert_eq!(
+            sum_reports(vec![a.clone(), b.clone()]),
+            serde_json::json!({"segments_checked": 7, "unrepairable": [7, 9], "seconds": 1.5})
+        );
+        let p = |running: bool, runs: u64, report: Value| {
+            serde_json::json!({"running": running, "done_bytes": 10, "total_bytes": 20,
+                               "finished_runs": runs, "report": report, "error": null})
+        };
+        let both = sum_progress(vec![p(false, 2, a.clone()), p(true, 1, Value::Null)]);
+        assert_eq!(both["running"], true);
+        assert_eq!(both["finished_runs"], 1);
+        assert_eq!(both["report"], Value::Null);
+        assert_eq!(both["done_bytes"], 20);
+        let done = sum_progress(vec![p(false, 2, a), p(false, 2, b)]);
+        assert_eq!(
+            (done["running"].clone(), done["finished_runs"].clone()),
+            (false.into(), 2.into())
+        );
+        assert_eq!(done["report"]["segments_checked"], 7);
+    }
+}
