@@ -663,6 +663,65 @@ pub async fn multipart_uploads(store: &dyn ObjectStore) {
     assert_eq!(read(store, &obj, 0, obj.size).await, whole[10..5010]);
 }
 
+/// A ustar archive of `files`, written here so the suite needs no TAR crate: a 512-byte
+/// header per file (name, octal size, checksum), the bytes padded to 512, two zero blocks.
+pub fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (name, data) in files {
+        let mut h = [0u8; 512];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        h[100..107].copy_from_slice(b"0000644");
+        h[108..115].copy_from_slice(b"0000000");
+        h[116..123].copy_from_slice(b"0000000");
+        h[124..135].copy_from_slice(format!("{:011o}", data.len()).as_bytes());
+        h[136..147].copy_from_slice(b"00000000000");
+        h[156] = b'0';
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].fill(b' ');
+        let sum: u32 = h.iter().map(|b| u32::from(*b)).sum();
+        h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        out.extend_from_slice(&h);
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    }
+    out.resize(out.len() + 1024, 0);
+    out
+}
+
+pub async fn tar_members(store: &dyn ObjectStore) {
+    let b = new_bucket(store, "tar-members").await;
+    let big = payload(100_000, 7);
+    let tar = tar_of(&[("a.jpg", &big), ("a.cls", b"7"), ("dir/b.txt", b"hello")]);
+    let info = put(store, &b, "shard.tar", &tar).await;
+    let names: Vec<String> = ["a.cls", "dir/b.txt", "missing", "a.jpg"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // Twice: the second answer comes from the member index the first built.
+    for _ in 0..2 {
+        let at = store
+            .tar_members(&b, "shard.tar", &info, &names)
+            .await
+            .unwrap();
+        assert_eq!(at.len(), 4);
+        assert_eq!(at[2], None, "a member the archive lacks");
+        assert_eq!(at[3], Some((512, big.len() as u64)));
+        for (i, want) in [(0, &b"7"[..]), (1, &b"hello"[..])] {
+            let (off, size) = at[i].expect("a member the archive has");
+            assert_eq!(read(store, &info, off, off + size).await, want);
+        }
+    }
+    let plain = put(store, &b, "plain.bin", b"not a tar at all").await;
+    let r = store
+        .tar_members(&b, "plain.bin", &plain, &names[..1])
+        .await;
+    assert!(
+        matches!(&r, Err(StoreError::Invalid(m)) if m.contains("not a TAR")),
+        "{r:?}"
+    );
+}
+
 fn b64(raw: &[u8]) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.encode(raw)
@@ -791,7 +850,7 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads);
+            multipart_uploads, tar_members);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();
