@@ -557,9 +557,7 @@ impl Node {
         };
         let mut meta = obj.as_ref().map(meta_of);
         if cv > have {
-            if let Ok(mut d) = self.dirty.lock() {
-                d.insert((bid, key.to_string()), cv);
-            }
+            self.mark_dirty(bid, key, cv);
             match &put {
                 Some((wput, body)) => {
                     let mut attrs = wput.attrs();
@@ -663,8 +661,9 @@ impl Node {
     }
 
     /// Sends a chain write on to the member after `pos` (if any) and waits for the rest of
-    /// the chain's answer, which it returns. An unreachable successor is a broken chain, not
-    /// a failed write: the gateway retries on the map that replaces it.
+    /// the chain's answer (read to its end, so the connection is kept). An unreachable
+    /// successor is a broken chain, not a failed write: the gateway retries on the map that
+    /// replaces it.
     #[allow(clippy::too_many_arguments)]
     async fn forward(
         &self,
@@ -675,9 +674,9 @@ impl Node {
         path: &str,
         headers: &[(&str, String)],
         body: Bytes,
-    ) -> Result<Option<Bytes>, Fail> {
+    ) -> Result<(), Fail> {
         let Some(next) = chain.get(pos + 1) else {
-            return Ok(None);
+            return Ok(());
         };
         let addr = map
             .addr(next)
@@ -710,7 +709,8 @@ impl Node {
         if !(200..300).contains(&ans.status) {
             return Err(ans.error().await.into());
         }
-        Ok(Some(ans.bytes().await?))
+        ans.bytes().await?;
+        Ok(())
     }
 
     /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if
@@ -824,6 +824,13 @@ impl Node {
             )
             .await
             .map_err(|e| e.to_string())
+    }
+
+    /// Marks a key's write `cv` as on its way down the chain (see `Node::dirty`).
+    fn mark_dirty(&self, bid: u64, key: &str, cv: u64) {
+        if let Ok(mut d) = self.dirty.lock() {
+            d.insert((bid, key.to_string()), cv);
+        }
     }
 
     fn clear_dirty(&self, bid: u64, key: &str, cv: u64) {

@@ -87,7 +87,11 @@ impl Node {
         headed: &HashSet<u32>,
         now_ms: i64,
     ) -> Result<usize, StoreError> {
-        if !rules.iter().any(|r| r.enabled && r.expiration.is_some()) {
+        let expiring: Vec<&Rule> = rules
+            .iter()
+            .filter(|r| r.enabled && r.expiration.is_some())
+            .collect();
+        if expiring.is_empty() {
             return Ok(0);
         }
         let objects = self.local_bucket(format!("o-{bid}")).await?;
@@ -97,7 +101,8 @@ impl Node {
             let page = self.local_page(&objects, "", &after).await?;
             for o in &page.objects {
                 let pg = pg_of(bid, &o.key, map.pgs);
-                if !headed.contains(&pg) {
+                // Only keys an expiring rule's prefix covers need their tags and time looked up.
+                if !headed.contains(&pg) || !expiring.iter().any(|r| o.key.starts_with(&r.prefix)) {
                     continue;
                 }
                 let Some(info) = self.store.head_object(&objects, &o.key).await? else {

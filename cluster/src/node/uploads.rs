@@ -259,9 +259,7 @@ impl Node {
         let t = t.unwrap_or_else(|| (super::now_micros() / 1000) as i64);
         let mut meta = obj.as_ref().map(meta_of);
         if cv > have {
-            if let Ok(mut d) = self.dirty.lock() {
-                d.insert((bid, key.to_string()), cv);
-            }
+            self.mark_dirty(bid, key, cv);
             let condition = match at_head {
                 // Decided once, at the head, against its committed copy.
                 true => WriteCondition {
@@ -579,12 +577,12 @@ impl Node {
         meta: &WireMeta,
         staged: Staged,
     ) -> Result<ObjectInfo, Fail> {
-        let mut attrs = meta.put.attrs();
-        attrs
-            .user_meta
-            .push((CV_META.to_string(), meta.cv.to_string()));
         let (upload_id, named) = match staged {
             Staged::Whole(body) => {
+                let mut attrs = meta.put.attrs();
+                attrs
+                    .user_meta
+                    .push((CV_META.to_string(), meta.cv.to_string()));
                 let md5 = hex::decode(&meta.etag)
                     .ok()
                     .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
@@ -607,8 +605,9 @@ impl Node {
             }
             Staged::Parts { upload_id, named } => (upload_id, named),
         };
+        // The version is in the upload's attributes (`stage_version`); the time is the source's.
         let stamp = CompleteAs {
-            last_modified_ms: Some(attrs.last_modified_ms),
+            last_modified_ms: Some(meta.put.last_modified_ms),
             user_meta: Vec::new(),
         };
         let done = self
