@@ -108,16 +108,15 @@ def healthy(etcd_url, nodes):
     return s["pgs_healthy"] == PGS and len(s["nodes"]) == nodes and s
 
 
-
-
 def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None):
     """etcd, `nodes` nodes with R=3 and `gateways` gateways under `base`; waits until every PG
-    has its replicas."""
+    has its replicas. `node_args` is a list, or a function of the node's number giving one."""
     base.mkdir(parents=True, exist_ok=True)
     etcd = Etcd(base / "etcd").start()
     r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
     assert r.returncode == 0, r.stderr
-    started = [Node(base / f"node{i}", etcd.url, node_args, node_env).start() for i in range(nodes)]
+    args = node_args if callable(node_args) else (lambda i: node_args)
+    started = [Node(base / f"node{i}", etcd.url, args(i), node_env).start() for i in range(nodes)]
     wait_for(f"{nodes} healthy nodes", lambda: healthy(etcd.url, nodes))
     gws = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(gateways)]
     return etcd, started, gws

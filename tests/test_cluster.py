@@ -565,13 +565,18 @@ def test_a_delete_is_not_undone_by_a_node_away_longer_than_its_tombstone(workdir
         etcd.stop()
 
 
-def test_lifecycle_rules_are_applied_by_the_nodes(workdir):
+def test_lifecycle_rules_and_storage_tiers_are_applied_by_the_nodes(workdir):
     """Each node applies the buckets' lifecycle rules to the PGs it heads: expirations are chain
-    deletes (gone from every replica), stale multipart uploads are aborted, and what no rule
-    names stays. The nodes evaluate the rules 4 days ahead (a hidden test flag, as
-    `packrat admin tier run --days-ahead` on one server) every second."""
-    etcd, nodes, (gw,) = start_cluster(workdir / "cluster-lifecycle",
-                                       node_args=["--tier-interval", "1", "--lifecycle-days-ahead", "4"])
+    deletes (gone from every replica), transitions chain edits of the storage class, stale
+    multipart uploads are aborted, and what no rule names stays. Every node has a directory
+    tier for STANDARD_IA, and its own tier worker moves its copies of such objects there. The
+    nodes evaluate the rules 4 days ahead (a hidden test flag, as `packrat admin tier run
+    --days-ahead` on one server) every second."""
+    base = workdir / "cluster-lifecycle"
+    tier_dirs = [base / f"tier{i}" for i in range(3)]
+    etcd, nodes, (gw,) = start_cluster(
+        base, node_args=lambda i: ["--tier-interval", "1", "--lifecycle-days-ahead", "4",
+                                   "--tier-rate", "0", "--tier", f"STANDARD_IA=dir:{tier_dirs[i]}"])
     try:
         s3 = gw.client()
         s3.create_bucket(Bucket="expiring")
@@ -580,38 +585,82 @@ def test_lifecycle_rules_are_applied_by_the_nodes(workdir):
         s3.put_object(Bucket="expiring", Key="keep/a", Body=b"a")
         s3.put_object(Bucket="expiring", Key="tmp/tagged", Body=b"t", Tagging="expire=yes")
         s3.put_object(Bucket="expiring", Key="tmp/plain", Body=b"p")
+        cold = {f"old/{i}": os.urandom(20_000 + i) for i in range(8)}
+        for k, v in cold.items():
+            s3.put_object(Bucket="expiring", Key=k, Body=v, Metadata={"n": k[-1]})
+        direct = os.urandom(70_000)
+        s3.put_object(Bucket="expiring", Key="ia/direct", Body=direct, StorageClass="STANDARD_IA")
         stale = s3.create_multipart_upload(Bucket="expiring", Key="up/stale")["UploadId"]
         other = s3.create_multipart_upload(Bucket="expiring", Key="other/upload")["UploadId"]
-        # Transitions need storage tiers, which a cluster does not have yet.
+        # A class the nodes have no tier for is refused, in a PUT and in a rule.
+        with pytest.raises(ClientError) as e:
+            s3.put_object(Bucket="expiring", Key="g", Body=b"g", StorageClass="GLACIER")
+        assert e.value.response["Error"]["Code"] == "InvalidStorageClass"
         with pytest.raises(ClientError) as e:
             s3.put_bucket_lifecycle_configuration(Bucket="expiring", LifecycleConfiguration={"Rules": [
                 {"ID": "t", "Filter": {"Prefix": ""}, "Status": "Enabled",
-                 "Transitions": [{"Days": 1, "StorageClass": "STANDARD_IA"}]}]})
+                 "Transitions": [{"Days": 1, "StorageClass": "GLACIER"}]}]})
         assert e.value.response["Error"]["Code"] == "InvalidStorageClass"
+        before = {k: s3.head_object(Bucket="expiring", Key=k) for k in cold}
         s3.put_bucket_lifecycle_configuration(Bucket="expiring", LifecycleConfiguration={"Rules": [
             {"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 3}},
             {"ID": "tagged", "Status": "Enabled", "Expiration": {"Days": 3},
              "Filter": {"And": {"Prefix": "tmp/", "Tags": [{"Key": "expire", "Value": "yes"}]}}},
             {"ID": "later", "Filter": {"Prefix": "keep/"}, "Status": "Enabled", "Expiration": {"Days": 30}},
+            {"ID": "cold", "Filter": {"Prefix": "old/"}, "Status": "Enabled",
+             "Transitions": [{"Days": 2, "StorageClass": "STANDARD_IA"}]},
             {"ID": "uploads", "Filter": {"Prefix": "up/"}, "Status": "Enabled",
              "AbortIncompleteMultipartUpload": {"DaysAfterInitiation": 3}}]})
 
-        def keys():
-            return [o["Key"] for o in s3.list_objects_v2(Bucket="expiring").get("Contents", [])]
+        def listing():
+            return {o["Key"]: o for o in s3.list_objects_v2(Bucket="expiring").get("Contents", [])}
 
-        wait_for("the expirations", lambda: keys() == ["keep/a", "tmp/plain"], timeout=30)
+        def transitioned():
+            got = listing()
+            return set(got) == {"keep/a", "tmp/plain", "ia/direct", *cold} and all(
+                got[k]["StorageClass"] == "STANDARD_IA" for k in [*cold, "ia/direct"]) and got
+
+        wait_for("the expirations and transitions", transitioned, timeout=30)
         uploads = s3.list_multipart_uploads(Bucket="expiring").get("Uploads", [])
         assert [(u["Key"], u["UploadId"]) for u in uploads] == [("other/upload", other)]
         with pytest.raises(ClientError) as e:
             s3.list_parts(Bucket="expiring", Key="up/stale", UploadId=stale)
         assert e.value.response["Error"]["Code"] == "NoSuchUpload"
-        # Gone from every replica: reads go to the caught-up members in turn.
+
+        # Every node's tier worker moves its own copies: 9 objects on each node's tier.
+        def on_tiers(objects):
+            st = admin_json(gw, "tier", "status")
+            ia = [t for t in st["tiers"] if t["class"] == "STANDARD_IA"]
+            return ia and ia[0]["objects"] == 3 * objects and st["pending_objects"] == 0 and st
+
+        st = wait_for("every copy moved to its node's tier", lambda: on_tiers(9), timeout=30)
+        assert len(st["nodes"]) == 3 and st["tiers"][0]["object_bytes"] == 3 * (
+            sum(map(len, cold.values())) + len(direct)), st
+        for d in tier_dirs:
+            assert sum(f.stat().st_size for f in d.rglob("*") if f.is_file()) >= len(direct), d
+        # Read from every replica in turn: the bytes come from each node's tier; a transition
+        # is an edit (same ETag, Last-Modified and metadata), and the expired keys are gone
+        # everywhere.
         for _ in range(6):
+            for k, v in cold.items():
+                got = s3.get_object(Bucket="expiring", Key=k)
+                assert got["Body"].read() == v and got["StorageClass"] == "STANDARD_IA"
+                assert (got["ETag"], got["LastModified"], got["Metadata"]) == (
+                    before[k]["ETag"], before[k]["LastModified"], {"n": k[-1]})
+            r = s3.get_object(Bucket="expiring", Key="ia/direct", Range="bytes=1000-1999")
+            assert r["Body"].read() == direct[1000:2000]
             for key in ("logs/00", "tmp/tagged"):
                 with pytest.raises(ClientError) as e:
                     s3.head_object(Bucket="expiring", Key=key)
                 assert e.value.response["Error"]["Code"] == "404"
             assert s3.get_object(Bucket="expiring", Key="tmp/plain")["Body"].read() == b"p"
+        # A copy onto itself back to STANDARD (an edit, the bytes untouched) brings the
+        # copies back to NVMe on the nodes' next runs.
+        s3.copy_object(Bucket="expiring", Key="ia/direct", CopySource={"Bucket": "expiring", "Key": "ia/direct"},
+                       StorageClass="STANDARD", MetadataDirective="COPY")
+        assert "StorageClass" not in s3.head_object(Bucket="expiring", Key="ia/direct")
+        wait_for("the copies back on NVMe", lambda: on_tiers(8), timeout=30)
+        assert s3.get_object(Bucket="expiring", Key="ia/direct")["Body"].read() == direct
     finally:
         gw.stop()
         for n in nodes:

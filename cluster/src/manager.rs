@@ -264,6 +264,7 @@ mod tests {
             weight: 1.0,
             state: NodeState::Active,
             incarnation: 1,
+            classes: Vec::new(),
         }
     }
 

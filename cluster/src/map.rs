@@ -51,6 +51,9 @@ pub struct NodeEntry {
     /// while it was away, however briefly).
     #[serde(default)]
     pub incarnation: u64,
+    /// The storage classes other than STANDARD this node has a tier for (`--tier`).
+    #[serde(default)]
+    pub classes: Vec<String>,
 }
 
 /// Which nodes hold which PG, in chain order (head first), and since when.

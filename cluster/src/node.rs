@@ -37,6 +37,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 mod admin;
+mod edit;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
 mod uploads;
@@ -91,6 +92,29 @@ enum Fail {
 impl From<StoreError> for Fail {
     fn from(e: StoreError) -> Self {
         Fail::Store(e)
+    }
+}
+
+/// A chain step under way at one member (see [`Node::begin_step`]); the key stays locked
+/// until it is dropped, so steps of one key reach every member in the head's order.
+struct KeyStep<'a> {
+    chain: &'a [String],
+    pos: usize,
+    objects: Bucket,
+    tombs: Bucket,
+    /// The key's object here, and the version of its tombstone (0: none).
+    obj: Option<ObjectInfo>,
+    tomb: u64,
+    /// The newest version this member has of the key (object or tombstone).
+    have: u64,
+    /// The step's version.
+    cv: u64,
+    _lock: tokio::sync::MutexGuard<'a, ()>,
+}
+
+impl KeyStep<'_> {
+    fn at_head(&self) -> bool {
+        self.pos == 0
     }
 }
 
@@ -382,6 +406,18 @@ impl Node {
                     .await?;
                 Ok(json(200, &meta))
             }
+            Method::PATCH => {
+                let put: WirePut = req
+                    .headers()
+                    .get(PUT_HEADER)
+                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
+                    .ok_or_else(|| StoreError::Invalid("no edit description".into()))?;
+                let Some(base) = q.get("base").and_then(|v| v.parse().ok()) else {
+                    return Ok(answer(400, "base is needed"));
+                };
+                let meta = self.edit(&map, bid, pg, &key, cv, base, put).await?;
+                Ok(json(200, &meta))
+            }
             Method::POST if q.contains_key("members") => {
                 let Some(want) = q.get("cv").and_then(|v| v.parse().ok()) else {
                     return Ok(answer(400, "cv is needed"));
@@ -526,6 +562,38 @@ impl Node {
         }
     }
 
+    /// Starts a chain step (a write, a delete, a completion, an attribute edit) of `key` at
+    /// this member: its place in the chain (`cv` is `None` at the head, the step's version
+    /// further down), the key's lock, what this member has of the key, and the step's version
+    /// (chosen here at the head, above everything this member has of the key).
+    async fn begin_step<'a>(
+        &'a self,
+        map: &'a ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+    ) -> Result<KeyStep<'a>, Fail> {
+        let (chain, pos) = self.chain_position(map, pg, cv.is_none())?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let tombs = self.local_bucket(format!("t-{bid}")).await?;
+        let lock = self.lock_of(bid, key).lock().await;
+        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
+        let have = obj.as_ref().map_or(0, cv_of).max(tomb);
+        let cv = cv.unwrap_or_else(|| self.next_cv(have));
+        Ok(KeyStep {
+            chain,
+            pos,
+            objects,
+            tombs,
+            obj,
+            tomb,
+            have,
+            cv,
+            _lock: lock,
+        })
+    }
+
     /// A chain write (`Some((put, body))`) or delete (`None`): applied here if newer than
     /// what this node has, then forwarded to the next member; answers once the chain has.
     /// `expect` (at the head): only if the key's version here is still that one, else
@@ -541,22 +609,13 @@ impl Node {
         put: Option<(WirePut, Bytes)>,
         expect: Option<u64>,
     ) -> Result<Option<WireMeta>, Fail> {
-        let at_head = cv.is_none();
-        let (chain, pos) = self.chain_position(map, pg, at_head)?;
-        let objects = self.local_bucket(format!("o-{bid}")).await?;
-        let tombs = self.local_bucket(format!("t-{bid}")).await?;
-        let guard = self.lock_of(bid, key).lock().await;
-        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
-        let have = obj.as_ref().map_or(0, cv_of).max(tomb);
-        if at_head && expect.is_some_and(|v| v != have) {
+        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        let (at_head, cv) = (step.at_head(), step.cv);
+        if at_head && expect.is_some_and(|v| v != step.have) {
             return Err(StoreError::PreconditionFailed.into());
         }
-        let cv = match cv {
-            Some(v) => v,
-            None => self.next_cv(have),
-        };
-        let mut meta = obj.as_ref().map(meta_of);
-        if cv > have {
+        let mut meta = step.obj.as_ref().map(meta_of);
+        if cv > step.have {
             self.mark_dirty(bid, key, cv);
             match &put {
                 Some((wput, body)) => {
@@ -566,7 +625,7 @@ impl Node {
                     let info = self
                         .store
                         .put_object(
-                            &objects,
+                            &step.objects,
                             key,
                             &mut OnePiece(Some(body.clone())),
                             PutObject {
@@ -590,13 +649,14 @@ impl Node {
                             return Err(e.into());
                         }
                     };
-                    if tomb > 0 {
-                        self.store.delete_object(&tombs, key).await?;
+                    if step.tomb > 0 {
+                        self.store.delete_object(&step.tombs, key).await?;
                     }
                     meta = Some(meta_of(&info));
                 }
                 None => {
-                    self.bury(&objects, &tombs, key, cv, obj.is_some()).await?;
+                    self.bury(&step.objects, &step.tombs, key, cv, step.obj.is_some())
+                        .await?;
                     meta = None;
                 }
             }
@@ -619,10 +679,10 @@ impl Node {
             None => (Method::DELETE, Bytes::new()),
         };
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
-        self.forward(map, chain, pos, method, &path, &headers, body)
+        self.forward(map, step.chain, step.pos, method, &path, &headers, body)
             .await?;
         self.clear_dirty(bid, key, cv);
-        drop(guard);
+        drop(step);
         if let Some(m) = meta.as_mut() {
             m.cv = m.cv.max(cv);
         }

@@ -945,7 +945,15 @@ impl ObjectStore for ClusterStore {
     }
 
     fn is_storage_class(&self, class: &str) -> bool {
+        // A class every node in the map has a tier for: each member keeps its copy of such an
+        // object there (its own tier worker moves it).
+        let map = self.map();
         class == "STANDARD"
+            || (!map.nodes.is_empty()
+                && map
+                    .nodes
+                    .values()
+                    .all(|n| n.classes.iter().any(|c| c == class)))
     }
 
     async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>> {
@@ -1025,9 +1033,9 @@ impl ObjectStore for ClusterStore {
         condition: &WriteCondition,
         edit: AttrEdit,
     ) -> StoreResult<ObjectInfo> {
-        // The bytes are written again with the new attributes, on the condition that the
-        // object is still the one read (a write that lands meanwhile fails this edit, which is
-        // then retried on it).
+        // A chain edit of the version read (its bytes stay where they are, on every member):
+        // if a write lands meanwhile the head refuses the edit, which is then made again on
+        // what the key holds now.
         let mut edit = Some(edit);
         for _ in 0..8 {
             let current = self
@@ -1042,12 +1050,12 @@ impl ObjectStore for ClusterStore {
             {
                 return Err(StoreError::PreconditionFailed);
             }
-            if current.size > CLUSTER_PUT_MAX {
-                return Err(not_in_cluster(
-                    "changing the attributes of an object over 256 MiB",
-                ));
-            }
-            let bytes = self.read_all(&current).await?;
+            let base = current
+                .version
+                .0
+                .downcast_ref::<ClusterVersion>()
+                .ok_or_else(|| StoreError::internal("edit", "not a cluster object version"))?
+                .cv;
             let mut attrs = current.attrs.clone();
             if let Some(f) = edit.take() {
                 f(&mut attrs);
@@ -1055,21 +1063,29 @@ impl ObjectStore for ClusterStore {
                 let fixed = attrs.clone();
                 edit = Some(Box::new(move |a| *a = fixed));
             }
-            let mut put = PutObject {
-                attrs,
-                checksum: current.checksum.as_ref().and_then(|c| {
-                    packrat_store_api::checksum::ChecksumAlgorithm::from_name(&c.algorithm)
-                }),
-                ..Default::default()
-            };
-            put.condition.if_match = Some(current.etag.clone());
-            match self
-                .put_bytes(bucket, key, bytes, wire_put(&put, None))
-                .await
-            {
-                Err(StoreError::PreconditionFailed) => continue,
-                other => return other,
+            let mut wput = WirePut::default();
+            wput.set_attrs(attrs);
+            let header =
+                serde_json::to_string(&wput).map_err(|e| StoreError::internal("edit", e))?;
+            let pg = pg_of(bucket.id, key, self.map().pgs);
+            let (ans, node) = self
+                .call(
+                    pg,
+                    Target::Head,
+                    Method::PATCH,
+                    &format!("/o/{}/{pg}/{}?base={base}", bucket.id, encode(key)),
+                    &[(PUT_HEADER, header)],
+                    Bytes::new(),
+                )
+                .await?;
+            if ans.status != 200 {
+                match ans.error().await {
+                    StoreError::PreconditionFailed => continue,
+                    e => return Err(e),
+                }
             }
+            let meta: WireMeta = ans.json().await?;
+            return Ok(self.info_of(bucket, key, pg, node, meta, None));
         }
         Err(StoreError::Unavailable(
             "the object keeps changing; retry".into(),
@@ -1472,7 +1488,7 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn tier_status(&self) -> StoreResult<Report> {
-        Err(not_in_cluster("storage tiers"))
+        self.tier_status_of_nodes().await
     }
 
     async fn faults(&self, _: Option<Report>) -> StoreResult<Report> {

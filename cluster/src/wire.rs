@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `PUT /o/{bucket id}/{pg}/{key}` | a chain write: at the head without `x-packrat-cv`, along the chain with it |
 //! | `DELETE /o/{bucket id}/{pg}/{key}` | a chain delete (a tombstone with the delete's version) |
+//! | `PATCH /o/{bucket id}/{pg}/{key}?base=V` | a chain edit: version V gets the attributes in `x-packrat-put` (bytes untouched), as a new version |
 //! | `GET /o/{bucket id}/{pg}/{key}?meta[&inline=N]` | the object's metadata ([`WireMeta`]); with `inline`, an object of at most N bytes comes whole, its metadata in `x-packrat-meta` |
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
 //! | `POST /o/{bucket id}/{pg}/{key}?members&cv=V` | where the named TAR members lie in version V (JSON names in, `[[offset, size] or null]` out) |

@@ -120,6 +120,7 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
             weight: 1.0,
             state: NodeState::Active,
             incarnation: 1,
+            classes: Vec::new(),
         };
         let etcd = etcd.clone();
         tokio::spawn(async move {

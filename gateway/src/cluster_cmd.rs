@@ -147,6 +147,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         weight: args.weight,
         state: NodeState::Active,
         incarnation: chrono::Utc::now().timestamp_micros().max(1) as u64,
+        classes: args.storage.tiers.iter().map(|t| t.class.clone()).collect(),
     };
     let keep = std::time::Duration::from_secs(args.tombstone_keep);
     // The node applies the buckets' lifecycle rules to the PGs it heads as often as a

@@ -30,8 +30,9 @@ fn compaction(q: &HashMap<String, String>) -> Result<(f64, Duration), StoreError
 }
 
 impl Node {
-    /// `/admin/compact` (POST: a compaction, answered with its report) and `/admin/job?kind=..`
-    /// (POST: start a run or join the one going; GET: its progress).
+    /// `/admin/compact` (POST: a compaction, answered with its report), `/admin/job?kind=..`
+    /// (POST: start a run or join the one going; GET: its progress) and `/admin/tiers` (GET:
+    /// the node's tier status).
     pub(super) async fn admin(
         &self,
         what: &str,
@@ -60,6 +61,7 @@ impl Node {
                 Ok(json(200, &self.store.start_job(job)?))
             }
             (&Method::GET, "job") => Ok(json(200, &self.store.job_progress(job_kind(q)?)?)),
+            (&Method::GET, "tiers") => Ok(json(200, &self.store.tier_status().await?)),
             _ => Ok(answer(404, "no such admin route")),
         }
     }

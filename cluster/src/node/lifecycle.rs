@@ -1,11 +1,12 @@
 //! Bucket lifecycle rules in a cluster: each node applies them to the PGs it heads, so every
 //! object is looked at by one node. An expiration is a chain delete made only if the key still
 //! has the version evaluated (a write that lands meanwhile is never expired by an older
-//! judgement); AbortIncompleteMultipartUpload is a chain abort. Transitions need storage tiers,
-//! which a cluster does not have yet: its gateways refuse rules that name another storage class.
+//! judgement); a transition is a chain edit of the object's storage class, made on the same
+//! condition (each member's own tier worker then moves its copy to its tier);
+//! AbortIncompleteMultipartUpload is a chain abort.
 
 use super::uploads::Step;
-use super::{Fail, Node, cv_of, now_micros};
+use super::{Fail, Node, cv_of, meta_of, now_micros};
 use crate::map::{ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use packrat_store_api::lifecycle::{self, Action, Rule};
@@ -28,6 +29,7 @@ pub struct LifecycleSchedule {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct LifecyclePass {
     pub expired: usize,
+    pub transitioned: usize,
     pub aborted: usize,
 }
 
@@ -44,6 +46,7 @@ impl Node {
                 Ok(p) if p == LifecyclePass::default() => {}
                 Ok(p) => tracing::info!(
                     expired = p.expired,
+                    transitioned = p.transitioned,
                     uploads_aborted = p.aborted,
                     "lifecycle rules applied"
                 ),
@@ -67,10 +70,12 @@ impl Node {
             let Some(rules) = rec.lifecycle.filter(|r| r.iter().any(|r| r.enabled)) else {
                 continue;
             };
-            pass.expired += self
-                .expire(&map, rec.id, &rules, &headed, now_ms)
+            let (expired, transitioned) = self
+                .expire_and_transition(&map, rec.id, &rules, &headed, now_ms)
                 .await
                 .map_err(|e| format!("bucket {}: {e}", rec.name))?;
+            pass.expired += expired;
+            pass.transitioned += transitioned;
             pass.aborted += self
                 .abort_stale_uploads(&map, rec.id, &rules, &headed, now_ms)
                 .await
@@ -79,30 +84,32 @@ impl Node {
         Ok(pass)
     }
 
-    async fn expire(
+    /// Expirations and transitions of the keys of the PGs this node heads: (expired,
+    /// transitioned).
+    async fn expire_and_transition(
         &self,
         map: &ClusterMap,
         bid: u64,
         rules: &[Rule],
         headed: &HashSet<u32>,
         now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        let expiring: Vec<&Rule> = rules
+    ) -> Result<(usize, usize), StoreError> {
+        let acting: Vec<&Rule> = rules
             .iter()
-            .filter(|r| r.enabled && r.expiration.is_some())
+            .filter(|r| r.enabled && (r.expiration.is_some() || !r.transitions.is_empty()))
             .collect();
-        if expiring.is_empty() {
-            return Ok(0);
+        if acting.is_empty() {
+            return Ok((0, 0));
         }
         let objects = self.local_bucket(format!("o-{bid}")).await?;
-        let mut expired = 0;
+        let (mut expired, mut transitioned) = (0, 0);
         let mut after: Option<String> = None;
         loop {
             let page = self.local_page(&objects, "", &after).await?;
             for o in &page.objects {
                 let pg = pg_of(bid, &o.key, map.pgs);
-                // Only keys an expiring rule's prefix covers need their tags and time looked up.
-                if !headed.contains(&pg) || !expiring.iter().any(|r| o.key.starts_with(&r.prefix)) {
+                // Only keys an acting rule's prefix covers need their tags and time looked up.
+                if !headed.contains(&pg) || !acting.iter().any(|r| o.key.starts_with(&r.prefix)) {
                     continue;
                 }
                 let Some(info) = self.store.head_object(&objects, &o.key).await? else {
@@ -114,17 +121,26 @@ impl Node {
                     info.size,
                     &info.attrs.tags,
                     info.attrs.last_modified_ms,
-                    "STANDARD",
+                    info.attrs.storage_class.as_deref().unwrap_or("STANDARD"),
                     now_ms,
                 );
-                if action != Action::Expire {
-                    continue;
-                }
-                match self
-                    .write(map, bid, pg, &o.key, None, None, Some(cv_of(&info)))
-                    .await
-                {
-                    Ok(_) => expired += 1,
+                let base = cv_of(&info);
+                let done = match action {
+                    Action::Keep => continue,
+                    Action::Expire => self
+                        .write(map, bid, pg, &o.key, None, None, Some(base))
+                        .await
+                        .map(|_| &mut expired),
+                    Action::Transition(class) => {
+                        let mut wput = meta_of(&info).put;
+                        wput.storage_class = Some(class);
+                        self.edit(map, bid, pg, &o.key, None, base, wput)
+                            .await
+                            .map(|_| &mut transitioned)
+                    }
+                };
+                match done {
+                    Ok(count) => *count += 1,
                     // Written again meanwhile, or the chain changed: the next pass decides.
                     Err(Fail::Store(StoreError::PreconditionFailed)) | Err(Fail::Refused(_)) => {}
                     Err(Fail::Store(e)) => return Err(e),
@@ -132,7 +148,7 @@ impl Node {
             }
             after = page.objects.last().map(|o| o.key.clone());
             if !page.truncated {
-                return Ok(expired);
+                return Ok((expired, transitioned));
             }
         }
     }

@@ -9,7 +9,7 @@
 //! part, so its copy has the same parts, ETag and checksum.
 
 use super::{
-    Fail, Node, NodeResp, OnePiece, answer, body_of_request, cv_of, digest_of, json, listing_scope,
+    Fail, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
     md5_of, meta_of,
 };
 use crate::map::ClusterMap;
@@ -248,17 +248,11 @@ impl Node {
         t: Option<i64>,
         wc: WireComplete,
     ) -> Result<NodeResp, Fail> {
-        let at_head = cv.is_none();
-        let (chain, pos) = self.chain_position(map, pg, at_head)?;
-        let objects = self.local_bucket(format!("o-{bid}")).await?;
-        let tombs = self.local_bucket(format!("t-{bid}")).await?;
-        let guard = self.lock_of(bid, key).lock().await;
-        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
-        let have = obj.as_ref().map_or(0, cv_of).max(tomb);
-        let cv = cv.unwrap_or_else(|| self.next_cv(have));
+        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        let (at_head, cv, objects) = (step.at_head(), step.cv, &step.objects);
         let t = t.unwrap_or_else(|| (super::now_micros() / 1000) as i64);
-        let mut meta = obj.as_ref().map(meta_of);
-        if cv > have {
+        let mut meta = step.obj.as_ref().map(meta_of);
+        if cv > step.have {
             self.mark_dirty(bid, key, cv);
             let condition = match at_head {
                 // Decided once, at the head, against its committed copy.
@@ -274,7 +268,7 @@ impl Node {
             };
             let done = self
                 .store
-                .complete_upload(&objects, key, id, complete_parts(&wc), &condition, &stamp)
+                .complete_upload(objects, key, id, complete_parts(&wc), &condition, &stamp)
                 .await;
             let info = match done {
                 Ok(info) => Ok(info),
@@ -286,14 +280,15 @@ impl Node {
                     | StoreError::InvalidPartOrder
                     | StoreError::EntityTooSmall,
                 ) if !at_head => {
-                    let _ = self.store.abort_upload(&objects, key, id).await;
+                    let _ = self.store.abort_upload(objects, key, id).await;
+                    let from = &step.chain[step.pos - 1];
                     tracing::info!(
                         key,
                         cv,
-                        from = %chain[pos - 1],
+                        %from,
                         "completing an upload this node lacks parts of: copying the object"
                     );
-                    self.pull_version(map, &chain[pos - 1], &objects, bid, pg, key, cv)
+                    self.pull_version(map, from, objects, bid, pg, key, cv)
                         .await
                 }
                 Err(e) => Err(e.into()),
@@ -305,13 +300,13 @@ impl Node {
                     return Err(e);
                 }
             };
-            if tomb > 0 {
-                self.store.delete_object(&tombs, key).await?;
+            if step.tomb > 0 {
+                self.store.delete_object(&step.tombs, key).await?;
             }
             meta = Some(meta_of(&info));
         } else {
             // A newer write of the key is here already: the upload's parts are not needed.
-            let _ = self.store.abort_upload(&objects, key, id).await;
+            let _ = self.store.abort_upload(objects, key, id).await;
         }
         let mut wc = wc;
         wc.if_match = None;
@@ -324,8 +319,8 @@ impl Node {
         );
         self.forward(
             map,
-            chain,
-            pos,
+            step.chain,
+            step.pos,
             Method::POST,
             &path,
             &[(CV_HEADER, cv.to_string())],
@@ -333,7 +328,7 @@ impl Node {
         )
         .await?;
         self.clear_dirty(bid, key, cv);
-        drop(guard);
+        drop(step);
         let mut meta = meta.ok_or(StoreError::NoSuchKey)?;
         meta.cv = meta.cv.max(cv);
         Ok(json(200, &meta))
@@ -435,7 +430,7 @@ impl Node {
     /// Copies version `cv` of a key from member `from` (the one before this node in the chain,
     /// which made it and holds the key locked until this node answers).
     #[allow(clippy::too_many_arguments)]
-    async fn pull_version(
+    pub(super) async fn pull_version(
         &self,
         map: &ClusterMap,
         from: &str,

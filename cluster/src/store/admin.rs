@@ -1,7 +1,8 @@
 //! The admin jobs through a cluster gateway: compaction, scrub and tier runs run on every
 //! node's own store (each node compacts, scrubs and tiers its own segments); the gateway starts
 //! them on every node of the map and answers one report, the nodes' figures added up, so
-//! `packrat admin compact|scrub|tier run --endpoint GATEWAY` works as against one server.
+//! `packrat admin compact|scrub|tier run|tier status --endpoint GATEWAY` works as against one
+//! server.
 
 use super::{ClusterStore, NODE_TIMEOUT};
 use bytes::Bytes;
@@ -98,6 +99,20 @@ fn sum_progress(nodes: Vec<Value>) -> Value {
 impl ClusterStore {
     /// The same admin request to every node of the map, all at once; their JSON answers.
     async fn ask_every_node(&self, method: Method, path: &str) -> StoreResult<Vec<Report>> {
+        Ok(self
+            .ask_every_node_by_id(method, path)
+            .await?
+            .into_iter()
+            .map(|(_, r)| r)
+            .collect())
+    }
+
+    /// As [`Self::ask_every_node`], each answer with its node's id.
+    async fn ask_every_node_by_id(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> StoreResult<Vec<(String, Report)>> {
         let map = self.map();
         let asks = map.nodes.values().map(|n| {
             let (client, method, epoch) = (self.client.clone(), method.clone(), map.epoch);
@@ -116,7 +131,7 @@ impl ClusterStore {
                     .await
                     .map_err(|e| StoreError::Unavailable(format!("node {}: {e}", n.id)))?;
                 match ans.status {
-                    200 => ans.json::<Report>().await,
+                    200 => Ok((n.id.clone(), ans.json::<Report>().await?)),
                     409 => Err(StoreError::Unavailable(
                         "the cluster map changed; retry".into(),
                     )),
@@ -125,6 +140,42 @@ impl ClusterStore {
             }
         });
         futures_util::future::try_join_all(asks).await
+    }
+
+    /// Every node's tier status in one report: the nodes' figures added up (objects and bytes
+    /// count every replica, each node tiering its own copies), tiers merged by class, the
+    /// tier run's progress as [`sum_progress`] sums it, and each node's own report under
+    /// `nodes`.
+    pub(super) async fn tier_status_of_nodes(&self) -> StoreResult<Report> {
+        let nodes = self
+            .ask_every_node_by_id(Method::GET, "/admin/tiers")
+            .await?;
+        let mut tiers: Vec<Value> = Vec::new();
+        let mut runs = Vec::new();
+        let mut rest = Vec::new();
+        for (_, r) in &nodes {
+            let mut r = r.clone();
+            for t in r["tiers"].as_array().cloned().unwrap_or_default() {
+                match tiers.iter_mut().find(|m| m["class"] == t["class"]) {
+                    Some(m) => add_report(m, &t, ""),
+                    None => tiers.push(t),
+                }
+            }
+            if let Some(o) = r.as_object_mut() {
+                o.remove("tiers");
+                runs.push(o.remove("run").unwrap_or(Value::Null));
+            }
+            rest.push(r);
+        }
+        for t in &mut tiers {
+            // Each node has its own target for a class (its directory, its prefix).
+            t["target"] = Value::from("each node's own (see nodes)");
+        }
+        let mut sum = sum_reports(rest);
+        sum["tiers"] = Value::from(tiers);
+        sum["run"] = sum_progress(runs);
+        sum["nodes"] = Value::Object(nodes.into_iter().collect());
+        Ok(sum)
     }
 
     pub(super) async fn compact_nodes(

@@ -1,0 +1,98 @@
+//! Attribute edits on the chain (`PATCH /o/...?base=V`): tags, metadata, storage class (a
+//! CopyObject onto itself, a lifecycle transition) and ACL headers change without the bytes
+//! being sent or written again. An edit is a chain step with a version of its own, so reads,
+//! resyncs and the dirty-key rule treat it as they treat a write; what differs is that each
+//! member changes the attributes of the version `base` it already holds, in place.
+
+use super::{Fail, Node, meta_of};
+use crate::map::ClusterMap;
+use crate::wire::{CV_HEADER, CV_META, PUT_HEADER, WireMeta, WirePut, encode};
+use bytes::Bytes;
+use http::Method;
+use packrat_store_api::{StoreError, WriteCondition};
+
+impl Node {
+    /// Gives version `base` of a key the attributes `wput` carries (its checks and conditions
+    /// unused), as the new version `cv` (chosen here at the head, `None`; passed down the
+    /// chain). At the head, `PreconditionFailed` if the key's version is no longer `base`
+    /// (the gateway reads it again and retries), `NoSuchKey` if it has none. A member that
+    /// does not hold `base` (it joined the chain since) copies the edited version from the
+    /// member before it.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn edit(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        base: u64,
+        wput: WirePut,
+    ) -> Result<Option<WireMeta>, Fail> {
+        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        let cv = step.cv;
+        let held = step.obj.as_ref().map_or(0, super::cv_of);
+        if step.at_head() {
+            match &step.obj {
+                None => return Err(StoreError::NoSuchKey.into()),
+                Some(_) if held != base => return Err(StoreError::PreconditionFailed.into()),
+                Some(_) => {}
+            }
+        }
+        let mut meta = step.obj.as_ref().map(meta_of);
+        if cv > step.have {
+            self.mark_dirty(bid, key, cv);
+            let done = if step.obj.is_some() && held == base {
+                let mut attrs = wput.attrs();
+                attrs.user_meta.retain(|(k, _)| k != CV_META);
+                attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+                self.store
+                    .update_object(
+                        &step.objects,
+                        key,
+                        &WriteCondition::default(),
+                        Box::new(move |a| *a = attrs),
+                    )
+                    .await
+                    .map_err(Fail::from)
+            } else {
+                let from = &step.chain[step.pos - 1];
+                tracing::info!(key, cv, %from, "an edit of a version this node lacks: copying the object");
+                let copied = self
+                    .pull_version(map, from, &step.objects, bid, pg, key, cv)
+                    .await;
+                if copied.is_ok() && step.tomb > 0 {
+                    self.store.delete_object(&step.tombs, key).await?;
+                }
+                copied
+            };
+            match done {
+                Ok(info) => meta = Some(meta_of(&info)),
+                Err(e) => {
+                    self.clear_dirty(bid, key, cv);
+                    return Err(e);
+                }
+            }
+        }
+        let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("edit", e))?;
+        let path = format!("/o/{bid}/{pg}/{}?base={base}", encode(key));
+        self.forward(
+            map,
+            step.chain,
+            step.pos,
+            Method::PATCH,
+            &path,
+            &[(CV_HEADER, cv.to_string()), (PUT_HEADER, header)],
+            Bytes::new(),
+        )
+        .await?;
+        self.clear_dirty(bid, key, cv);
+        drop(step);
+        // What this member holds now: the edited version, or (further down the chain) a newer
+        // one that overtook it; the head's answer is the one the gateway reads.
+        if let Some(m) = meta.as_mut() {
+            m.cv = m.cv.max(cv);
+        }
+        Ok(meta)
+    }
+}
