@@ -192,6 +192,10 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     away = [os.urandom(5 * MiB), os.urandom(2000)]
     uid = begin("mp-away")
     complete("mp-away", uid, [part("mp-away", uid, i + 1, p) for i, p in enumerate(away)], away)
+    # An SSE-S3 object and a tag edit while the victim is away: it copies both as it catches up.
+    sse_body = os.urandom(100_000)
+    mp.put_object(Bucket="load", Key="sse-away", Body=sse_body, ServerSideEncryption="AES256")
+    mp.put_object_tagging(Bucket="load", Key="mp-before", Tagging={"TagSet": [{"Key": "t", "Value": "away"}]})
     time.sleep(2)
     stop.set()
     for f in futures:
@@ -219,6 +223,8 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     # The victim comes back: it rejoins at the tails, catches up, then serves reads.
     victim.start()
     wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+    # An edit once it is back reaches its copy down the chain, in place.
+    mp.put_object_tagging(Bucket="load", Key="mp-away", Tagging={"TagSet": [{"Key": "t", "Value": "back"}]})
     across_done.append(part("mp-across", across_uid, 3, across[2]))
     complete("mp-across", across_uid, across_done, across)
     # Only the victim left: everything acknowledged must come from its copy.
@@ -226,6 +232,11 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     nodes[2].kill9()
     wait_for("the victim alone in the map", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)
     check(gw_a.client())
+    alone = gw_a.client()
+    got = alone.get_object(Bucket="load", Key="sse-away")
+    assert (got["Body"].read() == sse_body, got["ServerSideEncryption"]) == (True, "AES256")
+    for key, tag in [("mp-before", "away"), ("mp-away", "back")]:
+        assert alone.get_object_tagging(Bucket="load", Key=key)["TagSet"] == [{"Key": "t", "Value": tag}], key
     # One replica of three is too few to take writes: refused cleanly, not acknowledged.
     with pytest.raises(ClientError) as e:
         gw_a.client().put_object(Bucket="load", Key="late", Body=b"x")

@@ -140,7 +140,7 @@ def test_sse_c_over_plain_http_is_refused(server, s3, bucket):
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
 
 
-@pytest.mark.local_only("SSE-S3 needs packrat serve's master key (a cluster refuses it: test_sse_s3_through_a_cluster_gateway_says_not_yet)")
+@pytest.mark.local_only("restarts its own packrat serve; SSE-S3 through a cluster: test_sse_s3_and_bucket_default_encryption")
 def test_sse_s3_is_ciphertext_on_disk_and_survives_a_restart(tmp_path):
     srv = Server(tmp_path / "data").start()
     c = srv.client()
@@ -237,7 +237,6 @@ def test_copies_between_encryption_kinds(tls):
     assert c.get_object(Bucket="ssecopy", Key="c1")["Body"].read() == body
 
 
-@pytest.mark.local_only("SSE-S3 is not yet through a cluster gateway (no cluster-wide master key)")
 def test_what_does_not_decrypt_refuses(server, s3, bucket):
     s3.put_object(Bucket=bucket, Key="enc/a", Body=b"secret-a" * 100, ServerSideEncryption="AES256")
     s3.put_object(Bucket=bucket, Key="enc/b", Body=b"open-b")
@@ -261,20 +260,30 @@ def test_what_does_not_decrypt_refuses(server, s3, bucket):
     assert code_of(s3.head_object, Bucket=bucket, Key="kms")[1] == 404
 
 
-def test_sse_s3_through_a_cluster_gateway_says_not_yet(server, s3, bucket):
-    """A cluster gateway has no cluster-wide master key yet: SSE-S3 is refused, never stored
-    in plaintext. (Locally, the same request is served: see the tests above.)"""
-    if not conftest.CLUSTER_MODE:
-        s3.put_object(Bucket=bucket, Key="k", Body=b"x", ServerSideEncryption="AES256")
-        assert s3.head_object(Bucket=bucket, Key="k")["ServerSideEncryption"] == "AES256"
-        return
-    code = code_of(s3.put_object, Bucket=bucket, Key="k", Body=b"x", ServerSideEncryption="AES256")
-    assert code == ("InvalidRequest", 400)
-    assert code_of(s3.head_object, Bucket=bucket, Key="k")[1] == 404
-    # Nor can a bucket default to it.
+def test_sse_s3_and_bucket_default_encryption(server, s3, bucket):
+    """SSE-S3 and a bucket's default encryption, on one server and through a cluster gateway
+    (whose master key is the cluster's, in etcd): the object answers AES256 and reads back."""
+    body = pattern(BLOCK + 77, seed=21)
+    put = s3.put_object(Bucket=bucket, Key="k", Body=body, ServerSideEncryption="AES256")
+    assert put["ServerSideEncryption"] == "AES256"
+    # One server shows the plaintext's MD5, as S3 does; a cluster the stored bytes' (the
+    # ciphertext's), which is what its replicas check their copies against.
+    plain_md5 = '"%s"' % hashlib.md5(body).hexdigest()
+    assert (put["ETag"] == plain_md5) != conftest.CLUSTER_MODE, put["ETag"]
+    got = s3.get_object(Bucket=bucket, Key="k")
+    assert got["Body"].read() == body and got["ServerSideEncryption"] == "AES256"
+    assert got["ETag"] == put["ETag"]
+    r = s3.get_object(Bucket=bucket, Key="k", Range=f"bytes={BLOCK - 2}-{BLOCK + 2}")
+    assert r["Body"].read() == body[BLOCK - 2:BLOCK + 3]
     aes = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256"}}]}
-    assert code_of(s3.put_bucket_encryption, Bucket=bucket, ServerSideEncryptionConfiguration=aes) \
-        == ("InvalidRequest", 400)
+    s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration=aes)
+    s3.put_object(Bucket=bucket, Key="by-default", Body=b"default")
+    head = s3.head_object(Bucket=bucket, Key="by-default")
+    assert head["ServerSideEncryption"] == "AES256"
+    assert s3.get_object(Bucket=bucket, Key="by-default")["Body"].read() == b"default"
+    s3.delete_bucket_encryption(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
+    assert "ServerSideEncryption" not in s3.head_object(Bucket=bucket, Key="plain")
     assert code_of(s3.get_bucket_encryption, Bucket=bucket) == ("ServerSideEncryptionConfigurationNotFoundError", 404)
 
 
@@ -320,15 +329,23 @@ def test_sse_c_through_a_cluster_gateway_over_https(tmp_path):
         r = c.get_object(Bucket="clssec", Key="mp", Range=f"bytes={len(p1) - 5}-{len(p1) + 4}", **sse)
         assert r["Body"].read() == whole[len(p1) - 5:len(p1) + 5]
         assert code_of(c.get_object, Bucket="clssec", Key="mp") == ("InvalidRequest", 400)
-        # SSE-S3 needs a cluster-wide master key, which the cluster does not have yet.
-        assert code_of(c.put_object, Bucket="clssec", Key="s3", Body=b"x",
-                       ServerSideEncryption="AES256") == ("InvalidRequest", 400)
+        # SSE-S3: the data key is sealed with the cluster's master key (in etcd), so another
+        # gateway, started after the write, reads the object too.
+        s3body = pattern(BLOCK + 9, seed=14)
+        c.put_object(Bucket="clssec", Key="s3", Body=s3body, ServerSideEncryption="AES256")
+        other = Gateway(tmp_path / "gw2", etcd.url).start()
+        try:
+            got = other.client().get_object(Bucket="clssec", Key="s3")
+            assert got["Body"].read() == s3body and got["ServerSideEncryption"] == "AES256"
+        finally:
+            other.stop()
         disks = [stored_bytes(pathlib.Path(n.data_dir)) for n in nodes]
         # Three replicas of the sealed object, none of them plaintext.
         assert sum(len(d) >= len(body) for d in disks) == 3
         for disk in disks:
             assert body[:64] not in disk and body[BLOCK:BLOCK + 64] not in disk
             assert p1[:64] not in disk and p2[:64] not in disk
+            assert s3body[:64] not in disk
     finally:
         for p in [gw, *nodes]:
             p.stop()
@@ -526,7 +543,7 @@ def test_sse_s3_multipart_part_copies_and_transfers(tls, tmp_path):
     assert back.read_bytes() == data
 
 
-@pytest.mark.local_only("starts its own https packrat serve (a cluster refuses default encryption: test_sse_s3_through_a_cluster_gateway_says_not_yet)")
+@pytest.mark.local_only("starts its own https packrat serve; default encryption through a cluster: test_sse_s3_and_bucket_default_encryption")
 def test_bucket_default_encryption(tls, tmp_path):
     import io
     import shutil

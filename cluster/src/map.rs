@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `map` | [`ClusterMap`] (JSON): epoch, PG count, R, nodes, chains | `cluster init`, the manager |
 //! | `secret` | the cluster secret nodes and gateways authenticate with | `cluster init` |
+//! | `master-key` | the key SSE-S3 data keys are sealed with (hex of 32 bytes) | the first gateway that needs it |
 //! | `nodes/<id>` | [`NodeEntry`] (JSON): address, zone, weight, state | the node, `cluster drain` |
 //! | `live/<id>` | the node's address, under the node's lease (liveness) | the node |
 //! | `synced/<id>/<pg>` | the epoch a node caught up with a PG for | the node |
@@ -242,6 +243,32 @@ impl Etcd {
             .await?
             .ok_or("no cluster secret in etcd: run `packrat cluster init` first")?;
         String::from_utf8(value).map_err(|_| "etcd: the cluster secret is not text".into())
+    }
+
+    /// The cluster's master key: SSE-S3 data keys are sealed with it by every gateway. Made
+    /// by the first gateway to start (a transaction, so two gateways starting at once agree
+    /// on one key), never replaced afterwards: a new key would leave every SSE-S3 object
+    /// unreadable. It lives in etcd, not on the nodes: a node's disks hold only sealed data
+    /// keys, so a disk (or a whole node) taken away does not reveal the objects it holds.
+    pub async fn master_key(&self) -> EtcdResult<[u8; 32]> {
+        for _ in 0..8 {
+            if let Some((value, _)) = self.get("master-key").await? {
+                let mut key = [0u8; 32];
+                return match hex::decode_to_slice(&value, &mut key) {
+                    Ok(()) => Ok(key),
+                    Err(_) => Err("etcd: the cluster master key is not 64 hex digits".into()),
+                };
+            }
+            let fresh: [u8; 32] = rand::random();
+            if self
+                .put_if("master-key", 0, hex::encode(fresh).into_bytes())
+                .await?
+            {
+                tracing::info!("made the cluster's master key (SSE-S3)");
+                return Ok(fresh);
+            }
+        }
+        Err("etcd: the cluster master key keeps changing".into())
     }
 
     /// Follows the map: sends every new version on the returned channel. Keeps going through

@@ -82,6 +82,8 @@ struct ClusterVersion {
 pub struct ClusterStore {
     /// This store, for what outlives a call (a batch PUT's writer).
     me: std::sync::Weak<ClusterStore>,
+    /// The cluster's master key (SSE-S3), kept in etcd (`Etcd::master_key`).
+    master: packrat_store::master_key::MasterKey,
     etcd: Etcd,
     map: watch::Receiver<Arc<ClusterMap>>,
     client: NodeClient,
@@ -106,9 +108,11 @@ enum Target {
 impl ClusterStore {
     pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
         let secret = etcd.secret().await?;
+        let master = packrat_store::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
         let map = etcd.follow_map().await?;
         let store = Arc::new_cyclic(|me| ClusterStore {
             me: me.clone(),
+            master,
             client: NodeClient::new(secret),
             etcd,
             map,
@@ -1511,12 +1515,14 @@ impl ObjectStore for ClusterStore {
         self.clock.clone()
     }
 
-    fn seal_secret(&self, _plain: &[u8], _context: &[u8]) -> StoreResult<Vec<u8>> {
-        Err(not_in_cluster("SSE-S3 (a cluster-wide master key)"))
+    fn seal_secret(&self, plain: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
+        Ok(self.master.seal(plain, context))
     }
 
-    fn open_secret(&self, _sealed: &[u8], _context: &[u8]) -> StoreResult<Vec<u8>> {
-        Err(not_in_cluster("SSE-S3 (a cluster-wide master key)"))
+    fn open_secret(&self, sealed: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
+        self.master
+            .open(sealed, context)
+            .map_err(StoreError::Corrupt)
     }
 }
 

@@ -96,6 +96,38 @@ fn sum_progress(nodes: Vec<Value>) -> Value {
     })
 }
 
+/// The nodes' tier status reports as one: their figures added up (objects and bytes count
+/// every replica, each node tiering its own copies), tiers merged by class, the tier run's
+/// progress as [`sum_progress`] sums it, and each node's own report under `nodes`.
+fn merge_tier_status(nodes: Vec<(String, Value)>) -> Value {
+    let mut tiers: Vec<Value> = Vec::new();
+    let mut runs = Vec::new();
+    let mut rest = Vec::new();
+    for (_, r) in &nodes {
+        let mut r = r.clone();
+        for t in r["tiers"].as_array().cloned().unwrap_or_default() {
+            match tiers.iter_mut().find(|m| m["class"] == t["class"]) {
+                Some(m) => add_report(m, &t, ""),
+                None => tiers.push(t),
+            }
+        }
+        if let Some(o) = r.as_object_mut() {
+            o.remove("tiers");
+            runs.push(o.remove("run").unwrap_or(Value::Null));
+        }
+        rest.push(r);
+    }
+    for t in &mut tiers {
+        // Each node has its own target for a class (its directory, its prefix).
+        t["target"] = Value::from("each node's own (see nodes)");
+    }
+    let mut sum = sum_reports(rest);
+    sum["tiers"] = Value::from(tiers);
+    sum["run"] = sum_progress(runs);
+    sum["nodes"] = Value::Object(nodes.into_iter().collect());
+    sum
+}
+
 impl ClusterStore {
     /// The same admin request to every node of the map, all at once; their JSON answers.
     async fn ask_every_node(&self, method: Method, path: &str) -> StoreResult<Vec<Report>> {
@@ -142,40 +174,12 @@ impl ClusterStore {
         futures_util::future::try_join_all(asks).await
     }
 
-    /// Every node's tier status in one report: the nodes' figures added up (objects and bytes
-    /// count every replica, each node tiering its own copies), tiers merged by class, the
-    /// tier run's progress as [`sum_progress`] sums it, and each node's own report under
-    /// `nodes`.
+    /// Every node's tier status in one report (see [`merge_tier_status`]).
     pub(super) async fn tier_status_of_nodes(&self) -> StoreResult<Report> {
         let nodes = self
             .ask_every_node_by_id(Method::GET, "/admin/tiers")
             .await?;
-        let mut tiers: Vec<Value> = Vec::new();
-        let mut runs = Vec::new();
-        let mut rest = Vec::new();
-        for (_, r) in &nodes {
-            let mut r = r.clone();
-            for t in r["tiers"].as_array().cloned().unwrap_or_default() {
-                match tiers.iter_mut().find(|m| m["class"] == t["class"]) {
-                    Some(m) => add_report(m, &t, ""),
-                    None => tiers.push(t),
-                }
-            }
-            if let Some(o) = r.as_object_mut() {
-                o.remove("tiers");
-                runs.push(o.remove("run").unwrap_or(Value::Null));
-            }
-            rest.push(r);
-        }
-        for t in &mut tiers {
-            // Each node has its own target for a class (its directory, its prefix).
-            t["target"] = Value::from("each node's own (see nodes)");
-        }
-        let mut sum = sum_reports(rest);
-        sum["tiers"] = Value::from(tiers);
-        sum["run"] = sum_progress(runs);
-        sum["nodes"] = Value::Object(nodes.into_iter().collect());
-        Ok(sum)
+        Ok(merge_tier_status(nodes))
     }
 
     pub(super) async fn compact_nodes(
@@ -239,5 +243,42 @@ mod tests {
             (false.into(), 2.into())
         );
         assert_eq!(done["report"]["segments_checked"], 7);
+    }
+
+    #[test]
+    fn tier_status_merges_tiers_by_class_and_keeps_each_node() {
+        let node = |ia: u64, glacier: Option<u64>, pending: u64| {
+            let mut tiers = vec![
+                serde_json::json!({"class": "STANDARD_IA", "target": "dir:/a",
+                                                     "segments": 1, "objects": ia}),
+            ];
+            if let Some(g) = glacier {
+                tiers.push(
+                    serde_json::json!({"class": "GLACIER_IR", "target": "s3://b",
+                                              "segments": 2, "objects": g}),
+                );
+            }
+            serde_json::json!({"tiers": tiers, "pending_objects": pending,
+                               "run": {"running": false, "done_bytes": 0, "total_bytes": 0,
+                                       "finished_runs": 3, "report": null, "error": null}})
+        };
+        let st = merge_tier_status(vec![
+            ("n1".into(), node(4, Some(1), 0)),
+            ("n2".into(), node(5, None, 2)),
+        ]);
+        assert_eq!(st["pending_objects"], 2);
+        let tiers = st["tiers"].as_array().unwrap();
+        assert_eq!(tiers.len(), 2);
+        assert_eq!(
+            (tiers[0]["class"].clone(), tiers[0]["objects"].clone()),
+            ("STANDARD_IA".into(), 9.into())
+        );
+        assert_eq!(
+            (tiers[1]["objects"].clone(), tiers[1]["segments"].clone()),
+            (1.into(), 2.into())
+        );
+        assert_eq!(st["run"]["finished_runs"], 3);
+        assert_eq!(st["nodes"]["n2"]["pending_objects"], 2);
+        assert_eq!(st["nodes"]["n1"]["tiers"][1]["class"], "GLACIER_IR");
     }
 }

@@ -724,8 +724,8 @@ impl ByteSource for Sealing<'_> {
 
     /// An SSE-S3 object's ETag is its plaintext's MD5, as in S3; an SSE-C object's stays the
     /// stored bytes' (S3's is not the plaintext's MD5 either); the same for a part. A cluster
-    /// replica checks its copy against the primary's ETag, which holds because SSE-S3 is not
-    /// yet served there.
+    /// store does not take this MD5: there every ETag is the stored bytes' MD5, which a
+    /// replica checks its copy (a resync) against.
     fn shown_md5(&self) -> Option<[u8; 16]> {
         if self.cipher.is_sse_s3() {
             self.plain_md5
