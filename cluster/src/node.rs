@@ -98,6 +98,8 @@ impl From<StoreError> for Fail {
 /// A chain step under way at one member (see [`Node::begin_step`]); the key stays locked
 /// until it is dropped, so steps of one key reach every member in the head's order.
 struct KeyStep<'a> {
+    bid: u64,
+    key: String,
     chain: &'a [String],
     pos: usize,
     objects: Bucket,
@@ -582,6 +584,8 @@ impl Node {
         let have = obj.as_ref().map_or(0, cv_of).max(tomb);
         let cv = cv.unwrap_or_else(|| self.next_cv(have));
         Ok(KeyStep {
+            bid,
+            key: key.to_string(),
             chain,
             pos,
             objects,
@@ -679,14 +683,34 @@ impl Node {
             None => (Method::DELETE, Bytes::new()),
         };
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
-        self.forward(map, step.chain, step.pos, method, &path, &headers, body)
+        self.end_step(map, step, method, &path, &headers, body, meta)
+            .await
+    }
+
+    /// Ends a chain step applied at this member: sends it on to the next member (`method`
+    /// `path` with `headers` and `body`; the key stays locked until the rest of the chain has
+    /// answered), clears the key's dirty mark, and answers `meta` (what this member holds now)
+    /// with the step's version at least.
+    #[allow(clippy::too_many_arguments)]
+    async fn end_step(
+        &self,
+        map: &ClusterMap,
+        step: KeyStep<'_>,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+        meta: Option<WireMeta>,
+    ) -> Result<Option<WireMeta>, Fail> {
+        self.forward(map, step.chain, step.pos, method, path, headers, body)
             .await?;
-        self.clear_dirty(bid, key, cv);
+        self.clear_dirty(step.bid, &step.key, step.cv);
+        let cv = step.cv;
         drop(step);
-        if let Some(m) = meta.as_mut() {
+        Ok(meta.map(|mut m| {
             m.cv = m.cv.max(cv);
-        }
-        Ok(meta)
+            m
+        }))
     }
 
     /// This node's place in `pg`'s chain, if it may take a chain write there: the head when

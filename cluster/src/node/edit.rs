@@ -76,23 +76,18 @@ impl Node {
         }
         let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("edit", e))?;
         let path = format!("/o/{bid}/{pg}/{}?base={base}", encode(key));
-        self.forward(
-            map,
-            step.chain,
-            step.pos,
-            Method::PATCH,
-            &path,
-            &[(CV_HEADER, cv.to_string()), (PUT_HEADER, header)],
-            Bytes::new(),
-        )
-        .await?;
-        self.clear_dirty(bid, key, cv);
-        drop(step);
+        let headers = [(CV_HEADER, cv.to_string()), (PUT_HEADER, header)];
         // What this member holds now: the edited version, or (further down the chain) a newer
         // one that overtook it; the head's answer is the one the gateway reads.
-        if let Some(m) = meta.as_mut() {
-            m.cv = m.cv.max(cv);
-        }
-        Ok(meta)
+        self.end_step(
+            map,
+            step,
+            Method::PATCH,
+            &path,
+            &headers,
+            Bytes::new(),
+            meta,
+        )
+        .await
     }
 }

@@ -317,20 +317,19 @@ impl Node {
             encode(key),
             encode(id)
         );
-        self.forward(
-            map,
-            step.chain,
-            step.pos,
-            Method::POST,
-            &path,
-            &[(CV_HEADER, cv.to_string())],
-            Bytes::from(body),
-        )
-        .await?;
-        self.clear_dirty(bid, key, cv);
-        drop(step);
-        let mut meta = meta.ok_or(StoreError::NoSuchKey)?;
-        meta.cv = meta.cv.max(cv);
+        let headers = [(CV_HEADER, cv.to_string())];
+        let meta = self
+            .end_step(
+                map,
+                step,
+                Method::POST,
+                &path,
+                &headers,
+                Bytes::from(body),
+                meta,
+            )
+            .await?
+            .ok_or(StoreError::NoSuchKey)?;
         Ok(json(200, &meta))
     }
 
