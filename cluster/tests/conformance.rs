@@ -3,8 +3,8 @@
 //! in this process (each a `LocalStore` on its own directory, serving the internal API on
 //! loopback) with R=3, and a cluster store over them, as `packrat gateway` opens it.
 //!
-//! Multipart uploads are not yet supported through a cluster, so that check is not run here
-//! (the README's compatibility table lists it).
+//! The nodes run for the rest of the test process, so each cluster's directory outlives its
+//! test: it is named after the process, and the next run removes those of processes gone.
 
 use packrat_cluster::map::{Etcd, NodeEntry, NodeState};
 use packrat_store::local::{LocalOptions, LocalStore};
@@ -97,8 +97,32 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// A new directory for one test's cluster, under `packrat-conformance-<pid>-*` in the temp
+/// directory; those of test processes no longer running (about 150 MiB each) are removed.
+fn cluster_dir() -> std::path::PathBuf {
+    let tmp = std::env::temp_dir();
+    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("packrat-conformance-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    tempfile::Builder::new()
+        .prefix(&format!("packrat-conformance-{}-", std::process::id()))
+        .tempdir_in(&tmp)
+        .unwrap()
+        .keep()
+}
+
 async fn cluster_store() -> Arc<dyn ObjectStore> {
-    let dir = tempfile::tempdir().unwrap().keep();
+    let dir = cluster_dir();
     let etcd = start_etcd(&dir).await;
     let started = Instant::now();
     let root = AccessKey {
