@@ -99,7 +99,7 @@ impl From<StoreError> for Fail {
 /// until it is dropped, so steps of one key reach every member in the head's order.
 struct KeyStep<'a> {
     bid: u64,
-    key: String,
+    key: &'a str,
     chain: &'a [String],
     pos: usize,
     objects: Bucket,
@@ -573,7 +573,7 @@ impl Node {
         map: &'a ClusterMap,
         bid: u64,
         pg: u32,
-        key: &str,
+        key: &'a str,
         cv: Option<u64>,
     ) -> Result<KeyStep<'a>, Fail> {
         let (chain, pos) = self.chain_position(map, pg, cv.is_none())?;
@@ -585,7 +585,7 @@ impl Node {
         let cv = cv.unwrap_or_else(|| self.next_cv(have));
         Ok(KeyStep {
             bid,
-            key: key.to_string(),
+            key,
             chain,
             pos,
             objects,
@@ -704,7 +704,7 @@ impl Node {
     ) -> Result<Option<WireMeta>, Fail> {
         self.forward(map, step.chain, step.pos, method, path, headers, body)
             .await?;
-        self.clear_dirty(step.bid, &step.key, step.cv);
+        self.clear_dirty(step.bid, step.key, step.cv);
         let cv = step.cv;
         drop(step);
         Ok(meta.map(|mut m| {

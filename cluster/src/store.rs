@@ -79,6 +79,15 @@ struct ClusterVersion {
     node: String,
 }
 
+/// The cluster version an `ObjectInfo` from this store describes (`what`: the operation, for
+/// the error if it came from another store).
+fn cluster_version<'a>(info: &'a ObjectInfo, what: &'static str) -> StoreResult<&'a ClusterVersion> {
+    info.version
+        .0
+        .downcast_ref::<ClusterVersion>()
+        .ok_or_else(|| StoreError::internal(what, "not a cluster object version"))
+}
+
 pub struct ClusterStore {
     /// This store, for what outlives a call (a batch PUT's writer).
     me: std::sync::Weak<ClusterStore>,
@@ -970,11 +979,7 @@ impl ObjectStore for ClusterStore {
         start: u64,
         end: u64,
     ) -> StoreResult<Box<dyn ObjectRead>> {
-        let v = object
-            .version
-            .0
-            .downcast_ref::<ClusterVersion>()
-            .ok_or_else(|| StoreError::internal("read", "not a cluster object version"))?;
+        let v = cluster_version(object, "read")?;
         if let Some(all) = &v.inline {
             let (s, e) = (start.min(all.len() as u64), end.min(all.len() as u64));
             return Ok(Box::new(InlineRead(Some(
@@ -1054,12 +1059,7 @@ impl ObjectStore for ClusterStore {
             {
                 return Err(StoreError::PreconditionFailed);
             }
-            let base = current
-                .version
-                .0
-                .downcast_ref::<ClusterVersion>()
-                .ok_or_else(|| StoreError::internal("edit", "not a cluster object version"))?
-                .cv;
+            let base = cluster_version(&current, "edit")?.cv;
             let mut attrs = current.attrs.clone();
             if let Some(f) = edit.take() {
                 f(&mut attrs);
@@ -1339,11 +1339,7 @@ impl ObjectStore for ClusterStore {
         object: &ObjectInfo,
         names: &[String],
     ) -> StoreResult<Vec<Option<(u64, u64)>>> {
-        let v = object
-            .version
-            .0
-            .downcast_ref::<ClusterVersion>()
-            .ok_or_else(|| StoreError::internal("members", "not a cluster object version"))?;
+        let v = cluster_version(object, "members")?;
         let body = Bytes::from(
             serde_json::to_vec(names).map_err(|e| StoreError::internal("member names", e))?,
         );

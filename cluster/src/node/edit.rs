@@ -32,12 +32,11 @@ impl Node {
         let step = self.begin_step(map, bid, pg, key, cv).await?;
         let cv = step.cv;
         let held = step.obj.as_ref().map_or(0, super::cv_of);
-        if step.at_head() {
-            match &step.obj {
-                None => return Err(StoreError::NoSuchKey.into()),
-                Some(_) if held != base => return Err(StoreError::PreconditionFailed.into()),
-                Some(_) => {}
-            }
+        if step.at_head() && step.obj.is_none() {
+            return Err(StoreError::NoSuchKey.into());
+        }
+        if step.at_head() && held != base {
+            return Err(StoreError::PreconditionFailed.into());
         }
         let mut meta = step.obj.as_ref().map(meta_of);
         if cv > step.have {
