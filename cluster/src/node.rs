@@ -120,6 +120,17 @@ impl KeyStep<'_> {
     }
 }
 
+/// The JSON description a write, an edit or a part carries in `x-packrat-put`.
+fn put_header<T: serde::de::DeserializeOwned, B>(
+    req: &http::Request<B>,
+    what: &str,
+) -> StoreResult<T> {
+    req.headers()
+        .get(PUT_HEADER)
+        .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
+        .ok_or_else(|| StoreError::Invalid(format!("no {what} description")))
+}
+
 fn body_of(
     b: impl Into<Bytes>,
 ) -> http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error> {
@@ -397,11 +408,7 @@ impl Node {
             .and_then(|v| v.parse().ok());
         match method {
             Method::PUT => {
-                let put: WirePut = req
-                    .headers()
-                    .get(PUT_HEADER)
-                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
-                    .ok_or_else(|| StoreError::Invalid("no write description".into()))?;
+                let put: WirePut = put_header(&req, "write")?;
                 let body = body_of_request(req, "write").await?;
                 let meta = self
                     .write(&map, bid, pg, &key, cv, Some((put, body)), None)
@@ -409,11 +416,7 @@ impl Node {
                 Ok(json(200, &meta))
             }
             Method::PATCH => {
-                let put: WirePut = req
-                    .headers()
-                    .get(PUT_HEADER)
-                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
-                    .ok_or_else(|| StoreError::Invalid("no edit description".into()))?;
+                let put: WirePut = put_header(&req, "edit")?;
                 let Some(base) = q.get("base").and_then(|v| v.parse().ok()) else {
                     return Ok(answer(400, "base is needed"));
                 };

@@ -81,7 +81,10 @@ struct ClusterVersion {
 
 /// The cluster version an `ObjectInfo` from this store describes (`what`: the operation, for
 /// the error if it came from another store).
-fn cluster_version<'a>(info: &'a ObjectInfo, what: &'static str) -> StoreResult<&'a ClusterVersion> {
+fn cluster_version<'a>(
+    info: &'a ObjectInfo,
+    what: &'static str,
+) -> StoreResult<&'a ClusterVersion> {
     info.version
         .0
         .downcast_ref::<ClusterVersion>()

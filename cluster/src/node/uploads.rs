@@ -132,11 +132,7 @@ impl Node {
                 let Some(number) = q.get("part").and_then(|v| v.parse().ok()) else {
                     return Ok(answer(400, "no part number"));
                 };
-                let put: WirePartPut = req
-                    .headers()
-                    .get(PUT_HEADER)
-                    .and_then(|v| serde_json::from_slice(v.as_bytes()).ok())
-                    .ok_or_else(|| StoreError::Invalid("no part description".into()))?;
+                let put: WirePartPut = super::put_header(&req, "part")?;
                 let body = body_of_request(req, "part").await?;
                 Step::Part { number, put, body }
             }
