@@ -30,7 +30,7 @@ use packrat_store_api::{
     Bucket, ByteSource, ListQuery, NewBucket, ObjectInfo, ObjectStore, PutObject, StoreError,
     StoreResult,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,6 +49,8 @@ const LOCK_STRIPES: usize = 1024;
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Exact-version lookups kept for reads that follow a metadata request.
 const RECENT_MAX: usize = 16_384;
+/// PGs caught up on in one pass over the buckets (their numbers go in a listing's query).
+const RESYNC_PGS: usize = 256;
 /// Keys of one batch lookup read from the local store at once.
 const LOOKUPS_IN_FLIGHT: usize = 32;
 
@@ -1128,6 +1130,7 @@ impl Node {
     ) -> Result<WirePage, Fail> {
         let (pgs, max) = listing_scope(q);
         let tombstones = q.contains_key("tombstones");
+        let with_cv = q.contains_key("cv");
         let prefix = q.get("prefix").cloned().unwrap_or_default();
         let delimiter = q.get("delimiter").filter(|d| !d.is_empty()).cloned();
         let mut after = q.get("after").cloned();
@@ -1174,7 +1177,9 @@ impl Node {
                     after = Some(format!("{cp}{}", char::MAX));
                     continue 'pages;
                 }
-                let cv = if tombstones {
+                // A tombstone's version, or with `cv` an object's (a resync compares it with its
+                // own before it asks for the object).
+                let cv = if tombstones || with_cv {
                     self.store
                         .head_object(&bucket, &o.key)
                         .await?
@@ -1196,23 +1201,23 @@ impl Node {
         Ok(page)
     }
 
-    /// Catches up on the PGs this node joined, from a caught-up member, and reports each one
+    /// Catches up on the PGs this node joined, from caught-up members, and reports each one
     /// done in etcd. Runs for the node's life.
     pub async fn resync_loop(self: Arc<Self>, etcd: Etcd) {
         let mut rx = self.map.clone();
         let mut done: HashSet<(u32, u64)> = HashSet::new();
         loop {
             let map = rx.borrow_and_update().clone();
-            let mine: Vec<(u32, u64)> = map
+            let todo: Vec<(u32, u64)> = map
                 .syncing
                 .get(&self.id)
-                .map(|m| m.iter().map(|(p, e)| (*p, *e)).collect())
-                .unwrap_or_default();
+                .map(|m| m.iter().map(|(p, e)| (*p, *e)).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|pe| !done.contains(pe))
+                .collect();
             let mut pending = false;
-            for (pg, since) in mine {
-                if done.contains(&(pg, since)) {
-                    continue;
-                }
+            for batch in todo.chunks(RESYNC_PGS) {
                 let bids = match crate::map::bucket_records(&etcd).await {
                     Ok(b) => b.into_iter().map(|b| b.id).collect::<Vec<u64>>(),
                     Err(e) => {
@@ -1221,21 +1226,28 @@ impl Node {
                         break;
                     }
                 };
-                match self.resync_pg(&map, pg, &bids).await {
-                    Ok(n) => {
-                        tracing::info!(pg, objects = n, "caught up");
-                        if etcd
-                            .put(&format!("synced/{}/{pg}", self.id), since.to_string())
-                            .await
-                            .is_ok()
-                        {
-                            done.insert((pg, since));
-                        } else {
-                            pending = true;
-                        }
-                    }
+                let pgs: Vec<u32> = batch.iter().map(|(pg, _)| *pg).collect();
+                let copied = match self.resync_pgs(&map, &pgs, &bids).await {
+                    Ok(c) => c,
                     Err(e) => {
-                        tracing::debug!(pg, "resync: {e}");
+                        tracing::debug!(?pgs, "resync: {e}");
+                        pending = true;
+                        continue;
+                    }
+                };
+                for (pg, since) in batch {
+                    let Some(n) = copied.get(pg) else {
+                        pending = true; // no caught-up member to copy from yet
+                        continue;
+                    };
+                    tracing::info!(pg, objects = n, "caught up");
+                    if etcd
+                        .put(&format!("synced/{}/{pg}", self.id), since.to_string())
+                        .await
+                        .is_ok()
+                    {
+                        done.insert((*pg, *since));
+                    } else {
                         pending = true;
                     }
                 }
@@ -1252,20 +1264,38 @@ impl Node {
         }
     }
 
-    /// Copies what a caught-up member has of `pg` and this node lacks (newer versions,
-    /// tombstones), and drops what this node has that the member neither has nor had
-    /// (writes that never committed before this node went away).
-    async fn resync_pg(&self, map: &ClusterMap, pg: u32, bids: &[u64]) -> Result<usize, String> {
-        let source = map
-            .readers(pg)
-            .find(|n| **n != self.id)
-            .cloned()
-            .ok_or_else(|| format!("PG {pg} has no caught-up member to copy from"))?;
-        let addr = map.addr(&source).ok_or("no address")?.to_string();
+    /// Copies what caught-up members have of `pgs` and this node lacks (newer versions,
+    /// tombstones), and drops what this node has that they neither have nor had (writes that
+    /// never committed before this node went away). One listing per bucket and source for all
+    /// the PGs it is the source of, not one per PG: a bucket's listing on a node scans all of
+    /// it, so a node back from a reboot with hundreds of PGs to catch up on would otherwise
+    /// scan every bucket hundreds of times. Answers the objects copied per PG; a PG without a
+    /// caught-up member to copy from is left out.
+    async fn resync_pgs(
+        &self,
+        map: &ClusterMap,
+        pgs: &[u32],
+        bids: &[u64],
+    ) -> Result<HashMap<u32, usize>, String> {
+        let mut by_source: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        for pg in pgs {
+            match map.readers(*pg).find(|n| **n != self.id) {
+                Some(source) => by_source.entry(source.clone()).or_default().push(*pg),
+                None => tracing::debug!(pg, "resync: no caught-up member to copy from"),
+            }
+        }
         let floor = now_micros();
-        let mut copied = 0;
-        for bid in bids {
-            copied += self.resync_bucket(map, pg, *bid, &addr, floor).await?;
+        let mut copied = HashMap::new();
+        for (source, group) in by_source {
+            let addr = map.addr(&source).ok_or("no address")?.to_string();
+            let group: HashSet<u32> = group.into_iter().collect();
+            for pg in &group {
+                copied.insert(*pg, 0);
+            }
+            for bid in bids {
+                self.resync_bucket(map, &group, *bid, &addr, floor, &mut copied)
+                    .await?;
+            }
         }
         Ok(copied)
     }
@@ -1273,19 +1303,22 @@ impl Node {
     async fn resync_bucket(
         &self,
         map: &ClusterMap,
-        pg: u32,
+        pgs: &HashSet<u32>,
         bid: u64,
         addr: &str,
         floor: u64,
-    ) -> Result<usize, String> {
+        copied: &mut HashMap<u32, usize>,
+    ) -> Result<(), String> {
+        let pg_list = pgs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         let e = |e: StoreError| e.to_string();
         let source_keys = |tombstones: bool| {
             let addr = addr.to_string();
+            let pg_list = &pg_list;
             async move {
                 let mut out = Vec::new();
                 let mut after: Option<String> = None;
                 loop {
-                    let mut path = format!("/l/{bid}?pgs={pg}&max=1000");
+                    let mut path = format!("/l/{bid}?pgs={pg_list}&max=1000&cv");
                     if tombstones {
                         path.push_str("&tombstones");
                     }
@@ -1307,7 +1340,6 @@ impl Node {
         };
         let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
         let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;
-        let mut copied = 0;
         let theirs = source_keys(false).await?;
         let their_tombs = source_keys(true).await?;
         let mut known: HashSet<&str> = theirs.iter().map(|x| x.key.as_str()).collect();
@@ -1322,6 +1354,15 @@ impl Node {
             }
         }
         for o in &theirs {
+            // Only what is newer on the source is asked for: a node back from a short absence
+            // copies what it missed, not the whole PG.
+            {
+                let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
+                if o.cv != 0 && o.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
+                    continue;
+                }
+            }
+            let pg = pg_of(bid, &o.key, map.pgs);
             let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(&o.key));
             let ans = self.fetch(addr, &path, map.epoch).await?;
             if ans.status == 404 {
@@ -1363,7 +1404,7 @@ impl Node {
             if tomb > 0 {
                 self.store.delete_object(&tombs, &o.key).await.map_err(e)?;
             }
-            copied += 1;
+            *copied.entry(pg).or_default() += 1;
         }
         // What this node holds of the PG that the source does not know, written before the
         // resync began: writes that never committed. Later ones came down the chain.
@@ -1371,7 +1412,7 @@ impl Node {
         loop {
             let page = self.local_page(&objects, "", &after).await.map_err(e)?;
             for o in &page.objects {
-                if pg_of(bid, &o.key, map.pgs) != pg || known.contains(o.key.as_str()) {
+                if !pgs.contains(&pg_of(bid, &o.key, map.pgs)) || known.contains(o.key.as_str()) {
                     continue;
                 }
                 let _g = self.lock_of(bid, &o.key).lock().await;
@@ -1389,7 +1430,7 @@ impl Node {
                 break;
             }
         }
-        Ok(copied)
+        Ok(())
     }
 }
 
