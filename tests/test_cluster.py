@@ -7,11 +7,13 @@ import hashlib
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import tarfile
 import threading
 import time
+import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
@@ -570,6 +572,85 @@ def test_a_delete_is_not_undone_by_a_node_away_longer_than_its_tombstone(workdir
                 assert e.value.response["Error"]["Code"] == "404", i
             else:
                 assert c.get_object(Bucket="tomb", Key=f"k{i:02d}")["Body"].read() == b"old %d" % i
+    finally:
+        for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
+def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
+    """A node that goes away (a reboot, an upgrade) keeps its places for `--rereplicate-after`
+    seconds: its chains run a member short and nothing is copied elsewhere; back in time, it
+    rejoins the PGs it held and copies only what it missed. A node gone for longer has its
+    replicas made on the others."""
+    etcd, nodes, (gw,) = start_cluster(workdir / "cluster-grace", nodes=4, node_env={"PACKRAT_LOG": "info"})
+    try:
+        r = cluster_cmd(etcd.url, "set", "--rereplicate-after", "120")
+        assert r.returncode == 0, r.stderr
+        assert status(etcd.url)["rereplicate_after_s"] == 120
+        c = gw.client(read_timeout=60)
+        c.create_bucket(Bucket="grace")
+        bodies = {f"k/{i:03d}": os.urandom(100 + i) for i in range(200)}
+        for k, v in bodies.items():
+            c.put_object(Bucket="grace", Key=k, Body=v)
+        assert sorted(n["pgs"] for n in status(etcd.url)["nodes"]) == [48] * 4
+        away = nodes[3]
+        away_id = open(away.data_dir + "/node-id").read().strip()
+        away.kill9()
+        s = wait_for("the node away", lambda: (st := status(etcd.url))["away"] and st, timeout=30)
+        assert [a["id"] for a in s["away"]] == [away_id], s
+        assert s["away"][0]["pgs_kept"] == 48, s
+        assert 100 <= s["away"][0]["rereplicated_in_s"] <= 120, s
+        # Nothing was copied to the other three: the 48 PGs the node held run on two members.
+        assert sorted(n["pgs"] for n in s["nodes"]) == [48] * 3, s
+        assert s["pgs_degraded"] == 48, s
+        # The gateway's metrics say so, for an operator's alert.
+        def metrics_with_away():
+            m = urllib.request.urlopen(gw.endpoint + "/metrics", timeout=5).read().decode()
+            return m if "packrat_cluster_nodes_away 1\n" in m else None
+
+        metrics = wait_for("the gateway's map with the node away", metrics_with_away, timeout=10)
+        assert "packrat_cluster_pgs_degraded 48\n" in metrics, metrics
+        # Writes go on meanwhile (two members take them).
+        changed = [f"k/{i:03d}" for i in range(0, 200, 10)]
+        for k in changed:
+            bodies[k] = os.urandom(300)
+            c.put_object(Bucket="grace", Key=k, Body=bodies[k])
+        deleted = [f"k/{i:03d}" for i in range(5, 200, 40)]
+        for k in deleted:
+            c.delete_object(Bucket="grace", Key=k)
+            del bodies[k]
+        time.sleep(2)  # four of the manager's rounds
+        s = status(etcd.url)
+        assert sorted(n["pgs"] for n in s["nodes"]) == [48] * 3 and len(s["away"]) == 1, s
+        mark = os.path.getsize(away.log_path)
+        t0 = time.time()
+        away.start()
+        s = wait_for("four caught-up nodes", lambda: healthy(etcd.url, 4), timeout=90)
+        print(f"back and caught up on 48 PGs in {time.time() - t0:.1f} s")
+        assert sorted(n["pgs"] for n in s["nodes"]) == [48] * 4 and s["away"] == [], s
+        with open(away.log_path) as f:
+            f.seek(mark)
+            copied = [int(n) for n in re.findall(r"caught up.*objects=(\d+)", f.read())]
+        # It caught up on each of its 48 PGs, and copied the overwritten objects among them,
+        # not the ~150 it holds.
+        assert len(copied) == 48, copied
+        assert 1 <= sum(copied) <= len(changed), copied
+        # Gone for longer than the grace period: its replicas are made on the others. Another
+        # node goes, so that reads come from the one that came back too.
+        r = cluster_cmd(etcd.url, "set", "--rereplicate-after", "2")
+        assert r.returncode == 0, r.stderr
+        t0 = time.time()
+        nodes[0].kill9()
+        s = wait_for("the replicas made on the three left", lambda: healthy(etcd.url, 3), timeout=90)
+        print(f"a node's 48 replicas made on the others {time.time() - t0:.1f} s after it died")
+        assert sorted(n["pgs"] for n in s["nodes"]) == [64] * 3 and s["away"] == [], s
+        for k, v in bodies.items():
+            assert c.get_object(Bucket="grace", Key=k)["Body"].read() == v, k
+        for k in deleted:
+            with pytest.raises(ClientError) as e:
+                c.head_object(Bucket="grace", Key=k)
+            assert e.value.response["Error"]["Code"] == "404", k
     finally:
         for p in [gw, *nodes]:
             p.stop()

@@ -27,12 +27,8 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
         .keys()
         .map(|id| (id.as_str(), (0, 0, 0)))
         .collect();
-    let mut healthy = 0;
+    let healthy = pgs_healthy(map);
     for (pg, chain) in map.chains.iter().enumerate() {
-        let readers = map.readers(pg as u32).count();
-        if chain.len() == map.replicas && readers == chain.len() {
-            healthy += 1;
-        }
         for (i, id) in chain.iter().enumerate() {
             let e = per_node.entry(id.as_str()).or_default();
             e.0 += 1;
@@ -59,14 +55,82 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
             })
         })
         .collect();
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let grace_ms = map.rereplicate_after_s.saturating_mul(1000);
+    let away: Vec<serde_json::Value> = map
+        .away
+        .iter()
+        .map(|(id, a)| {
+            let gone_ms = now_ms.saturating_sub(a.since_ms);
+            serde_json::json!({
+                "id": id,
+                "pgs_kept": a.pgs.len(),
+                "gone_s": gone_ms / 1000,
+                "rereplicated_in_s": grace_ms.saturating_sub(gone_ms).div_ceil(1000),
+            })
+        })
+        .collect();
     serde_json::json!({
         "epoch": map.epoch,
         "pgs": map.pgs,
         "replicas": map.replicas,
+        "rereplicate_after_s": map.rereplicate_after_s,
         "pgs_healthy": healthy,
         "pgs_degraded": map.pgs as usize - healthy,
         "nodes": nodes,
+        "away": away,
     })
+}
+
+/// PGs with R caught-up members.
+fn pgs_healthy(map: &ClusterMap) -> usize {
+    (0..map.pgs)
+        .filter(|pg| {
+            let chain = map.chain(*pg);
+            chain.len() == map.replicas && map.readers(*pg).count() == chain.len()
+        })
+        .count()
+}
+
+/// The map's figures for a gateway's `/metrics`: what an operator alerts on (degraded PGs,
+/// nodes away) and follows (the epoch, replicas catching up).
+pub fn map_metrics(map: &ClusterMap) -> Vec<packrat_store_api::admin::Metric> {
+    use packrat_store_api::admin::Metric;
+    let syncing: usize = map.syncing.values().map(|pgs| pgs.len()).sum();
+    vec![
+        Metric::gauge(
+            "packrat_cluster_map_epoch",
+            "Epoch of the cluster map this gateway routes by.",
+            map.epoch,
+        ),
+        Metric::gauge(
+            "packrat_cluster_pgs",
+            "Placement groups of the cluster.",
+            u64::from(map.pgs),
+        ),
+        Metric::gauge(
+            "packrat_cluster_pgs_degraded",
+            "Placement groups with fewer than R caught-up replicas.",
+            (map.pgs as usize - pgs_healthy(map)) as u64,
+        ),
+        Metric::gauge(
+            "packrat_cluster_nodes",
+            "Storage nodes in the chains.",
+            map.nodes.len() as u64,
+        ),
+        Metric::gauge(
+            "packrat_cluster_nodes_away",
+            "Storage nodes gone whose places are kept for them (rereplicate_after_s).",
+            map.away.len() as u64,
+        ),
+        Metric::gauge(
+            "packrat_cluster_replicas_syncing",
+            "Replicas catching up (they take writes but serve no reads yet).",
+            syncing as u64,
+        ),
+    ]
 }
 
 /// Writes a new cluster's map, secret and root key into etcd; refuses if one exists.
@@ -74,9 +138,11 @@ pub async fn init(
     etcd: &Etcd,
     pgs: u32,
     replicas: usize,
+    rereplicate_after_s: u64,
     root: packrat_store_api::admin::AccessKey,
 ) -> Result<(), String> {
-    let map = ClusterMap::new(pgs, replicas);
+    let mut map = ClusterMap::new(pgs, replicas);
+    map.rereplicate_after_s = rereplicate_after_s;
     let value = serde_json::to_vec(&map).map_err(|e| e.to_string())?;
     if !etcd.put_if("map", 0, value).await? {
         return Err(
@@ -88,6 +154,22 @@ pub async fn init(
         .await
         .map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// Sets how long a gone node's replicas wait for it (see [`ClusterMap::away`]). The map keeps
+/// its epoch: nothing is fenced, and only the manager reads the setting.
+pub async fn set_rereplicate_after(etcd: &Etcd, seconds: u64) -> Result<(), String> {
+    for _ in 0..20 {
+        let (mut map, rev) = etcd.map().await?;
+        map.rereplicate_after_s = seconds;
+        let value = serde_json::to_vec(&map).map_err(|e| e.to_string())?;
+        if etcd.put_if("map", rev, value).await? {
+            return Ok(());
+        }
+        // The manager wrote the map meanwhile: read it again.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err("the cluster map keeps changing; try again".into())
 }
 
 /// A running node's registration: its entry in `nodes/`, and `live/` under a lease kept alive

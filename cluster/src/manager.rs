@@ -8,7 +8,7 @@
 //! changed. The write is a transaction that holds only while this node's election key exists,
 //! so a manager that lost its lease (a hung machine) cannot overwrite its successor's map.
 
-use crate::map::{ClusterMap, Etcd, NodeEntry, NodeState, key};
+use crate::map::{Away, ClusterMap, Etcd, NodeEntry, NodeState, key};
 use crate::placement::{NodeSpec, assign};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use std::collections::{BTreeMap, BTreeSet};
@@ -46,24 +46,31 @@ pub async fn run(etcd: Etcd, lease: i64, node_id: String) {
     }
 }
 
-/// The map as it should be now, from the map as it is, the registered nodes, the live ones
-/// and the resync reports. `None` if nothing changes.
+/// The map as it should be now (at `now_ms`, Unix milliseconds), from the map as it is, the
+/// registered nodes, the live ones and the resync reports. `None` if nothing changes.
 pub fn next_map(
     map: &ClusterMap,
     registered: &[NodeEntry],
     live: &BTreeSet<String>,
     synced: &BTreeMap<(String, u32), u64>,
+    now_ms: u64,
 ) -> Option<ClusterMap> {
+    let spec = |n: &NodeEntry| NodeSpec {
+        id: n.id.clone(),
+        zone: n.zone.clone(),
+        weight: n.weight,
+    };
     let members: Vec<NodeSpec> = registered
         .iter()
         .filter(|n| n.state == NodeState::Active && live.contains(&n.id))
-        .map(|n| NodeSpec {
-            id: n.id.clone(),
-            zone: n.zone.clone(),
-            weight: n.weight,
-        })
+        .map(spec)
         .collect();
-    let chains = assign(&map.chains, &members, map.pgs, map.replicas);
+    let away = away_now(map, registered, live, now_ms);
+    let (chains, away) = if away.is_empty() && map.away.is_empty() {
+        (assign(&map.chains, &members, map.pgs, map.replicas), away)
+    } else {
+        keep_places(map, registered, &members, away)
+    };
     let epoch = map.epoch + 1;
     // Members that restarted since the map last saw them.
     let restarted: BTreeSet<&str> = registered
@@ -97,8 +104,11 @@ pub fn next_map(
             syncing.entry(id.clone()).or_default().insert(pg, since);
         }
     }
-    // A draining node leaves a chain only once the member that replaces it has caught up:
-    // until then it stays, at the tail, so the PG keeps R caught-up copies throughout a drain.
+    // A live member leaves a chain (a drain, a rebalance towards a new node) only once the
+    // members that joined it have caught up: until then it stays, at the tail, so the PG keeps
+    // R caught-up copies throughout a move. Without it, nodes joining one that held every PG
+    // took whole chains from it, leaving those PGs with no caught-up copy to read or to copy
+    // from.
     let mut chains = chains;
     for (pg, chain) in chains.iter_mut().enumerate() {
         let pg = pg as u32;
@@ -109,10 +119,8 @@ pub fn next_map(
             continue;
         }
         for id in map.chain(pg) {
-            let draining = registered
-                .iter()
-                .any(|n| n.id == *id && n.state == NodeState::Draining && live.contains(id));
-            if draining && !chain.contains(id) && !map.is_syncing(id, pg) {
+            let alive = live.contains(id) && registered.iter().any(|n| n.id == *id);
+            if alive && !chain.contains(id) && !map.is_syncing(id, pg) {
                 chain.push(id.clone());
             }
         }
@@ -124,7 +132,7 @@ pub fn next_map(
             nodes.insert(n.id.clone(), n.clone());
         }
     }
-    if chains == map.chains && syncing == map.syncing && nodes == map.nodes {
+    if chains == map.chains && syncing == map.syncing && nodes == map.nodes && away == map.away {
         return None;
     }
     Some(ClusterMap {
@@ -134,7 +142,108 @@ pub fn next_map(
         nodes,
         chains,
         syncing,
+        away,
+        rereplicate_after_s: map.rereplicate_after_s,
     })
+}
+
+/// The nodes gone for less than the map's grace period (active ones: a draining node's
+/// replicas are being moved anyway), with when they went and the PGs they held. A node found
+/// gone for the first time is away from `now_ms`.
+fn away_now(
+    map: &ClusterMap,
+    registered: &[NodeEntry],
+    live: &BTreeSet<String>,
+    now_ms: u64,
+) -> BTreeMap<String, Away> {
+    let grace_ms = map.rereplicate_after_s.saturating_mul(1000);
+    let mut away = BTreeMap::new();
+    for n in registered {
+        if n.state != NodeState::Active || live.contains(&n.id) {
+            continue;
+        }
+        let kept = match map.away.get(&n.id) {
+            Some(a) => a.clone(),
+            None => Away {
+                since_ms: now_ms,
+                pgs: (0..map.pgs)
+                    .filter(|pg| map.chain(*pg).contains(&n.id))
+                    .collect(),
+            },
+        };
+        if !kept.pgs.is_empty() && now_ms.saturating_sub(kept.since_ms) < grace_ms {
+            away.insert(n.id.clone(), kept);
+        }
+    }
+    away
+}
+
+/// The chains when some nodes are or were away: placed as if they were still there (so
+/// nothing moves on their account), then without those still away. A node that came back
+/// takes the places kept for it (at the tails, where it catches up). A PG left with fewer
+/// members than a write needs is filled from the live nodes at once; the away node keeps its
+/// place there too, and when it returns the chain keeps the first R of its members.
+fn keep_places(
+    map: &ClusterMap,
+    registered: &[NodeEntry],
+    members: &[NodeSpec],
+    away: BTreeMap<String, Away>,
+) -> (Vec<Vec<String>>, BTreeMap<String, Away>) {
+    let mut previous = map.chains.clone();
+    let back = map
+        .away
+        .iter()
+        .filter(|(id, _)| members.iter().any(|m| m.id == **id));
+    for (id, a) in away.iter().chain(back) {
+        for pg in &a.pgs {
+            if let Some(chain) = previous.get_mut(*pg as usize)
+                && !chain.contains(id)
+            {
+                chain.push(id.clone());
+            }
+        }
+    }
+    let mut all = members.to_vec();
+    all.extend(
+        registered
+            .iter()
+            .filter(|n| away.contains_key(&n.id))
+            .map(|n| NodeSpec {
+                id: n.id.clone(),
+                zone: n.zone.clone(),
+                weight: n.weight,
+            }),
+    );
+    let planned = assign(&previous, &all, map.pgs, map.replicas);
+    let mut chains: Vec<Vec<String>> = planned
+        .iter()
+        .map(|c| {
+            c.iter()
+                .filter(|id| !away.contains_key(*id))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    let quorum = map.write_quorum().min(members.len());
+    let short: Vec<usize> = (0..chains.len())
+        .filter(|pg| chains[*pg].len() < quorum)
+        .collect();
+    if !short.is_empty() {
+        let filled = assign(&chains, members, map.pgs, map.replicas);
+        for pg in short {
+            chains[pg] = filled[pg].clone();
+        }
+    }
+    let away = away
+        .into_iter()
+        .map(|(id, a)| {
+            let pgs = (0..map.pgs)
+                .filter(|pg| planned[*pg as usize].contains(&id))
+                .collect();
+            (id, Away { pgs, ..a })
+        })
+        .collect();
+    (chains, away)
 }
 
 /// Spreads the heads (which order and check every write of their PGs) evenly: a node with
@@ -211,7 +320,10 @@ async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
             synced.insert((id.to_string(), pg), epoch);
         }
     }
-    let Some(next) = next_map(&map, &registered, &live, &synced) else {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let Some(next) = next_map(&map, &registered, &live, &synced, now_ms) else {
         return Ok(true);
     };
     let value = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
@@ -272,16 +384,23 @@ mod tests {
     fn a_dead_node_leaves_and_a_returning_one_catches_up_first() {
         let nodes = [node("a"), node("b"), node("c")];
         let all: BTreeSet<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        let first = next_map(&ClusterMap::new(8, 3), &nodes, &all, &BTreeMap::new()).unwrap();
+        let first = next_map(&ClusterMap::new(8, 3), &nodes, &all, &BTreeMap::new(), 0).unwrap();
         assert!(
             first.syncing.is_empty(),
             "a new cluster has nothing to catch up on"
         );
         assert!(first.chains.iter().all(|c| c.len() == 3));
         // Nodes that join one by one end up with equal shares of heads.
-        let one = next_map(&ClusterMap::new(8, 3), &nodes[..1], &all, &BTreeMap::new()).unwrap();
-        let two = next_map(&one, &nodes[..2], &all, &BTreeMap::new()).unwrap();
-        let three = next_map(&two, &nodes, &all, &BTreeMap::new()).unwrap();
+        let one = next_map(
+            &ClusterMap::new(8, 3),
+            &nodes[..1],
+            &all,
+            &BTreeMap::new(),
+            0,
+        )
+        .unwrap();
+        let two = next_map(&one, &nodes[..2], &all, &BTreeMap::new(), 0).unwrap();
+        let three = next_map(&two, &nodes, &all, &BTreeMap::new(), 0).unwrap();
         let heads = |m: &ClusterMap, id: &str| m.chains.iter().filter(|c| c[0] == id).count();
         assert_eq!(
             heads(&three, "a"),
@@ -293,7 +412,7 @@ mod tests {
             .iter()
             .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
             .collect();
-        let four = next_map(&three, &nodes, &all, &reports).unwrap();
+        let four = next_map(&three, &nodes, &all, &reports, 0).unwrap();
         assert!(four.syncing.is_empty());
         assert!(
             ["a", "b", "c"]
@@ -301,7 +420,7 @@ mod tests {
                 .all(|id| (2..=3).contains(&heads(&four, id)))
         );
         let without_b: BTreeSet<String> = ["a", "c"].iter().map(|s| s.to_string()).collect();
-        let second = next_map(&first, &nodes, &without_b, &BTreeMap::new()).unwrap();
+        let second = next_map(&first, &nodes, &without_b, &BTreeMap::new(), 0).unwrap();
         assert!(
             second
                 .chains
@@ -309,7 +428,7 @@ mod tests {
                 .all(|c| c.len() == 2 && !c.contains(&"b".to_string()))
         );
         assert_eq!(second.epoch, first.epoch + 1);
-        let third = next_map(&second, &nodes, &all, &BTreeMap::new()).unwrap();
+        let third = next_map(&second, &nodes, &all, &BTreeMap::new(), 0).unwrap();
         assert!(
             third.chains.iter().all(|c| c.last().unwrap() == "b"),
             "b rejoins at the tail"
@@ -320,16 +439,16 @@ mod tests {
         let synced: BTreeMap<(String, u32), u64> = (0..8)
             .map(|pg| (("b".to_string(), pg), third.epoch))
             .collect();
-        let fourth = next_map(&third, &nodes, &all, &synced).unwrap();
+        let fourth = next_map(&third, &nodes, &all, &synced, 0).unwrap();
         assert!(fourth.syncing.is_empty());
         assert!(
-            next_map(&fourth, &nodes, &all, &synced).is_none(),
+            next_map(&fourth, &nodes, &all, &synced, 0).is_none(),
             "nothing changes"
         );
         // c restarts before its lease ran out: it catches up on its PGs, in place.
         let mut again = nodes.clone();
         again[2].incarnation = 2;
-        let fifth = next_map(&fourth, &again, &all, &synced).unwrap();
+        let fifth = next_map(&fourth, &again, &all, &synced, 0).unwrap();
         assert_eq!(fifth.chains, fourth.chains);
         assert_eq!(fifth.syncing["c"].len(), 8);
         assert_eq!(fifth.syncing.len(), 1);
@@ -344,7 +463,7 @@ mod tests {
             .iter()
             .map(|(pg, e)| (("c".to_string(), *pg), *e))
             .collect();
-        let sixth = next_map(&fifth, &four_nodes, &alive, &caught_up).unwrap();
+        let sixth = next_map(&fifth, &four_nodes, &alive, &caught_up, 0).unwrap();
         for (pg, chain) in sixth.chains.iter().enumerate() {
             assert!(
                 chain.contains(&"a".to_string()),
@@ -358,7 +477,7 @@ mod tests {
             .iter()
             .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
             .collect();
-        let seventh = next_map(&sixth, &four_nodes, &alive, &done).unwrap();
+        let seventh = next_map(&sixth, &four_nodes, &alive, &done, 0).unwrap();
         assert!(
             seventh
                 .chains
@@ -366,5 +485,122 @@ mod tests {
                 .all(|c| c.len() == 3 && !c.contains(&"a".to_string()))
         );
         assert!(seventh.syncing.is_empty());
+    }
+
+    #[test]
+    fn nodes_joining_one_that_holds_everything_leave_every_pg_a_caught_up_copy() {
+        let nodes: Vec<NodeEntry> = ["a", "b", "c", "d"].map(node).to_vec();
+        let all: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
+        let none = BTreeMap::new();
+        let alone = next_map(&ClusterMap::new(16, 3), &nodes[..1], &all, &none, 0).unwrap();
+        // b, c and d at once: a holds 16 replicas of its share of 12, so 4 PGs get three
+        // newcomers; a stays in them, at the tail, until they have caught up.
+        let joined = next_map(&alone, &nodes, &all, &none, 0).unwrap();
+        for pg in 0..16 {
+            assert_eq!(joined.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");
+        }
+        assert_eq!(joined.chains.iter().filter(|c| c.len() == 4).count(), 4);
+        let reports: BTreeMap<(String, u32), u64> = joined
+            .syncing
+            .iter()
+            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
+            .collect();
+        let settled = next_map(&joined, &nodes, &all, &reports, 0).unwrap();
+        assert!(settled.syncing.is_empty());
+        assert!(settled.chains.iter().all(|c| c.len() == 3));
+        let a = "a".to_string();
+        assert_eq!(settled.chains.iter().filter(|c| c.contains(&a)).count(), 12);
+    }
+
+    #[test]
+    fn a_node_back_within_the_grace_period_takes_its_places_back() {
+        let nodes: Vec<NodeEntry> = ["a", "b", "c", "d"].map(node).to_vec();
+        let ids = |v: &[&str]| -> BTreeSet<String> { v.iter().map(|s| s.to_string()).collect() };
+        let (all, abc) = (ids(&["a", "b", "c", "d"]), ids(&["a", "b", "c"]));
+        let none = BTreeMap::new();
+        let mut start = ClusterMap::new(16, 3);
+        start.rereplicate_after_s = 60;
+        let first = next_map(&start, &nodes, &all, &none, 0).unwrap();
+        let d = "d".to_string();
+        let held: Vec<u32> = (0..16).filter(|pg| first.chain(*pg).contains(&d)).collect();
+        assert_eq!(held.len(), 12, "a quarter of 48 replicas");
+        // d goes: its chains run a member short; nothing is copied to a, b or c.
+        let gone = next_map(&first, &nodes, &abc, &none, 1_000).unwrap();
+        assert_eq!(
+            gone.away["d"],
+            Away {
+                since_ms: 1_000,
+                pgs: held.clone()
+            }
+        );
+        for pg in 0..16 {
+            let set = |c: &[String]| {
+                c.iter()
+                    .filter(|id| **id != d)
+                    .cloned()
+                    .collect::<BTreeSet<_>>()
+            };
+            assert_eq!(set(gone.chain(pg)), set(first.chain(pg)), "PG {pg}");
+        }
+        assert!(gone.syncing.is_empty());
+        assert!(
+            next_map(&gone, &nodes, &abc, &none, 60_999).is_none(),
+            "nothing changes within the grace period"
+        );
+        // Back within it: d takes its places again, at the tails, and catches up there.
+        let back = next_map(&gone, &nodes, &all, &none, 30_000).unwrap();
+        assert!(back.away.is_empty());
+        for pg in 0..16 {
+            let chain = back.chain(pg);
+            assert_eq!(chain.contains(&d), held.contains(&pg), "PG {pg}");
+            if held.contains(&pg) {
+                assert_eq!(chain.last(), Some(&d), "PG {pg}");
+                assert!(back.is_syncing("d", pg));
+            }
+        }
+        assert_eq!(back.syncing.len(), 1, "only d catches up");
+        // Gone for longer: its replicas are made on the others.
+        let replaced = next_map(&gone, &nodes, &abc, &none, 61_000).unwrap();
+        assert!(replaced.away.is_empty());
+        assert!(
+            replaced
+                .chains
+                .iter()
+                .all(|c| c.len() == 3 && !c.contains(&d))
+        );
+        assert_eq!(
+            replaced.syncing.values().map(BTreeMap::len).sum::<usize>(),
+            12
+        );
+        // With no grace period, at once.
+        let mut eager = first.clone();
+        eager.rereplicate_after_s = 0;
+        let at_once = next_map(&eager, &nodes, &abc, &none, 1_000).unwrap();
+        assert!(at_once.away.is_empty());
+        assert_eq!(at_once.chains, replaced.chains);
+        // Two nodes gone: a PG left with one member cannot take writes, so it is filled from
+        // the live nodes at once; the places elsewhere are still kept.
+        let two_gone = next_map(&first, &nodes, &ids(&["a", "b"]), &none, 1_000).unwrap();
+        assert!(two_gone.chains.iter().all(|c| c.len() == 2));
+        assert_eq!(two_gone.away.len(), 2);
+        let both: Vec<u32> = (0..16)
+            .filter(|pg| {
+                ["c", "d"]
+                    .iter()
+                    .all(|n| first.chain(*pg).contains(&n.to_string()))
+            })
+            .collect();
+        assert!(!both.is_empty());
+        for pg in both {
+            assert_eq!(two_gone.chain(pg).len(), 2, "PG {pg}");
+            assert_eq!(
+                two_gone
+                    .syncing
+                    .values()
+                    .filter(|s| s.contains_key(&pg))
+                    .count(),
+                1
+            );
+        }
     }
 }

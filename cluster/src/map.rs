@@ -72,6 +72,33 @@ pub struct ClusterMap {
     /// take writes (at the tail) but serve no reads until they report the resync done.
     #[serde(default)]
     pub syncing: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// Nodes gone (their lease lapsed) for less than [`ClusterMap::rereplicate_after_s`],
+    /// by id: their chains run a member short meanwhile, and a node that comes back rejoins
+    /// them and catches up on what it missed, instead of its replicas being copied whole to
+    /// other nodes for a restart or a reboot.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub away: BTreeMap<String, Away>,
+    /// How long the replicas of a node that is gone wait for it before the manager makes
+    /// them on other nodes (`packrat cluster set --rereplicate-after`; 0: at once).
+    #[serde(default = "default_rereplicate_after")]
+    pub rereplicate_after_s: u64,
+}
+
+/// A node that is gone, and the places kept for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Away {
+    /// When the manager first found it gone (Unix milliseconds, by the manager's clock).
+    pub since_ms: u64,
+    /// The PGs whose chains keep a place for it.
+    pub pgs: Vec<u32>,
+}
+
+/// Ten minutes, as Ceph waits before it marks a down OSD out: a reboot or an upgrade comes
+/// back well within it, and a dead disk or machine is replaced after it.
+pub const REREPLICATE_AFTER_S: u64 = 600;
+
+fn default_rereplicate_after() -> u64 {
+    REREPLICATE_AFTER_S
 }
 
 impl ClusterMap {
@@ -83,6 +110,8 @@ impl ClusterMap {
             nodes: BTreeMap::new(),
             chains: vec![Vec::new(); pgs as usize],
             syncing: BTreeMap::new(),
+            away: BTreeMap::new(),
+            rereplicate_after_s: REREPLICATE_AFTER_S,
         }
     }
 

@@ -1499,7 +1499,7 @@ impl ObjectStore for ClusterStore {
     }
 
     fn metrics(&self) -> Vec<Metric> {
-        Vec::new()
+        crate::map_metrics(&self.map())
     }
 
     fn write_readiness(&self) -> Result<(), String> {

@@ -133,7 +133,15 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
         is_root: true,
         created_ms: 0,
     };
-    packrat_cluster::init(&etcd, 16, 3, root).await.unwrap();
+    packrat_cluster::init(
+        &etcd,
+        16,
+        3,
+        packrat_cluster::map::REREPLICATE_AFTER_S,
+        root,
+    )
+    .await
+    .unwrap();
     for i in 0..3 {
         let store = LocalStore::open(LocalOptions::new(dir.join(format!("node{i}")))).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -77,6 +77,17 @@ enum ClusterCommand {
         /// Copies of every object, on distinct nodes (distinct zones where zones are given).
         #[arg(long, default_value_t = 3)]
         replicas: usize,
+        /// Seconds the replicas of a node that is gone wait for it to come back (a reboot, an
+        /// upgrade) before they are made on other nodes; 0 makes them at once.
+        #[arg(long, default_value_t = packrat_cluster::map::REREPLICATE_AFTER_S)]
+        rereplicate_after: u64,
+    },
+    /// Change a setting of a running cluster.
+    Set {
+        /// Seconds the replicas of a node that is gone wait for it before they are made on
+        /// other nodes (0: at once). Applies to nodes already gone too.
+        #[arg(long)]
+        rereplicate_after: u64,
     },
     /// The map: nodes, their PGs and heads, PGs with fewer than R caught-up replicas (JSON).
     Status,
@@ -191,7 +202,11 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
     }
     let etcd = Etcd::connect(&args.etcd).await?;
     match args.command {
-        ClusterCommand::Init { pgs, replicas } => {
+        ClusterCommand::Init {
+            pgs,
+            replicas,
+            rereplicate_after,
+        } => {
             if pgs == 0 || replicas == 0 {
                 return Err("--pgs and --replicas must be at least 1".into());
             }
@@ -211,13 +226,21 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
                 is_root: true,
                 created_ms: chrono::Utc::now().timestamp_millis(),
             };
-            packrat_cluster::init(&etcd, pgs, replicas, root.clone()).await?;
-            println!("cluster created: {pgs} placement groups, {replicas} replicas");
+            packrat_cluster::init(&etcd, pgs, replicas, rereplicate_after, root.clone()).await?;
+            println!(
+                "cluster created: {pgs} placement groups, {replicas} replicas, a gone node's \
+                 replicas made elsewhere after {rereplicate_after} s"
+            );
             if generated {
                 println!("root credentials (shown this once):");
                 println!("  access key: {}", root.access_key);
                 println!("  secret key: {}", root.secret_key);
             }
+            Ok(())
+        }
+        ClusterCommand::Set { rereplicate_after } => {
+            packrat_cluster::set_rereplicate_after(&etcd, rereplicate_after).await?;
+            println!("a gone node's replicas are now made elsewhere after {rereplicate_after} s");
             Ok(())
         }
         ClusterCommand::Status => {
