@@ -368,6 +368,14 @@ async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
 mod tests {
     use super::*;
 
+    /// Every resync report the members catching up in `map` would send.
+    fn caught_up_on_all(map: &ClusterMap) -> BTreeMap<(String, u32), u64> {
+        map.syncing
+            .iter()
+            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
+            .collect()
+    }
+
     fn node(id: &str) -> NodeEntry {
         NodeEntry {
             id: id.into(),
@@ -407,11 +415,7 @@ mod tests {
             8,
             "members still catching up never lead"
         );
-        let reports: BTreeMap<(String, u32), u64> = three
-            .syncing
-            .iter()
-            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
-            .collect();
+        let reports = caught_up_on_all(&three);
         let four = next_map(&three, &nodes, &all, &reports, 0).unwrap();
         assert!(four.syncing.is_empty());
         assert!(
@@ -472,11 +476,7 @@ mod tests {
             assert_eq!(chain.len(), 4);
             assert_eq!(sixth.readers(pg as u32).count(), 3);
         }
-        let done: BTreeMap<(String, u32), u64> = sixth
-            .syncing
-            .iter()
-            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
-            .collect();
+        let done = caught_up_on_all(&sixth);
         let seventh = next_map(&sixth, &four_nodes, &alive, &done, 0).unwrap();
         assert!(
             seventh
@@ -500,11 +500,7 @@ mod tests {
             assert_eq!(joined.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");
         }
         assert_eq!(joined.chains.iter().filter(|c| c.len() == 4).count(), 4);
-        let reports: BTreeMap<(String, u32), u64> = joined
-            .syncing
-            .iter()
-            .flat_map(|(id, pgs)| pgs.iter().map(move |(pg, e)| ((id.clone(), *pg), *e)))
-            .collect();
+        let reports = caught_up_on_all(&joined);
         let settled = next_map(&joined, &nodes, &all, &reports, 0).unwrap();
         assert!(settled.syncing.is_empty());
         assert!(settled.chains.iter().all(|c| c.len() == 3));
