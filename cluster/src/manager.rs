@@ -65,11 +65,26 @@ pub fn next_map(
         .filter(|n| n.state == NodeState::Active && live.contains(&n.id))
         .map(spec)
         .collect();
+    // The chains without the members that stay only until a move is over (see below): they
+    // are not part of the placement.
+    let placed: Vec<Vec<String>> = map
+        .chains
+        .iter()
+        .enumerate()
+        .map(|(pg, chain)| {
+            let leaving = map.leaving.get(&(pg as u32));
+            chain
+                .iter()
+                .filter(|id| !leaving.is_some_and(|l| l.contains(*id)))
+                .cloned()
+                .collect()
+        })
+        .collect();
     let away = away_now(map, registered, live, now_ms);
     let (chains, away) = if away.is_empty() && map.away.is_empty() {
-        (assign(&map.chains, &members, map.pgs, map.replicas), away)
+        (assign(&placed, &members, map.pgs, map.replicas), away)
     } else {
-        keep_places(map, registered, &members, away)
+        keep_places(map, &placed, registered, &members, away)
     };
     let epoch = map.epoch + 1;
     // Members that restarted since the map last saw them.
@@ -105,23 +120,28 @@ pub fn next_map(
         }
     }
     // A live member leaves a chain (a drain, a rebalance towards a new node) only once the
-    // members that joined it have caught up: until then it stays, at the tail, so the PG keeps
-    // R caught-up copies throughout a move. Without it, nodes joining one that held every PG
-    // took whole chains from it, leaving those PGs with no caught-up copy to read or to copy
-    // from.
+    // members that joined it have caught up: until then it stays (listed in `leaving`), so
+    // the PG keeps R caught-up copies throughout a move. Without it, nodes joining one that
+    // held every PG took whole chains from it, leaving those PGs with no caught-up copy to
+    // read or to copy from. It stays at the tail, or at the head if the head is catching up
+    // (a chain of newcomers), since the head decides conditional writes against its copy.
     let mut chains = chains;
+    let mut leaving: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let catching_up = |id: &String, pg: u32| syncing.get(id).is_some_and(|s| s.contains_key(&pg));
     for (pg, chain) in chains.iter_mut().enumerate() {
         let pg = pg as u32;
-        let catching_up = chain
-            .iter()
-            .any(|id| syncing.get(id).is_some_and(|s| s.contains_key(&pg)));
-        if !catching_up {
+        if !chain.iter().any(|id| catching_up(id, pg)) {
             continue;
         }
         for id in map.chain(pg) {
             let alive = live.contains(id) && registered.iter().any(|n| n.id == *id);
             if alive && !chain.contains(id) && !map.is_syncing(id, pg) {
-                chain.push(id.clone());
+                if chain.first().is_some_and(|head| catching_up(head, pg)) {
+                    chain.insert(0, id.clone());
+                } else {
+                    chain.push(id.clone());
+                }
+                leaving.entry(pg).or_default().push(id.clone());
             }
         }
     }
@@ -132,7 +152,12 @@ pub fn next_map(
             nodes.insert(n.id.clone(), n.clone());
         }
     }
-    if chains == map.chains && syncing == map.syncing && nodes == map.nodes && away == map.away {
+    if chains == map.chains
+        && syncing == map.syncing
+        && nodes == map.nodes
+        && away == map.away
+        && leaving == map.leaving
+    {
         return None;
     }
     Some(ClusterMap {
@@ -143,6 +168,7 @@ pub fn next_map(
         chains,
         syncing,
         away,
+        leaving,
         rereplicate_after_s: map.rereplicate_after_s,
     })
 }
@@ -185,11 +211,12 @@ fn away_now(
 /// place there too, and when it returns the chain keeps the first R of its members.
 fn keep_places(
     map: &ClusterMap,
+    placed: &[Vec<String>],
     registered: &[NodeEntry],
     members: &[NodeSpec],
     away: BTreeMap<String, Away>,
 ) -> (Vec<Vec<String>>, BTreeMap<String, Away>) {
-    let mut previous = map.chains.clone();
+    let mut previous = placed.to_vec();
     let back = map
         .away
         .iter()
@@ -499,10 +526,20 @@ mod tests {
         for pg in 0..16 {
             assert_eq!(joined.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");
         }
-        assert_eq!(joined.chains.iter().filter(|c| c.len() == 4).count(), 4);
+        let moved: Vec<&Vec<String>> = joined.chains.iter().filter(|c| c.len() == 4).collect();
+        assert_eq!(moved.len(), 4);
+        assert!(
+            moved.iter().all(|c| c[0] == "a"),
+            "a leads the chains of newcomers: {moved:?}"
+        );
+        assert_eq!(joined.leaving.len(), 4);
+        assert!(
+            next_map(&joined, &nodes, &all, &none, 0).is_none(),
+            "nothing changes while they catch up"
+        );
         let reports = caught_up_on_all(&joined);
         let settled = next_map(&joined, &nodes, &all, &reports, 0).unwrap();
-        assert!(settled.syncing.is_empty());
+        assert!(settled.syncing.is_empty() && settled.leaving.is_empty());
         assert!(settled.chains.iter().all(|c| c.len() == 3));
         let a = "a".to_string();
         assert_eq!(settled.chains.iter().filter(|c| c.contains(&a)).count(), 12);

@@ -78,6 +78,11 @@ pub struct ClusterMap {
     /// other nodes for a restart or a reboot.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub away: BTreeMap<String, Away>,
+    /// Members that stay in a PG's chain only until the members that joined it have caught
+    /// up (a drain, a rebalance): they are not part of the placement, and leave when the move
+    /// is over.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub leaving: BTreeMap<u32, Vec<String>>,
     /// How long the replicas of a node that is gone wait for it before the manager makes
     /// them on other nodes (`packrat cluster set --rereplicate-after`; 0: at once).
     #[serde(default = "default_rereplicate_after")]
@@ -111,6 +116,7 @@ impl ClusterMap {
             chains: vec![Vec::new(); pgs as usize],
             syncing: BTreeMap::new(),
             away: BTreeMap::new(),
+            leaving: BTreeMap::new(),
             rereplicate_after_s: REREPLICATE_AFTER_S,
         }
     }
