@@ -282,6 +282,22 @@ fn balance_heads(
     mut chains: Vec<Vec<String>>,
     syncing: &BTreeMap<String, BTreeMap<u32, u64>>,
 ) -> Vec<Vec<String>> {
+    // A head catching up (a node that restarted within its lease catches up in place) hands
+    // the head to the first caught-up member: the head decides conditional writes against its
+    // own copy.
+    for (pg, chain) in chains.iter_mut().enumerate() {
+        let behind = |id: &String| {
+            syncing
+                .get(id)
+                .is_some_and(|s| s.contains_key(&(pg as u32)))
+        };
+        if chain.first().is_some_and(behind)
+            && let Some(i) = chain.iter().position(|id| !behind(id))
+        {
+            let head = chain.remove(i);
+            chain.insert(0, head);
+        }
+    }
     let mut heads: BTreeMap<String, usize> = BTreeMap::new();
     for id in chains.iter().flatten() {
         heads.entry(id.clone()).or_default();
@@ -480,7 +496,14 @@ mod tests {
         let mut again = nodes.clone();
         again[2].incarnation = 2;
         let fifth = next_map(&fourth, &again, &all, &synced, 0).unwrap();
-        assert_eq!(fifth.chains, fourth.chains);
+        let sorted = |m: &ClusterMap| -> Vec<BTreeSet<String>> {
+            m.chains
+                .iter()
+                .map(|c| c.iter().cloned().collect())
+                .collect()
+        };
+        assert_eq!(sorted(&fifth), sorted(&fourth));
+        assert_eq!(heads(&fifth, "c"), 0, "a member catching up does not lead");
         assert_eq!(fifth.syncing["c"].len(), 8);
         assert_eq!(fifth.syncing.len(), 1);
         // d joins and a drains: a stays in each chain it leaves until a's replacement there
