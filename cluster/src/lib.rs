@@ -55,9 +55,7 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
             })
         })
         .collect();
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
+    let now_ms = now_ms();
     let grace_ms = map.rereplicate_after_s.saturating_mul(1000);
     let away: Vec<serde_json::Value> = map
         .away
@@ -82,6 +80,13 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
         "nodes": nodes,
         "away": away,
     })
+}
+
+/// Wall-clock time, Unix milliseconds (when a node was found gone, see [`map::Away`]).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// PGs with R caught-up members.

@@ -55,15 +55,10 @@ pub fn next_map(
     synced: &BTreeMap<(String, u32), u64>,
     now_ms: u64,
 ) -> Option<ClusterMap> {
-    let spec = |n: &NodeEntry| NodeSpec {
-        id: n.id.clone(),
-        zone: n.zone.clone(),
-        weight: n.weight,
-    };
     let members: Vec<NodeSpec> = registered
         .iter()
         .filter(|n| n.state == NodeState::Active && live.contains(&n.id))
-        .map(spec)
+        .map(spec_of)
         .collect();
     // The chains without the members that stay only until a move is over (see below): they
     // are not part of the placement.
@@ -120,27 +115,22 @@ pub fn next_map(
         }
     }
     // A live member leaves a chain (a drain, a rebalance towards a new node) only once the
-    // members that joined it have caught up: until then it stays (listed in `leaving`), so
-    // the PG keeps R caught-up copies throughout a move. Without it, nodes joining one that
-    // held every PG took whole chains from it, leaving those PGs with no caught-up copy to
-    // read or to copy from. It stays at the tail, or at the head if the head is catching up
-    // (a chain of newcomers), since the head decides conditional writes against its copy.
+    // members that joined it have caught up: until then it stays at the tail (listed in
+    // `leaving`), so the PG keeps R caught-up copies throughout a move. Without it, nodes
+    // joining one that held every PG took whole chains from it, leaving those PGs with no
+    // caught-up copy to read or to copy from. In a chain of newcomers it then leads (see
+    // `balance_heads`).
     let mut chains = chains;
     let mut leaving: BTreeMap<u32, Vec<String>> = BTreeMap::new();
-    let catching_up = |id: &String, pg: u32| syncing.get(id).is_some_and(|s| s.contains_key(&pg));
     for (pg, chain) in chains.iter_mut().enumerate() {
         let pg = pg as u32;
-        if !chain.iter().any(|id| catching_up(id, pg)) {
+        if !chain.iter().any(|id| catching_up(&syncing, id, pg)) {
             continue;
         }
         for id in map.chain(pg) {
             let alive = live.contains(id) && registered.iter().any(|n| n.id == *id);
             if alive && !chain.contains(id) && !map.is_syncing(id, pg) {
-                if chain.first().is_some_and(|head| catching_up(head, pg)) {
-                    chain.insert(0, id.clone());
-                } else {
-                    chain.push(id.clone());
-                }
+                chain.push(id.clone());
                 leaving.entry(pg).or_default().push(id.clone());
             }
         }
@@ -171,6 +161,19 @@ pub fn next_map(
         leaving,
         rereplicate_after_s: map.rereplicate_after_s,
     })
+}
+
+fn spec_of(n: &NodeEntry) -> NodeSpec {
+    NodeSpec {
+        id: n.id.clone(),
+        zone: n.zone.clone(),
+        weight: n.weight,
+    }
+}
+
+/// Whether `id` is catching up on `pg` in the syncing table of a map being made.
+fn catching_up(syncing: &BTreeMap<String, BTreeMap<u32, u64>>, id: &str, pg: u32) -> bool {
+    syncing.get(id).is_some_and(|s| s.contains_key(&pg))
 }
 
 /// The nodes gone for less than the map's grace period (active ones: a draining node's
@@ -235,11 +238,7 @@ fn keep_places(
         registered
             .iter()
             .filter(|n| away.contains_key(&n.id))
-            .map(|n| NodeSpec {
-                id: n.id.clone(),
-                zone: n.zone.clone(),
-                weight: n.weight,
-            }),
+            .map(spec_of),
     );
     let planned = assign(&previous, &all, map.pgs, map.replicas);
     let mut chains: Vec<Vec<String>> = planned
@@ -282,15 +281,11 @@ fn balance_heads(
     mut chains: Vec<Vec<String>>,
     syncing: &BTreeMap<String, BTreeMap<u32, u64>>,
 ) -> Vec<Vec<String>> {
-    // A head catching up (a node that restarted within its lease catches up in place) hands
-    // the head to the first caught-up member: the head decides conditional writes against its
-    // own copy.
+    // A head catching up (a node that restarted within its lease catches up in place; a
+    // chain of newcomers) hands the head to the first caught-up member: the head decides
+    // conditional writes against its own copy.
     for (pg, chain) in chains.iter_mut().enumerate() {
-        let behind = |id: &String| {
-            syncing
-                .get(id)
-                .is_some_and(|s| s.contains_key(&(pg as u32)))
-        };
+        let behind = |id: &String| catching_up(syncing, id, pg as u32);
         if chain.first().is_some_and(behind)
             && let Some(i) = chain.iter().position(|id| !behind(id))
         {
@@ -363,10 +358,7 @@ async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
             synced.insert((id.to_string(), pg), epoch);
         }
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let Some(next) = next_map(&map, &registered, &live, &synced, now_ms) else {
+    let Some(next) = next_map(&map, &registered, &live, &synced, crate::now_ms()) else {
         return Ok(true);
     };
     let value = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
@@ -544,7 +536,7 @@ mod tests {
         let none = BTreeMap::new();
         let alone = next_map(&ClusterMap::new(16, 3), &nodes[..1], &all, &none, 0).unwrap();
         // b, c and d at once: a holds 16 replicas of its share of 12, so 4 PGs get three
-        // newcomers; a stays in them, at the tail, until they have caught up.
+        // newcomers; a stays in them, leading, until they have caught up.
         let joined = next_map(&alone, &nodes, &all, &none, 0).unwrap();
         for pg in 0..16 {
             assert_eq!(joined.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");

@@ -1211,9 +1211,9 @@ impl Node {
             let todo: Vec<(u32, u64)> = map
                 .syncing
                 .get(&self.id)
-                .map(|m| m.iter().map(|(p, e)| (*p, *e)).collect::<Vec<_>>())
-                .unwrap_or_default()
                 .into_iter()
+                .flatten()
+                .map(|(p, e)| (*p, *e))
                 .filter(|pe| !done.contains(pe))
                 .collect();
             let mut pending = false;
@@ -1277,21 +1277,20 @@ impl Node {
         pgs: &[u32],
         bids: &[u64],
     ) -> Result<HashMap<u32, usize>, String> {
-        let mut by_source: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+        let mut by_source: BTreeMap<String, HashSet<u32>> = BTreeMap::new();
+        let mut copied = HashMap::new();
         for pg in pgs {
             match map.readers(*pg).find(|n| **n != self.id) {
-                Some(source) => by_source.entry(source.clone()).or_default().push(*pg),
+                Some(source) => {
+                    by_source.entry(source.clone()).or_default().insert(*pg);
+                    copied.insert(*pg, 0);
+                }
                 None => tracing::debug!(pg, "resync: no caught-up member to copy from"),
             }
         }
         let floor = now_micros();
-        let mut copied = HashMap::new();
         for (source, group) in by_source {
             let addr = map.addr(&source).ok_or("no address")?.to_string();
-            let group: HashSet<u32> = group.into_iter().collect();
-            for pg in &group {
-                copied.insert(*pg, 0);
-            }
             for bid in bids {
                 self.resync_bucket(map, &group, *bid, &addr, floor, &mut copied)
                     .await?;
