@@ -16,10 +16,10 @@ import time
 import urllib.request
 
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
 
 import conftest
-from cluster import BIN, PGS, Node, cluster_cmd, healthy, start_cluster, status, wait_for
+from cluster import BIN, PGS, Gateway, Node, cluster_cmd, healthy, start_cluster, status, wait_for
 
 
 @pytest.fixture
@@ -653,6 +653,84 @@ def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
             assert e.value.response["Error"]["Code"] == "404", k
     finally:
         for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
+def test_a_write_that_failed_midway_settles_on_one_version(workdir):
+    """A PUT whose chain broke midway (a member died) and whose gateway died before it could
+    retry leaves the new version on the members it reached. S3 allows a failed write to take
+    effect, but every replica must then answer the same: the members that hold it re-send it
+    down the chain. And a member that held such a version alone and restarted (its marks of
+    what is unsettled were in memory) takes its PG's committed copy back as it catches up."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-unsettled", gateways=2,
+                                     node_env={"PACKRAT_LOG": "info"})
+    try:
+        keys = [f"k/{i:02d}" for i in range(48)]
+        old = {k: b"old " + k.encode() for k in keys}
+        c = gws[1].client(read_timeout=60)
+        c.create_bucket(Bucket="unsettled")
+        for k in keys:
+            c.put_object(Bucket="unsettled", Key=k, Body=old[k])
+
+        def failed_writes(gw, new, also_die=()):
+            # A member dies; PUTs go to the gateway, whose heads apply them and cannot hand
+            # them on (every chain of 3 nodes has the dead one); the gateway dies before the
+            # map changes, so none is retried on a chain without it.
+            nodes[1].kill9()
+            w = gw.client(read_timeout=60, max_pool_connections=len(keys))
+            pool = concurrent.futures.ThreadPoolExecutor(len(keys))
+            futures = {k: pool.submit(w.put_object, Bucket="unsettled", Key=k, Body=new[k]) for k in keys}
+            time.sleep(0.7)
+            gw.kill9()
+            for n in also_die:
+                n.kill9()
+            for k, f in futures.items():
+                # Not acknowledged: the gateway died with the request.
+                with pytest.raises((ConnectionClosedError, EndpointConnectionError)):
+                    f.result()
+            pool.shutdown()
+            for n in [nodes[1], *also_die]:
+                n.start()
+            wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+
+        def answers(gw, k):
+            # Consecutive reads go to the PG's members in turn.
+            r = gw.client(read_timeout=30)
+            return {r.get_object(Bucket="unsettled", Key=k)["Body"].read() for _ in range(6)}
+
+        def unsettled(gw, allowed):
+            out = {}
+            for k in keys:
+                got = answers(gw, k)
+                assert got <= allowed[k], (k, got)
+                if len(got) > 1:
+                    out[k] = got
+            return out
+
+        def settled(gw, allowed, timeout=20):
+            deadline = time.time() + timeout
+            while (left := unsettled(gw, allowed)) and time.time() < deadline:
+                time.sleep(0.5)
+            assert not left, f"{len(left)} of {len(keys)} keys answered differently by their members: {left}"
+
+        # A member in the middle or at the tail died: the head (and the middle) hold the new
+        # version, the member after it the old one, and the member that died copies the new
+        # one from the head as it catches up, so replicas differ unless the head re-sends it.
+        new = {k: b"new " + k.encode() for k in keys}
+        failed_writes(gws[0], new)
+        allowed = {k: {old[k], new[k]} for k in keys}
+        settled(gws[1], allowed)
+        # This time the head of some chains held the newer version alone and restarts too:
+        # it takes its PG's committed copy back as it catches up.
+        newer = {k: b"newer " + k.encode() for k in keys}
+        failed_writes(gws[1], newer, also_die=[nodes[0]])
+        reader = Gateway(workdir / "cluster-unsettled" / "gw2", etcd.url).start()
+        gws.append(reader)
+        allowed = {k: allowed[k] | {newer[k]} for k in keys}
+        settled(reader, allowed)
+    finally:
+        for p in [*gws, *nodes]:
             p.stop()
         etcd.stop()
 

@@ -7,7 +7,8 @@
 //! had), makes it durable, forwards it to the next member and answers once the rest of the
 //! chain has answered, so an acknowledged write is durable on every member. Each member marks
 //! the key dirty while its write is on the way down the chain; a read of a dirty key goes to
-//! the tail, whose copy is committed by definition. A member applies a version only if it is
+//! the tail, whose copy is committed by definition; a step that could not be handed on is
+//! re-sent down the chain until it is (see `unsettled`). A member applies a version only if it is
 //! newer than what it has (a delete leaves a tombstone with its version), so replays, resyncs
 //! and writes that overtake each other never bring back older data.
 //!
@@ -40,11 +41,15 @@ mod admin;
 mod edit;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
+mod unsettled;
 mod uploads;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
-const LOCK_STRIPES: usize = 1024;
+/// Key locks at least: a node holds one lock per stripe of keys (see [`Node::lock_of`]).
+const LOCK_STRIPES: u32 = 1024;
+/// How often a node re-sends the chain steps it applied and could not hand on.
+const RESEND_EVERY: Duration = Duration::from_secs(1);
 /// How long a resync request may take.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 /// Exact-version lookups kept for reads that follow a metadata request.
@@ -60,6 +65,7 @@ pub struct Node {
     map: watch::Receiver<Arc<ClusterMap>>,
     secret: String,
     client: NodeClient,
+    /// Key locks by stripe, a whole number of stripes per PG (see [`Node::lock_of`]).
     locks: Vec<tokio::sync::Mutex<()>>,
     /// Keys whose newest write here is not yet acknowledged by the rest of the chain, with
     /// that write's version.
@@ -262,15 +268,14 @@ impl Node {
         secret: String,
         tombstone_keep: Duration,
     ) -> Arc<Node> {
+        let stripes = crate::placement::slots_within_pgs(map.borrow().pgs, LOCK_STRIPES);
         Arc::new(Node {
             id,
             store,
             map,
             client: NodeClient::new(secret.clone()),
             secret,
-            locks: (0..LOCK_STRIPES)
-                .map(|_| tokio::sync::Mutex::new(()))
-                .collect(),
+            locks: (0..stripes).map(|_| tokio::sync::Mutex::new(())).collect(),
             dirty: Mutex::new(HashMap::new()),
             last_cv: AtomicU64::new(0),
             buckets: Mutex::new(HashMap::new()),
@@ -434,6 +439,12 @@ impl Node {
                     .map_err(|e| StoreError::Invalid(format!("bad member names: {e}")))?;
                 self.tar_members(bid, &key, want, &names).await
             }
+            Method::POST if q.contains_key("resend") => {
+                let Some(cv) = cv else {
+                    return Ok(answer(400, "a re-sent step needs its version"));
+                };
+                self.resent(&map, bid, pg, &key, cv).await
+            }
             Method::DELETE => {
                 self.write(&map, bid, pg, &key, cv, None, None).await?;
                 Ok(answer(204, Bytes::new()))
@@ -502,8 +513,12 @@ impl Node {
         }
     }
 
+    /// A key's lock. Keys share a lock only if they share a PG (see
+    /// `placement::slots_within_pgs`): a chain step holds its key's lock at each member while
+    /// the next one answers, so two keys of one stripe in PGs whose chains order two nodes
+    /// oppositely would wait for each other until the hop timed out.
     fn lock_of(&self, bid: u64, key: &str) -> &tokio::sync::Mutex<()> {
-        let h = pg_of(bid, key, LOCK_STRIPES as u32);
+        let h = pg_of(bid, key, self.locks.len() as u32);
         &self.locks[h as usize]
     }
 
@@ -931,6 +946,13 @@ impl Node {
         }
     }
 
+    /// Whether a key's newest step here is still `cv`'s, not yet handed on.
+    fn dirty_at(&self, bid: u64, key: &str, cv: u64) -> bool {
+        self.dirty
+            .lock()
+            .is_ok_and(|d| d.get(&(bid, key.to_string())) == Some(&cv))
+    }
+
     fn is_dirty(&self, bid: u64, key: &str) -> bool {
         self.dirty
             .lock()
@@ -1265,8 +1287,8 @@ impl Node {
     }
 
     /// Copies what caught-up members have of `pgs` and this node lacks (newer versions,
-    /// tombstones), and drops what this node has that they neither have nor had (writes that
-    /// never committed before this node went away). One listing per bucket and source for all
+    /// tombstones), and gives up copies that never committed (newer here than there, or
+    /// unknown there: see `unsettled`), taking theirs or none. One listing per bucket and source for all
     /// the PGs it is the source of, not one per PG: a bucket's listing on a node scans all of
     /// it, so a node back from a reboot with hundreds of PGs to catch up on would otherwise
     /// scan every bucket hundreds of times. Answers the objects copied per PG; a PG without a
@@ -1288,11 +1310,10 @@ impl Node {
                 None => tracing::debug!(pg, "resync: no caught-up member to copy from"),
             }
         }
-        let floor = now_micros();
         for (source, group) in by_source {
             let addr = map.addr(&source).ok_or("no address")?.to_string();
             for bid in bids {
-                self.resync_bucket(map, &group, *bid, &addr, floor, &mut copied)
+                self.resync_bucket(map, &group, *bid, &addr, &mut copied)
                     .await?;
             }
         }
@@ -1305,7 +1326,6 @@ impl Node {
         pgs: &HashSet<u32>,
         bid: u64,
         addr: &str,
-        floor: u64,
         copied: &mut HashMap<u32, usize>,
     ) -> Result<(), String> {
         let pg_list = pgs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
@@ -1339,6 +1359,18 @@ impl Node {
         };
         let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
         let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;
+        let settle = |key: &str| {
+            let (objects, tombs) = (&objects, &tombs);
+            let key = key.to_string();
+            async move {
+                match self.settle_with(map, addr, objects, tombs, bid, &key).await {
+                    Ok(changed) => Ok(changed),
+                    // Overwritten on the source meanwhile: the newer write comes by the chain.
+                    Err(Fail::Refused(_)) => Ok(false),
+                    Err(Fail::Store(err)) => Err(format!("{key}: {err}")),
+                }
+            }
+        };
         let theirs = source_keys(false).await?;
         let their_tombs = source_keys(true).await?;
         let mut known: HashSet<&str> = theirs.iter().map(|x| x.key.as_str()).collect();
@@ -1353,15 +1385,20 @@ impl Node {
             }
         }
         for o in &theirs {
+            let pg = pg_of(bid, &o.key, map.pgs);
             // Only what is newer on the source is asked for: a node back from a short absence
-            // copies what it missed, not the whole PG.
+            // copies what it missed, not the whole PG. A copy newer here may be one that
+            // never committed.
             {
                 let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
-                if o.cv != 0 && o.cv <= obj.as_ref().map_or(0, cv_of).max(tomb) {
+                let mine = obj.as_ref().map_or(0, cv_of).max(tomb);
+                if o.cv != 0 && o.cv < mine && settle(&o.key).await? {
+                    *copied.entry(pg).or_default() += 1;
+                }
+                if o.cv != 0 && o.cv <= mine {
                     continue;
                 }
             }
-            let pg = pg_of(bid, &o.key, map.pgs);
             let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(&o.key));
             let ans = self.fetch(addr, &path, map.epoch).await?;
             if ans.status == 404 {
@@ -1405,23 +1442,15 @@ impl Node {
             }
             *copied.entry(pg).or_default() += 1;
         }
-        // What this node holds of the PG that the source does not know, written before the
-        // resync began: writes that never committed. Later ones came down the chain.
+        // What this node holds of the PG that the source did not list: writes that never
+        // committed, or ones that came down the chain since the listing (the source has them
+        // now).
         let mut after: Option<String> = None;
         loop {
             let page = self.local_page(&objects, "", &after).await.map_err(e)?;
             for o in &page.objects {
-                if !pgs.contains(&pg_of(bid, &o.key, map.pgs)) || known.contains(o.key.as_str()) {
-                    continue;
-                }
-                let _g = self.lock_of(bid, &o.key).lock().await;
-                if let Some(info) = self.store.head_object(&objects, &o.key).await.map_err(e)?
-                    && cv_of(&info) < floor
-                {
-                    self.store
-                        .delete_object(&objects, &o.key)
-                        .await
-                        .map_err(e)?;
+                if pgs.contains(&pg_of(bid, &o.key, map.pgs)) && !known.contains(o.key.as_str()) {
+                    settle(&o.key).await?;
                 }
             }
             after = page.objects.last().map(|o| o.key.clone());

@@ -37,6 +37,14 @@ pub fn pg_of(bucket_id: u64, key: &str, pgs: u32) -> u32 {
     ((u128::from(mix.next()) * u128::from(pgs.max(1))) >> 64) as u32
 }
 
+/// The smallest whole multiple of `pgs` that is at least `at_least`: `pg_of` onto that many
+/// slots puts every key of a slot in one PG (slot / (slots / pgs) is the key's PG, since
+/// `pg_of` maps a key's hash onto its range in proportion), so per-slot locks never span PGs.
+pub fn slots_within_pgs(pgs: u32, at_least: u32) -> u32 {
+    let pgs = pgs.max(1);
+    pgs * at_least.div_ceil(pgs).max(1)
+}
+
 /// A node's rendezvous score for a PG: ties between equally loaded candidates go to the highest
 /// score, so the choice is spread evenly and the same whoever computes it.
 fn score(pg: u32, node: &str) -> u64 {
@@ -289,6 +297,23 @@ pub fn simulate(n: usize, pgs: u32, replicas: usize, zones: usize) -> SimFigures
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_keys_slot_lies_within_its_pg() {
+        for pgs in [1, 16, 64, 1000, 1024, 1500, 4096] {
+            let slots = slots_within_pgs(pgs, 1024);
+            assert!(slots >= 1024 && slots.is_multiple_of(pgs), "{pgs}: {slots}");
+            for i in 0..20_000u64 {
+                let key = format!("train/{}/{i:06}.jpg", i % 97);
+                let bid = i % 3;
+                assert_eq!(
+                    pg_of(bid, &key, slots) / (slots / pgs),
+                    pg_of(bid, &key, pgs),
+                    "{pgs} PGs, {key}"
+                );
+            }
+        }
+    }
 
     fn nodes(n: usize, zones: usize) -> Vec<NodeSpec> {
         (0..n)

@@ -1,0 +1,230 @@
+//! Chain steps that did not reach the end of their chain, and copies no chain step made.
+//!
+//! A member that applied a write and could not hand it on (its successor died, hung, or the
+//! map changed under it) keeps the key marked dirty (see `Node::dirty`): the client got an
+//! error, or its gateway retried the write on the new chain with a new version. When no retry
+//! came (the gateway or its client went away), the members before the break hold a version
+//! the members after it lack. S3 lets a failed write take effect, but every replica must then
+//! answer the same, so each node re-sends such steps down its current chain every
+//! [`RESEND_EVERY`] until they are acknowledged, as 3FS does after a failover: a successor
+//! copies the version from the member before it (`POST /o/..?resend`), or takes the delete
+//! (a forwarded `DELETE`), and hands it on.
+//!
+//! The marks are in memory: a node that restarts with such a version, which only it holds,
+//! no longer knows it is unsettled. It learns it as it catches up: a copy newer than its
+//! source's committed one, or one its source never had, written by no step under way (the
+//! key's lock is free), is replaced by the source's (see [`Node::settle_with`]).
+
+use super::{CV_HEADER, Fail, Node, RESEND_EVERY, cv_of, encode, json, meta_of};
+use crate::map::ClusterMap;
+use crate::placement::pg_of;
+use crate::wire::WireMeta;
+use bytes::Bytes;
+use http::Method;
+use packrat_store_api::{Bucket, StoreError};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+impl Node {
+    /// Re-sends the steps this node applied and could not hand on, every [`RESEND_EVERY`],
+    /// for the node's life.
+    pub async fn resend_loop(self: Arc<Self>) {
+        loop {
+            tokio::time::sleep(RESEND_EVERY).await;
+            let (settled, left) = self.resend_unsettled().await;
+            if settled > 0 {
+                tracing::info!(
+                    settled,
+                    left,
+                    "re-sent writes that had not reached the tail"
+                );
+            } else if left > 0 {
+                tracing::debug!(left, "writes not yet handed on down their chains");
+            }
+        }
+    }
+
+    /// One round of [`Node::resend_loop`]: the keys settled and those left for the next. A
+    /// successor that failed once is not asked again in the round (a hung one would take a
+    /// hop's timeout per key), and the round ends when the map changes.
+    pub(super) async fn resend_unsettled(&self) -> (usize, usize) {
+        let pending: Vec<((u64, String), u64)> = match self.dirty.lock() {
+            Ok(d) => d.iter().map(|(k, cv)| (k.clone(), *cv)).collect(),
+            Err(_) => return (0, 0),
+        };
+        let map = self.map.borrow().clone();
+        let mut failed: HashSet<String> = HashSet::new();
+        let (mut settled, mut left) = (0, 0);
+        for (i, ((bid, key), cv)) in pending.iter().enumerate() {
+            if self.map.borrow().epoch != map.epoch {
+                left += pending.len() - i;
+                break;
+            }
+            let chain = map.chain(pg_of(*bid, key, map.pgs));
+            let next = chain
+                .iter()
+                .position(|n| *n == self.id)
+                .and_then(|pos| chain.get(pos + 1));
+            if next.is_some_and(|n| failed.contains(n)) {
+                left += 1;
+                continue;
+            }
+            // A step of the key (or of its stripe) under way here holds the lock; it settles
+            // the mark itself, or leaves it for the next round.
+            let Ok(_lock) = self.lock_of(*bid, key).try_lock() else {
+                left += 1;
+                continue;
+            };
+            if !self.dirty_at(*bid, key, *cv) {
+                continue;
+            }
+            match self.resend(&map, *bid, key, *cv).await {
+                Ok(()) => {
+                    self.clear_dirty(*bid, key, *cv);
+                    settled += 1;
+                }
+                Err(why) => {
+                    tracing::debug!(bid, key, cv, "re-sending: {why}");
+                    failed.extend(next.cloned());
+                    left += 1;
+                }
+            }
+        }
+        (settled, left)
+    }
+
+    /// Hands version `cv` of a key on from this member down its chain in `map` (the caller
+    /// holds the key's lock). Nothing to send when this node is no longer a member (its copy
+    /// is read by no one, and replaced if it joins again), is the tail (its copy is the
+    /// committed one), or no longer holds that version.
+    async fn resend(&self, map: &ClusterMap, bid: u64, key: &str, cv: u64) -> Result<(), String> {
+        let pg = pg_of(bid, key, map.pgs);
+        let chain = map.chain(pg);
+        let Some(pos) = chain.iter().position(|n| *n == self.id) else {
+            return Ok(());
+        };
+        if pos + 1 == chain.len() {
+            return Ok(());
+        }
+        let e = |e: StoreError| e.to_string();
+        let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
+        let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;
+        let (obj, tomb) = self.current(&objects, &tombs, key).await.map_err(e)?;
+        let path = format!("/o/{bid}/{pg}/{}", encode(key));
+        let (method, path) = match (obj.as_ref().map_or(0, cv_of), tomb) {
+            (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
+            (_, t) if t == cv => (Method::DELETE, path),
+            _ => return Ok(()),
+        };
+        let headers = [(CV_HEADER, cv.to_string())];
+        self.forward(map, chain, pos, method, &path, &headers, Bytes::new())
+            .await
+            .map_err(|f| match f {
+                Fail::Refused(r) => r,
+                Fail::Store(e) => e.to_string(),
+            })
+    }
+
+    /// `POST /o/..?resend` with version `cv`: a member before this one re-sends a version it
+    /// holds; this member copies it from that member if it lacks it, and hands it on.
+    pub(super) async fn resent(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: u64,
+    ) -> Result<super::NodeResp, Fail> {
+        let step = self.begin_step(map, bid, pg, key, Some(cv)).await?;
+        let mut meta = step.obj.as_ref().map(meta_of);
+        if cv > step.have {
+            self.mark_dirty(bid, key, cv);
+            let from = &step.chain[step.pos - 1];
+            let info = match self
+                .pull_version(map, from, &step.objects, bid, pg, key, cv)
+                .await
+            {
+                Ok(i) => i,
+                Err(e) => {
+                    self.clear_dirty(bid, key, cv);
+                    return Err(e);
+                }
+            };
+            if step.tomb > 0 {
+                self.store.delete_object(&step.tombs, key).await?;
+            }
+            meta = Some(meta_of(&info));
+        }
+        let path = format!("/o/{bid}/{pg}/{}?resend", encode(key));
+        let headers = [(CV_HEADER, cv.to_string())];
+        let meta = self
+            .end_step(map, step, Method::POST, &path, &headers, Bytes::new(), meta)
+            .await?;
+        Ok(json(200, &meta))
+    }
+
+    /// Brings this node's copy of a key, newer than what its source listed or unknown to it,
+    /// in line with the source's (at `addr`) as the source holds it now: a copy no step under
+    /// way here wrote and the source lacks is one that never committed (this node restarted
+    /// with it, or it was never handed on). Copies the source has newer are left to the
+    /// chain, which brings them. Answers whether this node's copy changed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn settle_with(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        objects: &Bucket,
+        tombs: &Bucket,
+        bid: u64,
+        key: &str,
+    ) -> Result<bool, Fail> {
+        let pg = pg_of(bid, key, map.pgs);
+        let _lock = self.lock_of(bid, key).lock().await;
+        if self.is_dirty(bid, key) {
+            // A step this node applied and has not handed on: re-sent by `resend_loop`.
+            return Ok(false);
+        }
+        let (obj, tomb) = self.current(objects, tombs, key).await?;
+        let mine = obj.as_ref().map_or(0, cv_of).max(tomb);
+        let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
+        let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(key));
+        let ans = self
+            .fetch(addr, &path, map.epoch)
+            .await
+            .map_err(unavailable)?;
+        let theirs: Option<WireMeta> = match ans.status {
+            200 => Some(ans.json().await?),
+            404 => None,
+            _ => return Err(ans.error().await.into()),
+        };
+        match theirs {
+            // The source has no object: this node's is dropped (a tombstone of the source's
+            // came with the listing).
+            None => {
+                if obj.is_none() {
+                    return Ok(false);
+                }
+                tracing::info!(key, cv = mine, "dropping a copy that never committed");
+                self.store.delete_object(objects, key).await?;
+                Ok(true)
+            }
+            Some(m) if m.cv >= mine => Ok(false),
+            Some(m) => {
+                tracing::info!(
+                    key,
+                    cv = mine,
+                    committed = m.cv,
+                    "replacing a copy that never committed"
+                );
+                let staged = self
+                    .stage_version(map, addr, objects, bid, pg, key, &m)
+                    .await?;
+                self.commit_version(objects, key, &m, staged).await?;
+                if tomb > 0 {
+                    self.store.delete_object(tombs, key).await?;
+                }
+                Ok(true)
+            }
+        }
+    }
+}
