@@ -13,6 +13,7 @@ import subprocess
 import tarfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -673,6 +674,30 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         for k in keys:
             c.put_object(Bucket="unsettled", Key=k, Body=old[k])
 
+        def node_page(n, path):
+            with urllib.request.urlopen(f"http://{n.listen}{path}", timeout=5) as r:
+                return r.status, r.headers["content-type"], r.read().decode()
+
+        def unsettled_on(n):
+            page = node_page(n, "/metrics")[2]
+            return int(re.search(r"^packrat_node_writes_unsettled (\d+)$", page, re.M).group(1))
+
+        # Each node serves /metrics and /health to operators without the cluster secret: its
+        # store's figures, the process's and its own; nothing else answers without it.
+        status_code, content_type, page = node_page(nodes[0], "/metrics")
+        assert status_code == 200 and content_type.startswith("application/openmetrics-text"), content_type
+        for family in ["packrat_commit_duration_seconds", "packrat_node_pgs", "packrat_node_pgs_head",
+                       "packrat_node_writes_unsettled", "packrat_build_info", "process_resident_memory_bytes"]:
+            assert f"\n{family}" in page, family
+        assert "# TYPE packrat_node_pgs gauge" in page and "# HELP packrat_node_pgs " in page
+        assert re.search(r"^packrat_node_pgs 64$", page, re.M), page  # every PG, R=3 of 3 nodes
+        assert unsettled_on(nodes[0]) == 0
+        code, _, body = node_page(nodes[0], "/health/ready")
+        assert (code, body) == (200, "ready\n")
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(f"http://{nodes[0].listen}/l/1?pgs=0", timeout=5)
+        assert e.value.code == 403
+
         def failed_writes(gw, new, also_die=()):
             # A member dies; PUTs go to the gateway, whose heads apply them and cannot hand
             # them on (every chain of 3 nodes has the dead one); the gateway dies before the
@@ -690,6 +715,9 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
                 with pytest.raises((ConnectionClosedError, EndpointConnectionError)):
                     f.result()
             pool.shutdown()
+            if not also_die:
+                # The members that applied them say so on their /metrics.
+                assert unsettled_on(nodes[0]) + unsettled_on(nodes[2]) > 0
             for n in [nodes[1], *also_die]:
                 n.start()
             wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
@@ -721,6 +749,7 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         failed_writes(gws[0], new)
         allowed = {k: {old[k], new[k]} for k in keys}
         settled(gws[1], allowed)
+        assert [unsettled_on(n) for n in nodes] == [0, 0, 0]
         # This time the head of some chains held the newer version alone and restarts too:
         # it takes its PG's committed copy back as it catches up.
         newer = {k: b"newer " + k.encode() for k in keys}
@@ -731,6 +760,53 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         settled(reader, allowed)
     finally:
         for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
+def test_uploads_in_progress_complete_at_a_head_that_joined_mid_upload(workdir):
+    """A node added mid-upload copies the uploads in progress of the PGs it joins, with their
+    parts, as it catches up: once it heads some of those PGs, ListParts and the completion
+    work there (before, it lacked the upload and answered NoSuchUpload)."""
+    base = workdir / "cluster-uploads"
+    etcd, nodes, (gw,) = start_cluster(base, node_env={"PACKRAT_LOG": "info"})
+    try:
+        c = gw.client(read_timeout=60)
+        c.create_bucket(Bucket="uploads")
+        uploads = {}  # key -> (upload id, part bytes, part ETag)
+        for i in range(64):
+            k = f"u/{i:02d}"
+            uid = c.create_multipart_upload(Bucket="uploads", Key=k, Metadata={"k": k},
+                                            ContentType="application/x-test")["UploadId"]
+            body = os.urandom(1000 + i)
+            etag = c.upload_part(Bucket="uploads", Key=k, UploadId=uid, PartNumber=1, Body=body)["ETag"]
+            uploads[k] = (uid, body, etag)
+        new = Node(base / "node3", etcd.url, extra_env={"PACKRAT_LOG": "info"}).start()
+        nodes.append(new)
+        new_id = open(new.data_dir + "/node-id").read().strip()
+
+        def heading():
+            s = healthy(etcd.url, 4)
+            return s and any(n["id"] == new_id and n["heads"] > 0 for n in s["nodes"]) and s
+
+        s = wait_for("the new node caught up and heading PGs", heading, timeout=120)
+        heads = next(n["heads"] for n in s["nodes"] if n["id"] == new_id)
+        assert heads >= 8, s  # about a quarter of the 64 PGs
+        with open(new.log_path) as f:
+            copied = sum(int(n) for n in re.findall(r"copied parts of uploads in progress.*parts=(\d+)", f.read()))
+        assert copied >= 16, copied  # one part of each upload of the 48 PGs it joined (64 in all)
+        for k, (uid, body, etag) in uploads.items():
+            listed = c.list_parts(Bucket="uploads", Key=k, UploadId=uid)["Parts"]
+            assert [(p["PartNumber"], p["ETag"], p["Size"]) for p in listed] == [(1, etag, len(body))], k
+            done = c.complete_multipart_upload(Bucket="uploads", Key=k, UploadId=uid,
+                                               MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+            assert done["ETag"] == '"%s-1"' % hashlib.md5(bytes.fromhex(etag.strip('"'))).hexdigest(), k
+            got = c.get_object(Bucket="uploads", Key=k)
+            assert got["Body"].read() == body and got["Metadata"] == {"k": k}, k
+            assert got["ContentType"] == "application/x-test", k
+        assert c.list_multipart_uploads(Bucket="uploads").get("Uploads", []) == []
+    finally:
+        for p in [gw, *nodes]:
             p.stop()
         etcd.stop()
 

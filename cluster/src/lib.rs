@@ -244,8 +244,15 @@ pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
     Ok(lease)
 }
 
+/// Renders a node's `/metrics` page (its local store's figures, the process's, the build's)
+/// with the node's own figures given (see `Node::figures`): the text and its content type.
+pub type MetricsPage =
+    Arc<dyn Fn(Vec<packrat_store_api::admin::Metric>) -> (String, &'static str) + Send + Sync>;
+
 /// Everything a node runs besides its local store: registration, the manager election, the
-/// resync of PGs it joins, and the internal API on `listener` until `stop`.
+/// resync of PGs it joins, and the internal API on `listener` until `stop` (with `/metrics`
+/// and `/health/*` for operators when `metrics` is given).
+#[allow(clippy::too_many_arguments)]
 pub async fn run_node(
     etcd: Etcd,
     entry: NodeEntry,
@@ -253,11 +260,19 @@ pub async fn run_node(
     listener: tokio::net::TcpListener,
     tombstone_keep: Duration,
     lifecycle: node::LifecycleSchedule,
+    metrics: Option<MetricsPage>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let secret = etcd.secret().await?;
     let map = etcd.follow_map().await?;
-    let node = node::Node::new(entry.id.clone(), store, map, secret, tombstone_keep);
+    let node = node::Node::new(
+        entry.id.clone(),
+        store,
+        map,
+        secret,
+        tombstone_keep,
+        metrics,
+    );
     let lease = register(&etcd, &entry).await?;
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));

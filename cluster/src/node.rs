@@ -77,6 +77,8 @@ pub struct Node {
     recent: Mutex<HashMap<(u64, String, u64), ObjectInfo>>,
     /// How long a delete's tombstone is kept (see [`Node::collect_tombstones`]).
     tombstone_keep: Duration,
+    /// The operators' `/metrics` page, if served.
+    metrics: Option<crate::MetricsPage>,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -267,6 +269,7 @@ impl Node {
         map: watch::Receiver<Arc<ClusterMap>>,
         secret: String,
         tombstone_keep: Duration,
+        metrics: Option<crate::MetricsPage>,
     ) -> Arc<Node> {
         let stripes = crate::placement::slots_within_pgs(map.borrow().pgs, LOCK_STRIPES);
         Arc::new(Node {
@@ -281,6 +284,7 @@ impl Node {
             buckets: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),
             tombstone_keep,
+            metrics,
         })
     }
 
@@ -316,6 +320,11 @@ impl Node {
     }
 
     async fn handle(self: Arc<Self>, req: http::Request<hyper::body::Incoming>) -> NodeResp {
+        if req.method() == Method::GET
+            && let Some(page) = self.operator_page(req.uri().path())
+        {
+            return page;
+        }
         let secret_ok = req
             .headers()
             .get(SECRET_HEADER)
@@ -484,6 +493,75 @@ impl Node {
             }
             _ => Ok(answer(405, "method not allowed")),
         }
+    }
+
+    /// `/metrics` and `/health/live|ready` for operators, without the cluster secret (they
+    /// tell nothing of the data), as `packrat serve` answers them: Prometheus and a load
+    /// balancer or orchestrator reach every node directly.
+    fn operator_page(&self, path: &str) -> Option<NodeResp> {
+        let text = |status: u16, body: String, content_type: &str| {
+            let mut resp = answer(status, body);
+            if let Ok(v) = http::HeaderValue::from_str(content_type) {
+                resp.headers_mut().insert(http::header::CONTENT_TYPE, v);
+            }
+            resp
+        };
+        let plain = "text/plain; charset=utf-8";
+        match path {
+            "/metrics" => {
+                let page = self.metrics.as_ref()?;
+                let (body, content_type) = page(self.figures());
+                Some(text(200, body, content_type))
+            }
+            "/health/live" => Some(text(200, "ok\n".into(), plain)),
+            "/health/ready" => Some(match self.store.write_readiness() {
+                Ok(()) => text(200, "ready\n".into(), plain),
+                Err(why) => text(503, format!("not ready: {why}\n"), plain),
+            }),
+            _ => None,
+        }
+    }
+
+    /// This node's own figures for its `/metrics`: its places in the map, and the writes it
+    /// has applied that the rest of their chains has not acknowledged yet.
+    fn figures(&self) -> Vec<packrat_store_api::admin::Metric> {
+        use packrat_store_api::admin::Metric;
+        let map = self.map.borrow().clone();
+        let (mut member, mut head) = (0u64, 0u64);
+        for pg in 0..map.pgs {
+            let chain = map.chain(pg);
+            member += u64::from(chain.contains(&self.id));
+            head += u64::from(chain.first() == Some(&self.id));
+        }
+        let syncing = map.syncing.get(&self.id).map_or(0, |p| p.len() as u64);
+        let unsettled = self.dirty.lock().map_or(0, |d| d.len() as u64);
+        vec![
+            Metric::gauge(
+                "packrat_node_pgs",
+                "Placement groups this node holds a replica of.",
+                member,
+            ),
+            Metric::gauge(
+                "packrat_node_pgs_head",
+                "Placement groups whose chain this node heads (their writes enter here).",
+                head,
+            ),
+            Metric::gauge(
+                "packrat_node_pgs_syncing",
+                "Placement groups this node is catching up on (no reads served there yet).",
+                syncing,
+            ),
+            Metric::gauge(
+                "packrat_node_writes_unsettled",
+                "Keys whose newest write here the rest of the chain has not acknowledged yet: writes under way, and ones re-sent after a break.",
+                unsettled,
+            ),
+            Metric::gauge(
+                "packrat_node_map_epoch",
+                "Epoch of the cluster map this node serves by.",
+                map.epoch,
+            ),
+        ]
     }
 
     /// The map a request was routed by: ours if the epochs agree. A request from a newer map
@@ -1315,6 +1393,10 @@ impl Node {
             for bid in bids {
                 self.resync_bucket(map, &group, *bid, &addr, &mut copied)
                     .await?;
+                let parts = self.resync_uploads(map, &group, *bid, &addr).await?;
+                if parts > 0 {
+                    tracing::info!(bid, parts, %source, "copied parts of uploads in progress");
+                }
             }
         }
         Ok(copied)

@@ -2,7 +2,9 @@
 //! object metadata and listings, and the HTTP client the gateway and the nodes use.
 //!
 //! Every request carries the cluster secret (`x-packrat-cluster-secret`) and the epoch of the
-//! map it was routed by (`x-packrat-epoch`). S3 credentials mean nothing here.
+//! map it was routed by (`x-packrat-epoch`). S3 credentials mean nothing here. Only the
+//! operators' `GET /metrics`, `/health/live` and `/health/ready` are answered without the
+//! secret.
 //!
 //! | request | does |
 //! |---|---|
@@ -17,8 +19,11 @@
 //! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`) |
 //! | `POST /u/{bucket id}/{pg}/{key}?complete&id=ID` | completes it ([`WireComplete`]): a chain write with a version, as a PUT |
 //! | `DELETE /u/{bucket id}/{pg}/{key}?id=ID` | aborts it on the chain |
-//! | `GET /u/{bucket id}/{pg}/{key}?id=ID[&parts&after=N&max=M]` | the upload and its parts, from the head ([`WireUploadState`]) |
-//! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of the PGs this node heads ([`WireUploadEntry`]) |
+//! | `GET /u/{bucket id}/{pg}/{key}?id=ID[&parts&after=N&max=M][&any]` | the upload and its parts, from the head (with `any`, from a caught-up member: a resync) ([`WireUploadState`]) |
+//! | `GET /u/{bucket id}/{pg}/{key}?id=ID&copy` | what beginning the upload again elsewhere takes ([`WireUpload`]; a resync) |
+//! | `GET /u/{bucket id}/{pg}/{key}?id=ID&part=N` | part N's bytes (a resync) |
+//! | `POST /o/{bucket id}/{pg}/{key}?resend` | a step re-sent down the chain with its version: copied from the member before if missing ([`WireMeta`]) |
+//! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of those PGs ([`WireUploadEntry`]; a gateway asks the heads) |
 //!
 //! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
 //! when the request must go elsewhere (an old epoch, not the head, an uncommitted copy).

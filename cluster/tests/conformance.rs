@@ -163,6 +163,7 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
                 listener,
                 Duration::from_secs(600),
                 Default::default(),
+                None,
                 std::future::pending(),
             )
             .await

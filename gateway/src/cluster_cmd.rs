@@ -167,13 +167,28 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         every: std::time::Duration::from_secs(args.storage.tier_interval),
         days_ahead: args.lifecycle_days_ahead,
     };
+    let store: Arc<dyn packrat_store_api::ObjectStore> = Arc::new(opened.store);
+    // `/metrics` on the node's address: its store's figures, the process's and the node's
+    // own (set before each scrape, one scrape at a time).
+    let figures = packrat_gateway::metrics::ExtraFigures::default();
+    let metrics =
+        packrat_gateway::metrics::Metrics::with_extra(store.clone(), Some(figures.clone()));
+    let one_scrape = std::sync::Mutex::new(());
+    let page: packrat_cluster::MetricsPage = Arc::new(move |own| {
+        let _one = one_scrape.lock();
+        if let Ok(mut f) = figures.lock() {
+            *f = own;
+        }
+        (metrics.render(), packrat_gateway::metrics::CONTENT_TYPE)
+    });
     packrat_cluster::run_node(
         etcd,
         entry,
-        Arc::new(opened.store),
+        store,
         listener,
         keep,
         lifecycle,
+        Some(page),
         stop,
     )
     .await?;

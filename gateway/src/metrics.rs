@@ -153,6 +153,12 @@ impl Metrics {
     /// The gateway's families (their help without a final period: the registry adds one), the store's figures (asked for at each scrape), build
     /// information and the process's own figures.
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+        Self::with_extra(store, None)
+    }
+
+    /// As [`Metrics::new`], with `extra` figures the process keeps up to date itself (a
+    /// storage node's own, set before each scrape) rendered beside the store's.
+    pub fn with_extra(store: Arc<dyn ObjectStore>, extra: Option<ExtraFigures>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut registry = Registry::default();
         let requests = Family::<RequestLabels, Counter>::default();
@@ -216,7 +222,7 @@ impl Metrics {
                 },
             }),
         );
-        registry.register_collector(Box::new(StoreCollector(store)));
+        registry.register_collector(Box::new(StoreCollector(store, extra)));
         registry.register_collector(Box::new(ProcessCollector));
         Self {
             id: NEXT_ID.fetch_add(1, Relaxed),
@@ -274,8 +280,11 @@ impl Metrics {
 /// The content type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The store's figures, asked for at each scrape.
-struct StoreCollector(Arc<dyn ObjectStore>);
+/// Figures a process sets itself for the next scrape (see [`Metrics::with_extra`]).
+pub type ExtraFigures = Arc<std::sync::Mutex<Vec<Metric>>>;
+
+/// The store's figures, asked for at each scrape, and the extra ones.
+struct StoreCollector(Arc<dyn ObjectStore>, Option<ExtraFigures>);
 
 impl std::fmt::Debug for StoreCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -287,6 +296,13 @@ impl Collector for StoreCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         for m in self.0.metrics() {
             encode_store_metric(&mut encoder, &m)?;
+        }
+        if let Some(extra) = &self.1
+            && let Ok(figures) = extra.lock()
+        {
+            for m in figures.iter() {
+                encode_store_metric(&mut encoder, m)?;
+            }
         }
         Ok(())
     }

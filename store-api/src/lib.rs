@@ -247,6 +247,34 @@ pub trait ObjectStore: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Part>, bool)>;
     /// One page of the bucket's uploads in progress.
     async fn list_uploads(&self, bucket: &Bucket, query: &UploadQuery) -> StoreResult<UploadPage>;
+    /// What [`ObjectStore::create_upload`] needs to make this upload again in another store,
+    /// under the same id, with every attribute it was begun with (a cluster node copying
+    /// the uploads in progress of a PG it joins); `None` if there is no such upload.
+    async fn upload_to_copy(
+        &self,
+        _bucket: &Bucket,
+        _key: &str,
+        _upload_id: &str,
+    ) -> StoreResult<Option<NewUpload>> {
+        Err(StoreError::internal(
+            "copying an upload",
+            "not supported by this store",
+        ))
+    }
+    /// A stored part's size and bytes (checked as an object's are as they are read); `None`
+    /// if the upload has no such part.
+    async fn read_part(
+        &self,
+        _bucket: &Bucket,
+        _key: &str,
+        _upload_id: &str,
+        _part_number: u32,
+    ) -> StoreResult<Option<(Part, Box<dyn ObjectRead>)>> {
+        Err(StoreError::internal(
+            "reading a part",
+            "not supported by this store",
+        ))
+    }
 
     // ---- listing
 

@@ -4,9 +4,11 @@
 //! chose, and stores each part as it comes down the chain, so completing the upload is, on
 //! every member, the local store's own completion: no bytes copied. Completion is a chain write
 //! like a PUT (the head checks the condition, gives the version, the key stays locked while it
-//! goes down the chain). A member that lacks the upload or a part (it joined the chain after
-//! they were written) copies the completed version from the member before it instead, part by
-//! part, so its copy has the same parts, ETag and checksum.
+//! goes down the chain). A member that joins a chain copies its uploads in progress, with
+//! their parts, as it catches up (see [`Node::resync_uploads`]), so it can complete them even
+//! as the chain's new head. A member that still lacks the upload or a part at completion (a
+//! part that changed while it was copied) copies the completed version from the member before
+//! it instead, part by part, so its copy has the same parts, ETag and checksum.
 
 use super::{
     Fail, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
@@ -113,6 +115,15 @@ impl Node {
             .and_then(|v| v.parse().ok());
         let method = req.method().clone();
         let step = match method {
+            Method::GET if q.contains_key("copy") => {
+                return self.upload_to_copy(map, bid, pg, key, &id).await;
+            }
+            Method::GET if q.contains_key("part") => {
+                let Some(number) = q.get("part").and_then(|v| v.parse().ok()) else {
+                    return Ok(answer(400, "bad part number"));
+                };
+                return self.part_bytes(map, bid, pg, key, &id, number).await;
+            }
             Method::GET => return self.describe_upload(map, bid, pg, key, &id, q).await,
             Method::POST if q.contains_key("complete") => {
                 let body = body_of_request(req, "completion").await?;
@@ -340,7 +351,9 @@ impl Node {
         id: &str,
         q: &HashMap<String, String>,
     ) -> Result<NodeResp, Fail> {
-        if map.chain(pg).first() != Some(&self.id) {
+        if q.contains_key("any") {
+            self.upload_source(map, pg)?;
+        } else if map.chain(pg).first() != Some(&self.id) {
             return Err(Fail::Refused(format!("not the head of PG {pg}")));
         }
         let objects = self.local_bucket(format!("o-{bid}")).await?;
@@ -374,6 +387,245 @@ impl Node {
                 truncated,
             },
         ))
+    }
+
+    /// Refused unless this node is a caught-up member of `pg`, which a member catching up
+    /// copies uploads in progress from.
+    fn upload_source(&self, map: &ClusterMap, pg: u32) -> Result<(), Fail> {
+        if !map.chain(pg).contains(&self.id) || map.is_syncing(&self.id, pg) {
+            return Err(Fail::Refused(format!("not a reader of PG {pg}")));
+        }
+        Ok(())
+    }
+
+    /// `GET /u/..?id=ID&copy`: what a member catching up needs to begin the upload itself.
+    async fn upload_to_copy(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        id: &str,
+    ) -> Result<NodeResp, Fail> {
+        self.upload_source(map, pg)?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let new = self
+            .store
+            .upload_to_copy(&objects, key, id)
+            .await?
+            .ok_or(StoreError::NoSuchUpload)?;
+        let mut put = crate::wire::WirePut::default();
+        put.set_attrs(new.attrs);
+        Ok(json(
+            200,
+            &WireUpload {
+                owner_id: new.owner_id,
+                initiated_ms: new.initiated_ms,
+                put,
+                checksum: new.checksum.map(|a| a.name().to_string()),
+                checksum_type: new.checksum_type,
+            },
+        ))
+    }
+
+    /// `GET /u/..?id=ID&part=N`: a part's bytes, for a member catching up.
+    async fn part_bytes(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        id: &str,
+        number: u32,
+    ) -> Result<NodeResp, Fail> {
+        self.upload_source(map, pg)?;
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let Some((part, mut reader)) = self.store.read_part(&objects, key, id, number).await?
+        else {
+            return Ok(answer(404, "no such upload or part"));
+        };
+        let mut body = bytes::BytesMut::with_capacity(part.size as usize);
+        while let Some(piece) = reader.next().await? {
+            body.extend_from_slice(&piece);
+        }
+        Ok(answer(200, body.freeze()))
+    }
+
+    /// Copies the uploads in progress of `pgs` that the caught-up member at `addr` has, with
+    /// their parts, into this node, which joins those PGs' chains (a node added, a replica
+    /// made again): so that it can complete them itself, even as the head. Before, it
+    /// skipped the parts written before it joined, and a completion at it as the new head
+    /// answered NoSuchUpload or InvalidPart. Its own upload is begun before the source's
+    /// parts are listed, so a part that came down the chain before (and that this node
+    /// skipped, lacking the upload) is on the source's list. Answers the parts copied.
+    pub(super) async fn resync_uploads(
+        &self,
+        map: &ClusterMap,
+        pgs: &std::collections::HashSet<u32>,
+        bid: u64,
+        addr: &str,
+    ) -> Result<usize, String> {
+        let e = |e: StoreError| e.to_string();
+        let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
+        let pg_list = pgs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let mut marker: Option<(String, String)> = None;
+        let mut copied = 0;
+        loop {
+            let mut path = format!("/ul/{bid}?pgs={pg_list}&max=1000");
+            if let Some((k, id)) = &marker {
+                path.push_str(&format!("&key={}&id={}", encode(k), encode(id)));
+            }
+            let ans = self.fetch(addr, &path, map.epoch).await?;
+            if ans.status != 200 {
+                return Err(format!("uploads from {addr}: {}", ans.error().await));
+            }
+            let page: WireUploadPage = ans.json().await.map_err(e)?;
+            for u in &page.uploads {
+                match self.copy_upload(map, &objects, bid, addr, u).await {
+                    Ok(n) => copied += n,
+                    // Ended on the source meanwhile (completed or aborted): its end comes
+                    // down the chain, or the object with the resync.
+                    Err(Fail::Refused(_)) => {}
+                    Err(Fail::Store(err)) => return Err(format!("{} upload: {err}", u.key)),
+                }
+            }
+            marker = page
+                .uploads
+                .last()
+                .map(|u| (u.key.clone(), u.upload_id.clone()));
+            if !page.truncated || marker.is_none() {
+                return Ok(copied);
+            }
+        }
+    }
+
+    /// One upload of [`Node::resync_uploads`]: begun here if missing, then each part the
+    /// source has and this node lacks (or holds other bytes of) copied. `Fail::Refused` if
+    /// the upload ended on the source.
+    async fn copy_upload(
+        &self,
+        map: &ClusterMap,
+        objects: &Bucket,
+        bid: u64,
+        addr: &str,
+        u: &WireUploadEntry,
+    ) -> Result<usize, Fail> {
+        let (key, id) = (u.key.as_str(), u.upload_id.as_str());
+        let pg = pg_of(bid, key, map.pgs);
+        let base = format!("/u/{bid}/{pg}/{}?id={}", encode(key), encode(id));
+        let get = |path: String| async move {
+            let ans = self
+                .fetch(addr, &path, map.epoch)
+                .await
+                .map_err(|why| Fail::Store(StoreError::Unavailable(why)))?;
+            match ans.status {
+                200 => Ok(ans),
+                404 => Err(Fail::Refused(format!(
+                    "{key}: the upload ended on the source"
+                ))),
+                _ => Err(ans.error().await.into()),
+            }
+        };
+        let mut mine: HashMap<u32, String> = HashMap::new();
+        let created = match self.store.upload(objects, key, id).await? {
+            Some(up) => {
+                let mut after = 0;
+                loop {
+                    let (parts, more) = self.store.list_parts(&up, objects, after, 1000).await?;
+                    for p in &parts {
+                        mine.insert(p.part_number, p.etag.clone());
+                    }
+                    after = parts.last().map_or(after, |p| p.part_number);
+                    if !more || parts.is_empty() {
+                        break;
+                    }
+                }
+                false
+            }
+            None => {
+                let up: WireUpload = get(format!("{base}&copy")).await?.json().await?;
+                let new = NewUpload {
+                    owner_id: up.owner_id,
+                    initiated_ms: up.initiated_ms,
+                    attrs: up.put.attrs(),
+                    checksum: algorithm(&up.checksum)?,
+                    checksum_type: up.checksum_type,
+                    upload_id: Some(id.to_string()),
+                };
+                self.store.create_upload(objects, key, new).await?;
+                true
+            }
+        };
+        let copied = self
+            .copy_parts(&get, objects, key, id, &base, &mine, &u.checksum)
+            .await;
+        if created && matches!(copied, Err(Fail::Refused(_))) {
+            // Ended on the source before its parts were listed: nothing to keep here.
+            let _ = self.store.abort_upload(objects, key, id).await;
+        }
+        copied
+    }
+
+    /// The parts of an upload the source has and this node lacks, copied (see
+    /// [`Node::copy_upload`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn copy_parts<F, Fut>(
+        &self,
+        get: &F,
+        objects: &Bucket,
+        key: &str,
+        id: &str,
+        base: &str,
+        mine: &HashMap<u32, String>,
+        checksum: &Option<String>,
+    ) -> Result<usize, Fail>
+    where
+        F: Fn(String) -> Fut,
+        Fut: std::future::Future<Output = Result<crate::wire::Answer, Fail>>,
+    {
+        let checksum = algorithm(checksum)?;
+        let mut copied = 0;
+        let mut after = 0;
+        loop {
+            let state: WireUploadState = get(format!("{base}&parts&any&after={after}&max=1000"))
+                .await?
+                .json()
+                .await?;
+            for p in &state.parts {
+                if mine.get(&p.part_number) == Some(&p.etag) {
+                    continue;
+                }
+                let body = get(format!("{base}&part={}", p.part_number))
+                    .await?
+                    .bytes()
+                    .await?;
+                let stored = self
+                    .store
+                    .upload_part(
+                        objects,
+                        key,
+                        id,
+                        p.part_number,
+                        &mut OnePiece(Some(body)),
+                        PutPart {
+                            checksum,
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                if stored.etag != p.etag {
+                    // Replaced on the source while it was read: the new part comes down the
+                    // chain (or the completion copies the object).
+                    tracing::debug!(key, part = p.part_number, "a part changed while copied");
+                }
+                copied += 1;
+            }
+            after = state.parts.last().map_or(after, |p| p.part_number);
+            if !state.truncated || state.parts.is_empty() {
+                break;
+            }
+        }
+        Ok(copied)
     }
 
     /// `/ul/{bucket id}?pgs=..&prefix=..&key=..&id=..&max=..`: this node's uploads in progress
