@@ -744,17 +744,7 @@ impl Node {
                             },
                         )
                         .await;
-                    let info = match info {
-                        Ok(i) => i,
-                        Err(e) => {
-                            self.clear_dirty(bid, key, cv);
-                            return Err(e.into());
-                        }
-                    };
-                    if step.tomb > 0 {
-                        self.store.delete_object(&step.tombs, key).await?;
-                    }
-                    meta = Some(meta_of(&info));
+                    meta = Some(self.applied(&step, info.map_err(Fail::from)).await?);
                 }
                 None => {
                     self.bury(&step.objects, &step.tombs, key, cv, step.obj.is_some())
@@ -783,6 +773,27 @@ impl Node {
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
         self.end_step(map, step, method, &path, &headers, body, meta)
             .await
+    }
+
+    /// What a version a chain step made here (`made`) leaves: on failure, the step's dirty
+    /// mark cleared and the failure answered; else the key's tombstone (if it had one)
+    /// dropped and the version's metadata answered.
+    async fn applied(
+        &self,
+        step: &KeyStep<'_>,
+        made: Result<ObjectInfo, Fail>,
+    ) -> Result<WireMeta, Fail> {
+        let info = match made {
+            Ok(i) => i,
+            Err(e) => {
+                self.clear_dirty(step.bid, step.key, step.cv);
+                return Err(e);
+            }
+        };
+        if step.tomb > 0 {
+            self.store.delete_object(&step.tombs, step.key).await?;
+        }
+        Ok(meta_of(&info))
     }
 
     /// Ends a chain step applied at this member: sends it on to the next member (`method`

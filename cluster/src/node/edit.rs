@@ -57,21 +57,10 @@ impl Node {
             } else {
                 let from = &step.chain[step.pos - 1];
                 tracing::info!(key, cv, %from, "an edit of a version this node lacks: copying the object");
-                let copied = self
-                    .pull_version(map, from, &step.objects, bid, pg, key, cv)
-                    .await;
-                if copied.is_ok() && step.tomb > 0 {
-                    self.store.delete_object(&step.tombs, key).await?;
-                }
-                copied
+                self.pull_version(map, from, &step.objects, bid, pg, key, cv)
+                    .await
             };
-            match done {
-                Ok(info) => meta = Some(meta_of(&info)),
-                Err(e) => {
-                    self.clear_dirty(bid, key, cv);
-                    return Err(e);
-                }
-            }
+            meta = Some(self.applied(&step, done).await?);
         }
         let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("edit", e))?;
         let path = format!("/o/{bid}/{pg}/{}?base={base}", encode(key));

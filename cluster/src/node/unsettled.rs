@@ -140,20 +140,10 @@ impl Node {
         if cv > step.have {
             self.mark_dirty(bid, key, cv);
             let from = &step.chain[step.pos - 1];
-            let info = match self
+            let copied = self
                 .pull_version(map, from, &step.objects, bid, pg, key, cv)
-                .await
-            {
-                Ok(i) => i,
-                Err(e) => {
-                    self.clear_dirty(bid, key, cv);
-                    return Err(e);
-                }
-            };
-            if step.tomb > 0 {
-                self.store.delete_object(&step.tombs, key).await?;
-            }
-            meta = Some(meta_of(&info));
+                .await;
+            meta = Some(self.applied(&step, copied).await?);
         }
         let path = format!("/o/{bid}/{pg}/{}?resend", encode(key));
         let headers = [(CV_HEADER, cv.to_string())];

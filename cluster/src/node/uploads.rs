@@ -279,8 +279,9 @@ impl Node {
                 .await;
             let info = match done {
                 Ok(info) => Ok(info),
-                // This member missed the upload or a part (it joined the chain after they were
-                // written): it copies the version the member before it made.
+                // This member lacks the upload or a part (a part replaced as it was copied
+                // here, or the upload begun before it joined and not yet copied): it copies
+                // the version the member before it made.
                 Err(
                     StoreError::NoSuchUpload
                     | StoreError::InvalidPart(_)
@@ -300,17 +301,7 @@ impl Node {
                 }
                 Err(e) => Err(e.into()),
             };
-            let info = match info {
-                Ok(i) => i,
-                Err(e) => {
-                    self.clear_dirty(bid, key, cv);
-                    return Err(e);
-                }
-            };
-            if step.tomb > 0 {
-                self.store.delete_object(&step.tombs, key).await?;
-            }
-            meta = Some(meta_of(&info));
+            meta = Some(self.applied(&step, info).await?);
         } else {
             // A newer write of the key is here already: the upload's parts are not needed.
             let _ = self.store.abort_upload(objects, key, id).await;
