@@ -690,6 +690,7 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
                        "packrat_node_writes_unsettled", "packrat_build_info", "process_resident_memory_bytes"]:
             assert f"\n{family}" in page, family
         assert "# TYPE packrat_node_pgs gauge" in page and "# HELP packrat_node_pgs " in page
+        assert "packrat_requests" not in page and "packrat_connections_open" not in page  # no S3 here
         assert re.search(r"^packrat_node_pgs 64$", page, re.M), page  # every PG, R=3 of 3 nodes
         assert unsettled_on(nodes[0]) == 0
         code, _, body = node_page(nodes[0], "/health/ready")

@@ -171,8 +171,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
     // `/metrics` on the node's address: its store's figures, the process's and the node's
     // own (set before each scrape, one scrape at a time).
     let figures = packrat_gateway::metrics::ExtraFigures::default();
-    let metrics =
-        packrat_gateway::metrics::Metrics::with_extra(store.clone(), Some(figures.clone()));
+    let metrics = packrat_gateway::metrics::Metrics::for_node(store.clone(), figures.clone());
     let one_scrape = std::sync::Mutex::new(());
     let page: packrat_cluster::MetricsPage = Arc::new(move |own| {
         let _one = one_scrape.lock();

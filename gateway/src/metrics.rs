@@ -153,59 +153,69 @@ impl Metrics {
     /// The gateway's families (their help without a final period: the registry adds one), the store's figures (asked for at each scrape), build
     /// information and the process's own figures.
     pub fn new(store: Arc<dyn ObjectStore>) -> Self {
-        Self::with_extra(store, None)
+        Self::build(store, None)
     }
 
-    /// As [`Metrics::new`], with `extra` figures the process keeps up to date itself (a
-    /// storage node's own, set before each scrape) rendered beside the store's.
-    pub fn with_extra(store: Arc<dyn ObjectStore>, extra: Option<ExtraFigures>) -> Self {
+    /// A storage node's page: its store's figures, `figures` (the node's own, which it sets
+    /// before each scrape), build information and the process's figures; not the request
+    /// and connection families, since no S3 request reaches a node.
+    pub fn for_node(store: Arc<dyn ObjectStore>, figures: ExtraFigures) -> Self {
+        Self::build(store, Some(figures))
+    }
+
+    fn build(store: Arc<dyn ObjectStore>, node: Option<ExtraFigures>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut registry = Registry::default();
+        let mut unshown = Registry::default();
+        let served = match node {
+            None => &mut registry,
+            Some(_) => &mut unshown,
+        };
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        served.register(
             "packrat_requests",
             "S3 and admin requests answered, by operation and status",
             requests.clone(),
         );
         let durations = HistogramFamily::default();
-        registry.register_with_unit(
+        served.register_with_unit(
             "packrat_request_duration",
             "Time from a request's arrival to the end of its reply, by operation and status",
             Unit::Seconds,
             durations.clone(),
         );
         let bytes_in = Family::<OpLabels, Counter>::default();
-        registry.register(
+        served.register(
             "packrat_bytes_in",
             "Request body bytes received (as declared by Content-Length), by operation",
             bytes_in.clone(),
         );
         let bytes_out = Family::<OpLabels, Counter>::default();
-        registry.register(
+        served.register(
             "packrat_bytes_out",
             "Reply body bytes sent (streamed replies to their last byte), by operation",
             bytes_out.clone(),
         );
         let connections_accepted = Counter::default();
-        registry.register(
+        served.register(
             "packrat_connections_accepted",
             "Client connections accepted",
             connections_accepted.clone(),
         );
         let connections_refused = Counter::default();
-        registry.register(
+        served.register(
             "packrat_connections_refused",
             "Client connections refused with 503 SlowDown: over --max-connections",
             connections_refused.clone(),
         );
         let tls_handshake_failures = Counter::default();
-        registry.register(
+        served.register(
             "packrat_tls_handshake_failures",
             "Client connections whose TLS handshake failed or timed out",
             tls_handshake_failures.clone(),
         );
         let connections_open = Gauge::default();
-        registry.register(
+        served.register(
             "packrat_connections_open",
             "Client connections open now",
             connections_open.clone(),
@@ -222,7 +232,7 @@ impl Metrics {
                 },
             }),
         );
-        registry.register_collector(Box::new(StoreCollector(store, extra)));
+        registry.register_collector(Box::new(StoreCollector(store, node)));
         registry.register_collector(Box::new(ProcessCollector));
         Self {
             id: NEXT_ID.fetch_add(1, Relaxed),
@@ -280,7 +290,7 @@ impl Metrics {
 /// The content type of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Figures a process sets itself for the next scrape (see [`Metrics::with_extra`]).
+/// Figures a process sets itself for the next scrape (see [`Metrics::for_node`]).
 pub type ExtraFigures = Arc<std::sync::Mutex<Vec<Metric>>>;
 
 /// The store's figures, asked for at each scrape, and the extra ones.
