@@ -1093,12 +1093,9 @@ impl Node {
             self.remember(bid, key, &info);
             return Ok((info, None));
         }
-        let mut reader = self.store.read_object(&info, 0, info.size)?;
-        let mut body = bytes::BytesMut::with_capacity(info.size as usize);
-        while let Some(piece) = reader.next().await? {
-            body.extend_from_slice(&piece);
-        }
-        Ok((info, Some(body.freeze())))
+        let reader = self.store.read_object(&info, 0, info.size)?;
+        let body = read_whole(reader, info.size).await?;
+        Ok((info, Some(body)))
     }
 
     /// A batch lookup: each key answered as `GET ?meta&inline=` would answer it (the same
@@ -1485,10 +1482,10 @@ impl Node {
             {
                 let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
                 let mine = obj.as_ref().map_or(0, cv_of).max(tomb);
-                if o.cv != 0 && o.cv < mine && settle(&o.key).await? {
-                    *copied.entry(pg).or_default() += 1;
-                }
                 if o.cv != 0 && o.cv <= mine {
+                    if o.cv < mine && settle(&o.key).await? {
+                        *copied.entry(pg).or_default() += 1;
+                    }
                     continue;
                 }
             }
@@ -1553,6 +1550,18 @@ impl Node {
         }
         Ok(())
     }
+}
+
+/// Every piece of a read of `size` bytes, in one buffer.
+async fn read_whole(
+    mut reader: Box<dyn packrat_store_api::ObjectRead>,
+    size: u64,
+) -> StoreResult<Bytes> {
+    let mut body = bytes::BytesMut::with_capacity(size as usize);
+    while let Some(piece) = reader.next().await? {
+        body.extend_from_slice(&piece);
+    }
+    Ok(body.freeze())
 }
 
 fn entry_of(o: &packrat_store_api::ObjectSummary) -> WireEntry {

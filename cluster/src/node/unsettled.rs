@@ -60,11 +60,10 @@ impl Node {
                 left += pending.len() - i;
                 break;
             }
-            let chain = map.chain(pg_of(*bid, key, map.pgs));
-            let next = chain
-                .iter()
-                .position(|n| *n == self.id)
-                .and_then(|pos| chain.get(pos + 1));
+            let pg = pg_of(*bid, key, map.pgs);
+            let chain = map.chain(pg);
+            let pos = chain.iter().position(|n| *n == self.id);
+            let next = pos.and_then(|pos| chain.get(pos + 1));
             if next.is_some_and(|n| failed.contains(n)) {
                 left += 1;
                 continue;
@@ -78,7 +77,14 @@ impl Node {
             if !self.dirty_at(*bid, key, *cv) {
                 continue;
             }
-            match self.resend(&map, *bid, key, *cv).await {
+            // Nothing to send when this node is no longer a member (its copy is read by no
+            // one, and replaced if it joins again) or is the tail (its copy is the committed
+            // one).
+            let sent = match (pos, next) {
+                (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv).await,
+                _ => Ok(()),
+            };
+            match sent {
                 Ok(()) => {
                     self.clear_dirty(*bid, key, *cv);
                     settled += 1;
@@ -93,19 +99,19 @@ impl Node {
         (settled, left)
     }
 
-    /// Hands version `cv` of a key on from this member down its chain in `map` (the caller
-    /// holds the key's lock). Nothing to send when this node is no longer a member (its copy
-    /// is read by no one, and replaced if it joins again), is the tail (its copy is the
-    /// committed one), or no longer holds that version.
-    async fn resend(&self, map: &ClusterMap, bid: u64, key: &str, cv: u64) -> Result<(), String> {
-        let pg = pg_of(bid, key, map.pgs);
+    /// Hands version `cv` of a key on from this member, at `pos` of `pg`'s chain in `map`,
+    /// to the rest of the chain (the caller holds the key's lock); nothing if this member no
+    /// longer holds that version.
+    async fn resend(
+        &self,
+        map: &ClusterMap,
+        pg: u32,
+        pos: usize,
+        bid: u64,
+        key: &str,
+        cv: u64,
+    ) -> Result<(), String> {
         let chain = map.chain(pg);
-        let Some(pos) = chain.iter().position(|n| *n == self.id) else {
-            return Ok(());
-        };
-        if pos + 1 == chain.len() {
-            return Ok(());
-        }
         let e = |e: StoreError| e.to_string();
         let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
         let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;

@@ -431,15 +431,10 @@ impl Node {
     ) -> Result<NodeResp, Fail> {
         self.upload_source(map, pg)?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
-        let Some((part, mut reader)) = self.store.read_part(&objects, key, id, number).await?
-        else {
+        let Some((part, reader)) = self.store.read_part(&objects, key, id, number).await? else {
             return Ok(answer(404, "no such upload or part"));
         };
-        let mut body = bytes::BytesMut::with_capacity(part.size as usize);
-        while let Some(piece) = reader.next().await? {
-            body.extend_from_slice(&piece);
-        }
-        Ok(answer(200, body.freeze()))
+        Ok(answer(200, super::read_whole(reader, part.size).await?))
     }
 
     /// Copies the uploads in progress of `pgs` that the caught-up member at `addr` has, with
@@ -504,19 +499,7 @@ impl Node {
         let (key, id) = (u.key.as_str(), u.upload_id.as_str());
         let pg = pg_of(bid, key, map.pgs);
         let base = format!("/u/{bid}/{pg}/{}?id={}", encode(key), encode(id));
-        let get = |path: String| async move {
-            let ans = self
-                .fetch(addr, &path, map.epoch)
-                .await
-                .map_err(|why| Fail::Store(StoreError::Unavailable(why)))?;
-            match ans.status {
-                200 => Ok(ans),
-                404 => Err(Fail::Refused(format!(
-                    "{key}: the upload ended on the source"
-                ))),
-                _ => Err(ans.error().await.into()),
-            }
-        };
+        let get = |path: String| self.ask_upload_source(map, addr, path);
         let mut mine: HashMap<u32, String> = HashMap::new();
         let created = match self.store.upload(objects, key, id).await? {
             Some(up) => {
@@ -548,7 +531,7 @@ impl Node {
             }
         };
         let copied = self
-            .copy_parts(&get, objects, key, id, &base, &mine, &u.checksum)
+            .copy_parts(map, addr, objects, key, id, &base, &mine, &u.checksum)
             .await;
         if created && matches!(copied, Err(Fail::Refused(_))) {
             // Ended on the source before its parts were listed: nothing to keep here.
@@ -557,23 +540,42 @@ impl Node {
         copied
     }
 
+    /// A GET of an upload route from the member a resync copies from: 404 (the upload ended
+    /// there) is `Fail::Refused`.
+    async fn ask_upload_source(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        path: String,
+    ) -> Result<crate::wire::Answer, Fail> {
+        let ans = self
+            .fetch(addr, &path, map.epoch)
+            .await
+            .map_err(|why| Fail::Store(StoreError::Unavailable(why)))?;
+        match ans.status {
+            200 => Ok(ans),
+            404 => Err(Fail::Refused(format!(
+                "{path}: the upload ended on the source"
+            ))),
+            _ => Err(ans.error().await.into()),
+        }
+    }
+
     /// The parts of an upload the source has and this node lacks, copied (see
     /// [`Node::copy_upload`]).
     #[allow(clippy::too_many_arguments)]
-    async fn copy_parts<F, Fut>(
+    async fn copy_parts(
         &self,
-        get: &F,
+        map: &ClusterMap,
+        addr: &str,
         objects: &Bucket,
         key: &str,
         id: &str,
         base: &str,
         mine: &HashMap<u32, String>,
         checksum: &Option<String>,
-    ) -> Result<usize, Fail>
-    where
-        F: Fn(String) -> Fut,
-        Fut: std::future::Future<Output = Result<crate::wire::Answer, Fail>>,
-    {
+    ) -> Result<usize, Fail> {
+        let get = |path: String| self.ask_upload_source(map, addr, path);
         let checksum = algorithm(checksum)?;
         let mut copied = 0;
         let mut after = 0;
