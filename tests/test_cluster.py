@@ -296,13 +296,13 @@ def test_admin_jobs_run_on_every_node_through_a_gateway(cluster):
 
 def test_batch_get_and_epoch_streams_through_a_gateway(cluster):
     """packrat's read extensions through a gateway: a batch GET's items (and an epoch stream's
-    samples) are looked up on their PGs' chains and read from committed replicas, in order;
-    TAR members are ranges of their archives, located by a node that holds the archive."""
+    samples) are read by committed replicas of their PGs, each node its share through its own
+    batch reader, and emitted in order; TAR members are located by the node that reads them."""
     etcd, nodes, (gw_a, gw_b) = cluster
     a = gw_a.client()
     a.create_bucket(Bucket="feed")
-    # Small objects (their bytes come with the lookup), one past the inline size and one
-    # past what is read ahead (streamed in its turn).
+    # Small objects, one past the size a lookup alone brings (64 KiB) and one past what the
+    # gateway takes whole from a node's answer (1 MiB: streamed through).
     bodies = {f"train/{i:04d}.bin": os.urandom(200 + i * 13) for i in range(200)}
     bodies["train/big.bin"] = os.urandom(100 * 1024)
     bodies["train/huge.bin"] = os.urandom(3 * 1024 * 1024 + 5)
@@ -319,8 +319,8 @@ def test_batch_get_and_epoch_streams_through_a_gateway(cluster):
     assert got[2].data == bodies["train/huge.bin"]
     assert got[3].data == bodies["train/big.bin"][10:20] and got[3].tag == "r"
     assert got[4].data == bodies["train/0199.bin"]
-    # TAR members: where they lie is asked of a node holding the archive (which indexes it),
-    # then read as ranges of it; through either gateway, a second time from the kept index.
+    # TAR members: the node reading them indexes the archive on first use; through either
+    # gateway, a second time from the kept index.
     members = {"a.jpg": os.urandom(100_000), "a.cls": b"7", "b.jpg": os.urandom(3000)}
     tar = io.BytesIO()
     with tarfile.open(fileobj=tar, mode="w") as tf:
@@ -352,10 +352,38 @@ def test_batch_get_and_epoch_streams_through_a_gateway(cluster):
     assert again == [s.name for s in ranks[0]]
     other = [s.name for s in pc.stream_epoch("feed", prefix="train/", shard=(0, 2), seed=7, epoch=1, tail="drop")]
     assert other != again
-    # A node dies and the gateway's map still names it: the keys it was asked for in one
-    # request are looked up alone, on the surviving replicas, and the batch is whole.
+    # A batch larger than one request per node (2,048 items): each node's later requests are
+    # sent in their turn; in request order and in storage order, every item exactly once.
+    many = [f"train/{i % 200:04d}.bin" for i in range(7000)]
+    t0 = time.time()
+    got = list(pc.batch_get("feed", many))
+    assert [s.name for s in got] == many
+    assert all(s.data == bodies[s.name] for s in got)
+    print(f"batch GET of 7,000 items (3+ requests per node): {time.time() - t0:.2f} s")
+    got = list(pc.batch_get("feed", many + ["train/missing.bin"], order="storage"))
+    assert sorted(s.name for s in got) == sorted(many + ["train/missing.bin"])
+    assert all(s.data == bodies[s.name] for s in got if s.name != "train/missing.bin")
+    # A node dies while its answer streams (the gateway has sent some of its entries, and is
+    # held back by the client): the rest of its items are looked up alone, and the batch is
+    # whole, with no retry by the client (one attempt: a cut answer would raise).
+    from packrat_client import PackratClient, RetryPolicy
+    once = PackratClient(endpoint_url=gw_b.endpoint, region_name=conftest.REGION,
+                         aws_access_key_id=conftest.ROOT_AK, aws_secret_access_key=conftest.ROOT_SK,
+                         retry=RetryPolicy(attempts=1))
+    # 1,500 items of 100 KiB: each node's share (50 MB) is far more than the connections
+    # between the gateway and the node hold, so the dead node's answer is cut mid-way.
+    heavy = ["train/big.bin", "train/0003.bin"] * 750
+    streaming = once.batch_get("feed", heavy)
+    seen = 0
+    for s in streaming:
+        assert s.name == heavy[seen] and s.data == bodies[s.name], (seen, s.name, s.error)
+        seen += 1
+        if seen == 100:
+            nodes[2].kill9()
+    assert seen == len(heavy)
+    # The gateway's map still names the dead node: the keys it is asked for fail as a
+    # request and are looked up alone, on the surviving replicas.
     small = [f"train/{i:04d}.bin" for i in range(200)]
-    nodes[2].kill9()
     t0 = time.time()
     got = list(pc.batch_get("feed", small))
     assert [s.name for s in got] == small
@@ -415,8 +443,11 @@ def test_batch_get_reads_acknowledged_writes_while_keys_are_overwritten(cluster)
         while time.time() < deadline:
             with lock:
                 floor = dict(acked)
-            got = list(pc.batch_get("hot", keys))
-            assert [s.name for s in got] == keys
+            # Every other batch names each key 40 times: more than one request per node, the
+            # later ones sent in their turn, after keys they name were refused at planning.
+            asked = keys if batches % 2 == 0 else keys * 40
+            got = list(pc.batch_get("hot", asked))
+            assert [s.name for s in got] == asked
             for s in got:
                 assert s.error is None, (s.name, s.error)
                 v = parse(s.name, s.data)

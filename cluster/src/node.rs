@@ -18,14 +18,15 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
-    CV_HEADER, CV_META, EPOCH_HEADER, LOOKUP_KEYS_MAX, META_HEADER, NodeClient, PUT_HEADER,
-    SECRET_HEADER, WireEntry, WireError, WireFound, WireLookup, WireMeta, WirePage, WirePut,
-    WireRefusal, decode, encode, hop_timeout,
+    BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, META_HEADER, NodeClient, PUT_HEADER,
+    SECRET_HEADER, WireBatchItem, WireEntry, WireError, WireMeta, WirePage, WirePut, WireRefusal,
+    decode, encode, hop_timeout,
 };
 use base64::Engine;
 use bytes::Bytes;
 use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
+use packrat_store_api::batch::BatchOrder;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
     Bucket, ByteSource, ListQuery, NewBucket, ObjectInfo, ObjectStore, PutObject, StoreError,
@@ -38,6 +39,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 mod admin;
+mod batch;
 mod edit;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
@@ -56,8 +58,6 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 const RECENT_MAX: usize = 16_384;
 /// PGs caught up on in one pass over the buckets (their numbers go in a listing's query).
 const RESYNC_PGS: usize = 256;
-/// Keys of one batch lookup read from the local store at once.
-const LOOKUPS_IN_FLIGHT: usize = 32;
 
 pub struct Node {
     pub id: String,
@@ -375,19 +375,23 @@ impl Node {
             let map = self.map_at(epoch).await?;
             return Ok(json(200, &self.list(&map, bid, &q).await?));
         }
-        if let Some(rest) = path.strip_prefix("/m/")
+        if let Some(rest) = path.strip_prefix("/b/")
             && method == Method::POST
         {
             let bid = bucket_id(rest)?;
             let map = self.map_at(epoch).await?;
-            let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
-            let body = body_of_request(req, "lookup").await?;
-            let keys: Vec<WireLookup> = serde_json::from_slice(&body)
-                .map_err(|e| StoreError::Invalid(format!("bad lookup list: {e}")))?;
-            if keys.len() > LOOKUP_KEYS_MAX {
-                return Ok(answer(400, "too many keys in one lookup"));
+            let order = match q.get("order").map(String::as_str) {
+                Some("storage") => BatchOrder::Storage,
+                _ => BatchOrder::Request,
+            };
+            let read = q.contains_key("read");
+            let body = body_of_request(req, "batch").await?;
+            let items: Vec<WireBatchItem> = serde_json::from_slice(&body)
+                .map_err(|e| StoreError::Invalid(format!("bad batch items: {e}")))?;
+            if items.len() > BATCH_ITEMS_MAX {
+                return Ok(answer(400, "too many items in one batch"));
             }
-            return self.lookup_many(&map, bid, keys, inline).await;
+            return self.batch(&map, bid, items, order, read).await;
         }
         if let Some(what) = path.strip_prefix("/admin/") {
             return self.admin(what, &method, &q).await;
@@ -1042,6 +1046,19 @@ impl Node {
             .is_ok_and(|d| d.get(&(bid, key.to_string())) == Some(&cv))
     }
 
+    /// For each key given (`None`: not to be judged), whether it is dirty; one look at the
+    /// marks for them all.
+    fn dirty_among<'k>(&self, bid: u64, keys: impl Iterator<Item = Option<&'k str>>) -> Vec<bool> {
+        let Ok(d) = self.dirty.lock() else {
+            return keys.map(|k| k.is_some()).collect();
+        };
+        if d.is_empty() {
+            return keys.map(|_| false).collect();
+        }
+        keys.map(|k| k.is_some_and(|k| d.contains_key(&(bid, k.to_string()))))
+            .collect()
+    }
+
     fn is_dirty(&self, bid: u64, key: &str) -> bool {
         self.dirty
             .lock()
@@ -1065,16 +1082,15 @@ impl Node {
             return Err(Fail::Refused(format!("not a reader of PG {pg}")));
         }
         let is_tail = chain.last().is_some_and(|n| *n == self.id);
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let info = self.store.head_object(&objects, key).await?;
+        // Judged after the lookup: a write marks the key before it stores its version and
+        // clears the mark once the tail has it, so a copy found here and not dirty now was
+        // committed (judged before, a write could land between the two).
         if who == Asker::Reader && !is_tail && self.is_dirty(bid, key) {
             return Err(Fail::Refused("dirty: ask the tail".into()));
         }
-        let objects = self.local_bucket(format!("o-{bid}")).await?;
-        let info = self
-            .store
-            .head_object(&objects, key)
-            .await?
-            .ok_or(StoreError::NoSuchKey)?;
-        Ok(info)
+        info.ok_or_else(|| StoreError::NoSuchKey.into())
     }
 
     /// An object's metadata (see [`Node::read_meta`]) and, when it has 1 to `inline` bytes,
@@ -1096,60 +1112,6 @@ impl Node {
         let reader = self.store.read_object(&info, 0, info.size)?;
         let body = read_whole(reader, info.size).await?;
         Ok((info, Some(body)))
-    }
-
-    /// A batch lookup: each key answered as `GET ?meta&inline=` would answer it (the same
-    /// reader and dirty-copy rules), [`LOOKUPS_IN_FLIGHT`] at a time, in one answer (see
-    /// [`WireFound`]) so a batch GET through a gateway costs one request per node and group
-    /// of keys, not one per key.
-    async fn lookup_many(
-        &self,
-        map: &ClusterMap,
-        bid: u64,
-        keys: Vec<WireLookup>,
-        inline: u64,
-    ) -> Result<NodeResp, Fail> {
-        use futures_util::StreamExt;
-        let found: Vec<(WireFound, Option<Bytes>)> = futures_util::stream::iter(keys)
-            .map(|k| async move {
-                if pg_of(bid, &k.key, map.pgs) != k.pg {
-                    let e = StoreError::Invalid("the key is not in that PG".into());
-                    return (WireFound::Failed(WireError::of(&e).1), None);
-                }
-                match self
-                    .meta_and_bytes(map, bid, k.pg, &k.key, Asker::Reader, inline)
-                    .await
-                {
-                    Ok((info, bytes)) => (
-                        WireFound::Found {
-                            meta: Box::new(meta_of(&info)),
-                            inline: bytes.is_some(),
-                        },
-                        bytes,
-                    ),
-                    Err(Fail::Refused(_)) => (WireFound::Refused, None),
-                    Err(Fail::Store(StoreError::NoSuchKey)) => (WireFound::Missing, None),
-                    Err(Fail::Store(e)) => (WireFound::Failed(WireError::of(&e).1), None),
-                }
-            })
-            .buffered(LOOKUPS_IN_FLIGHT)
-            .collect()
-            .await;
-        let index: Vec<&WireFound> = found.iter().map(|(f, _)| f).collect();
-        let index =
-            serde_json::to_vec(&index).map_err(|e| StoreError::internal("lookup answer", e))?;
-        let bytes: usize = found
-            .iter()
-            .filter_map(|(_, b)| b.as_ref())
-            .map(Bytes::len)
-            .sum();
-        let mut body = bytes::BytesMut::with_capacity(4 + index.len() + bytes);
-        body.extend_from_slice(&(index.len() as u32).to_be_bytes());
-        body.extend_from_slice(&index);
-        for b in found.iter().filter_map(|(_, b)| b.as_ref()) {
-            body.extend_from_slice(b);
-        }
-        Ok(answer(200, body.freeze()))
     }
 
     /// Keeps a version handed out without its bytes for the read that follows.

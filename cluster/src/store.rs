@@ -98,7 +98,7 @@ pub struct ClusterStore {
     master: packrat_store::master_key::MasterKey,
     etcd: Etcd,
     map: watch::Receiver<Arc<ClusterMap>>,
-    client: NodeClient,
+    pub(crate) client: NodeClient,
     buckets: Arc<RwLock<HashMap<String, BucketRecord>>>,
     keys: Arc<RwLock<HashMap<String, AccessKey>>>,
     next_reader: AtomicUsize,
@@ -398,93 +398,6 @@ impl ClusterStore {
             404 => Ok(None),
             _ => Err(ans.error().await),
         }
-    }
-
-    /// Many objects' metadata from one reader `node` of their PGs (`keys`: PG and key), with
-    /// the bytes of those of at most `inline_max` bytes, in one request (see
-    /// [`crate::wire::WireFound`]). Per key: found, missing, or `None` when the node may not
-    /// answer for it (a dirty copy: only the tail may), which the caller asks again alone.
-    /// An error when the whole request failed (an unreachable node, another map epoch).
-    pub(crate) async fn lookup_on(
-        &self,
-        map: &ClusterMap,
-        node: &str,
-        bucket: &Bucket,
-        keys: &[(u32, &str)],
-        inline_max: u64,
-    ) -> StoreResult<Vec<Option<StoreResult<Option<ObjectInfo>>>>> {
-        use crate::wire::{WireFound, WireLookup};
-        let addr = map
-            .addr(node)
-            .ok_or_else(|| StoreError::Unavailable(format!("{node} is not in the map")))?;
-        let list: Vec<WireLookup> = keys
-            .iter()
-            .map(|(pg, key)| WireLookup {
-                pg: *pg,
-                key: key.to_string(),
-            })
-            .collect();
-        let body = serde_json::to_vec(&list).map_err(|e| StoreError::internal("lookup", e))?;
-        let ans = self
-            .client
-            .send(
-                Method::POST,
-                addr,
-                &format!("/m/{}?inline={inline_max}", bucket.id),
-                map.epoch,
-                &[],
-                Bytes::from(body),
-                READ_TIMEOUT,
-            )
-            .await?;
-        if ans.status != 200 {
-            return Err(ans.error().await);
-        }
-        let mut body = ans.bytes().await?;
-        let short = || StoreError::Unavailable("storage node: a short lookup answer".into());
-        if body.len() < 4 {
-            return Err(short());
-        }
-        let n = u32::from_be_bytes([body[0], body[1], body[2], body[3]]) as usize;
-        if body.len() < 4 + n {
-            return Err(short());
-        }
-        let index: Vec<WireFound> = serde_json::from_slice(&body[4..4 + n])
-            .map_err(|e| StoreError::internal("storage node lookup answer", e))?;
-        if index.len() != keys.len() {
-            return Err(short());
-        }
-        let _ = body.split_to(4 + n);
-        let mut out = Vec::with_capacity(keys.len());
-        for ((pg, key), found) in keys.iter().zip(index) {
-            out.push(match found {
-                WireFound::Found { meta, inline } => {
-                    let bytes = if inline {
-                        if (body.len() as u64) < meta.size {
-                            return Err(short());
-                        }
-                        Some(body.split_to(meta.size as usize))
-                    } else {
-                        None
-                    };
-                    Some(Ok(Some(self.info_of(
-                        bucket,
-                        key,
-                        *pg,
-                        node.to_string(),
-                        *meta,
-                        bytes,
-                    ))))
-                }
-                WireFound::Missing => Some(Ok(None)),
-                WireFound::Refused => None,
-                WireFound::Failed(e) => Some(Err(e.into_store_error())),
-            });
-        }
-        if !body.is_empty() {
-            return Err(short());
-        }
-        Ok(out)
     }
 
     fn info_of(

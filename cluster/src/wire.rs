@@ -15,6 +15,7 @@
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
 //! | `POST /o/{bucket id}/{pg}/{key}?members&cv=V` | where the named TAR members lie in version V (JSON names in, `[[offset, size] or null]` out) |
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
+//! | `POST /b/{bucket id}?plan\|read[&order=storage]` | a node's share of a batch GET ([`WireBatchItem`]s in): with `plan` what it would send ([`WireBatchHead`]); with `read`, that and the entries ([`BatchRecord`]), read through the node's own batch plan |
 //! | `POST /u/{bucket id}/{pg}/{key}?create&id=ID` | begins a multipart upload on the chain ([`WireUpload`]) |
 //! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`) |
 //! | `POST /u/{bucket id}/{pg}/{key}?complete&id=ID` | completes it ([`WireComplete`]): a chain write with a version, as a PUT |
@@ -32,6 +33,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
+use packrat_store_api::batch::ItemRange;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
     ObjectAttrs, ObjectChecksum, ObjectSummary, StoreError, StoreResult, WriteCondition,
@@ -250,31 +252,164 @@ pub struct WirePage {
     pub truncated: bool,
 }
 
-/// One key of a batch lookup: `POST /m/<bucket id>?inline=N` with a JSON array of these (at
-/// most [`LOOKUP_KEYS_MAX`]).
+/// One item of a node's share of a batch GET: `POST /b/{bucket id}?plan|read[&order=storage]`
+/// with a JSON array of these (at most [`BATCH_ITEMS_MAX`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireLookup {
+pub struct WireBatchItem {
     pub pg: u32,
     pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub range: Option<WireRange>,
 }
 
-/// Keys one batch lookup may name.
-pub const LOOKUP_KEYS_MAX: usize = 256;
+/// An item's range as asked (see `ItemRange`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub enum WireRange {
+    From(u64, Option<u64>),
+    Suffix(u64),
+}
 
-/// A node's answer for one key of a batch lookup, in the order asked. The answer's body is a
-/// 4-byte big-endian length, that many bytes of a JSON array of these, then the bytes of every
-/// `Found` with `inline`, one after another.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum WireFound {
-    Found {
-        meta: Box<WireMeta>,
-        inline: bool,
+impl From<ItemRange> for WireRange {
+    fn from(r: ItemRange) -> Self {
+        match r {
+            ItemRange::From(a, b) => WireRange::From(a, b),
+            ItemRange::Suffix(n) => WireRange::Suffix(n),
+        }
+    }
+}
+
+impl From<WireRange> for ItemRange {
+    fn from(r: WireRange) -> Self {
+        match r {
+            WireRange::From(a, b) => ItemRange::From(a, b),
+            WireRange::Suffix(n) => ItemRange::Suffix(n),
+        }
+    }
+}
+
+/// Items one node batch may name.
+pub const BATCH_ITEMS_MAX: usize = 4096;
+
+/// How a node answers its share of a batch GET, before any entry: the payload bytes of what it
+/// will send, and the items (positions in the request) it may not answer for (its copy is
+/// dirty, or it is not a caught-up member of the item's PG), which the gateway then asks for
+/// alone, the way a GET does. The answer's body starts with a 4-byte big-endian length and
+/// that many bytes of this as JSON; with `read`, the entries follow (see [`BatchRecord`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireBatchHead {
+    pub bytes: u64,
+    pub refused: Vec<u32>,
+}
+
+/// The record that ends a node's batch answer (in the place of an item's position).
+const BATCH_END: u32 = u32::MAX;
+const RECORD_ENTRY: u8 = 0;
+const RECORD_ERROR: u8 = 1;
+/// Bytes of an entry record before its etag: position, kind, size, mtime, etag length.
+pub const ENTRY_HEAD_BYTES: usize = 4 + 1 + 8 + 8 + 2;
+
+/// One record of a node's batch answer after its head, in the order the node emits them. An
+/// entry is `u32 position, u8 0, u64 size, i64 mtime (ms), u16 etag length, etag`, then
+/// `size` payload bytes; an error is `u32 position, u8 1, u32 length`, then that many bytes
+/// of a [`WireError`] as JSON; the answer ends with `u32::MAX` (a body that stops before it
+/// was cut). All integers big-endian.
+#[derive(Debug)]
+pub enum BatchRecord {
+    Entry {
+        at: u32,
+        size: u64,
+        mtime_ms: i64,
+        etag: String,
     },
-    Missing,
-    /// This node may not answer for the key (its copy is dirty, or it is not a reader of the
-    /// PG): ask for it alone, the way a GET does.
-    Refused,
-    Failed(WireError),
+    Error {
+        at: u32,
+        error: WireError,
+    },
+    End,
+}
+
+impl BatchRecord {
+    /// Writes an entry record's header (its payload follows).
+    pub fn put_entry(out: &mut bytes::BytesMut, at: u32, size: u64, mtime_ms: i64, etag: &str) {
+        let etag = &etag.as_bytes()[..etag.len().min(u16::MAX as usize)];
+        out.extend_from_slice(&at.to_be_bytes());
+        out.extend_from_slice(&[RECORD_ENTRY]);
+        out.extend_from_slice(&size.to_be_bytes());
+        out.extend_from_slice(&mtime_ms.to_be_bytes());
+        out.extend_from_slice(&(etag.len() as u16).to_be_bytes());
+        out.extend_from_slice(etag);
+    }
+
+    pub fn put_error(out: &mut bytes::BytesMut, at: u32, e: &StoreError) {
+        let json = serde_json::to_vec(&WireError::of(e).1).unwrap_or_default();
+        out.extend_from_slice(&at.to_be_bytes());
+        out.extend_from_slice(&[RECORD_ERROR]);
+        out.extend_from_slice(&(json.len() as u32).to_be_bytes());
+        out.extend_from_slice(&json);
+    }
+
+    pub fn put_end(out: &mut bytes::BytesMut) {
+        out.extend_from_slice(&BATCH_END.to_be_bytes());
+    }
+
+    /// How many bytes the record starting at `b` takes before any payload, as far as `b`
+    /// tells: called with at least that many bytes, it answers the same number; with fewer,
+    /// a larger one (read that many and ask again). `Err` if it is not a record.
+    pub fn head_len(b: &[u8]) -> StoreResult<usize> {
+        if b.len() < 4 {
+            return Ok(4);
+        }
+        if b[..4] == BATCH_END.to_be_bytes() {
+            return Ok(4);
+        }
+        let (fixed, at) = match b.get(4) {
+            None => return Ok(5),
+            Some(&RECORD_ENTRY) => (ENTRY_HEAD_BYTES, ENTRY_HEAD_BYTES - 2),
+            Some(&RECORD_ERROR) => (9, 5),
+            Some(k) => return Err(bad_answer(format!("a record of kind {k}"))),
+        };
+        if b.len() < fixed {
+            return Ok(fixed);
+        }
+        let n = if fixed == 9 {
+            u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]) as usize
+        } else {
+            u16::from_be_bytes([b[at], b[at + 1]]) as usize
+        };
+        Ok(fixed + n)
+    }
+
+    /// Parses a record's header (exactly the [`Self::head_len`] bytes).
+    pub fn parse(b: &[u8]) -> StoreResult<BatchRecord> {
+        let be64 = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            x
+        };
+        let at = u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+        if at == BATCH_END {
+            return Ok(BatchRecord::End);
+        }
+        match b[4] {
+            RECORD_ENTRY => Ok(BatchRecord::Entry {
+                at,
+                size: u64::from_be_bytes(be64(5)),
+                mtime_ms: i64::from_be_bytes(be64(13)),
+                etag: String::from_utf8_lossy(&b[ENTRY_HEAD_BYTES..]).into_owned(),
+            }),
+            _ => Ok(BatchRecord::Error {
+                at,
+                error: serde_json::from_slice(&b[9..])
+                    .map_err(|e| bad_answer(format!("an error record: {e}")))?,
+            }),
+        }
+    }
+}
+
+fn bad_answer(what: String) -> StoreError {
+    StoreError::Unavailable(format!("storage node: a malformed batch answer ({what})"))
 }
 
 /// Why a node sent a request elsewhere (409).
