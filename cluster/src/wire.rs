@@ -610,3 +610,55 @@ pub fn decode(s: &str) -> Option<String> {
         .ok()
         .map(|c| c.into_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads records the way a gateway does: the head's length asked with more and more of
+    /// the bytes, then parsed; every split of the stream gives the same records.
+    #[test]
+    fn batch_records_read_back_as_written_from_any_prefix() {
+        let mut out = bytes::BytesMut::new();
+        BatchRecord::put_entry(&mut out, 7, 3, -5, "0123abcd");
+        out.extend_from_slice(b"xyz");
+        BatchRecord::put_error(&mut out, 8, &StoreError::NoSuchMember("a.jpg".into()));
+        BatchRecord::put_entry(&mut out, 9, 0, 1_700_000_000_000, "");
+        BatchRecord::put_end(&mut out);
+        let b = out.freeze();
+        let mut at = 0;
+        let mut got = Vec::new();
+        while at < b.len() {
+            let mut need = 4;
+            loop {
+                let n = BatchRecord::head_len(&b[at..at + need]).unwrap();
+                // Given everything left, it answers the same once it has enough.
+                let all = BatchRecord::head_len(&b[at..]).unwrap();
+                if n <= need {
+                    assert_eq!(all, n);
+                    break;
+                }
+                need = n;
+            }
+            let rec = BatchRecord::parse(&b[at..at + need]).unwrap();
+            at += need;
+            if let BatchRecord::Entry { size, .. } = &rec {
+                at += *size as usize;
+            }
+            got.push(rec);
+        }
+        assert!(
+            matches!(&got[0], BatchRecord::Entry { at: 7, size: 3, mtime_ms: -5, etag } if etag == "0123abcd")
+        );
+        assert!(
+            matches!(&got[1], BatchRecord::Error { at: 8, error } if error.kind == "NoSuchMember" && error.detail == "a.jpg")
+        );
+        assert!(
+            matches!(&got[2], BatchRecord::Entry { at: 9, size: 0, etag, .. } if etag.is_empty())
+        );
+        assert!(matches!(got[3], BatchRecord::End));
+        assert_eq!(got.len(), 4);
+        // Not a record: an unknown kind.
+        assert!(BatchRecord::head_len(&[0, 0, 0, 1, 9]).is_err());
+    }
+}
