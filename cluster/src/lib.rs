@@ -162,13 +162,29 @@ pub async fn init(
 }
 
 /// Sets how long a gone node's replicas wait for it (see [`ClusterMap::away`]). The map keeps
-/// its epoch: nothing is fenced, and only the manager reads the setting.
+/// its epoch: nothing is fenced, and only the manager reads the setting. The nodes away now
+/// get it too: each one's grace period (an etcd lease, see `manager::away_now`) is taken again
+/// for what the new setting leaves of it, by etcd's count of the time gone, or dropped if
+/// nothing is left.
 pub async fn set_rereplicate_after(etcd: &Etcd, seconds: u64) -> Result<(), String> {
     for _ in 0..20 {
         let (mut map, rev) = etcd.map().await?;
         map.rereplicate_after_s = seconds;
         let value = serde_json::to_vec(&map).map_err(|e| e.to_string())?;
         if etcd.put_if("map", rev, value).await? {
+            for id in map.away.keys() {
+                let name = format!("away/{id}");
+                let Some((granted, left)) = etcd.lease_left(&name).await? else {
+                    continue;
+                };
+                let gone = u64::try_from(granted - left).unwrap_or(0);
+                match seconds.checked_sub(gone).filter(|s| *s > 0) {
+                    Some(rest) => etcd.put_leased(&name, now_ms().to_string(), rest).await?,
+                    None => {
+                        etcd.delete(&name).await?;
+                    }
+                }
+            }
             return Ok(());
         }
         // The manager wrote the map meanwhile: read it again.

@@ -46,13 +46,16 @@ pub async fn run(etcd: Etcd, lease: i64, node_id: String) {
     }
 }
 
-/// The map as it should be now (at `now_ms`, Unix milliseconds), from the map as it is, the
-/// registered nodes, the live ones and the resync reports. `None` if nothing changes.
+/// The map as it should be now, from the map as it is, the registered nodes, the live ones,
+/// the resync reports and the nodes whose grace period is running (see [`away_now`]).
+/// `now_ms` (Unix milliseconds, this manager's clock) only stamps a node found away, for the
+/// operator to read. `None` if nothing changes.
 pub fn next_map(
     map: &ClusterMap,
     registered: &[NodeEntry],
     live: &BTreeSet<String>,
     synced: &BTreeMap<(String, u32), u64>,
+    graced: &BTreeSet<String>,
     now_ms: u64,
 ) -> Option<ClusterMap> {
     let members: Vec<NodeSpec> = registered
@@ -75,7 +78,7 @@ pub fn next_map(
                 .collect()
         })
         .collect();
-    let away = away_now(map, registered, live, now_ms);
+    let away = away_now(map, registered, live, graced, now_ms);
     let (chains, away) = if away.is_empty() && map.away.is_empty() {
         (assign(&placed, &members, map.pgs, map.replicas), away)
     } else {
@@ -176,19 +179,26 @@ fn catching_up(syncing: &BTreeMap<String, BTreeMap<u32, u64>>, id: &str, pg: u32
     syncing.get(id).is_some_and(|s| s.contains_key(&pg))
 }
 
-/// The nodes gone for less than the map's grace period (active ones: a draining node's
-/// replicas are being moved anyway), with when they went and the PGs they held. A node found
-/// gone for the first time is away from `now_ms`.
+/// The nodes gone whose grace period is running (active ones: a draining node's replicas
+/// are being moved anyway), with when they went and the PGs they held. A grace period is an
+/// etcd lease of the map's `rereplicate_after_s` on `away/<node>`, taken by the manager that
+/// first finds the node gone ([`newly_away`]): it runs out by etcd's clock, so a manager
+/// elected meanwhile on a machine whose clock is off by hours neither cuts it short nor
+/// stretches it (etcd may stretch it by up to its length when its own leader changes). A
+/// node found gone for the first time is away from `now_ms`.
 fn away_now(
     map: &ClusterMap,
     registered: &[NodeEntry],
     live: &BTreeSet<String>,
+    graced: &BTreeSet<String>,
     now_ms: u64,
 ) -> BTreeMap<String, Away> {
-    let grace_ms = map.rereplicate_after_s.saturating_mul(1000);
     let mut away = BTreeMap::new();
+    if map.rereplicate_after_s == 0 {
+        return away;
+    }
     for n in registered {
-        if n.state != NodeState::Active || live.contains(&n.id) {
+        if n.state != NodeState::Active || live.contains(&n.id) || !graced.contains(&n.id) {
             continue;
         }
         let kept = match map.away.get(&n.id) {
@@ -200,11 +210,30 @@ fn away_now(
                     .collect(),
             },
         };
-        if !kept.pgs.is_empty() && now_ms.saturating_sub(kept.since_ms) < grace_ms {
+        if !kept.pgs.is_empty() {
             away.insert(n.id.clone(), kept);
         }
     }
     away
+}
+
+/// The active nodes found gone since the map was written (not live, not yet away, holding
+/// places): the manager takes each a grace period before it computes the map.
+fn newly_away<'r>(
+    map: &ClusterMap,
+    registered: &'r [NodeEntry],
+    live: &BTreeSet<String>,
+) -> Vec<&'r str> {
+    registered
+        .iter()
+        .filter(|n| {
+            n.state == NodeState::Active
+                && !live.contains(&n.id)
+                && !map.away.contains_key(&n.id)
+                && map.chains.iter().any(|c| c.contains(&n.id))
+        })
+        .map(|n| n.id.as_str())
+        .collect()
 }
 
 /// The chains when some nodes are or were away: placed as if they were still there (so
@@ -358,7 +387,31 @@ async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
             synced.insert((id.to_string(), pg), epoch);
         }
     }
-    let Some(next) = next_map(&map, &registered, &live, &synced, crate::now_ms()) else {
+    let mut graced: BTreeSet<String> = etcd
+        .list("away/")
+        .await?
+        .into_iter()
+        .map(|(k, _)| k.trim_start_matches("away/").to_string())
+        .collect();
+    if map.rereplicate_after_s > 0 {
+        for id in newly_away(&map, &registered, &live) {
+            // A new lease, whatever an earlier absence left: the period starts now.
+            etcd.put_leased(
+                &format!("away/{id}"),
+                crate::now_ms().to_string(),
+                map.rereplicate_after_s,
+            )
+            .await?;
+            graced.insert(id.to_string());
+        }
+    }
+    let next = next_map(&map, &registered, &live, &synced, &graced, crate::now_ms());
+    // Grace periods of nodes no longer away (back, removed, or re-replicated) are dropped.
+    let away = next.as_ref().map_or(&map.away, |n| &n.away);
+    for id in graced.iter().filter(|id| !away.contains_key(*id)) {
+        let _ = etcd.delete(&format!("away/{id}")).await;
+    }
+    let Some(next) = next else {
         return Ok(true);
     };
     let value = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
@@ -411,6 +464,11 @@ mod tests {
             .collect()
     }
 
+    /// Every node's grace period running (one found gone keeps its places).
+    fn every() -> BTreeSet<String> {
+        ('a'..='z').map(|c| c.to_string()).collect()
+    }
+
     fn node(id: &str) -> NodeEntry {
         NodeEntry {
             id: id.into(),
@@ -427,7 +485,15 @@ mod tests {
     fn a_dead_node_leaves_and_a_returning_one_catches_up_first() {
         let nodes = [node("a"), node("b"), node("c")];
         let all: BTreeSet<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
-        let first = next_map(&ClusterMap::new(8, 3), &nodes, &all, &BTreeMap::new(), 0).unwrap();
+        let first = next_map(
+            &ClusterMap::new(8, 3),
+            &nodes,
+            &all,
+            &BTreeMap::new(),
+            &every(),
+            0,
+        )
+        .unwrap();
         assert!(
             first.syncing.is_empty(),
             "a new cluster has nothing to catch up on"
@@ -439,11 +505,12 @@ mod tests {
             &nodes[..1],
             &all,
             &BTreeMap::new(),
+            &every(),
             0,
         )
         .unwrap();
-        let two = next_map(&one, &nodes[..2], &all, &BTreeMap::new(), 0).unwrap();
-        let three = next_map(&two, &nodes, &all, &BTreeMap::new(), 0).unwrap();
+        let two = next_map(&one, &nodes[..2], &all, &BTreeMap::new(), &every(), 0).unwrap();
+        let three = next_map(&two, &nodes, &all, &BTreeMap::new(), &every(), 0).unwrap();
         let heads = |m: &ClusterMap, id: &str| m.chains.iter().filter(|c| c[0] == id).count();
         assert_eq!(
             heads(&three, "a"),
@@ -451,7 +518,7 @@ mod tests {
             "members still catching up never lead"
         );
         let reports = caught_up_on_all(&three);
-        let four = next_map(&three, &nodes, &all, &reports, 0).unwrap();
+        let four = next_map(&three, &nodes, &all, &reports, &every(), 0).unwrap();
         assert!(four.syncing.is_empty());
         assert!(
             ["a", "b", "c"]
@@ -459,7 +526,7 @@ mod tests {
                 .all(|id| (2..=3).contains(&heads(&four, id)))
         );
         let without_b: BTreeSet<String> = ["a", "c"].iter().map(|s| s.to_string()).collect();
-        let second = next_map(&first, &nodes, &without_b, &BTreeMap::new(), 0).unwrap();
+        let second = next_map(&first, &nodes, &without_b, &BTreeMap::new(), &every(), 0).unwrap();
         assert!(
             second
                 .chains
@@ -467,7 +534,7 @@ mod tests {
                 .all(|c| c.len() == 2 && !c.contains(&"b".to_string()))
         );
         assert_eq!(second.epoch, first.epoch + 1);
-        let third = next_map(&second, &nodes, &all, &BTreeMap::new(), 0).unwrap();
+        let third = next_map(&second, &nodes, &all, &BTreeMap::new(), &every(), 0).unwrap();
         assert!(
             third.chains.iter().all(|c| c.last().unwrap() == "b"),
             "b rejoins at the tail"
@@ -478,16 +545,16 @@ mod tests {
         let synced: BTreeMap<(String, u32), u64> = (0..8)
             .map(|pg| (("b".to_string(), pg), third.epoch))
             .collect();
-        let fourth = next_map(&third, &nodes, &all, &synced, 0).unwrap();
+        let fourth = next_map(&third, &nodes, &all, &synced, &every(), 0).unwrap();
         assert!(fourth.syncing.is_empty());
         assert!(
-            next_map(&fourth, &nodes, &all, &synced, 0).is_none(),
+            next_map(&fourth, &nodes, &all, &synced, &every(), 0).is_none(),
             "nothing changes"
         );
         // c restarts before its lease ran out: it catches up on its PGs, in place.
         let mut again = nodes.clone();
         again[2].incarnation = 2;
-        let fifth = next_map(&fourth, &again, &all, &synced, 0).unwrap();
+        let fifth = next_map(&fourth, &again, &all, &synced, &every(), 0).unwrap();
         let sorted = |m: &ClusterMap| -> Vec<BTreeSet<String>> {
             m.chains
                 .iter()
@@ -509,7 +576,7 @@ mod tests {
             .iter()
             .map(|(pg, e)| (("c".to_string(), *pg), *e))
             .collect();
-        let sixth = next_map(&fifth, &four_nodes, &alive, &caught_up, 0).unwrap();
+        let sixth = next_map(&fifth, &four_nodes, &alive, &caught_up, &every(), 0).unwrap();
         for (pg, chain) in sixth.chains.iter().enumerate() {
             assert!(
                 chain.contains(&"a".to_string()),
@@ -519,7 +586,7 @@ mod tests {
             assert_eq!(sixth.readers(pg as u32).count(), 3);
         }
         let done = caught_up_on_all(&sixth);
-        let seventh = next_map(&sixth, &four_nodes, &alive, &done, 0).unwrap();
+        let seventh = next_map(&sixth, &four_nodes, &alive, &done, &every(), 0).unwrap();
         assert!(
             seventh
                 .chains
@@ -534,10 +601,18 @@ mod tests {
         let nodes: Vec<NodeEntry> = ["a", "b", "c", "d"].map(node).to_vec();
         let all: BTreeSet<String> = ["a", "b", "c", "d"].iter().map(|s| s.to_string()).collect();
         let none = BTreeMap::new();
-        let alone = next_map(&ClusterMap::new(16, 3), &nodes[..1], &all, &none, 0).unwrap();
+        let alone = next_map(
+            &ClusterMap::new(16, 3),
+            &nodes[..1],
+            &all,
+            &none,
+            &every(),
+            0,
+        )
+        .unwrap();
         // b, c and d at once: a holds 16 replicas of its share of 12, so 4 PGs get three
         // newcomers; a stays in them, leading, until they have caught up.
-        let joined = next_map(&alone, &nodes, &all, &none, 0).unwrap();
+        let joined = next_map(&alone, &nodes, &all, &none, &every(), 0).unwrap();
         for pg in 0..16 {
             assert_eq!(joined.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");
         }
@@ -549,11 +624,11 @@ mod tests {
         );
         assert_eq!(joined.leaving.len(), 4);
         assert!(
-            next_map(&joined, &nodes, &all, &none, 0).is_none(),
+            next_map(&joined, &nodes, &all, &none, &every(), 0).is_none(),
             "nothing changes while they catch up"
         );
         let reports = caught_up_on_all(&joined);
-        let settled = next_map(&joined, &nodes, &all, &reports, 0).unwrap();
+        let settled = next_map(&joined, &nodes, &all, &reports, &every(), 0).unwrap();
         assert!(settled.syncing.is_empty() && settled.leaving.is_empty());
         assert!(settled.chains.iter().all(|c| c.len() == 3));
         let a = "a".to_string();
@@ -568,12 +643,12 @@ mod tests {
         let none = BTreeMap::new();
         let mut start = ClusterMap::new(16, 3);
         start.rereplicate_after_s = 60;
-        let first = next_map(&start, &nodes, &all, &none, 0).unwrap();
+        let first = next_map(&start, &nodes, &all, &none, &every(), 0).unwrap();
         let d = "d".to_string();
         let held: Vec<u32> = (0..16).filter(|pg| first.chain(*pg).contains(&d)).collect();
         assert_eq!(held.len(), 12, "a quarter of 48 replicas");
         // d goes: its chains run a member short; nothing is copied to a, b or c.
-        let gone = next_map(&first, &nodes, &abc, &none, 1_000).unwrap();
+        let gone = next_map(&first, &nodes, &abc, &none, &every(), 1_000).unwrap();
         assert_eq!(
             gone.away["d"],
             Away {
@@ -591,12 +666,16 @@ mod tests {
             assert_eq!(set(gone.chain(pg)), set(first.chain(pg)), "PG {pg}");
         }
         assert!(gone.syncing.is_empty());
-        assert!(
-            next_map(&gone, &nodes, &abc, &none, 60_999).is_none(),
-            "nothing changes within the grace period"
-        );
+        // While its lease runs, nothing changes, whatever this manager's clock says (a
+        // manager elected on a machine whose clock is days ahead or behind).
+        for clock in [0, 60_999, 86_400_000 * 3] {
+            assert!(
+                next_map(&gone, &nodes, &abc, &none, &ids(&["d"]), clock).is_none(),
+                "nothing changes within the grace period (clock {clock})"
+            );
+        }
         // Back within it: d takes its places again, at the tails, and catches up there.
-        let back = next_map(&gone, &nodes, &all, &none, 30_000).unwrap();
+        let back = next_map(&gone, &nodes, &all, &none, &every(), 30_000).unwrap();
         assert!(back.away.is_empty());
         for pg in 0..16 {
             let chain = back.chain(pg);
@@ -607,8 +686,8 @@ mod tests {
             }
         }
         assert_eq!(back.syncing.len(), 1, "only d catches up");
-        // Gone for longer: its replicas are made on the others.
-        let replaced = next_map(&gone, &nodes, &abc, &none, 61_000).unwrap();
+        // Its lease ran out (etcd dropped `away/d`): its replicas are made on the others.
+        let replaced = next_map(&gone, &nodes, &abc, &none, &BTreeSet::new(), 1_000).unwrap();
         assert!(replaced.away.is_empty());
         assert!(
             replaced
@@ -623,12 +702,17 @@ mod tests {
         // With no grace period, at once.
         let mut eager = first.clone();
         eager.rereplicate_after_s = 0;
-        let at_once = next_map(&eager, &nodes, &abc, &none, 1_000).unwrap();
+        let at_once = next_map(&eager, &nodes, &abc, &none, &every(), 1_000).unwrap();
+        assert!(newly_away(&first, &nodes, &abc) == ["d"]);
+        assert!(
+            newly_away(&gone, &nodes, &abc).is_empty(),
+            "d has its period already"
+        );
         assert!(at_once.away.is_empty());
         assert_eq!(at_once.chains, replaced.chains);
         // Two nodes gone: a PG left with one member cannot take writes, so it is filled from
         // the live nodes at once; the places elsewhere are still kept.
-        let two_gone = next_map(&first, &nodes, &ids(&["a", "b"]), &none, 1_000).unwrap();
+        let two_gone = next_map(&first, &nodes, &ids(&["a", "b"]), &none, &every(), 1_000).unwrap();
         assert!(two_gone.chains.iter().all(|c| c.len() == 2));
         assert_eq!(two_gone.away.len(), 2);
         let both: Vec<u32> = (0..16)

@@ -92,7 +92,8 @@ pub struct ClusterMap {
 /// A node that is gone, and the places kept for it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Away {
-    /// When the manager first found it gone (Unix milliseconds, by the manager's clock).
+    /// When the manager first found it gone (Unix milliseconds, by that manager's clock; shown
+    /// to operators: the grace period itself is an etcd lease, see `manager::away_now`).
     pub since_ms: u64,
     /// The PGs whose chains keep a place for it.
     pub pgs: Vec<u32>,
@@ -223,6 +224,45 @@ impl Etcd {
             .await
             .map_err(etcd_err(rest))?;
         Ok(())
+    }
+
+    /// Writes `value` under a new lease of `ttl_s` seconds: the key is gone when it runs out.
+    pub async fn put_leased(
+        &self,
+        rest: &str,
+        value: impl Into<Vec<u8>>,
+        ttl_s: u64,
+    ) -> EtcdResult<()> {
+        let mut client = self.client.clone();
+        let lease = client
+            .lease_grant(i64::try_from(ttl_s).unwrap_or(i64::MAX), None)
+            .await
+            .map_err(etcd_err(rest))?
+            .id();
+        client
+            .put(
+                key(rest),
+                value,
+                Some(etcd_client::PutOptions::new().with_lease(lease)),
+            )
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok(())
+    }
+
+    /// The lease a key was written under: seconds granted and seconds left (etcd's count);
+    /// `None` if the key is gone or has no lease.
+    pub async fn lease_left(&self, rest: &str) -> EtcdResult<Option<(i64, i64)>> {
+        let mut client = self.client.clone();
+        let resp = client.get(key(rest), None).await.map_err(etcd_err(rest))?;
+        let Some(lease) = resp.kvs().first().map(|kv| kv.lease()).filter(|l| *l != 0) else {
+            return Ok(None);
+        };
+        let ttl = client
+            .lease_time_to_live(lease, None)
+            .await
+            .map_err(etcd_err(rest))?;
+        Ok((ttl.ttl() > 0).then(|| (ttl.granted_ttl(), ttl.ttl())))
     }
 
     pub async fn delete(&self, rest: &str) -> EtcdResult<bool> {
