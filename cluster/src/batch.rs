@@ -54,6 +54,7 @@ struct Item {
     /// Its entry's name: the key, or `key/member` for a TAR member, as on one server.
     name: String,
     tag: Option<String>,
+    pg: u32,
     key: String,
     member: Option<String>,
     range: Option<ItemRange>,
@@ -61,6 +62,16 @@ struct Item {
 }
 
 impl Item {
+    /// The item as a node is asked for it.
+    fn wire(&self) -> WireBatchItem<&str> {
+        WireBatchItem {
+            pg: self.pg,
+            key: &self.key,
+            member: self.member.as_deref(),
+            range: self.range.map(Into::into),
+        }
+    }
+
     fn head(&self) -> EntryHead<'_> {
         EntryHead {
             name: &self.name,
@@ -79,10 +90,9 @@ enum Via {
     Found(Box<Result<(ObjectInfo, u64, u64), StoreError>>),
 }
 
-/// One request to a node: its items and, for each, the item's place in the batch.
+/// One request to a node: for each of its items, the item's place in the batch.
 struct NodeRequest {
     node: String,
-    items: Vec<WireBatchItem>,
     item_of: Vec<usize>,
 }
 
@@ -117,11 +127,10 @@ pub(crate) async fn plan_batch(
             None => Via::Alone,
             Some(node) => {
                 let r = match filling.get(&node) {
-                    Some(&r) if requests[r].items.len() < NODE_BATCH_ITEMS => r,
+                    Some(&r) if requests[r].item_of.len() < NODE_BATCH_ITEMS => r,
                     _ => {
                         requests.push(NodeRequest {
                             node: node.clone(),
-                            items: Vec::new(),
                             item_of: Vec::new(),
                         });
                         filling.insert(node, requests.len() - 1);
@@ -129,22 +138,17 @@ pub(crate) async fn plan_batch(
                     }
                 };
                 let req = &mut requests[r];
-                req.items.push(WireBatchItem {
-                    pg,
-                    key: it.key.clone(),
-                    member: it.member.clone(),
-                    range: it.range.map(Into::into),
-                });
                 req.item_of.push(i);
                 Via::Node {
                     req: r,
-                    at: (req.items.len() - 1) as u32,
+                    at: (req.item_of.len() - 1) as u32,
                 }
             }
         };
         planned.push(Item {
             name,
             tag: it.tag,
+            pg,
             key: it.key,
             member: it.member,
             range: it.range,
@@ -164,12 +168,8 @@ pub(crate) async fn plan_batch(
             .map(|r| {
                 let req = &requests[r];
                 let read = first.get(req.node.as_str()) == Some(&r);
-                async move {
-                    (
-                        r,
-                        open(store, bucket, &req.node, &req.items, order, read).await,
-                    )
-                }
+                let items: Vec<_> = req.item_of.iter().map(|&i| planned[i].wire()).collect();
+                async move { (r, open(store, bucket, &req.node, &items, order, read).await) }
             })
             .buffer_unordered(NODE_PLANS)
             .collect()
@@ -361,7 +361,7 @@ async fn open(
     store: &ClusterStore,
     bucket: &Bucket,
     node: &str,
-    items: &[WireBatchItem],
+    items: &[WireBatchItem<&str>],
     order: BatchOrder,
     read: bool,
 ) -> StoreResult<NodeStream> {
@@ -626,7 +626,7 @@ impl Reader<'_> {
             return;
         }
         let (plan, req) = (self.plan, &self.plan.requests[r]);
-        let sent: Vec<u32> = (0..req.items.len() as u32)
+        let sent: Vec<u32> = (0..req.item_of.len() as u32)
             .filter(|&at| {
                 let i = req.item_of[at as usize];
                 matches!(plan.items[i].via, Via::Node { req: q, .. } if q == r)
@@ -636,9 +636,9 @@ impl Reader<'_> {
             self.streams[r] = Stream::Gone;
             return;
         }
-        let items: Vec<WireBatchItem> = sent
+        let items: Vec<_> = sent
             .iter()
-            .map(|&at| req.items[at as usize].clone())
+            .map(|&at| plan.items[req.item_of[at as usize]].wire())
             .collect();
         let s = open(
             self.store,
@@ -650,7 +650,11 @@ impl Reader<'_> {
         )
         .await
         .map(|mut s| {
-            s.head.refused = s.head.refused.iter().map(|&p| sent[p as usize]).collect();
+            // Positions in what was sent, made positions in the request.
+            let refused = s.head.refused.iter();
+            s.head.refused = refused
+                .filter_map(|&p| sent.get(p as usize).copied())
+                .collect();
             s.sent = Some(sent);
             s
         });

@@ -253,13 +253,14 @@ pub struct WirePage {
 }
 
 /// One item of a node's share of a batch GET: `POST /b/{bucket id}?plan|read[&order=storage]`
-/// with a JSON array of these (at most [`BATCH_ITEMS_MAX`]).
+/// with a JSON array of these (at most [`BATCH_ITEMS_MAX`]). The gateway sends them borrowed
+/// from its plan (`S = &str`); the node reads them owned.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct WireBatchItem {
+pub struct WireBatchItem<S = String> {
     pub pg: u32,
-    pub key: String,
+    pub key: S,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub member: Option<String>,
+    pub member: Option<S>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub range: Option<WireRange>,
 }
@@ -308,7 +309,7 @@ const BATCH_END: u32 = u32::MAX;
 const RECORD_ENTRY: u8 = 0;
 const RECORD_ERROR: u8 = 1;
 /// Bytes of an entry record before its etag: position, kind, size, mtime, etag length.
-pub const ENTRY_HEAD_BYTES: usize = 4 + 1 + 8 + 8 + 2;
+const ENTRY_HEAD_BYTES: usize = 4 + 1 + 8 + 8 + 2;
 
 /// One record of a node's batch answer after its head, in the order the node emits them. An
 /// entry is `u32 position, u8 0, u64 size, i64 mtime (ms), u16 etag length, etag`, then

@@ -89,7 +89,12 @@ impl Node {
             refused,
         })
         .map_err(|e| StoreError::internal("batch answer", e))?;
-        let mut first = BytesMut::with_capacity(FRAME_BYTES + 64 * 1024);
+        // With `read`, the first frame of the entries.
+        let mut first = BytesMut::with_capacity(if read {
+            FRAME_BYTES + 64 * 1024
+        } else {
+            4 + head.len()
+        });
         first.extend_from_slice(&(head.len() as u32).to_be_bytes());
         first.extend_from_slice(&head);
         if !read {
