@@ -2,6 +2,7 @@
 (`packrat node`) and two stateless gateways (`packrat gateway`), driven with boto3. Nodes are
 killed with SIGKILL under load; nothing is mocked."""
 
+import base64
 import concurrent.futures
 import hashlib
 import io
@@ -801,6 +802,97 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         for p in [*gws, *nodes]:
             p.stop()
         etcd.stop()
+
+
+def test_a_member_whose_sync_fails_never_answers_apart_from_its_chain(workdir):
+    """A member hands a PUT on to the next once it has stored and checked it, and makes it
+    durable meanwhile, so the chain's syncs overlap. If its sync then fails, the rest of the
+    chain may hold a version it lacks: it keeps the key marked (reads of it there go to the
+    tail) and copies the version back once it can. Every member of every key answers the same
+    throughout, and all settle once the disk works again."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-sync", node_args=["--fault-injection"])
+    try:
+        secret = etcd_value(etcd.url, "/packrat/secret")
+
+        def faults(n, **set_):
+            req = urllib.request.Request(f"http://{n.listen}/admin/faults", method="PUT",
+                                         data=json.dumps(set_).encode(),
+                                         headers={"x-packrat-cluster-secret": secret})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return json.load(r)
+
+        c = gws[0].client(read_timeout=60)
+        c.create_bucket(Bucket="sync")
+        keys = [f"k/{i:02d}" for i in range(24)]
+        old = {k: b"old " + k.encode() for k in keys}
+        for k in keys:
+            c.put_object(Bucket="sync", Key=k, Body=old[k])
+        faulty = nodes[1]
+        # One sync of a segment file in three fails: some writes fail before they are staged
+        # there (a new segment's sync), some after (the group commit's), some succeed.
+        faults(faulty, rules=[{"op": "sync", "fault": "eio", "path": "seg-", "every": 3}])
+        new = {k: b"new " + k.encode() for k in keys}
+        acked, failed = set(), set()
+        for k in keys:
+            try:
+                c.put_object(Bucket="sync", Key=k, Body=new[k])
+                acked.add(k)
+            except ClientError as e:
+                # Every chain of 3 nodes has the faulty one: a 500 for each write.
+                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
+                failed.add(k)
+        assert failed, "no write failed while a member's sync failed"
+        assert faults(faulty)["injected"] > 0
+        with open(faulty.log_path) as f:
+            lost = f.read().count("a staged write failed to become durable here")
+        assert lost > 0, "no write failed after it was handed on"
+        print(f"{len(acked)} acknowledged, {len(failed)} failed, {lost} lost after staging")
+
+        def reads(k, n=6):
+            # Consecutive reads go to the PG's members in turn.
+            return [c.get_object(Bucket="sync", Key=k)["Body"].read() for _ in range(n)]
+
+        def answers(k):
+            return set(reads(k))
+
+        # While the disk fails: whichever member reads a key, it never goes back to the old
+        # version once the new one was seen (a failed write may still take effect, as the
+        # members settle, but not come and go).
+        for k in keys:
+            got = reads(k, 9)
+            assert set(got) <= {old[k], new[k]}, (k, got)
+            assert old[k] not in got[got.index(new[k]):] if new[k] in got else True, (k, got)
+            if k in acked:
+                assert set(got) == {new[k]}, (k, got)
+        faults(faulty)  # the disk works again
+
+        def unsettled_on(n):
+            with urllib.request.urlopen(f"http://{n.listen}/metrics", timeout=5) as r:
+                page = r.read().decode()
+            return int(re.search(r"^packrat_node_writes_unsettled (\d+)$", page, re.M).group(1))
+
+        wait_for("every member to settle", lambda: all(unsettled_on(n) == 0 for n in nodes), timeout=30)
+        for k in keys:
+            got = answers(k)
+            assert len(got) == 1 and got <= {old[k], new[k]}, (k, got)
+            if k in acked:
+                assert got == {new[k]}, (k, got)
+        # And the faulty member serves again, its copies those of its chains.
+        for k in keys:
+            c.put_object(Bucket="sync", Key=k, Body=b"after " + k.encode())
+            assert answers(k) == {b"after " + k.encode()}
+    finally:
+        for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
+def etcd_value(etcd_url, key):
+    """A key's value, read with etcd's JSON gateway (v3 API)."""
+    body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{etcd_url}/v3/kv/range", data=body),
+                                timeout=5) as r:
+        return base64.b64decode(json.load(r)["kvs"][0]["value"]).decode()
 
 
 def test_uploads_in_progress_complete_at_a_head_that_joined_mid_upload(workdir):

@@ -393,6 +393,20 @@ impl Node {
             }
             return self.batch(&map, bid, items, order, read).await;
         }
+        if path == "/admin/faults" {
+            // Disk faults injected under this node's store (`packrat node --fault-injection`,
+            // for tests): GET shows them, PUT sets them (the JSON of `packrat admin faults`).
+            let set = if method == Method::PUT {
+                let body = body_of_request(req, "faults").await?;
+                Some(
+                    serde_json::from_slice(&body)
+                        .map_err(|e| StoreError::Invalid(format!("bad faults: {e}")))?,
+                )
+            } else {
+                None
+            };
+            return Ok(json(200, &self.store.faults(set).await?));
+        }
         if let Some(what) = path.strip_prefix("/admin/") {
             return self.admin(what, &method, &q).await;
         }
@@ -720,63 +734,148 @@ impl Node {
         if at_head && expect.is_some_and(|v| v != step.have) {
             return Err(StoreError::PreconditionFailed.into());
         }
-        let mut meta = step.obj.as_ref().map(meta_of);
-        if cv > step.have {
-            self.mark_dirty(bid, key, cv);
-            match &put {
-                Some((wput, body)) => {
-                    let mut attrs = wput.attrs();
-                    attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
-                    let md5 = md5_of(&wput.content_md5)?;
-                    let info = self
-                        .store
-                        .put_object(
-                            &step.objects,
-                            key,
-                            &mut OnePiece(Some(body.clone())),
-                            PutObject {
-                                attrs,
-                                checksum: wput.checksum_algorithm()?,
-                                expected_checksum: digest_of(&wput.expected_checksum)?,
-                                content_md5: md5,
-                                // Decided once, at the head, against its committed copy.
-                                condition: if at_head {
-                                    wput.condition()
-                                } else {
-                                    Default::default()
-                                },
-                            },
-                        )
-                        .await;
-                    meta = Some(self.applied(&step, info.map_err(Fail::from)).await?);
-                }
-                None => {
-                    self.bury(&step.objects, &step.tombs, key, cv, step.obj.is_some())
-                        .await?;
-                    meta = None;
-                }
-            }
-        }
-        // The next member gets it after this one made it durable; the key stays locked here
-        // meanwhile, so writes of one key reach every member in the head's order.
         let mut headers = vec![(CV_HEADER, cv.to_string())];
-        let (method, body) = match &put {
-            Some((wput, body)) => {
-                let mut wput = wput.clone();
-                wput.if_match = None;
-                wput.if_none_match_any = false;
-                headers.push((
-                    PUT_HEADER,
-                    serde_json::to_string(&wput)
-                        .map_err(|e| StoreError::internal("write description", e))?,
-                ));
-                (Method::PUT, body.clone())
-            }
-            None => (Method::DELETE, Bytes::new()),
-        };
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
-        self.end_step(map, step, method, &path, &headers, body, meta)
-            .await
+        let Some((wput, body)) = put else {
+            let meta = if cv > step.have {
+                self.mark_dirty(bid, key, cv);
+                let buried = self
+                    .bury(&step.objects, &step.tombs, key, cv, step.obj.is_some())
+                    .await;
+                if let Err(e) = buried {
+                    self.clear_dirty(bid, key, cv);
+                    return Err(e.into());
+                }
+                None
+            } else {
+                step.obj.as_ref().map(meta_of)
+            };
+            return self
+                .end_step(
+                    map,
+                    step,
+                    Method::DELETE,
+                    &path,
+                    &headers,
+                    Bytes::new(),
+                    meta,
+                )
+                .await;
+        };
+        let mut next = wput.clone();
+        next.if_match = None;
+        next.if_none_match_any = false;
+        headers.push((
+            PUT_HEADER,
+            serde_json::to_string(&next)
+                .map_err(|e| StoreError::internal("write description", e))?,
+        ));
+        if cv <= step.have {
+            // Not newer than what this member has: handed on only.
+            let meta = step.obj.as_ref().map(meta_of);
+            return self
+                .end_step(map, step, Method::PUT, &path, &headers, body, meta)
+                .await;
+        }
+        self.mark_dirty(bid, key, cv);
+        let mut attrs = wput.attrs();
+        attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+        let staged = Arc::new(tokio::sync::Notify::new());
+        let tell = staged.clone();
+        let put = PutObject {
+            attrs,
+            checksum: wput.checksum_algorithm()?,
+            expected_checksum: digest_of(&wput.expected_checksum)?,
+            content_md5: md5_of(&wput.content_md5)?,
+            // Decided once, at the head, against its committed copy.
+            condition: if at_head {
+                wput.condition()
+            } else {
+                Default::default()
+            },
+            on_staged: Some(packrat_store_api::OnStaged(Arc::new(move || {
+                tell.notify_one()
+            }))),
+        };
+        let mut piece = OnePiece(Some(body.clone()));
+        let objects = step.objects.clone();
+        let local = self.store.put_object(&objects, key, &mut piece, put);
+        tokio::pin!(local);
+        // The write goes on to the next member once it is staged here (stored, checked, its
+        // condition decided, its order among the key's writes fixed), while this member makes
+        // it durable: the members of a chain sync at the same time, not one after the other.
+        // A write that fails before it is staged goes no further. The key stays locked here
+        // until the rest of the chain has answered, so writes of one key reach every member
+        // in the head's order.
+        let staged_first = tokio::select! {
+            biased;
+            done = &mut local => Err(done),
+            () = staged.notified() => Ok(()),
+        };
+        let (made, forwarded) = match staged_first {
+            Err(done) => {
+                // Done before it was staged: a refusal (nothing stored), or a store that does
+                // not tell; either way it is handed on now, if at all.
+                let meta = self.applied(&step, done.map_err(Fail::from)).await?;
+                return self
+                    .end_step(map, step, Method::PUT, &path, &headers, body, Some(meta))
+                    .await;
+            }
+            Ok(()) => {
+                let forward = self.forward(
+                    map,
+                    step.chain,
+                    step.pos,
+                    Method::PUT,
+                    &path,
+                    &headers,
+                    body,
+                );
+                tokio::join!(local, forward)
+            }
+        };
+        let made = match (made, &forwarded, step.chain.get(step.pos + 1)) {
+            (Ok(info), _, _) => Ok(info),
+            // Staged here but not made durable (the device failed its sync), while the rest
+            // of the chain has the version: it is copied back from the next member. If that
+            // fails too, the key stays marked here (reads of it go to the tail, whose copy is
+            // the committed one) and the re-send rounds copy it back (see `unsettled.rs`).
+            (Err(e), Ok(()), Some(next)) => {
+                tracing::warn!(key, cv, "a staged write failed to become durable here: {e}");
+                match self
+                    .pull_version(map, next, &step.objects, bid, pg, key, cv)
+                    .await
+                {
+                    Ok(info) => Ok(info),
+                    Err(_) => return Err(e.into()),
+                }
+            }
+            // At the tail, nothing was handed on: a failed write like any other.
+            (Err(e), Ok(()), None) => {
+                self.clear_dirty(bid, key, cv);
+                return Err(e.into());
+            }
+            // Neither here nor (as far as this member knows) further on: the key stays marked
+            // for the re-send rounds, which copy the version back from the next member if it
+            // has it.
+            (Err(e), Err(_), _) => return Err(e.into()),
+        };
+        let meta = match made {
+            Ok(info) => {
+                if step.tomb > 0 {
+                    self.store.delete_object(&step.tombs, key).await?;
+                }
+                meta_of(&info)
+            }
+            Err(e) => return Err(e),
+        };
+        forwarded?;
+        self.clear_dirty(bid, key, cv);
+        drop(step);
+        Ok(Some(WireMeta {
+            cv: meta.cv.max(cv),
+            ..meta
+        }))
     }
 
     /// What a version a chain step made here (`made`) leaves: on failure, the step's dirty

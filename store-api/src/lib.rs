@@ -28,8 +28,9 @@ pub mod types;
 pub use types::{
     Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity, ListQuery,
     NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary,
-    ObjectVersion, PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage, UploadQuery,
-    VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition, etag_matches,
+    ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage,
+    UploadQuery, VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition,
+    etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that

@@ -258,6 +258,22 @@ pub struct PutObject {
     /// The Content-MD5 the client sent.
     pub content_md5: Option<[u8; 16]>,
     pub condition: WriteCondition,
+    /// Told once the write is staged (see [`OnStaged`]); a store may not tell.
+    pub on_staged: Option<OnStaged>,
+}
+
+/// Called by a store once a write is staged, before it is durable: its bytes are stored and
+/// checked against the digests sent, its condition holds, and its place among the key's
+/// writes is fixed; what is left is durability (the group commit's sync), whose failure
+/// means the device failed. A cluster member hands a write on to the next member at this
+/// point, so the members of a chain sync at the same time rather than one after the other.
+#[derive(Clone)]
+pub struct OnStaged(pub std::sync::Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnStaged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnStaged")
+    }
 }
 
 /// A multipart upload to begin: the object's attributes (given to it by Complete) and the

@@ -23,7 +23,7 @@ use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectOp, ObjectRecord, PartRecord, RocksIndex, UploadRecord,
 };
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
-use packrat_store_api::{ByteSource, Clock};
+use packrat_store_api::{ByteSource, Clock, OnStaged};
 use packrat_store_api::{Digest as DigestKind, StoreError, StoreResult};
 use packrat_store_api::{Versioning, WriteCondition, etag_matches};
 use std::collections::HashMap;
@@ -440,8 +440,25 @@ impl Engine {
         ops: Vec<ObjectOp>,
         stripes: &[usize],
     ) -> EngineResult<()> {
+        self.commit_locked_then(guards, ticket, ops, stripes, None)
+            .await
+    }
+
+    /// [`Self::commit_locked`], telling `on_staged` once the job is enqueued (what is left is
+    /// its durability).
+    async fn commit_locked_then<G>(
+        &self,
+        guards: G,
+        ticket: Option<WriteTicket>,
+        ops: Vec<ObjectOp>,
+        stripes: &[usize],
+        on_staged: Option<&OnStaged>,
+    ) -> EngineResult<()> {
         let wait = self.enqueue(ticket, ops, stripes).await?;
         drop(guards);
+        if let Some(f) = on_staged {
+            (f.0)();
+        }
         wait.await
             .map_err(|_| EngineError::internal("commit", "the commit thread dropped a job"))?
     }
@@ -587,6 +604,7 @@ impl Engine {
 
     /// Step 3: publish an object under its key, together with the durability of its records.
     /// In a versioned bucket, `rec` gets its version here, and the version it replaces is kept.
+    #[allow(clippy::too_many_arguments)]
     pub async fn commit_object(
         self: &Arc<Self>,
         bucket_id: u64,
@@ -595,13 +613,16 @@ impl Engine {
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
         versioning: Versioning,
+        on_staged: Option<&OnStaged>,
     ) -> EngineResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         if versioning != Versioning::Unversioned {
             self.quiesce(&[stripe]).await;
             self.check_write_condition(bucket_id, key, cond)?;
             let ops = self.versioned_put_ops(bucket_id, key, versioning, rec)?;
-            return self.commit_locked(guard, ticket, ops, &[stripe]).await;
+            return self
+                .commit_locked_then(guard, ticket, ops, &[stripe], on_staged)
+                .await;
         }
         if cond.if_none_match_any || cond.if_match.is_some() {
             self.quiesce(&[stripe]).await;
@@ -612,7 +633,8 @@ impl Engine {
             key: key.to_string(),
             record: Box::new(rec.clone()),
         };
-        self.commit_locked(guard, ticket, vec![op], &[stripe]).await
+        self.commit_locked_then(guard, ticket, vec![op], &[stripe], on_staged)
+            .await
     }
 
     /// Changes an object's attributes (metadata, storage class, tags), never its bytes, under

@@ -567,6 +567,7 @@ impl LocalStore {
                 w.ticket,
                 &put.condition,
                 bucket.versioning,
+                put.on_staged.as_ref(),
             )
             .await?;
         Ok(info_of(Arc::new(rec), shows_versions(bucket)))

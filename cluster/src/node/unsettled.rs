@@ -120,7 +120,12 @@ impl Node {
         let (method, path) = match (obj.as_ref().map_or(0, cv_of), tomb) {
             (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
             (_, t) if t == cv => (Method::DELETE, path),
-            _ => return Ok(()),
+            (o, t) if o.max(t) > cv => return Ok(()),
+            (o, t) => {
+                return self
+                    .recover_lost(map, pg, pos, &objects, &tombs, bid, key, cv, o.max(t))
+                    .await;
+            }
         };
         let headers = [(CV_HEADER, cv.to_string())];
         self.forward(map, chain, pos, method, &path, &headers, Bytes::new())
@@ -129,6 +134,71 @@ impl Node {
                 Fail::Refused(r) => r,
                 Fail::Store(e) => e.to_string(),
             })
+    }
+
+    /// A version `cv` this member staged and failed to make durable while the rest of the
+    /// chain went on (see `Node::write`; `mine`: the version it has instead): copied back from
+    /// the next member if that has it. Settled as well when the next member answers a read
+    /// (so it holds no unsettled step of the key) with the version this one has: the write
+    /// then reached neither. Else left for the next round, the key still marked, so reads of
+    /// it here go to the tail.
+    #[allow(clippy::too_many_arguments)]
+    async fn recover_lost(
+        &self,
+        map: &ClusterMap,
+        pg: u32,
+        pos: usize,
+        objects: &Bucket,
+        tombs: &Bucket,
+        bid: u64,
+        key: &str,
+        cv: u64,
+        mine: u64,
+    ) -> Result<(), String> {
+        let Some(next) = map.chain(pg).get(pos + 1) else {
+            return Ok(());
+        };
+        let pulled = self
+            .pull_version(map, next, objects, bid, pg, key, cv)
+            .await;
+        if pulled.is_ok() {
+            // Any tombstone here is older than the version copied.
+            if self
+                .store
+                .head_object(tombs, key)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_some()
+            {
+                self.store
+                    .delete_object(tombs, key)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            return Ok(());
+        }
+        let addr = map
+            .addr(next)
+            .ok_or_else(|| format!("no address for {next}"))?;
+        let path = format!("/o/{bid}/{pg}/{}?meta", encode(key));
+        let ans = self.fetch(addr, &path, map.epoch).await?;
+        let theirs = match ans.status {
+            200 => ans.json::<WireMeta>().await.map_err(|e| e.to_string())?.cv,
+            404 => 0,
+            s => return Err(format!("{next} answered {s} for {key}")),
+        };
+        let has_object = self
+            .store
+            .head_object(objects, key)
+            .await
+            .map_err(|e| e.to_string())?
+            .is_some();
+        if theirs == mine || (theirs == 0 && !has_object) {
+            return Ok(());
+        }
+        Err(format!(
+            "{next} has version {theirs} of {key}, this member {mine}, the lost one {cv}"
+        ))
     }
 
     /// `POST /o/..?resend` with version `cv`: a member before this one re-sends a version it

@@ -564,6 +564,7 @@ pub async fn put_sealed(
         expected_checksum,
         content_md5,
         condition,
+        on_staged,
     } = put;
     set_envelope(&mut attrs.headers, Some(envelope));
     let checks = PlainChecks {
@@ -575,6 +576,7 @@ pub async fn put_sealed(
     let put = PutObject {
         attrs,
         condition,
+        on_staged,
         ..Default::default()
     };
     let stored = store.put_object(bucket, key, &mut body, put).await?;

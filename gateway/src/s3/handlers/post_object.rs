@@ -325,6 +325,7 @@ pub(super) async fn handle_post_object(
         expected_checksum: sent,
         content_md5: content_md5(&meta_headers)?,
         condition: WriteCondition::default(),
+        on_staged: None,
     };
     let mut source = FileSource {
         field: file,
