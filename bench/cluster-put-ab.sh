@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# PUT through a cluster, two binaries alternating: for each round and each binary, a fresh
+# cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), 4 KiB PUTs for
+# $DURATION at $CONC connections; prints ops/s, median and p99 latency, the CPU of the
+# gateway and the nodes per PUT, and the writes per group commit on the first node.
+#
+#   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-put-ab.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${PACKRAT_A:?the binary A}" "${PACKRAT_B:?the binary B}"
+CONC=${CONC:-64}
+ROUNDS=${ROUNDS:-4}
+DURATION=${DURATION:-15s}
+KEYS=${KEYS:-20000}
+command -v etcd >/dev/null || { echo "needs etcd (apt-get install etcd-server)" >&2; exit 2; }
+export AWS_ACCESS_KEY_ID=clusterbenchkey AWS_SECRET_ACCESS_KEY=clusterbench-secret-0123456789
+export PACKRAT_ROOT_ACCESS_KEY=$AWS_ACCESS_KEY_ID PACKRAT_ROOT_SECRET_KEY=$AWS_SECRET_ACCESS_KEY
+work=$(mktemp -d /tmp/packrat-cluster-put-ab.XXXXXX)
+pids=()
+stop_all() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  pids=()
+}
+trap 'stop_all; rm -rf "$work"' EXIT
+ready() {
+  for _ in $(seq 1 150); do curl -fs "$1" >/dev/null 2>&1 && return; sleep 0.2; done
+  echo "not ready: $1" >&2; exit 1
+}
+cpu() { # CPU seconds of the given processes
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "$t $(getconf CLK_TCK)" | awk '{printf "%.3f", $1 / $2}'
+}
+groups() { # group commits and writes committed on the first node
+  curl -s http://127.0.0.1:19410/metrics |
+    awk '/^packrat_commit_batches_total/{b=$2} /^packrat_commit_jobs_total/{j=$2} END{print b, j}'
+}
+one() { # label binary
+  local bin=$2 etcd_url=http://127.0.0.1:19479 d
+  d=$work/$1; rm -rf "$d"; mkdir -p "$d"
+  etcd --name b --data-dir "$d/etcd" --listen-client-urls $etcd_url --advertise-client-urls $etcd_url \
+    --listen-peer-urls http://127.0.0.1:19480 --initial-advertise-peer-urls http://127.0.0.1:19480 \
+    --initial-cluster b=http://127.0.0.1:19480 --log-level error >"$d/etcd.log" 2>&1 &
+  pids+=($!)
+  ready $etcd_url/health
+  "$bin" cluster --etcd $etcd_url init --pgs 256 --replicas 3 >/dev/null
+  local servers=()
+  for i in 0 1 2; do
+    "$bin" node --etcd $etcd_url --data-dir "$d/node$i" --listen 127.0.0.1:$((19410 + i)) \
+      --log warn --compact-interval 0 >"$d/node$i.log" 2>&1 &
+    pids+=($!); servers+=($!)
+  done
+  for _ in $(seq 1 150); do
+    "$bin" cluster --etcd $etcd_url status 2>/dev/null | grep -q '"pgs_healthy": 256' && break
+    sleep 0.2
+  done
+  "$bin" gateway --etcd $etcd_url --listen 127.0.0.1:19420 --log warn >"$d/gateway.log" 2>&1 &
+  pids+=($!); servers+=($!)
+  ready http://127.0.0.1:19420/health/ready
+  "$bin" bench --endpoint http://127.0.0.1:19420 --workload get --keys "$KEYS" --prepare --ops 1 \
+    --concurrency 8 >/dev/null 2>&1
+  local c0 c1 g0 g1 out
+  g0=$(groups); c0=$(cpu "${servers[@]}")
+  out=$("$bin" bench --endpoint http://127.0.0.1:19420 --json --workload put --keys "$KEYS" \
+    --concurrency "$CONC" --duration "$DURATION")
+  c1=$(cpu "${servers[@]}"); g1=$(groups)
+  python3 -c "
+import json, sys
+r = json.loads(sys.argv[2])
+b0, j0 = map(float, sys.argv[5].split()); b1, j1 = map(float, sys.argv[6].split())
+print(f\"{sys.argv[1]}  {r['ops_per_sec']:8.0f} ops/s  p50 {r['latency_us_p50'] / 1000:6.2f} ms  \"
+      f\"p99 {r['latency_us_p99'] / 1000:6.2f} ms  {(float(sys.argv[4]) - float(sys.argv[3])) * 1e6 / r['ops']:7.0f} CPU us/PUT  \"
+      f\"{(j1 - j0) / max(b1 - b0, 1):5.2f} writes/group  errors {r['errors']}\")
+" "$1" "$out" "$c0" "$c1" "$g0" "$g1"
+  stop_all
+}
+echo "4 KiB PUT through a cluster, $CONC connections, $DURATION per round"
+for r in $(seq 1 "$ROUNDS"); do
+  one "A" "$PACKRAT_A"
+  one "B" "$PACKRAT_B"
+done
