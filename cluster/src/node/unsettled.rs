@@ -10,6 +10,11 @@
 //! copies the version from the member before it (`POST /o/..?resend`), or takes the delete
 //! (a forwarded `DELETE`), and hands it on.
 //!
+//! A PUT is handed on once staged, before its own sync (see `Node::write`), so a member whose
+//! sync then fails may lack a version the members after it hold: it keeps the key marked
+//! (its reads of the key go to the tail) and copies the version back from the next member
+//! (`Node::recover_lost`).
+//!
 //! The marks are in memory: a node that restarts with such a version, which only it holds,
 //! no longer knows it is unsettled. It learns it as it catches up: a copy newer than its
 //! source's committed one, or one its source never had, written by no step under way (the

@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
-# PUT through a cluster, two binaries alternating: for each round and each binary, a fresh
-# cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), 4 KiB PUTs for
-# $DURATION at $CONC connections; prints ops/s, median and p99 latency, the CPU of the
-# gateway and the nodes per PUT, and the writes per group commit on the first node.
+# Writes through a cluster, two binaries alternating: for each round and each binary, a fresh
+# cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), one load for $DURATION
+# at $CONC connections: 4 KiB PUTs, or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts.
+# Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per
+# operation (and per MiB), and the writes per group commit on the first node.
 #
-#   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-put-ab.sh
+#   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-ab.sh
+#   PACKRAT_A=... PACKRAT_B=... WORKLOAD=multipart CONC=2 bench/cluster-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${PACKRAT_A:?the binary A}" "${PACKRAT_B:?the binary B}"
 CONC=${CONC:-64}
+WORKLOAD=${WORKLOAD:-put}
+case $WORKLOAD in
+  put) args=(--workload put) ;;
+  multipart) args=(--workload multipart --size 32MiB --part-size 8MiB --prefix mp/) ;;
+  *) echo "WORKLOAD is put or multipart" >&2; exit 2 ;;
+esac
 ROUNDS=${ROUNDS:-4}
 DURATION=${DURATION:-15s}
 KEYS=${KEYS:-20000}
@@ -62,20 +70,23 @@ one() { # label binary
     --concurrency 8 >/dev/null 2>&1
   local c0 c1 g0 g1 out
   g0=$(groups); c0=$(cpu "${servers[@]}")
-  out=$("$bin" bench --endpoint http://127.0.0.1:19420 --json --workload put --keys "$KEYS" \
+  out=$("$bin" bench --endpoint http://127.0.0.1:19420 --json "${args[@]}" --keys "$KEYS" \
     --concurrency "$CONC" --duration "$DURATION")
   c1=$(cpu "${servers[@]}"); g1=$(groups)
   python3 -c "
 import json, sys
 r = json.loads(sys.argv[2])
 b0, j0 = map(float, sys.argv[5].split()); b1, j1 = map(float, sys.argv[6].split())
-print(f\"{sys.argv[1]}  {r['ops_per_sec']:8.0f} ops/s  p50 {r['latency_us_p50'] / 1000:6.2f} ms  \"
-      f\"p99 {r['latency_us_p99'] / 1000:6.2f} ms  {(float(sys.argv[4]) - float(sys.argv[3])) * 1e6 / r['ops']:7.0f} CPU us/PUT  \"
+us = (float(sys.argv[4]) - float(sys.argv[3])) * 1e6 / max(r['ops'], 1)
+mib = r.get('size_bytes', 4096) / (1 << 20)
+print(f\"{sys.argv[1]}  {r['ops_per_sec']:8.1f} ops/s  {r.get('mb_per_sec', 0):6.1f} MB/s  \"
+      f\"p50 {r['latency_us_p50'] / 1000:7.2f} ms  p99 {r['latency_us_p99'] / 1000:7.2f} ms  \"
+      f\"{us:8.0f} CPU us/op  {us / mib / 1000:6.2f} CPU ms/MiB  \"
       f\"{(j1 - j0) / max(b1 - b0, 1):5.2f} writes/group  errors {r['errors']}\")
 " "$1" "$out" "$c0" "$c1" "$g0" "$g1"
   stop_all
 }
-echo "4 KiB PUT through a cluster, $CONC connections, $DURATION per round"
+echo "$WORKLOAD through a cluster, $CONC connections, $DURATION per round"
 for r in $(seq 1 "$ROUNDS"); do
   one "A" "$PACKRAT_A"
   one "B" "$PACKRAT_B"
