@@ -146,7 +146,10 @@ impl Node {
     /// the next member if that has it. Settled as well when the next member answers a read
     /// (so it holds no unsettled step of the key) with the version this one has: the write
     /// then reached neither. Else left for the next round, the key still marked, so reads of
-    /// it here go to the tail.
+    /// it here go to the tail. One gap is left: a request handed on that reaches the next
+    /// member only after this settles (delayed past the hop's timeout, the forward having
+    /// failed here too) leaves this member a version behind, unmarked, until the key's next
+    /// write or this member's restart (it then catches up in place).
     #[allow(clippy::too_many_arguments)]
     async fn recover_lost(
         &self,
