@@ -394,18 +394,7 @@ impl Node {
             return self.batch(&map, bid, items, order, read).await;
         }
         if path == "/admin/faults" {
-            // Disk faults injected under this node's store (`packrat node --fault-injection`,
-            // for tests): GET shows them, PUT sets them (the JSON of `packrat admin faults`).
-            let set = if method == Method::PUT {
-                let body = body_of_request(req, "faults").await?;
-                Some(
-                    serde_json::from_slice(&body)
-                        .map_err(|e| StoreError::Invalid(format!("bad faults: {e}")))?,
-                )
-            } else {
-                None
-            };
-            return Ok(json(200, &self.store.faults(set).await?));
+            return self.faults(req).await;
         }
         if let Some(what) = path.strip_prefix("/admin/") {
             return self.admin(what, &method, &q).await;
@@ -835,7 +824,7 @@ impl Node {
             }
         };
         let made = match (made, &forwarded, step.chain.get(step.pos + 1)) {
-            (Ok(info), _, _) => Ok(info),
+            (Ok(info), _, _) => info,
             // Staged here but not made durable (the device failed its sync), while the rest
             // of the chain has the version: it is copied back from the next member. If that
             // fails too, the key stays marked here (reads of it go to the tail, whose copy is
@@ -846,7 +835,7 @@ impl Node {
                     .pull_version(map, next, &step.objects, bid, pg, key, cv)
                     .await
                 {
-                    Ok(info) => Ok(info),
+                    Ok(info) => info,
                     Err(_) => return Err(e.into()),
                 }
             }
@@ -860,15 +849,7 @@ impl Node {
             // has it.
             (Err(e), Err(_), _) => return Err(e.into()),
         };
-        let meta = match made {
-            Ok(info) => {
-                if step.tomb > 0 {
-                    self.store.delete_object(&step.tombs, key).await?;
-                }
-                meta_of(&info)
-            }
-            Err(e) => return Err(e),
-        };
+        let meta = self.applied(&step, Ok(made)).await?;
         forwarded?;
         self.clear_dirty(bid, key, cv);
         drop(step);

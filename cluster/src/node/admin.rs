@@ -2,7 +2,7 @@
 //! (`crate::store`'s fan-out): compaction, scrub and tier runs run on each node's local store,
 //! as on one server.
 
-use super::{Fail, Node, NodeResp, answer, json};
+use super::{Fail, Node, NodeResp, answer, body_of_request, json};
 use http::Method;
 use packrat_store_api::StoreError;
 use packrat_store_api::admin::{JobKind, JobStart};
@@ -64,5 +64,24 @@ impl Node {
             (&Method::GET, "tiers") => Ok(json(200, &self.store.tier_status().await?)),
             _ => Ok(answer(404, "no such admin route")),
         }
+    }
+
+    /// `/admin/faults`: disk faults injected under this node's store (`packrat node
+    /// --fault-injection`, for tests). GET shows them, PUT sets them (the JSON of `packrat
+    /// admin faults`).
+    pub(super) async fn faults(
+        &self,
+        req: http::Request<hyper::body::Incoming>,
+    ) -> Result<NodeResp, Fail> {
+        let set = if req.method() == Method::PUT {
+            let body = body_of_request(req, "faults").await?;
+            Some(
+                serde_json::from_slice(&body)
+                    .map_err(|e| StoreError::Invalid(format!("bad faults: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(json(200, &self.store.faults(set).await?))
     }
 }

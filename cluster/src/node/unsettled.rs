@@ -26,7 +26,7 @@ use crate::placement::pg_of;
 use crate::wire::WireMeta;
 use bytes::Bytes;
 use http::Method;
-use packrat_store_api::{Bucket, StoreError};
+use packrat_store_api::{Bucket, ObjectInfo, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -126,9 +126,20 @@ impl Node {
             (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
             (_, t) if t == cv => (Method::DELETE, path),
             (o, t) if o.max(t) > cv => return Ok(()),
-            (o, t) => {
+            _ => {
                 return self
-                    .recover_lost(map, pg, pos, &objects, &tombs, bid, key, cv, o.max(t))
+                    .recover_lost(
+                        map,
+                        pg,
+                        pos,
+                        &objects,
+                        &tombs,
+                        bid,
+                        key,
+                        cv,
+                        obj.as_ref(),
+                        tomb,
+                    )
                     .await;
             }
         };
@@ -142,8 +153,9 @@ impl Node {
     }
 
     /// A version `cv` this member staged and failed to make durable while the rest of the
-    /// chain went on (see `Node::write`; `mine`: the version it has instead): copied back from
-    /// the next member if that has it. Settled as well when the next member answers a read
+    /// chain went on (see `Node::write`; `obj` and `tomb`: what it has of the key instead, read
+    /// by the caller under the key's lock): copied back from the next member if that has it.
+    /// Settled as well when the next member answers a read
     /// (so it holds no unsettled step of the key) with the version this one has: the write
     /// then reached neither. Else left for the next round, the key still marked, so reads of
     /// it here go to the tail. One gap is left: a request handed on that reaches the next
@@ -161,7 +173,8 @@ impl Node {
         bid: u64,
         key: &str,
         cv: u64,
-        mine: u64,
+        obj: Option<&ObjectInfo>,
+        tomb: u64,
     ) -> Result<(), String> {
         let Some(next) = map.chain(pg).get(pos + 1) else {
             return Ok(());
@@ -170,14 +183,8 @@ impl Node {
             .pull_version(map, next, objects, bid, pg, key, cv)
             .await;
         if pulled.is_ok() {
-            // Any tombstone here is older than the version copied.
-            if self
-                .store
-                .head_object(tombs, key)
-                .await
-                .map_err(|e| e.to_string())?
-                .is_some()
-            {
+            // The tombstone here, if any, is older than the version copied.
+            if tomb > 0 {
                 self.store
                     .delete_object(tombs, key)
                     .await
@@ -195,13 +202,8 @@ impl Node {
             404 => 0,
             s => return Err(format!("{next} answered {s} for {key}")),
         };
-        let has_object = self
-            .store
-            .head_object(objects, key)
-            .await
-            .map_err(|e| e.to_string())?
-            .is_some();
-        if theirs == mine || (theirs == 0 && !has_object) {
+        let mine = obj.map_or(0, cv_of).max(tomb);
+        if theirs == mine || (theirs == 0 && obj.is_none()) {
             return Ok(());
         }
         Err(format!(
