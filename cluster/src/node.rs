@@ -18,12 +18,12 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
-    BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, META_HEADER, NodeClient, PUT_HEADER,
-    SECRET_HEADER, WireBatchItem, WireEntry, WireError, WireMeta, WirePage, WirePut, WireRefusal,
-    decode, encode, hop_timeout,
+    BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, META_HEADER,
+    NodeClient, PUT_HEADER, SECRET_HEADER, WireBatchItem, WireEntry, WireError, WireMeta, WirePage,
+    WirePut, WireRefusal, decode, encode, hop_timeout,
 };
 use base64::Engine;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use packrat_store_api::batch::BatchOrder;
@@ -392,6 +392,12 @@ impl Node {
                 return Ok(answer(400, "too many items in one batch"));
             }
             return self.batch(&map, bid, items, order, read).await;
+        }
+        if path == "/g" && method == Method::POST {
+            let map = self.map_at(epoch).await?;
+            let body = body_of_request(req, "lookups").await?;
+            let items = GatherItem::parse_all(&body)?;
+            return Ok(self.gathered(&map, &items).await);
         }
         if path == "/admin/faults" {
             return self.faults(req).await;
@@ -1192,6 +1198,34 @@ impl Node {
         let reader = self.store.read_object(&info, 0, info.size)?;
         let body = read_whole(reader, info.size).await?;
         Ok((info, Some(body)))
+    }
+
+    /// The answers to a gathered request's lookups, in the order asked (see [`GatherItem`]):
+    /// each as [`Node::meta_and_bytes`] answers a reader, looked up side by side.
+    async fn gathered(&self, map: &ClusterMap, items: &[GatherItem]) -> NodeResp {
+        let answers = futures_util::future::join_all(items.iter().map(|it| async move {
+            if pg_of(it.bid, &it.key, map.pgs) != it.pg {
+                return Err(Fail::Refused("the key is not in that PG".into()));
+            }
+            self.meta_and_bytes(map, it.bid, it.pg, &it.key, Asker::Reader, it.inline)
+                .await
+        }))
+        .await;
+        let mut out = BytesMut::new();
+        for a in answers {
+            match a {
+                Ok((info, bytes)) => match serde_json::to_vec(&meta_of(&info)) {
+                    Ok(meta) => Gathered::put_found(&mut out, &meta, bytes.as_deref()),
+                    Err(e) => Gathered::put_alone(&mut out, &e.to_string()),
+                },
+                Err(Fail::Store(StoreError::NoSuchKey | StoreError::NoSuchBucket)) => {
+                    Gathered::put_missing(&mut out)
+                }
+                Err(Fail::Refused(why)) => Gathered::put_alone(&mut out, &why),
+                Err(Fail::Store(e)) => Gathered::put_alone(&mut out, &e.to_string()),
+            }
+        }
+        answer(200, out.freeze())
     }
 
     /// Keeps a version handed out without its bytes for the read that follows.

@@ -17,8 +17,8 @@
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::{
-    Answer, META_HEADER, NodeClient, PUT_HEADER, READ_TIMEOUT, WireMeta, WirePage, WirePut,
-    WireRefusal, encode, hop_timeout,
+    Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NodeClient, PUT_HEADER,
+    READ_TIMEOUT, WireMeta, WirePage, WirePut, WireRefusal, encode, hop_timeout,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -102,11 +102,57 @@ pub struct ClusterStore {
     buckets: Arc<RwLock<HashMap<String, BucketRecord>>>,
     keys: Arc<RwLock<HashMap<String, AccessKey>>>,
     next_reader: AtomicUsize,
+    /// Lookups gathered per node (see [`ClusterStore::lookup`]); how many went gathered, in
+    /// how many requests, and how many were then asked alone.
+    gathers: RwLock<HashMap<String, Arc<Gather>>>,
+    gathered_lookups: AtomicU64,
+    gathered_requests: AtomicU64,
+    gathered_alone: AtomicU64,
     clock: Arc<dyn Clock>,
     /// Changes this gateway made to its bucket and key caches itself (after writing them to
     /// etcd), counted under the cache's lock: a reload whose listing may predate one of them
     /// lists again rather than put an older record back (see [`ClusterStore::reload`]).
     local_edits: AtomicU64,
+}
+
+/// Lookups to one node under way before more are gathered (see [`ClusterStore::lookup`]).
+const GATHER_AFTER: usize = 2;
+
+/// The lookups to one node: how many are under way (alone or gathered), and those waiting.
+#[derive(Default)]
+struct Gather(std::sync::Mutex<GatherState>);
+
+#[derive(Default)]
+struct GatherState {
+    in_flight: usize,
+    waiting: Vec<Waiting>,
+}
+
+impl Gather {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GatherState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A lookup waiting to be gathered; its answer comes on `tx` (dropped: ask alone).
+struct Waiting {
+    item: GatherItem,
+    tx: tokio::sync::oneshot::Sender<Gathered>,
+}
+
+/// A place among a node's lookups under way; given up (to the lookups waiting, or freed)
+/// when dropped, so a caller that goes away midway cannot leave the others waiting.
+struct Turn {
+    store: Arc<ClusterStore>,
+    gather: Arc<Gather>,
+    node: String,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.store
+            .turn_over(self.gather.clone(), std::mem::take(&mut self.node));
+    }
 }
 
 /// Where a request for a PG goes.
@@ -131,6 +177,10 @@ impl ClusterStore {
             buckets: Arc::default(),
             keys: Arc::default(),
             next_reader: AtomicUsize::new(0),
+            gathers: RwLock::default(),
+            gathered_lookups: AtomicU64::new(0),
+            gathered_requests: AtomicU64::new(0),
+            gathered_alone: AtomicU64::new(0),
             local_edits: AtomicU64::new(0),
             clock: Arc::new(SystemClock),
         });
@@ -287,16 +337,33 @@ impl ClusterStore {
         headers: &[(&str, String)],
         body: Bytes,
     ) -> StoreResult<(Answer, String)> {
+        self.call_via(pg, target, None, method, path, headers, body)
+            .await
+    }
+
+    /// [`ClusterStore::call`], tried on `first` before the member `target` picks.
+    #[allow(clippy::too_many_arguments)]
+    async fn call_via(
+        &self,
+        pg: u32,
+        target: Target,
+        mut first: Option<String>,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> StoreResult<(Answer, String)> {
         let started = Instant::now();
         let mut target = target;
         let mut last_problem = String::from("no member");
         let mut rx = self.map.clone();
         loop {
             let map = rx.borrow_and_update().clone();
-            let node = match target {
-                Target::Head => map.chain(pg).first().cloned(),
-                Target::Tail => map.chain(pg).last().cloned(),
-                Target::Reader => self.pick_reader(&map, pg),
+            let node = match (first.take(), target) {
+                (Some(node), _) => Some(node),
+                (None, Target::Head) => map.chain(pg).first().cloned(),
+                (None, Target::Tail) => map.chain(pg).last().cloned(),
+                (None, Target::Reader) => self.pick_reader(&map, pg),
             };
             if let Some(node) = node
                 && let Some(addr) = map.addr(&node)
@@ -356,17 +423,164 @@ impl ClusterStore {
 
     /// An object's metadata from a committed replica of its PG, with its bytes when it has at
     /// most `inline_max` of them.
+    ///
+    /// Lookups are gathered per node: while [`GATHER_AFTER`] lookups to the member picked are
+    /// under way, more wait, and go to it together as one request (`POST /g`) when one of
+    /// those ends. Alone, a lookup is sent at once, so a lightly loaded gateway adds no wait;
+    /// loaded, a node answers many lookups for one request's work and one round trip on
+    /// each side (on loopback, a GET's two extra hops cost the gateway and the node more
+    /// than the node's lookup and read). An item the node cannot answer as a plain reader
+    /// (a dirty copy, a refusal, an error) is asked again alone, where those are followed.
     pub(crate) async fn lookup(
         &self,
         bucket: &Bucket,
         key: &str,
         inline_max: u64,
     ) -> StoreResult<Option<ObjectInfo>> {
-        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let map = self.map();
+        let pg = pg_of(bucket.id, key, map.pgs);
+        let (Some(node), Some(me)) = (self.pick_reader(&map, pg), self.me.upgrade()) else {
+            return self.lookup_alone(bucket, key, pg, inline_max, None).await;
+        };
+        let gather = self.gather_of(&node);
+        let waiting = {
+            let mut state = gather.lock();
+            if state.in_flight < GATHER_AFTER {
+                state.in_flight += 1;
+                None
+            } else {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                state.waiting.push(Waiting {
+                    item: GatherItem {
+                        bid: bucket.id,
+                        pg,
+                        inline: inline_max,
+                        key: key.to_string(),
+                    },
+                    tx,
+                });
+                Some(rx)
+            }
+        };
+        let Some(rx) = waiting else {
+            let _turn = Turn {
+                store: me,
+                gather,
+                node: node.clone(),
+            };
+            return self
+                .lookup_alone(bucket, key, pg, inline_max, Some(node))
+                .await;
+        };
+        match rx.await {
+            Ok(Gathered::Found { meta, inline })
+                if inline.as_ref().is_none_or(|b| b.len() as u64 == meta.size) =>
+            {
+                Ok(Some(self.info_of(bucket, key, pg, node, *meta, inline)))
+            }
+            Ok(Gathered::Missing) => Ok(None),
+            // Refused, failed, or a gathered request that could not be sent: alone.
+            _ => {
+                self.gathered_alone.fetch_add(1, Ordering::Relaxed);
+                self.lookup_alone(bucket, key, pg, inline_max, None).await
+            }
+        }
+    }
+
+    /// The gathering state of lookups to `node`.
+    fn gather_of(&self, node: &str) -> Arc<Gather> {
+        if let Some(g) = self.gathers.read().ok().and_then(|g| g.get(node).cloned()) {
+            return g;
+        }
+        let mut all = self.gathers.write().unwrap_or_else(|p| p.into_inner());
+        all.entry(node.to_string()).or_default().clone()
+    }
+
+    /// A lookup to `node` ended: the lookups waiting for it go as one request, which takes
+    /// over its place among those under way; with none waiting, the place is freed.
+    fn turn_over(self: &Arc<Self>, gather: Arc<Gather>, node: String) {
+        let batch = {
+            let mut state = gather.lock();
+            if state.waiting.is_empty() {
+                state.in_flight -= 1;
+                return;
+            }
+            let n = state.waiting.len().min(GATHER_ITEMS_MAX);
+            state.waiting.drain(..n).collect::<Vec<_>>()
+        };
+        // Outside a runtime (one shutting down), the waiting lookups are dropped: each then
+        // asks alone, or is gone with its caller.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            gather.lock().in_flight -= 1;
+            return;
+        };
+        let turn = Turn {
+            store: self.clone(),
+            gather,
+            node,
+        };
+        rt.spawn(async move {
+            turn.store.send_gathered(&turn.node, batch).await;
+            drop(turn);
+        });
+    }
+
+    /// Sends gathered lookups to `node` as one request and hands each waiting lookup its
+    /// answer; if the request fails, each is dropped and asks alone.
+    async fn send_gathered(&self, node: &str, batch: Vec<Waiting>) {
+        let map = self.map();
+        let Some(addr) = map.addr(node) else { return };
+        let mut body = BytesMut::new();
+        for w in &batch {
+            w.item.put(&mut body);
+        }
+        let answers = match self
+            .client
+            .send(
+                Method::POST,
+                addr,
+                "/g",
+                map.epoch,
+                &[],
+                body.freeze(),
+                READ_TIMEOUT,
+            )
+            .await
+        {
+            Ok(ans) if ans.status == 200 => match ans.bytes().await {
+                Ok(b) => Gathered::parse_all(b, batch.len()),
+                Err(e) => Err(e),
+            },
+            Ok(ans) => Err(ans.error().await),
+            Err(e) => Err(e),
+        };
+        match answers {
+            Ok(answers) => {
+                self.gathered_requests.fetch_add(1, Ordering::Relaxed);
+                self.gathered_lookups
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                for (w, a) in batch.into_iter().zip(answers) {
+                    let _ = w.tx.send(a);
+                }
+            }
+            Err(e) => tracing::debug!("gathered lookups to {node}: {e}; each asks alone"),
+        }
+    }
+
+    /// One lookup in a request of its own, tried on `first` before the member picked.
+    async fn lookup_alone(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        pg: u32,
+        inline_max: u64,
+        first: Option<String>,
+    ) -> StoreResult<Option<ObjectInfo>> {
         let (ans, node) = self
-            .call(
+            .call_via(
                 pg,
                 Target::Reader,
+                first,
                 Method::GET,
                 &format!(
                     "/o/{}/{pg}/{}?meta&inline={inline_max}",
@@ -1412,7 +1626,23 @@ impl ObjectStore for ClusterStore {
     }
 
     fn metrics(&self) -> Vec<Metric> {
-        crate::map_metrics(&self.map())
+        let mut m = crate::map_metrics(&self.map());
+        m.push(Metric::counter(
+            "packrat_cluster_lookups_gathered_total",
+            "Object lookups (GET, HEAD) sent to nodes gathered with others in one request.",
+            self.gathered_lookups.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_gathered_requests_total",
+            "Requests that carried gathered lookups to nodes.",
+            self.gathered_requests.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_lookups_gathered_alone_total",
+            "Lookups waiting to be gathered then asked alone (a dirty copy, a refusal, an error).",
+            self.gathered_alone.load(Ordering::Relaxed),
+        ));
+        m
     }
 
     fn write_readiness(&self) -> Result<(), String> {

@@ -489,6 +489,149 @@ impl WireError {
     }
 }
 
+/// Most lookups in one gathered request (`POST /g`).
+pub const GATHER_ITEMS_MAX: usize = 256;
+const GATHER_FOUND: u8 = 0;
+const GATHER_FOUND_BYTES: u8 = 1;
+const GATHER_MISSING: u8 = 2;
+const GATHER_ALONE: u8 = 3;
+
+/// One object lookup of a gathered request (`POST /g`): the GETs and HEADs a gateway has for
+/// one node while other lookups to it are under way go to it as one request (see
+/// `ClusterStore::lookup`). Written `u64 bucket id, u32 PG, u64 inline limit, u32 key length,
+/// key`, big-endian, one after another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatherItem {
+    pub bid: u64,
+    pub pg: u32,
+    /// The object's bytes come with its metadata when it has 1 to this many.
+    pub inline: u64,
+    pub key: String,
+}
+
+impl GatherItem {
+    pub fn put(&self, out: &mut bytes::BytesMut) {
+        out.extend_from_slice(&self.bid.to_be_bytes());
+        out.extend_from_slice(&self.pg.to_be_bytes());
+        out.extend_from_slice(&self.inline.to_be_bytes());
+        out.extend_from_slice(&(self.key.len() as u32).to_be_bytes());
+        out.extend_from_slice(self.key.as_bytes());
+    }
+
+    /// The items of a request body, at most [`GATHER_ITEMS_MAX`].
+    pub fn parse_all(mut b: &[u8]) -> StoreResult<Vec<GatherItem>> {
+        let bad = |what: &str| StoreError::Invalid(format!("bad gathered lookup: {what}"));
+        let mut items = Vec::new();
+        while !b.is_empty() {
+            if items.len() == GATHER_ITEMS_MAX {
+                return Err(bad("too many items"));
+            }
+            let head = b.get(..24).ok_or_else(|| bad("cut"))?;
+            let n = u32::from_be_bytes(head[20..24].try_into().unwrap_or_default()) as usize;
+            let key = b.get(24..24 + n).ok_or_else(|| bad("cut key"))?;
+            items.push(GatherItem {
+                bid: u64::from_be_bytes(head[..8].try_into().unwrap_or_default()),
+                pg: u32::from_be_bytes(head[8..12].try_into().unwrap_or_default()),
+                inline: u64::from_be_bytes(head[12..20].try_into().unwrap_or_default()),
+                key: std::str::from_utf8(key)
+                    .map_err(|_| bad("key not UTF-8"))?
+                    .to_string(),
+            });
+            b = &b[24 + n..];
+        }
+        Ok(items)
+    }
+}
+
+/// A node's answer to one [`GatherItem`], in the order asked: `u8 kind, u32 length, u64
+/// byte count`, then `length` bytes (the [`WireMeta`] as JSON, or why the item must be asked
+/// alone) and the object's bytes when it came with them.
+#[derive(Debug)]
+pub enum Gathered {
+    Found {
+        meta: Box<WireMeta>,
+        inline: Option<Bytes>,
+    },
+    /// No such key (or bucket) on the node: the answer a lookup alone gets as 404.
+    Missing,
+    /// Anything else (a dirty copy, a node not a reader, an error): the gateway asks for this
+    /// one alone, where the refusal is followed (to the tail, or another member) or the
+    /// error answered.
+    Alone(String),
+}
+
+impl Gathered {
+    pub fn put_found(out: &mut bytes::BytesMut, meta: &[u8], bytes: Option<&[u8]>) {
+        let kind = if bytes.is_some() {
+            GATHER_FOUND_BYTES
+        } else {
+            GATHER_FOUND
+        };
+        let bytes = bytes.unwrap_or_default();
+        out.extend_from_slice(&[kind]);
+        out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        out.extend_from_slice(meta);
+        out.extend_from_slice(bytes);
+    }
+
+    pub fn put_missing(out: &mut bytes::BytesMut) {
+        out.extend_from_slice(&[GATHER_MISSING]);
+        out.extend_from_slice(&[0; 12]);
+    }
+
+    pub fn put_alone(out: &mut bytes::BytesMut, why: &str) {
+        out.extend_from_slice(&[GATHER_ALONE]);
+        out.extend_from_slice(&(why.len() as u32).to_be_bytes());
+        out.extend_from_slice(&0u64.to_be_bytes());
+        out.extend_from_slice(why.as_bytes());
+    }
+
+    /// The `n` answers of a node's body (an object's bytes are slices of it, not copies).
+    pub fn parse_all(b: Bytes, n: usize) -> StoreResult<Vec<Gathered>> {
+        let cut = || StoreError::Unavailable("storage node: a cut gathered answer".into());
+        let mut out = Vec::with_capacity(n);
+        let mut at = 0;
+        while out.len() < n {
+            let head = b.get(at..at + 13).ok_or_else(cut)?;
+            let len = u32::from_be_bytes(head[1..5].try_into().unwrap_or_default()) as usize;
+            let count = u64::from_be_bytes(head[5..13].try_into().unwrap_or_default());
+            let text_end = at + 13 + len;
+            let end = usize::try_from(count)
+                .ok()
+                .and_then(|c| text_end.checked_add(c))
+                .filter(|e| *e <= b.len())
+                .ok_or_else(cut)?;
+            let text = &b[at + 13..text_end];
+            out.push(match head[0] {
+                GATHER_FOUND | GATHER_FOUND_BYTES => Gathered::Found {
+                    meta: Box::new(
+                        serde_json::from_slice(text)
+                            .map_err(|e| StoreError::internal("storage node answer", e))?,
+                    ),
+                    inline: (head[0] == GATHER_FOUND_BYTES).then(|| b.slice(text_end..end)),
+                },
+                GATHER_MISSING => Gathered::Missing,
+                GATHER_ALONE => Gathered::Alone(String::from_utf8_lossy(text).into_owned()),
+                k => {
+                    return Err(StoreError::internal(
+                        "storage node answer",
+                        format!("unknown gathered answer kind {k}"),
+                    ));
+                }
+            });
+            at = end;
+        }
+        if at != b.len() {
+            return Err(StoreError::internal(
+                "storage node answer",
+                "bytes after the last gathered answer",
+            ));
+        }
+        Ok(out)
+    }
+}
+
 pub type NodeBody = Full<Bytes>;
 
 /// How long one node may take to answer a write of `bytes` to its successor: a hung node (a
@@ -615,6 +758,62 @@ pub fn decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Gathered lookups and their answers read back as written; a cut answer, bytes after
+    /// the last answer and a cut request are errors, never items.
+    #[test]
+    fn gathered_lookups_and_answers_read_back_as_written() {
+        let items = vec![
+            GatherItem {
+                bid: 7,
+                pg: 3,
+                inline: 65536,
+                key: "a/b.jpg".into(),
+            },
+            GatherItem {
+                bid: u64::MAX,
+                pg: 0,
+                inline: 0,
+                key: String::new(),
+            },
+        ];
+        let mut body = bytes::BytesMut::new();
+        for it in &items {
+            it.put(&mut body);
+        }
+        assert_eq!(GatherItem::parse_all(&body).unwrap(), items);
+        assert!(GatherItem::parse_all(&body[..body.len() - 1]).is_err());
+        assert!(GatherItem::parse_all(&body[..30]).is_err());
+
+        let meta = WireMeta {
+            size: 3,
+            etag: "e".into(),
+            put: WirePut::default(),
+            checksum: None,
+            part_sizes: vec![],
+            cv: 42,
+        };
+        let json = serde_json::to_vec(&meta).unwrap();
+        let mut out = bytes::BytesMut::new();
+        Gathered::put_found(&mut out, &json, Some(b"xyz"));
+        Gathered::put_missing(&mut out);
+        Gathered::put_alone(&mut out, "dirty: ask the tail");
+        Gathered::put_found(&mut out, &json, None);
+        Gathered::put_found(&mut out, &json, Some(b""));
+        let b = out.freeze();
+        let got = Gathered::parse_all(b.clone(), 5).unwrap();
+        assert!(
+            matches!(&got[0], Gathered::Found { meta, inline: Some(i) } if meta.cv == 42 && &i[..] == b"xyz")
+        );
+        assert!(matches!(got[1], Gathered::Missing));
+        assert!(matches!(&got[2], Gathered::Alone(w) if w == "dirty: ask the tail"));
+        assert!(matches!(&got[3], Gathered::Found { inline: None, .. }));
+        assert!(matches!(&got[4], Gathered::Found { inline: Some(i), .. } if i.is_empty()));
+        // Fewer answers than asked, more bytes than answered, a cut body.
+        assert!(Gathered::parse_all(b.clone(), 6).is_err());
+        assert!(Gathered::parse_all(b.clone(), 4).is_err());
+        assert!(Gathered::parse_all(b.slice(..b.len() - 1), 5).is_err());
+    }
 
     /// Reads records the way a gateway does: the head's length asked with more and more of
     /// the bytes, then parsed; every split of the stream gives the same records.
