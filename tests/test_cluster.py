@@ -738,11 +738,19 @@ def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
 
         metrics = wait_for("the gateway's map with the node away", metrics_with_away, timeout=10)
         assert "packrat_cluster_pgs_degraded 48\n" in metrics, metrics
-        # Writes go on meanwhile (two members take them).
+        # Writes go on meanwhile (two members take them); every other one SSE-S3, whose ETag
+        # is its plaintext's MD5, not the stored ciphertext's that a copy is checked against.
         changed = [f"k/{i:03d}" for i in range(0, 200, 10)]
+        sealed = changed[::2]
         for k in changed:
             bodies[k] = os.urandom(300)
-            c.put_object(Bucket="grace", Key=k, Body=bodies[k])
+            # A client's metadata under the names nodes keep their own entries under is
+            # dropped: it passes neither for a version nor for the stored bytes' MD5 (the
+            # copies below would fail their checks).
+            sse = ({"ServerSideEncryption": "AES256"} if k in sealed else
+                   {"Metadata": {"packrat-md5": "0" * 32, "packrat-cv": "9" * 18, "mine": "kept"}})
+            put = c.put_object(Bucket="grace", Key=k, Body=bodies[k], **sse)
+            assert put["ETag"] == '"%s"' % hashlib.md5(bodies[k]).hexdigest(), k
         deleted = [f"k/{i:03d}" for i in range(5, 200, 40)]
         for k in deleted:
             c.delete_object(Bucket="grace", Key=k)
@@ -763,6 +771,9 @@ def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
         # not the ~150 it holds.
         assert len(copied) == 48, copied
         assert 1 <= sum(copied) <= len(changed), copied
+        # An edit keeps the stored bytes' MD5 with them: the copies made below check it.
+        for k in sealed:
+            c.put_object_tagging(Bucket="grace", Key=k, Tagging={"TagSet": [{"Key": "t", "Value": "1"}]})
         # Gone for longer than the grace period: its replicas are made on the others. Another
         # node goes, so that reads come from the one that came back too. The period is an
         # etcd lease taken when the node is found gone; shortening the setting while it is
@@ -781,6 +792,20 @@ def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
         assert sorted(n["pgs"] for n in s["nodes"]) == [64] * 3 and s["away"] == [], s
         for k, v in bodies.items():
             assert c.get_object(Bucket="grace", Key=k)["Body"].read() == v, k
+        # Every member's copy of a sealed object (reads go round the members) shows the
+        # plaintext's MD5, its tag, and decrypts.
+        for k in sealed:
+            for _ in range(3):
+                got = c.get_object(Bucket="grace", Key=k)
+                assert got["ETag"] == '"%s"' % hashlib.md5(bodies[k]).hexdigest(), k
+                assert got["ServerSideEncryption"] == "AES256" and got["Body"].read() == bodies[k], k
+                assert got.get("TagCount") == 1, k
+        for k in set(changed) - set(sealed) - set(deleted):
+            assert c.head_object(Bucket="grace", Key=k)["Metadata"] == {"mine": "kept"}, k
+        # A copy keeps the bytes (sealed with the same key) and shows the same ETag.
+        copied = c.copy_object(Bucket="grace", Key="copy", CopySource={"Bucket": "grace", "Key": sealed[0]})
+        assert copied["CopyObjectResult"]["ETag"] == '"%s"' % hashlib.md5(bodies[sealed[0]]).hexdigest()
+        assert c.get_object(Bucket="grace", Key="copy")["Body"].read() == bodies[sealed[0]]
         for k in deleted:
             with pytest.raises(ClientError) as e:
                 c.head_object(Bucket="grace", Key=k)

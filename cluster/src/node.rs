@@ -18,7 +18,7 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
-    BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, META_HEADER,
+    BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, MD5_META, META_HEADER,
     NodeClient, PUT_HEADER, SECRET_HEADER, WireBatchItem, WireEntry, WireError, WireMeta, WirePage,
     WirePut, WireRefusal, decode, encode, hop_timeout,
 };
@@ -206,6 +206,32 @@ fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
 /// One piece of bytes as a write's source.
 pub struct OnePiece(pub Option<Bytes>);
 
+/// One piece of bytes as a write's source, whose ETag shows `shown` (see
+/// `ByteSource::shown_md5`) rather than the bytes' MD5.
+pub struct ShownPiece(pub Option<Bytes>, pub Option<[u8; 16]>);
+
+#[async_trait::async_trait]
+impl ByteSource for ShownPiece {
+    async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
+        Ok(self.0.take())
+    }
+    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+    fn shown_md5(&self) -> Option<[u8; 16]> {
+        self.1
+    }
+}
+
+/// The stored bytes' MD5 of an object whose ETag shows another ([`MD5_META`]).
+pub fn stored_md5_of(info: &ObjectInfo) -> Option<String> {
+    info.attrs
+        .user_meta
+        .iter()
+        .find(|(k, _)| k == MD5_META)
+        .map(|(_, v)| v.clone())
+}
+
 #[async_trait::async_trait]
 impl ByteSource for OnePiece {
     async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
@@ -225,11 +251,14 @@ pub fn cv_of(info: &ObjectInfo) -> u64 {
         .unwrap_or(0)
 }
 
-/// An object's metadata on the wire, without the version entry in its user metadata.
+/// An object's metadata on the wire, without the version and stored-MD5 entries in its user
+/// metadata (they have fields of their own).
 pub fn meta_of(info: &ObjectInfo) -> WireMeta {
     let mut put = WirePut::default();
     let mut attrs = info.attrs.clone();
-    attrs.user_meta.retain(|(k, _)| k != CV_META);
+    attrs
+        .user_meta
+        .retain(|(k, _)| k != CV_META && k != MD5_META);
     put.set_attrs(attrs);
     WireMeta {
         size: info.size,
@@ -241,6 +270,7 @@ pub fn meta_of(info: &ObjectInfo) -> WireMeta {
             .map(|c| (c.algorithm.clone(), c.value.clone(), c.kind.clone())),
         part_sizes: info.part_sizes.clone(),
         cv: cv_of(info),
+        stored_md5: stored_md5_of(info),
     }
 }
 
@@ -775,6 +805,13 @@ impl Node {
         self.mark_dirty(bid, key, cv);
         let mut attrs = wput.attrs();
         attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+        let shown = md5_of(&wput.shown_md5)?;
+        if shown.is_some() {
+            // The ETag will show another MD5: the stored bytes' is kept for copies' checks.
+            use md5::Digest;
+            let stored = hex::encode(md5::Md5::digest(&body));
+            attrs.user_meta.push((MD5_META.to_string(), stored));
+        }
         let staged = Arc::new(tokio::sync::Notify::new());
         let tell = staged.clone();
         let put = PutObject {
@@ -792,7 +829,7 @@ impl Node {
                 tell.notify_one()
             }))),
         };
-        let mut piece = OnePiece(Some(body.clone()));
+        let mut piece = ShownPiece(Some(body.clone()), shown);
         let objects = step.objects.clone();
         let local = self.store.put_object(&objects, key, &mut piece, put);
         tokio::pin!(local);

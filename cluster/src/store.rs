@@ -77,6 +77,8 @@ struct ClusterVersion {
     pg: u32,
     cv: u64,
     node: String,
+    /// The ETag shows another MD5 than the stored bytes' (SSE-S3: its plaintext's).
+    shown_etag: bool,
 }
 
 /// The cluster version an `ObjectInfo` from this store describes (`what`: the operation, for
@@ -637,6 +639,7 @@ impl ClusterStore {
                 pg,
                 cv: meta.cv,
                 node,
+                shown_etag: meta.stored_md5.is_some(),
             })),
         }
     }
@@ -742,8 +745,11 @@ impl ClusterStore {
     }
 }
 
+fn b64(v: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(v)
+}
+
 fn wire_put(put: &PutObject, trailing: Option<Vec<u8>>) -> WirePut {
-    let b64 = |v: &[u8]| base64::engine::general_purpose::STANDARD.encode(v);
     let mut w = WirePut {
         checksum: put.checksum.map(|a| a.name().to_string()),
         expected_checksum: put
@@ -1146,8 +1152,9 @@ impl ObjectStore for ClusterStore {
             Some(alg) if put.expected_checksum.is_none() => body.trailing_checksum(alg)?,
             _ => None,
         };
-        self.put_bytes(bucket, key, bytes, wire_put(&put, trailing))
-            .await
+        let mut wput = wire_put(&put, trailing);
+        wput.shown_md5 = body.shown_md5().map(|m| b64(&m));
+        self.put_bytes(bucket, key, bytes, wput).await
     }
 
     async fn copy_object(
@@ -1161,8 +1168,12 @@ impl ObjectStore for ClusterStore {
             return Err(not_in_cluster("copying an object over 256 MiB"));
         }
         let bytes = self.read_all(source).await?;
-        self.put_bytes(bucket, key, bytes, wire_put(&put, None))
-            .await
+        let mut wput = wire_put(&put, None);
+        // A copy of the same bytes shows the ETag its source shows.
+        if cluster_version(source, "copy")?.shown_etag {
+            wput.shown_md5 = hex::decode(&source.etag).ok().map(|m| b64(&m));
+        }
+        self.put_bytes(bucket, key, bytes, wput).await
     }
 
     async fn update_object(

@@ -50,6 +50,10 @@ pub const META_HEADER: &str = "x-packrat-meta";
 /// The user-metadata name a node keeps an object's cluster version under; gateways never show
 /// it to clients.
 pub const CV_META: &str = "packrat-cv";
+/// Where a node keeps, in an object's user metadata, the MD5 of the bytes it stores when the
+/// object's ETag shows another (an SSE-S3 object's shows its plaintext's MD5, as S3 does): a
+/// copy between nodes is checked against the stored bytes' MD5.
+pub const MD5_META: &str = "packrat-md5";
 
 /// What a write sets of an object, and how its bytes are checked (as `PutObject`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -66,15 +70,28 @@ pub struct WirePut {
     pub content_md5: Option<String>,
     pub if_none_match_any: bool,
     pub if_match: Option<String>,
+    /// Base64 of the MD5 the object's ETag shows when it is not the stored bytes' (see
+    /// `ByteSource::shown_md5`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shown_md5: Option<String>,
 }
 
 impl WirePut {
+    /// The attributes a write sets, without user metadata under the names nodes keep their
+    /// own entries under ([`CV_META`], [`MD5_META`]): a client's `x-amz-meta-packrat-cv` must
+    /// not pass for a version, nor its `x-amz-meta-packrat-md5` for the stored bytes' MD5
+    /// (copies between nodes would be checked against it). Such client entries are dropped.
     pub fn attrs(&self) -> ObjectAttrs {
         ObjectAttrs {
             last_modified_ms: self.last_modified_ms,
             content_type: self.content_type.clone(),
             headers: self.headers.clone(),
-            user_meta: self.user_meta.clone(),
+            user_meta: self
+                .user_meta
+                .iter()
+                .filter(|(k, _)| k != CV_META && k != MD5_META)
+                .cloned()
+                .collect(),
             storage_class: self.storage_class.clone(),
             tags: self.tags.clone(),
         }
@@ -201,6 +218,9 @@ pub struct WireMeta {
     pub part_sizes: Vec<u64>,
     /// The version the PG's head gave the write; a tombstone has one too.
     pub cv: u64,
+    /// Hex MD5 of the stored bytes when the ETag shows another ([`MD5_META`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored_md5: Option<String>,
 }
 
 impl WireMeta {
@@ -792,6 +812,7 @@ mod tests {
             checksum: None,
             part_sizes: vec![],
             cv: 42,
+            stored_md5: None,
         };
         let json = serde_json::to_vec(&meta).unwrap();
         let mut out = bytes::BytesMut::new();

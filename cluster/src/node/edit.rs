@@ -6,7 +6,7 @@
 
 use super::{Fail, Node, meta_of};
 use crate::map::ClusterMap;
-use crate::wire::{CV_HEADER, CV_META, PUT_HEADER, WireMeta, WirePut, encode};
+use crate::wire::{CV_HEADER, CV_META, MD5_META, PUT_HEADER, WireMeta, WirePut, encode};
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::{StoreError, WriteCondition};
@@ -43,8 +43,14 @@ impl Node {
             self.mark_dirty(bid, key, cv);
             let done = if step.obj.is_some() && held == base {
                 let mut attrs = wput.attrs();
-                attrs.user_meta.retain(|(k, _)| k != CV_META);
+                attrs
+                    .user_meta
+                    .retain(|(k, _)| k != CV_META && k != MD5_META);
                 attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+                // The bytes stay: so does their MD5, when the ETag shows another.
+                if let Some(stored) = step.obj.as_ref().and_then(super::stored_md5_of) {
+                    attrs.user_meta.push((MD5_META.to_string(), stored));
+                }
                 self.store
                     .update_object(
                         &step.objects,

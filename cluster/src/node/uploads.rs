@@ -11,14 +11,14 @@
 //! it instead, part by part, so its copy has the same parts, ETag and checksum.
 
 use super::{
-    Fail, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
-    md5_of, meta_of,
+    Fail, Node, NodeResp, OnePiece, ShownPiece, answer, body_of_request, digest_of, json,
+    listing_scope, md5_of, meta_of,
 };
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
 use crate::wire::{
-    CV_HEADER, CV_META, PUT_HEADER, WireComplete, WireMeta, WirePart, WirePartPut, WireUpload,
-    WireUploadEntry, WireUploadPage, WireUploadState, encode,
+    CV_HEADER, CV_META, MD5_META, PUT_HEADER, WireComplete, WireMeta, WirePart, WirePartPut,
+    WireUpload, WireUploadEntry, WireUploadPage, WireUploadState, encode,
 };
 use bytes::Bytes;
 use http::Method;
@@ -818,15 +818,26 @@ impl Node {
                 attrs
                     .user_meta
                     .push((CV_META.to_string(), meta.cv.to_string()));
-                let md5 = hex::decode(&meta.etag)
-                    .ok()
-                    .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok());
+                let md5_of_hex = |h: &str| {
+                    hex::decode(h)
+                        .ok()
+                        .and_then(|v| <[u8; 16]>::try_from(v.as_slice()).ok())
+                };
+                // An ETag that shows another MD5 than the stored bytes' (SSE-S3) is kept as
+                // the source shows it, and the copy checked against the stored bytes' MD5.
+                let (md5, shown) = match &meta.stored_md5 {
+                    Some(stored) => {
+                        attrs.user_meta.push((MD5_META.to_string(), stored.clone()));
+                        (md5_of_hex(stored), md5_of_hex(&meta.etag))
+                    }
+                    None => (md5_of_hex(&meta.etag), None),
+                };
                 let info = self
                     .store
                     .put_object(
                         objects,
                         key,
-                        &mut OnePiece(Some(body)),
+                        &mut ShownPiece(Some(body), shown),
                         PutObject {
                             attrs,
                             checksum: checksum_of(meta),

@@ -726,8 +726,8 @@ impl ByteSource for Sealing<'_> {
 
     /// An SSE-S3 object's ETag is its plaintext's MD5, as in S3; an SSE-C object's stays the
     /// stored bytes' (S3's is not the plaintext's MD5 either); the same for a part. A cluster
-    /// store does not take this MD5: there every ETag is the stored bytes' MD5, which a
-    /// replica checks its copy (a resync) against.
+    /// store takes it for whole objects (its nodes keep the stored bytes' MD5 beside it for
+    /// the checks of their copies), not for parts.
     fn shown_md5(&self) -> Option<[u8; 16]> {
         if self.cipher.is_sse_s3() {
             self.plain_md5
