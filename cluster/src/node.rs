@@ -203,25 +203,9 @@ fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
         .map_err(|_| StoreError::Invalid("bad Content-MD5".into()))
 }
 
-/// One piece of bytes as a write's source.
-pub struct OnePiece(pub Option<Bytes>);
-
-/// One piece of bytes as a write's source, whose ETag shows `shown` (see
-/// `ByteSource::shown_md5`) rather than the bytes' MD5.
-pub struct ShownPiece(pub Option<Bytes>, pub Option<[u8; 16]>);
-
-#[async_trait::async_trait]
-impl ByteSource for ShownPiece {
-    async fn next_piece(&mut self) -> StoreResult<Option<Bytes>> {
-        Ok(self.0.take())
-    }
-    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
-        Ok(None)
-    }
-    fn shown_md5(&self) -> Option<[u8; 16]> {
-        self.1
-    }
-}
+/// One piece of bytes as a write's source; its ETag shows the second field when that is set
+/// (see `ByteSource::shown_md5`), the bytes' MD5 otherwise.
+pub struct OnePiece(pub Option<Bytes>, pub Option<[u8; 16]>);
 
 /// The stored bytes' MD5 of an object whose ETag shows another ([`MD5_META`]).
 pub fn stored_md5_of(info: &ObjectInfo) -> Option<String> {
@@ -239,6 +223,9 @@ impl ByteSource for OnePiece {
     }
     fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
         Ok(None)
+    }
+    fn shown_md5(&self) -> Option<[u8; 16]> {
+        self.1
     }
 }
 
@@ -802,10 +789,10 @@ impl Node {
                 .end_step(map, step, Method::PUT, &path, &headers, body, meta)
                 .await;
         }
+        let shown = md5_of(&wput.shown_md5)?;
         self.mark_dirty(bid, key, cv);
         let mut attrs = wput.attrs();
         attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
-        let shown = md5_of(&wput.shown_md5)?;
         if shown.is_some() {
             // The ETag will show another MD5: the stored bytes' is kept for copies' checks.
             use md5::Digest;
@@ -829,7 +816,7 @@ impl Node {
                 tell.notify_one()
             }))),
         };
-        let mut piece = ShownPiece(Some(body.clone()), shown);
+        let mut piece = OnePiece(Some(body.clone()), shown);
         let objects = step.objects.clone();
         let local = self.store.put_object(&objects, key, &mut piece, put);
         tokio::pin!(local);
@@ -1053,7 +1040,7 @@ impl Node {
             ..Default::default()
         };
         self.store
-            .put_object(tombs, key, &mut OnePiece(None), tomb)
+            .put_object(tombs, key, &mut OnePiece(None, None), tomb)
             .await?;
         if has_object {
             self.store.delete_object(objects, key).await?;

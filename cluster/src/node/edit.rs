@@ -42,10 +42,8 @@ impl Node {
         if cv > step.have {
             self.mark_dirty(bid, key, cv);
             let done = if step.obj.is_some() && held == base {
+                // `attrs()` leaves out the node's own entries; they are set again here.
                 let mut attrs = wput.attrs();
-                attrs
-                    .user_meta
-                    .retain(|(k, _)| k != CV_META && k != MD5_META);
                 attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
                 // The bytes stay: so does their MD5, when the ETag shows another.
                 if let Some(stored) = step.obj.as_ref().and_then(super::stored_md5_of) {

@@ -11,8 +11,8 @@
 //! it instead, part by part, so its copy has the same parts, ETag and checksum.
 
 use super::{
-    Fail, Node, NodeResp, OnePiece, ShownPiece, answer, body_of_request, digest_of, json,
-    listing_scope, md5_of, meta_of,
+    Fail, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
+    md5_of, meta_of,
 };
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
@@ -203,7 +203,7 @@ impl Node {
                         key,
                         id,
                         number,
-                        &mut OnePiece(Some(body.clone())),
+                        &mut OnePiece(Some(body.clone()), None),
                         PutPart {
                             checksum: algorithm(&put.checksum)?,
                             expected_checksum: digest_of(&put.expected_checksum)?,
@@ -599,7 +599,7 @@ impl Node {
                         key,
                         id,
                         p.part_number,
-                        &mut OnePiece(Some(body)),
+                        &mut OnePiece(Some(body), None),
                         PutPart {
                             checksum,
                             ..Default::default()
@@ -781,7 +781,7 @@ impl Node {
                         key,
                         &upload_id,
                         i as u32 + 1,
-                        &mut OnePiece(Some(body)),
+                        &mut OnePiece(Some(body), None),
                         PutPart::default(),
                     )
                     .await?;
@@ -837,7 +837,7 @@ impl Node {
                     .put_object(
                         objects,
                         key,
-                        &mut ShownPiece(Some(body), shown),
+                        &mut OnePiece(Some(body), shown),
                         PutObject {
                             attrs,
                             checksum: checksum_of(meta),
