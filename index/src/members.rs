@@ -159,7 +159,7 @@ mod tests {
             ..Default::default()
         };
         i.put_upload(&up).unwrap();
-        i.complete_upload(&up, &tar(12), &[]).unwrap();
+        i.complete_upload(&up, Some(&tar(12)), &[]).unwrap();
         assert!(!indexed(11));
     }
 }

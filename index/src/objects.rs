@@ -493,7 +493,7 @@ mod tests {
             ..Default::default()
         };
         i.put_upload(&up).unwrap();
-        i.complete_upload(&up, &obj(5), &[]).unwrap();
+        i.complete_upload(&up, Some(&obj(5)), &[]).unwrap();
         assert_eq!(size(i.get_object(1, "b").unwrap()), Some(5));
         assert_eq!(sizes(&["b"]), vec![Some(5)]);
         // Same key in another bucket: its own entry.

@@ -82,18 +82,22 @@ impl RocksIndex {
     /// Commits a completed multipart upload: the object appears and the upload with its parts
     /// disappears in one atomic, synced write batch, together with `history` (the
     /// [`ObjectOp::PutVersion`] and [`ObjectOp::DeleteVersion`] ops of a versioned bucket).
+    /// `object: None` when the completed version goes to the key's history (a `PutVersion`
+    /// in `history`) rather than becoming its current object.
     pub fn complete_upload(
         &self,
         upload: &UploadRecord,
-        object: &ObjectRecord,
+        object: Option<&ObjectRecord>,
         history: &[ObjectOp],
     ) -> Result<()> {
         let mut batch = WriteBatch::default();
         self.delete_upload_into(&mut batch, upload)?;
         self.history_into(&mut batch, history);
         let k = object_key(upload.bucket_id, &upload.key);
-        self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
-        batch.put_cf(self.cf(CF_OBJECTS), &k, records::encode(object));
+        if let Some(object) = object {
+            self.drop_replaced_member_indexes(&mut batch, &[(k.clone(), bytes_identity(object))])?;
+            batch.put_cf(self.cf(CF_OBJECTS), &k, records::encode(object));
+        }
         self.write_gate(IndexWrite::Delete)?;
         let written = self.db.write_opt(batch, &Self::sync_opts());
         self.objects.invalidate(&k);

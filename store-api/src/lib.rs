@@ -29,7 +29,7 @@ pub use types::{
     Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity, ListQuery,
     NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary,
     ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage,
-    UploadQuery, VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition,
+    UploadQuery, VersionAs, VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition,
     etag_matches,
 };
 
@@ -143,6 +143,23 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// In a versioned bucket it adds a delete marker instead (the `null` one when suspended),
     /// and the versions under it stay.
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted>;
+    /// Adds a delete marker with the version the caller chose (see [`VersionAs`]) and
+    /// modification time: the key's latest version if it is above every version the key has
+    /// (the current object is kept in its history, or dropped if it is the null one and
+    /// `version.null`), else only kept in its history. A store that does not take chosen
+    /// versions (only a cluster node's local store is asked) answers an internal error.
+    async fn put_delete_marker(
+        &self,
+        _bucket: &Bucket,
+        _key: &str,
+        _version: VersionAs,
+        _last_modified_ms: i64,
+    ) -> StoreResult<Deleted> {
+        Err(StoreError::internal(
+            "delete marker",
+            "this store does not take chosen versions",
+        ))
+    }
     /// One version of a key by id (`null` included); `version_id: None` asks for the latest,
     /// which may be a delete marker. `None` if there is no such version; `Invalid` for an id
     /// this store never makes.

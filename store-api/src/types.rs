@@ -260,6 +260,36 @@ pub struct PutObject {
     pub condition: WriteCondition,
     /// Told once the write is staged (see [`OnStaged`]); a store may not tell.
     pub on_staged: Option<OnStaged>,
+    /// The version the caller chose for this write (see [`VersionAs`]); `None` for the
+    /// store's own choice, by the bucket's versioning.
+    pub version_as: Option<VersionAs>,
+}
+
+/// A version chosen by the caller rather than by the store: a cluster's head chooses one per
+/// write, and every replica writes it with the same sequence, so a version id names the same
+/// version on each. Written with one, an object or delete marker keeps the key's history as
+/// in a bucket with versioning `Enabled` (or `Suspended`, for the `null` version) whatever
+/// the bucket's own state, and lands where its sequence places it among the key's versions:
+/// the current one if it is above every version the key has, else kept in its history (a
+/// replica copying a version it missed), the current one untouched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionAs {
+    /// Above 0; the version id shown is this in 16 hex digits (unless `null`).
+    pub seq: u64,
+    /// The key's `null` version (written while versioning is suspended), which replaces the
+    /// null version the key had.
+    pub null: bool,
+}
+
+impl VersionAs {
+    /// The versioning state a write with this version is made under.
+    pub fn mode(&self) -> Versioning {
+        if self.null {
+            Versioning::Suspended
+        } else {
+            Versioning::Enabled
+        }
+    }
 }
 
 /// Called by a store once a write is staged, before it is durable: its bytes are stored and
@@ -298,6 +328,8 @@ pub struct NewUpload {
 pub struct CompleteAs {
     pub last_modified_ms: Option<i64>,
     pub user_meta: Vec<(String, String)>,
+    /// The version the object gets (see [`VersionAs`]).
+    pub version_as: Option<VersionAs>,
 }
 
 /// A multipart upload in progress.

@@ -613,13 +613,14 @@ impl Engine {
         ticket: Option<WriteTicket>,
         cond: &WriteCondition,
         versioning: Versioning,
+        given: Option<u64>,
         on_staged: Option<&OnStaged>,
     ) -> EngineResult<()> {
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         if versioning != Versioning::Unversioned {
             self.quiesce(&[stripe]).await;
             self.check_write_condition(bucket_id, key, cond)?;
-            let ops = self.versioned_put_ops(bucket_id, key, versioning, rec)?;
+            let ops = self.versioned_put_ops(bucket_id, key, versioning, given, rec)?;
             return self
                 .commit_locked_then(guard, ticket, ops, &[stripe], on_staged)
                 .await;
@@ -773,6 +774,7 @@ impl Engine {
     /// Completes an upload under the key's lock: `assemble` makes the object from the upload
     /// and its stored parts, the write condition is checked, and the object replaces the
     /// upload in one synced index batch. Returns the object as written.
+    #[allow(clippy::too_many_arguments)]
     pub async fn complete_upload(
         self: &Arc<Self>,
         bucket_id: u64,
@@ -780,6 +782,7 @@ impl Engine {
         upload_id: &str,
         cond: &WriteCondition,
         versioning: Versioning,
+        given: Option<u64>,
         assemble: impl FnOnce(&UploadRecord, &[PartRecord]) -> EngineResult<ObjectRecord>,
     ) -> EngineResult<ObjectRecord> {
         let _g = self.lock_key(bucket_id, key).await;
@@ -787,18 +790,26 @@ impl Engine {
         let stored = self.index.list_parts(&upload.upload_id, 0, usize::MAX)?;
         let mut rec = assemble(&upload, &stored)?;
         self.check_write_condition(bucket_id, key, cond)?;
-        let history = match versioning {
-            Versioning::Unversioned => Vec::new(),
+        let (mut history, current) = match versioning {
+            Versioning::Unversioned => (Vec::new(), true),
             // The new object's own Put is written by `complete_upload` below.
-            v => {
-                let mut ops = self.versioned_put_ops(bucket_id, key, v, &mut rec)?;
-                ops.pop();
-                ops
-            }
+            v => self.placed_version_ops(bucket_id, key, v, given, &mut rec)?,
         };
+        if !current {
+            // A version below the key's newest: kept in its history.
+            history.push(ObjectOp::PutVersion {
+                bucket_id,
+                key: key.to_string(),
+                record: Box::new(rec.clone()),
+            });
+        }
         let engine = self.clone();
         let written = rec.clone();
-        blocking(move || Ok(engine.index.complete_upload(&upload, &written, &history)?)).await?;
+        blocking(move || {
+            let object = current.then_some(&written);
+            Ok(engine.index.complete_upload(&upload, object, &history)?)
+        })
+        .await?;
         Ok(rec)
     }
 

@@ -29,7 +29,7 @@ use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, CompleteAs, CompletePart, Identity, ListQuery,
     NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead,
     ObjectStore, ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult,
-    Upload, UploadPage, UploadQuery, WriteCondition,
+    Upload, UploadPage, UploadQuery, VersionAs, WriteCondition,
 };
 use packrat_store_api::{
     Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
@@ -559,6 +559,7 @@ impl LocalStore {
             .write_stream(body, put.checksum, put.expected_checksum, put.content_md5)
             .await?;
         let mut rec = new_record(&w, put.attrs);
+        let given = put.version_as;
         self.engine
             .commit_object(
                 bucket.id,
@@ -566,11 +567,15 @@ impl LocalStore {
                 &mut rec,
                 w.ticket,
                 &put.condition,
-                bucket.versioning,
+                given.map_or(bucket.versioning, |v| v.mode()),
+                given.map(|v| v.seq),
                 put.on_staged.as_ref(),
             )
             .await?;
-        Ok(info_of(Arc::new(rec), shows_versions(bucket)))
+        Ok(info_of(
+            Arc::new(rec),
+            given.is_some() || shows_versions(bucket),
+        ))
     }
 }
 
@@ -824,7 +829,27 @@ impl ObjectStore for LocalStore {
         }
         let deleted = self
             .engine
-            .delete_versioned(bucket.id, key, bucket.versioning, None)
+            .delete_versioned(bucket.id, key, bucket.versioning, None, None)
+            .await?;
+        Ok(deleted.unwrap_or_default())
+    }
+
+    async fn put_delete_marker(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version: VersionAs,
+        last_modified_ms: i64,
+    ) -> StoreResult<Deleted> {
+        let deleted = self
+            .engine
+            .delete_versioned(
+                bucket.id,
+                key,
+                version.mode(),
+                None,
+                Some((version.seq, last_modified_ms)),
+            )
             .await?;
         Ok(deleted.unwrap_or_default())
     }
@@ -1074,7 +1099,8 @@ impl ObjectStore for LocalStore {
                 key,
                 upload_id,
                 condition,
-                bucket.versioning,
+                stamp.version_as.map_or(bucket.versioning, |v| v.mode()),
+                stamp.version_as.map(|v| v.seq),
                 |upload, stored| {
                     let mut rec = multipart::assemble(upload, stored, &parts, now)?;
                     rec.user_meta.extend_from_slice(&stamp.user_meta);
@@ -1085,7 +1111,10 @@ impl ObjectStore for LocalStore {
                 },
             )
             .await?;
-        Ok(info_of(Arc::new(rec), shows_versions(bucket)))
+        Ok(info_of(
+            Arc::new(rec),
+            stamp.version_as.is_some() || shows_versions(bucket),
+        ))
     }
 
     async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {

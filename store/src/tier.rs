@@ -711,7 +711,7 @@ async fn apply_lifecycle(
                         engine.delete_if_unchanged(bucket_id, &key, rid).await?
                     }
                     mode => engine
-                        .delete_versioned(bucket_id, &key, mode, Some(rid))
+                        .delete_versioned(bucket_id, &key, mode, Some(rid), None)
                         .await?
                         .is_some(),
                 };

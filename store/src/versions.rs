@@ -183,28 +183,103 @@ impl Engine {
         Ok(ops)
     }
 
+    /// The ops of a new version `rec` of a key in a versioned bucket (its sequence and flags
+    /// are set here), and whether it becomes the key's current version. With `given` (a
+    /// version the caller chose: a cluster's head chose it for every replica), that sequence
+    /// is used: above every version the key has, it is the new current version as usual;
+    /// below the newest, it is kept in the key's history and the current one is untouched (a
+    /// replica copying a version it missed). The returned ops leave out `rec`'s own op (a
+    /// Put if current, a PutVersion if not). Call under the key's lock with the queue before
+    /// it applied.
+    pub(crate) fn placed_version_ops(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        mode: Versioning,
+        given: Option<u64>,
+        rec: &mut ObjectRecord,
+    ) -> EngineResult<(Vec<ObjectOp>, bool)> {
+        let current = self.index.get_object(bucket_id, key)?;
+        let newest = self.newest_seq(bucket_id, key, current.as_ref())?;
+        let suspended = mode == Versioning::Suspended;
+        rec.version_flags =
+            (rec.version_flags & VERSION_DELETE_MARKER) | if suspended { VERSION_NULL } else { 0 };
+        let seq = match given {
+            Some(0) => {
+                return Err(EngineError(StoreError::Invalid(
+                    "a version's sequence is above 0".into(),
+                )));
+            }
+            Some(s) if s <= newest => {
+                rec.version_seq = s;
+                if current.as_ref().is_some_and(|c| c.version_seq == s) {
+                    return Err(EngineError(StoreError::Invalid(format!(
+                        "version {} is the key's current one",
+                        rec.version_id()
+                    ))));
+                }
+                let mut ops = Vec::new();
+                if suspended {
+                    // One null version per key: a newer one wins.
+                    if current.as_ref().is_some_and(ObjectRecord::is_null_version) {
+                        return Err(EngineError(StoreError::Invalid(
+                            "the key's current version is a newer null version".into(),
+                        )));
+                    }
+                    for old in self.index.key_versions(bucket_id, key, usize::MAX)? {
+                        if old.is_null_version() && old.version_seq > s {
+                            return Err(EngineError(StoreError::Invalid(
+                                "the key has a newer null version".into(),
+                            )));
+                        }
+                        if old.is_null_version() && old.version_seq != s {
+                            ops.push(ObjectOp::DeleteVersion {
+                                bucket_id,
+                                key: key.to_string(),
+                                seq: old.version_seq,
+                            });
+                        }
+                    }
+                }
+                return Ok((ops, false));
+            }
+            Some(s) => {
+                // The engine's own sequences stay above every one it was given.
+                self.last_version_seq.fetch_max(s, Ordering::AcqRel);
+                s
+            }
+            None => self.next_version_seq(newest),
+        };
+        rec.version_seq = seq;
+        let ops = self.history_ops(bucket_id, key, mode, current, seq)?;
+        Ok((ops, true))
+    }
+
     /// The ops of a new current version `rec` of a key in a versioned bucket (its sequence and
-    /// flags are set here). Call under the key's lock with the queue before it applied.
+    /// flags are set here; see [`Self::placed_version_ops`] for `given`). Call under the key's
+    /// lock with the queue before it applied.
     pub(crate) fn versioned_put_ops(
         &self,
         bucket_id: u64,
         key: &str,
         mode: Versioning,
+        given: Option<u64>,
         rec: &mut ObjectRecord,
     ) -> EngineResult<Vec<ObjectOp>> {
-        let current = self.index.get_object(bucket_id, key)?;
-        let seq = self.next_version_seq(self.newest_seq(bucket_id, key, current.as_ref())?);
-        rec.version_seq = seq;
-        rec.version_flags = if mode == Versioning::Suspended {
-            VERSION_NULL
+        let (mut ops, current) = self.placed_version_ops(bucket_id, key, mode, given, rec)?;
+        let (key, record) = (key.to_string(), Box::new(rec.clone()));
+        ops.push(if current {
+            ObjectOp::Put {
+                bucket_id,
+                key,
+                record,
+            }
         } else {
-            0
-        };
-        let mut ops = self.history_ops(bucket_id, key, mode, current, seq)?;
-        ops.push(ObjectOp::Put {
-            bucket_id,
-            key: key.to_string(),
-            record: Box::new(rec.clone()),
+            ObjectOp::PutVersion {
+                bucket_id,
+                key,
+                record,
+            }
         });
         Ok(ops)
     }
@@ -212,13 +287,16 @@ impl Engine {
     /// A DeleteObject without a version in a versioned bucket: the current version is kept
     /// (or, if it is the null one while suspended, dropped) and a delete marker becomes the
     /// latest. With `only_if`, only if the current object is still the one with that record
-    /// id (a lifecycle expiration); `None` if it was not.
+    /// id (a lifecycle expiration); `None` if it was not. With `given`, the marker has that
+    /// sequence and modification time (see [`Self::placed_version_ops`]: below the key's
+    /// newest version, it is only kept in its history).
     pub(crate) async fn delete_versioned(
         &self,
         bucket_id: u64,
         key: &str,
         mode: Versioning,
         only_if: Option<[u8; 16]>,
+        given: Option<(u64, i64)>,
     ) -> EngineResult<Option<Deleted>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let current = self.index.get_object(bucket_id, key)?;
@@ -227,26 +305,20 @@ impl Engine {
         {
             return Ok(None);
         }
-        let seq = self.next_version_seq(self.newest_seq(bucket_id, key, current.as_ref())?);
         let had_current = current.is_some();
-        let mut ops = self.history_ops(bucket_id, key, mode, current, seq)?;
-        if had_current {
+        let mut marker = ObjectRecord {
+            version_flags: VERSION_DELETE_MARKER,
+            last_modified_ms: given.map_or_else(|| self.clock.now_ms(), |(_, t)| t),
+            ..Default::default()
+        };
+        let (mut ops, latest) =
+            self.placed_version_ops(bucket_id, key, mode, given.map(|(s, _)| s), &mut marker)?;
+        if had_current && latest {
             ops.push(ObjectOp::Delete {
                 bucket_id,
                 key: key.to_string(),
             });
         }
-        let marker = ObjectRecord {
-            version_seq: seq,
-            version_flags: VERSION_DELETE_MARKER
-                | if mode == Versioning::Suspended {
-                    VERSION_NULL
-                } else {
-                    0
-                },
-            last_modified_ms: self.clock.now_ms(),
-            ..Default::default()
-        };
         let deleted = Deleted {
             version_id: Some(marker.version_id()),
             delete_marker: true,
