@@ -91,18 +91,27 @@ def test_s3_through_two_gateways(cluster):
     # Another gateway's bucket cache follows etcd's watch: as in S3, a deleted bucket may be
     # seen for a moment (here, milliseconds).
     wait_for("the other gateway to see the bucket gone", gone, timeout=5)
-    # What a cluster cannot do yet says so (README compatibility table).
-    with pytest.raises(ClientError) as e:
-        a.put_bucket_versioning(Bucket="data", VersioningConfiguration={"Status": "Enabled"})
-    assert e.value.response["Error"]["Code"] == "InvalidRequest"
-    assert "cluster" in e.value.response["Error"]["Message"]
     s3b = gw_b.client()
     s3b.create_bucket(Bucket="unversioned")
-    with pytest.raises(ClientError) as e:
-        s3b.put_bucket_versioning(Bucket="unversioned", VersioningConfiguration={"Status": "Enabled"})
-    assert e.value.response["Error"]["Code"] == "InvalidRequest"
-    assert "versioning" in e.value.response["Error"]["Message"]
     assert "Status" not in s3b.get_bucket_versioning(Bucket="unversioned")
+    # Versioning set through one gateway holds through the other: versions written through
+    # either are read by id through both.
+    s3b.create_bucket(Bucket="versioned")
+    s3b.put_bucket_versioning(Bucket="versioned", VersioningConfiguration={"Status": "Enabled"})
+    wait_for("the other gateway to see versioning", lambda: a.get_bucket_versioning(
+        Bucket="versioned").get("Status") == "Enabled", timeout=5)
+    v1 = a.put_object(Bucket="versioned", Key="k", Body=b"one")["VersionId"]
+    v2 = s3b.put_object(Bucket="versioned", Key="k", Body=b"two")["VersionId"]
+    assert v1 != v2 and "null" not in (v1, v2)
+    for client in (a, s3b):
+        assert client.get_object(Bucket="versioned", Key="k", VersionId=v1)["Body"].read() == b"one"
+        assert client.get_object(Bucket="versioned", Key="k")["VersionId"] == v2
+    marker = a.delete_object(Bucket="versioned", Key="k")["VersionId"]
+    assert [v["VersionId"] for v in s3b.list_object_versions(Bucket="versioned")["Versions"]] == [v2, v1]
+    for vid in (marker, v2, v1):
+        s3b.delete_object(Bucket="versioned", Key="k", VersionId=vid)
+    a.delete_bucket(Bucket="versioned")
+    # What a cluster cannot do yet says so (README compatibility table).
     with pytest.raises(ClientError) as e:
         s3b.create_bucket(Bucket="locked", ObjectLockEnabledForBucket=True)
     assert e.value.response["Error"]["Code"] == "InvalidRequest"
@@ -705,6 +714,95 @@ def test_a_delete_is_not_undone_by_a_node_away_longer_than_its_tombstone(workdir
         etcd.stop()
 
 
+def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
+    """Versioning through a cluster: every replica keeps a key's versions under the same ids.
+    While a node is away, keys get new versions, delete markers, a multipart version and a
+    suspended write's null version, and one version is deleted by id; the node comes back and
+    catches up on each key's history (copying what it lacks, removing the deleted version).
+    Then it is left alone, and answers every version (by id, byte for byte), every delete
+    marker and the listing exactly as the full cluster did."""
+    etcd, nodes, (gw,) = start_cluster(workdir / "cluster-versions")
+    try:
+        c = gw.client(read_timeout=60)
+        c.create_bucket(Bucket="hist")
+        c.put_object(Bucket="hist", Key="plain", Body=b"before versioning")
+        c.put_bucket_versioning(Bucket="hist", VersioningConfiguration={"Status": "Enabled"})
+        versions = {"plain": {"null": b"before versioning"}}  # key -> id -> bytes (None: marker)
+        latest = {"plain": "null"}
+
+        def put(key, body):
+            vid = c.put_object(Bucket="hist", Key=key, Body=body)["VersionId"]
+            versions.setdefault(key, {})[vid] = body
+            latest[key] = vid
+
+        for i in range(12):
+            put(f"k{i:02d}", b"one %d" % i)
+        put("plain", b"after versioning")
+        doomed = latest["k00"]
+        away = nodes[2]
+        away.kill9()
+        wait_for("the map without the node", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
+        for i in range(12):
+            put(f"k{i:02d}", b"two %d" % i)
+        for i in range(0, 12, 4):
+            d = c.delete_object(Bucket="hist", Key=f"k{i:02d}")
+            assert d["DeleteMarker"] is True
+            versions[f"k{i:02d}"][d["VersionId"]] = None
+            latest[f"k{i:02d}"] = d["VersionId"]
+        c.delete_object(Bucket="hist", Key="k00", VersionId=doomed)
+        del versions["k00"][doomed]
+        parts = [os.urandom(5 * 1024 * 1024), os.urandom(1000)]
+        uid = c.create_multipart_upload(Bucket="hist", Key="k05")["UploadId"]
+        etags = [c.upload_part(Bucket="hist", Key="k05", UploadId=uid, PartNumber=n + 1, Body=p)["ETag"]
+                 for n, p in enumerate(parts)]
+        done = c.complete_multipart_upload(Bucket="hist", Key="k05", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": n + 1, "ETag": e} for n, e in enumerate(etags)]})
+        versions["k05"][done["VersionId"]] = b"".join(parts)
+        latest["k05"] = done["VersionId"]
+        c.put_bucket_versioning(Bucket="hist", VersioningConfiguration={"Status": "Suspended"})
+        put("k01", b"the null version")
+        assert latest["k01"] == "null"
+        away.start()
+        wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+        nodes[0].kill9()
+        nodes[1].kill9()
+        wait_for("the returned node alone", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)
+        listed, kw = {}, {}
+        while True:
+            page = c.list_object_versions(Bucket="hist", MaxKeys=7, **kw)
+            for v in page.get("Versions", []):
+                listed.setdefault(v["Key"], {})[v["VersionId"]] = (v["IsLatest"], False)
+            for m in page.get("DeleteMarkers", []):
+                listed.setdefault(m["Key"], {})[m["VersionId"]] = (m["IsLatest"], True)
+            if not page["IsTruncated"]:
+                break
+            kw = {"KeyMarker": page["NextKeyMarker"], "VersionIdMarker": page.get("NextVersionIdMarker", "")}
+            if not kw["VersionIdMarker"]:
+                del kw["VersionIdMarker"]
+        assert listed == {k: {vid: (latest[k] == vid, body is None) for vid, body in vs.items()}
+                          for k, vs in versions.items()}
+        for key, vs in versions.items():
+            for vid, body in vs.items():
+                if body is None:
+                    with pytest.raises(ClientError) as e:
+                        c.get_object(Bucket="hist", Key=key, VersionId=vid)
+                    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 405, (key, vid)
+                    continue
+                got = c.get_object(Bucket="hist", Key=key, VersionId=vid)
+                assert got["Body"].read() == body and got["VersionId"] == vid, (key, vid)
+            if versions[key][latest[key]] is None:
+                with pytest.raises(ClientError) as e:
+                    c.head_object(Bucket="hist", Key=key)
+                assert e.value.response["Error"]["Code"] == "404"
+            else:
+                got = c.get_object(Bucket="hist", Key=key)
+                assert got["Body"].read() == versions[key][latest[key]] and got["VersionId"] == latest[key]
+    finally:
+        for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
 def test_a_node_back_within_the_grace_period_takes_its_places_back(workdir):
     """A node that goes away (a reboot, an upgrade) keeps its places for `--rereplicate-after`
     seconds: its chains run a member short and nothing is copied elsewhere; back in time, it
@@ -1157,6 +1255,28 @@ def test_lifecycle_rules_and_storage_tiers_are_applied_by_the_nodes(workdir):
         assert "StorageClass" not in s3.head_object(Bucket="expiring", Key="ia/direct")
         wait_for("the copies back on NVMe", lambda: on_tiers(8), timeout=30)
         assert s3.get_object(Bucket="expiring", Key="ia/direct")["Body"].read() == direct
+
+        # With versioning, an expiration is a delete marker made on every replica, as in S3:
+        # the keys leave the listing and their bytes stay readable by version id.
+        s3.create_bucket(Bucket="versioned-expiring")
+        s3.put_bucket_versioning(Bucket="versioned-expiring", VersioningConfiguration={"Status": "Enabled"})
+        ids = {f"logs/{i}": s3.put_object(Bucket="versioned-expiring", Key=f"logs/{i}", Body=b"log")["VersionId"]
+               for i in range(5)}
+        s3.put_bucket_lifecycle_configuration(Bucket="versioned-expiring", LifecycleConfiguration={"Rules": [
+            {"ID": "logs", "Filter": {"Prefix": "logs/"}, "Status": "Enabled", "Expiration": {"Days": 3}}]})
+
+        def marked():
+            listed = s3.list_object_versions(Bucket="versioned-expiring")
+            latest = {m["Key"] for m in listed.get("DeleteMarkers", []) if m["IsLatest"]}
+            return latest == set(ids) and listed
+
+        listed = wait_for("delete markers over every expired key", marked, timeout=30)
+        assert {v["Key"]: v["VersionId"] for v in listed["Versions"]} == ids
+        assert s3.list_objects_v2(Bucket="versioned-expiring")["KeyCount"] == 0
+        for _ in range(3):  # from each replica in turn
+            for key, vid in ids.items():
+                got = s3.get_object(Bucket="versioned-expiring", Key=key, VersionId=vid)
+                assert got["Body"].read() == b"log" and got["VersionId"] == vid
     finally:
         gw.stop()
         for n in nodes:

@@ -18,7 +18,7 @@ from conftest import Server
 from test_awscli import aws
 from test_bucket_policy import code_of, user
 
-pytestmark = pytest.mark.local_only("Object Lock needs versioning, not yet through a cluster gateway (README compatibility table)")
+pytestmark = pytest.mark.local_only("Object Lock is not yet through a cluster gateway (README compatibility table)")
 
 _n = [0]
 

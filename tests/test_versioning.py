@@ -21,9 +21,6 @@ from test_awscli import aws
 from test_bucket_policy import code_of
 from test_compaction import admin as compaction_admin
 
-pytestmark = pytest.mark.local_only("versioning is not yet through a cluster gateway (README compatibility table)")
-
-
 def enable(s3, bucket, status="Enabled"):
     s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": status})
 
@@ -198,6 +195,7 @@ def test_listing_pages_delimiters_and_delete_objects_with_versions(s3):
     remove_every_version(s3, bucket)
 
 
+@pytest.mark.local_only("a restart, a compaction and the offline verifier of one server's data directory")
 def test_versions_survive_restart_and_compaction(workdir):
     """Overwritten versions live in segments whose other records are dead: a compaction must
     not drop their bytes, and a restart must find them, every one checksum-verified."""
@@ -267,6 +265,8 @@ def test_awscli_versioning(server, tmp_path):
     aws(server, "s3api", "delete-bucket", "--bucket", bucket)
 
 
+@pytest.mark.local_only("`admin tier run --days-ahead` of one server; through a cluster the nodes apply the rules on "
+                       "their own schedule (test_cluster's lifecycle test covers a versioned bucket)")
 def test_lifecycle_expiration_in_a_versioned_bucket_adds_delete_markers(server, s3):
     """As in S3, an expiration of a current version in a versioned bucket is a delete marker:
     the key disappears from listings and its bytes stay readable by version id."""

@@ -423,6 +423,9 @@ pub struct BucketRecord {
     /// Configuration documents (`BucketConfig`) by name, base64 (the store does not read them).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub configs: std::collections::BTreeMap<String, String>,
+    /// Versioning once set (PutBucketVersioning); `None` for a bucket that never had it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<crate::wire::WireVersioning>,
 }
 
 /// Every bucket in etcd.

@@ -19,8 +19,8 @@ use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
     BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, MD5_META, META_HEADER,
-    NodeClient, PUT_HEADER, SECRET_HEADER, WireBatchItem, WireEntry, WireError, WireMeta, WirePage,
-    WirePut, WireRefusal, decode, encode, hop_timeout,
+    NodeClient, PUT_HEADER, SECRET_HEADER, VER_META, WireBatchItem, WireEntry, WireError, WireMeta,
+    WirePage, WirePut, WireRefusal, WireVersioning, decode, encode, hop_timeout, is_node_meta,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -45,6 +45,7 @@ mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
 mod unsettled;
 mod uploads;
+mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
@@ -79,6 +80,12 @@ pub struct Node {
     tombstone_keep: Duration,
     /// The operators' `/metrics` page, if served.
     metrics: Option<crate::MetricsPage>,
+    /// Steps of keys' histories (deletes by version id) applied here and not yet handed on:
+    /// a re-send makes the next member's history of the key this one's (see `versions`).
+    history_steps: Mutex<HashSet<(u64, String, u64)>>,
+    /// Buckets this node applied a step of with versioning since it started: a step of
+    /// theirs it could not hand on is re-sent as a copy of the key's whole history.
+    versioned_bids: Mutex<HashSet<u64>>,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -243,9 +250,12 @@ pub fn cv_of(info: &ObjectInfo) -> u64 {
 pub fn meta_of(info: &ObjectInfo) -> WireMeta {
     let mut put = WirePut::default();
     let mut attrs = info.attrs.clone();
-    attrs
+    let version_seq = attrs
         .user_meta
-        .retain(|(k, _)| k != CV_META && k != MD5_META);
+        .iter()
+        .find(|(k, _)| k == VER_META)
+        .and_then(|(_, v)| v.parse().ok());
+    attrs.user_meta.retain(|(k, _)| !is_node_meta(k));
     put.set_attrs(attrs);
     WireMeta {
         size: info.size,
@@ -258,7 +268,46 @@ pub fn meta_of(info: &ObjectInfo) -> WireMeta {
         part_sizes: info.part_sizes.clone(),
         cv: cv_of(info),
         stored_md5: stored_md5_of(info),
+        version_seq,
+        version_id: info.version_id.clone().filter(|v| v != "null"),
+        marker: false,
     }
+}
+
+/// The node's own user-metadata entries of an object that an attribute edit keeps: the
+/// stored bytes' MD5 ([`MD5_META`]) and the version's sequence ([`VER_META`]).
+pub fn kept_entries(info: &ObjectInfo) -> impl Iterator<Item = (String, String)> + '_ {
+    info.attrs
+        .user_meta
+        .iter()
+        .filter(|(k, _)| k == MD5_META || k == VER_META)
+        .cloned()
+}
+
+/// The local bucket `b` as its versions are read: a node's local buckets never have
+/// versioning of their own (a version is chosen by the chain's head and written with
+/// `VersionAs`), so version reads and removals name it as a versioned bucket.
+pub fn with_versions(b: &Bucket) -> Bucket {
+    Bucket {
+        versioning: packrat_store_api::Versioning::Enabled,
+        ..b.clone()
+    }
+}
+
+/// An answer with an object's metadata: a small object's bytes are the body and the
+/// metadata rides in a header, so a GET through a gateway is one request to a node, not two.
+fn with_meta(meta: &WireMeta, body: Option<Bytes>) -> StoreResult<NodeResp> {
+    let Some(body) = body else {
+        return Ok(json(200, meta));
+    };
+    let meta = serde_json::to_string(meta).map_err(|e| StoreError::internal("metadata", e))?;
+    let mut resp = answer(200, body);
+    // JSON escapes control characters; other bytes of UTF-8 text are valid in a header value
+    // (obs-text).
+    let value = http::HeaderValue::from_bytes(meta.as_bytes())
+        .map_err(|e| StoreError::internal("metadata header", e))?;
+    resp.headers_mut().insert(META_HEADER, value);
+    Ok(resp)
 }
 
 fn query(q: Option<&str>) -> HashMap<String, String> {
@@ -302,6 +351,8 @@ impl Node {
             recent: Mutex::new(HashMap::new()),
             tombstone_keep,
             metrics,
+            history_steps: Mutex::new(HashSet::new()),
+            versioned_bids: Mutex::new(HashSet::new()),
         })
     }
 
@@ -387,6 +438,11 @@ impl Node {
             rest.parse::<u64>()
                 .map_err(|_| StoreError::Invalid("bad bucket id".into()))
         };
+        if let Some(rest) = path.strip_prefix("/lv/") {
+            let bid = bucket_id(rest)?;
+            let map = self.map_at(epoch).await?;
+            return Ok(json(200, &self.list_versions(&map, bid, &q).await?));
+        }
         if let Some(rest) = path.strip_prefix("/l/") {
             let bid = bucket_id(rest)?;
             let map = self.map_at(epoch).await?;
@@ -457,7 +513,7 @@ impl Node {
                 let put: WirePut = put_header(&req, "write")?;
                 let body = body_of_request(req, "write").await?;
                 let meta = self
-                    .write(&map, bid, pg, &key, cv, Some((put, body)), None)
+                    .write(&map, bid, pg, &key, cv, Some((put, body)), None, None)
                     .await?;
                 Ok(json(200, &meta))
             }
@@ -484,9 +540,58 @@ impl Node {
                 };
                 self.resent(&map, bid, pg, &key, cv).await
             }
+            Method::DELETE if q.contains_key("version") => {
+                let id = q.get("version").cloned().unwrap_or_default();
+                let deleted = self.delete_version(&map, bid, pg, &key, cv, &id).await?;
+                Ok(json(200, &deleted))
+            }
             Method::DELETE => {
-                self.write(&map, bid, pg, &key, cv, None, None).await?;
-                Ok(answer(204, Bytes::new()))
+                let versioning = match q.get("versioning") {
+                    None => None,
+                    Some(v) => match WireVersioning::parse(v) {
+                        Some(v) => Some(v),
+                        None => return Ok(answer(400, "bad versioning")),
+                    },
+                };
+                let meta = self
+                    .write(&map, bid, pg, &key, cv, None, versioning, None)
+                    .await?;
+                match (versioning, meta) {
+                    (Some(_), Some(meta)) => Ok(json(200, &meta)),
+                    _ => Ok(answer(204, Bytes::new())),
+                }
+            }
+            Method::POST if q.contains_key("hsync") => {
+                let Some(cv) = cv else {
+                    return Ok(answer(400, "a re-sent step needs its version"));
+                };
+                self.history_resent(&map, bid, pg, &key, cv).await
+            }
+            Method::GET if q.contains_key("versions") => {
+                Ok(json(200, &self.key_versions(bid, &key).await?))
+            }
+            Method::GET
+                if q.contains_key("meta")
+                    && (q.contains_key("version") || q.contains_key("latest")) =>
+            {
+                let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let who = if q.contains_key("any") {
+                    Asker::Resync
+                } else {
+                    Asker::Reader
+                };
+                let (meta, body) = self
+                    .read_version(
+                        &map,
+                        bid,
+                        pg,
+                        &key,
+                        who,
+                        q.get("version").map(String::as_str),
+                        inline,
+                    )
+                    .await?;
+                Ok(with_meta(&meta, body)?)
             }
             Method::GET if q.contains_key("meta") => {
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -498,20 +603,7 @@ impl Node {
                 let (info, body) = self
                     .meta_and_bytes(&map, bid, pg, &key, who, inline)
                     .await?;
-                // A small object comes with its metadata: a GET through a gateway is then one
-                // request to a node, not two (the metadata rides in a header).
-                let Some(body) = body else {
-                    return Ok(json(200, &meta_of(&info)));
-                };
-                let meta = serde_json::to_string(&meta_of(&info))
-                    .map_err(|e| StoreError::internal("metadata", e))?;
-                let mut resp = answer(200, body);
-                // JSON escapes control characters; other bytes of UTF-8 text are valid in a
-                // header value (obs-text).
-                let value = http::HeaderValue::from_bytes(meta.as_bytes())
-                    .map_err(|e| StoreError::internal("metadata header", e))?;
-                resp.headers_mut().insert(META_HEADER, value);
-                Ok(resp)
+                Ok(with_meta(&meta_of(&info), body)?)
             }
             Method::GET => {
                 let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());
@@ -519,7 +611,15 @@ impl Node {
                 else {
                     return Ok(answer(400, "cv, start and end are needed"));
                 };
-                self.read_bytes(bid, &key, want, start, end).await
+                self.read_bytes(
+                    bid,
+                    &key,
+                    want,
+                    q.get("version").map(String::as_str),
+                    start,
+                    end,
+                )
+                .await
             }
             _ => Ok(answer(405, "method not allowed")),
         }
@@ -662,6 +762,20 @@ impl Node {
         Ok(b)
     }
 
+    /// The local bucket of a cluster bucket's objects as reads name its versions (see
+    /// [`with_versions`]), kept beside the local bucket itself.
+    async fn reading_bucket(&self, bid: u64) -> StoreResult<Bucket> {
+        let name = format!("o-{bid}+v");
+        if let Some(b) = self.buckets.lock().ok().and_then(|m| m.get(&name).cloned()) {
+            return Ok(b);
+        }
+        let b = with_versions(&self.local_bucket(format!("o-{bid}")).await?);
+        if let Ok(mut m) = self.buckets.lock() {
+            m.insert(name, b.clone());
+        }
+        Ok(b)
+    }
+
     /// The object and the tombstone versions this node has of a key.
     async fn current(
         &self,
@@ -695,7 +809,10 @@ impl Node {
     /// Starts a chain step (a write, a delete, a completion, an attribute edit) of `key` at
     /// this member: its place in the chain (`cv` is `None` at the head, the step's version
     /// further down), the key's lock, what this member has of the key, and the step's version
-    /// (chosen here at the head, above everything this member has of the key).
+    /// (chosen here at the head, above everything this member has of the key). With
+    /// `versioned` (a step of a bucket with versioning), a delete marker that is the key's
+    /// latest version counts as a tombstone of its sequence (the tombstone a versioned delete
+    /// leaves is dropped after `--tombstone-keep`; the marker stays).
     async fn begin_step<'a>(
         &'a self,
         map: &'a ClusterMap,
@@ -703,12 +820,16 @@ impl Node {
         pg: u32,
         key: &'a str,
         cv: Option<u64>,
+        versioned: bool,
     ) -> Result<KeyStep<'a>, Fail> {
         let (chain, pos) = self.chain_position(map, pg, cv.is_none())?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let tombs = self.local_bucket(format!("t-{bid}")).await?;
         let lock = self.lock_of(bid, key).lock().await;
-        let (obj, tomb) = self.current(&objects, &tombs, key).await?;
+        let (obj, mut tomb) = self.current(&objects, &tombs, key).await?;
+        if versioned && obj.is_none() {
+            tomb = tomb.max(self.latest_marker(&objects, key).await?);
+        }
         let have = obj.as_ref().map_or(0, cv_of).max(tomb);
         let cv = cv.unwrap_or_else(|| self.next_cv(have));
         Ok(KeyStep {
@@ -739,9 +860,16 @@ impl Node {
         key: &str,
         cv: Option<u64>,
         put: Option<(WirePut, Bytes)>,
+        versioning: Option<WireVersioning>,
         expect: Option<u64>,
     ) -> Result<Option<WireMeta>, Fail> {
-        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        let versioned = put.as_ref().map_or(versioning, |(p, _)| p.versioning);
+        if versioned.is_some() {
+            self.note_versioned(bid);
+        }
+        let step = self
+            .begin_step(map, bid, pg, key, cv, versioned.is_some())
+            .await?;
         let (at_head, cv) = (step.at_head(), step.cv);
         if at_head && expect.is_some_and(|v| v != step.have) {
             return Err(StoreError::PreconditionFailed.into());
@@ -749,16 +877,33 @@ impl Node {
         let mut headers = vec![(CV_HEADER, cv.to_string())];
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
         let Some((wput, body)) = put else {
+            let mut path = path;
+            if let Some(v) = versioning {
+                path.push_str(&format!("?versioning={}", v.name()));
+            }
             let meta = if cv > step.have {
                 self.mark_dirty(bid, key, cv);
                 let buried = self
-                    .bury(&step.objects, &step.tombs, key, cv, step.obj.is_some())
+                    .bury(
+                        &step.objects,
+                        &step.tombs,
+                        key,
+                        cv,
+                        step.obj.is_some(),
+                        versioning,
+                    )
                     .await;
                 if let Err(e) = buried {
                     self.clear_dirty(bid, key, cv);
                     return Err(e.into());
                 }
-                None
+                // A versioned delete answers the delete marker it made.
+                versioning.map(|v| WireMeta {
+                    cv,
+                    marker: true,
+                    version_id: Some(v.version_id(cv)).filter(|id| id != "null"),
+                    ..Default::default()
+                })
             } else {
                 step.obj.as_ref().map(meta_of)
             };
@@ -793,6 +938,10 @@ impl Node {
         self.mark_dirty(bid, key, cv);
         let mut attrs = wput.attrs();
         attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
+        let version_as = wput.versioning.map(|v| v.version_as(cv));
+        if version_as.is_some() {
+            attrs.user_meta.push((VER_META.to_string(), cv.to_string()));
+        }
         if shown.is_some() {
             // The ETag will show another MD5: the stored bytes' is kept for copies' checks.
             use md5::Digest;
@@ -815,6 +964,7 @@ impl Node {
             on_staged: Some(packrat_store_api::OnStaged(Arc::new(move || {
                 tell.notify_one()
             }))),
+            version_as,
         };
         let mut piece = OnePiece(Some(body.clone()), shown);
         let objects = step.objects.clone();
@@ -1021,7 +1171,7 @@ impl Node {
     }
 
     /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if
-    /// there is one.
+    /// there is one, or (with `versioning`) a delete marker of that version over it.
     async fn bury(
         &self,
         objects: &Bucket,
@@ -1029,6 +1179,7 @@ impl Node {
         key: &str,
         cv: u64,
         has_object: bool,
+        versioning: Option<WireVersioning>,
     ) -> StoreResult<()> {
         let mut attrs = packrat_store_api::ObjectAttrs {
             last_modified_ms: (now_micros() / 1000) as i64,
@@ -1042,7 +1193,12 @@ impl Node {
         self.store
             .put_object(tombs, key, &mut OnePiece(None, None), tomb)
             .await?;
-        if has_object {
+        if let Some(v) = versioning {
+            // The object is kept in the key's history, under a delete marker of this version.
+            self.store
+                .put_delete_marker(objects, key, v.version_as(cv), (now_micros() / 1000) as i64)
+                .await?;
+        } else if has_object {
             self.store.delete_object(objects, key).await?;
         }
         Ok(())
@@ -1133,6 +1289,17 @@ impl Node {
             .map_err(|e| e.to_string())
     }
 
+    /// Notes that bucket `bid` has versioning (see `Node::versioned_bids`).
+    fn note_versioned(&self, bid: u64) {
+        if let Ok(mut v) = self.versioned_bids.lock() {
+            v.insert(bid);
+        }
+    }
+
+    fn is_versioned(&self, bid: u64) -> bool {
+        self.versioned_bids.lock().is_ok_and(|v| v.contains(&bid))
+    }
+
     /// Marks a key's write `cv` as on its way down the chain (see `Node::dirty`).
     fn mark_dirty(&self, bid: u64, key: &str, cv: u64) {
         if let Ok(mut d) = self.dirty.lock() {
@@ -1192,7 +1359,7 @@ impl Node {
             return Err(Fail::Refused(format!("not a reader of PG {pg}")));
         }
         let is_tail = chain.last().is_some_and(|n| *n == self.id);
-        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let objects = self.reading_bucket(bid).await?;
         let info = self.store.head_object(&objects, key).await?;
         // Judged after the lookup: a write marks the key before it stores its version and
         // clears the mark once the tail has it, so a copy found here and not dirty now was
@@ -1307,10 +1474,14 @@ impl Node {
         bid: u64,
         key: &str,
         want: u64,
+        version: Option<&str>,
         start: u64,
         end: u64,
     ) -> Result<NodeResp, Fail> {
-        let info = self.version_here(bid, key, want).await?;
+        let info = match version {
+            Some(id) => self.version_by_id(bid, key, id, want).await?,
+            None => self.version_here(bid, key, want).await?,
+        };
         let mut reader = self.store.read_object(&info, start, end)?;
         // A single piece is read before answering, so a failed read is an error, not a cut.
         if reader.is_single_piece() {
@@ -1427,7 +1598,10 @@ impl Node {
             let mut pending = false;
             for batch in todo.chunks(RESYNC_PGS) {
                 let bids = match crate::map::bucket_records(&etcd).await {
-                    Ok(b) => b.into_iter().map(|b| b.id).collect::<Vec<u64>>(),
+                    Ok(b) => b
+                        .into_iter()
+                        .map(|b| (b.id, b.versioning.is_some()))
+                        .collect::<Vec<(u64, bool)>>(),
                     Err(e) => {
                         tracing::debug!("resync: {e}");
                         pending = true;
@@ -1483,7 +1657,7 @@ impl Node {
         &self,
         map: &ClusterMap,
         pgs: &[u32],
-        bids: &[u64],
+        bids: &[(u64, bool)],
     ) -> Result<HashMap<u32, usize>, String> {
         let mut by_source: BTreeMap<String, HashSet<u32>> = BTreeMap::new();
         let mut copied = HashMap::new();
@@ -1498,10 +1672,16 @@ impl Node {
         }
         for (source, group) in by_source {
             let addr = map.addr(&source).ok_or("no address")?.to_string();
-            for bid in bids {
-                self.resync_bucket(map, &group, *bid, &addr, &mut copied)
-                    .await?;
-                let parts = self.resync_uploads(map, &group, *bid, &addr).await?;
+            for &(bid, versioned) in bids {
+                if versioned {
+                    self.note_versioned(bid);
+                    self.resync_versions(map, &group, bid, &addr, &mut copied)
+                        .await?;
+                } else {
+                    self.resync_bucket(map, &group, bid, &addr, &mut copied)
+                        .await?;
+                }
+                let parts = self.resync_uploads(map, &group, bid, &addr).await?;
                 if parts > 0 {
                     tracing::info!(bid, parts, %source, "copied parts of uploads in progress");
                 }
@@ -1569,7 +1749,7 @@ impl Node {
             let _g = self.lock_of(bid, &t.key).lock().await;
             let (obj, tomb) = self.current(&objects, &tombs, &t.key).await.map_err(e)?;
             if t.cv > obj.as_ref().map_or(0, cv_of).max(tomb) {
-                self.bury(&objects, &tombs, &t.key, t.cv, obj.is_some())
+                self.bury(&objects, &tombs, &t.key, t.cv, obj.is_some(), None)
                     .await
                     .map_err(e)?;
             }

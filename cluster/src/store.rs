@@ -18,7 +18,8 @@ use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::{
     Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NodeClient, PUT_HEADER,
-    READ_TIMEOUT, WireMeta, WirePage, WirePut, WireRefusal, encode, hop_timeout,
+    READ_TIMEOUT, WireDeleted, WireMeta, WirePage, WirePut, WireRefusal, WireVersioning, encode,
+    hop_timeout,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -45,6 +46,7 @@ use tokio::sync::watch;
 mod admin;
 mod batch_put;
 mod uploads;
+mod versions;
 
 /// How long a request keeps trying while the cluster fails over (a lease of
 /// [`crate::LEASE_SECS`] running out, then the manager's next round).
@@ -69,6 +71,7 @@ fn not_in_cluster(what: &str) -> StoreError {
 }
 
 /// Which version of an object an `ObjectInfo` from a node describes, and who described it.
+#[derive(Clone)]
 struct ClusterVersion {
     /// The whole object, when the node sent it with its metadata.
     inline: Option<Bytes>,
@@ -79,6 +82,8 @@ struct ClusterVersion {
     node: String,
     /// The ETag shows another MD5 than the stored bytes' (SSE-S3: its plaintext's).
     shown_etag: bool,
+    /// A version asked for by id is read by it (it may not be the key's current one).
+    by_id: Option<String>,
 }
 
 /// The cluster version an `ObjectInfo` from this store describes (`what`: the operation, for
@@ -595,25 +600,32 @@ impl ClusterStore {
             .await?;
         match ans.status {
             200 => {
-                let header = ans.headers.get(META_HEADER).map(|v| v.as_bytes().to_vec());
-                let (meta, inline) = match header {
-                    Some(h) => {
-                        let meta: WireMeta = serde_json::from_slice(&h)
-                            .map_err(|e| StoreError::internal("storage node answer", e))?;
-                        (meta, Some(ans.bytes().await?))
-                    }
-                    None => (ans.json().await?, None),
-                };
-                if inline.as_ref().is_some_and(|b| b.len() as u64 != meta.size) {
-                    return Err(StoreError::Unavailable(
-                        "storage node: a short answer".into(),
-                    ));
-                }
+                let (meta, inline) = Self::meta_answer(ans).await?;
                 Ok(Some(self.info_of(bucket, key, pg, node, meta, inline)))
             }
             404 => Ok(None),
             _ => Err(ans.error().await),
         }
+    }
+
+    /// A node's answer with an object's metadata: in a header with the bytes as the body
+    /// (a small object), or as the body.
+    async fn meta_answer(ans: Answer) -> StoreResult<(WireMeta, Option<Bytes>)> {
+        let header = ans.headers.get(META_HEADER).map(|v| v.as_bytes().to_vec());
+        let (meta, inline) = match header {
+            Some(h) => {
+                let meta: WireMeta = serde_json::from_slice(&h)
+                    .map_err(|e| StoreError::internal("storage node answer", e))?;
+                (meta, Some(ans.bytes().await?))
+            }
+            None => (ans.json().await?, None),
+        };
+        if inline.as_ref().is_some_and(|b| b.len() as u64 != meta.size) {
+            return Err(StoreError::Unavailable(
+                "storage node: a short answer".into(),
+            ));
+        }
+        Ok((meta, inline))
     }
 
     fn info_of(
@@ -631,7 +643,8 @@ impl ClusterStore {
             attrs: meta.put.attrs(),
             checksum: meta.object_checksum(),
             part_sizes: meta.part_sizes.clone(),
-            version_id: None,
+            version_id: (bucket.versioning != Versioning::Unversioned)
+                .then(|| meta.version_id.clone().unwrap_or_else(|| "null".into())),
             version: ObjectVersion(Arc::new(ClusterVersion {
                 inline,
                 bucket_id: bucket.id,
@@ -640,6 +653,7 @@ impl ClusterStore {
                 cv: meta.cv,
                 node,
                 shown_etag: meta.stored_md5.is_some(),
+                by_id: None,
             })),
         }
     }
@@ -652,7 +666,11 @@ impl ClusterStore {
             owner_name: rec.owner_name.clone(),
             created_ms: rec.created_ms,
             public_read: rec.public_read,
-            versioning: Versioning::Unversioned,
+            versioning: match rec.versioning {
+                None => Versioning::Unversioned,
+                Some(WireVersioning::Enabled) => Versioning::Enabled,
+                Some(WireVersioning::Suspended) => Versioning::Suspended,
+            },
             object_lock: None,
         }
     }
@@ -717,6 +735,8 @@ impl ClusterStore {
         wput: WirePut,
     ) -> StoreResult<ObjectInfo> {
         let pg = pg_of(bucket.id, key, self.map().pgs);
+        let mut wput = wput;
+        wput.versioning = WireVersioning::of(bucket.versioning);
         let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("write", e))?;
         let (ans, node) = self
             .call(
@@ -743,6 +763,32 @@ impl ClusterStore {
         }
         Ok(buf.freeze())
     }
+}
+
+/// Who lists which PGs: each PG once, by one of its caught-up members; one request per node.
+fn listing_plan(map: &ClusterMap) -> StoreResult<BTreeMap<String, Vec<u32>>> {
+    let mut by_node: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for pg in 0..map.pgs {
+        let readers: Vec<&String> = map.readers(pg).collect();
+        if readers.is_empty() {
+            return Err(StoreError::Unavailable(format!(
+                "placement group {pg} has no member that can list it now; retry later"
+            )));
+        }
+        by_node
+            .entry(readers[pg as usize % readers.len()].clone())
+            .or_default()
+            .push(pg);
+    }
+    Ok(by_node)
+}
+
+/// The sequence a version id this store makes names (`None` for `null` or a malformed id).
+fn parse_version_id(id: &str) -> Option<u64> {
+    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(id, 16).ok())
+        .flatten()
+        .filter(|s| *s != 0)
 }
 
 fn b64(v: &[u8]) -> String {
@@ -949,6 +995,7 @@ impl ObjectStore for ClusterStore {
             public_read: new.public_read,
             lifecycle: None,
             configs: Default::default(),
+            versioning: None,
         };
         let value = serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket", e))?;
         if !self
@@ -977,6 +1024,21 @@ impl ObjectStore for ClusterStore {
             .await?;
         if !probe.objects.is_empty() {
             return Err(StoreError::BucketNotEmpty);
+        }
+        // A bucket keeps its versions (and delete markers) until each is deleted by id.
+        if bucket.versioning != Versioning::Unversioned {
+            let versions = self
+                .list_versions(
+                    bucket,
+                    &VersionQuery {
+                        max_keys: 1,
+                        ..Default::default()
+                    },
+                )
+                .await?;
+            if !versions.versions.is_empty() {
+                return Err(StoreError::BucketNotEmpty);
+            }
         }
         // As on one node, uploads in progress keep a bucket (S3 answers BucketNotEmpty too).
         let uploads = self
@@ -1009,8 +1071,13 @@ impl ObjectStore for ClusterStore {
         Ok(())
     }
 
-    async fn set_versioning(&self, _: &Bucket, _: Versioning) -> StoreResult<()> {
-        Err(not_in_cluster("bucket versioning"))
+    async fn set_versioning(&self, bucket: &Bucket, state: Versioning) -> StoreResult<()> {
+        let Some(v) = WireVersioning::of(state) else {
+            return Err(StoreError::Invalid(
+                "a bucket's versioning can be Enabled or Suspended, never turned off".into(),
+            ));
+        };
+        self.edit_bucket(bucket, |r| r.versioning = Some(v)).await
     }
 
     async fn set_lock_config(&self, _: &Bucket, _: LockConfig) -> StoreResult<()> {
@@ -1122,16 +1189,20 @@ impl ObjectStore for ClusterStore {
                 all.slice(s as usize..e as usize),
             ))));
         }
+        let mut path = format!(
+            "/o/{}/{}/{}?cv={}&start={start}&end={end}",
+            v.bucket_id,
+            v.pg,
+            encode(&v.key),
+            v.cv
+        );
+        if let Some(id) = &v.by_id {
+            path.push_str(&format!("&version={}", encode(id)));
+        }
         Ok(Box::new(ClusterRead {
             client: self.client.clone(),
             map: self.map.clone(),
-            path: format!(
-                "/o/{}/{}/{}?cv={}&start={start}&end={end}",
-                v.bucket_id,
-                v.pg,
-                encode(&v.key),
-                v.cv
-            ),
+            path,
             node: v.node.clone(),
             pg: v.pg,
             single: end.saturating_sub(start) <= SINGLE_PIECE_MAX,
@@ -1239,25 +1310,27 @@ impl ObjectStore for ClusterStore {
 
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted> {
         let pg = pg_of(bucket.id, key, self.map().pgs);
-        let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Method::DELETE,
-                &format!("/o/{}/{pg}/{}", bucket.id, encode(key)),
-                &[],
-                Bytes::new(),
-            )
-            .await?;
-        if (200..300).contains(&ans.status) {
-            Ok(Deleted::default())
-        } else {
-            Err(ans.error().await)
+        let versioning = WireVersioning::of(bucket.versioning);
+        let mut path = format!("/o/{}/{pg}/{}", bucket.id, encode(key));
+        if let Some(v) = versioning {
+            path.push_str(&format!("?versioning={}", v.name()));
         }
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::DELETE, &path, &[], Bytes::new())
+            .await?;
+        if !(200..300).contains(&ans.status) {
+            return Err(ans.error().await);
+        }
+        if versioning.is_none() {
+            return Ok(Deleted::default());
+        }
+        // The delete marker the chain made.
+        let marker: WireMeta = ans.json().await?;
+        Ok(Deleted {
+            version_id: Some(marker.version_id.unwrap_or_else(|| "null".into())),
+            delete_marker: true,
+        })
     }
-
-    // A cluster's buckets are never versioned (`set_versioning` refuses): every object is
-    // its key's "null" version, the only one, as in an S3 bucket that never had versioning.
 
     async fn find_version(
         &self,
@@ -1265,13 +1338,58 @@ impl ObjectStore for ClusterStore {
         key: &str,
         version_id: Option<&str>,
     ) -> StoreResult<Option<FoundVersion>> {
-        match version_id {
-            None | Some("null") => Ok(self
-                .head_object(bucket, key)
-                .await?
-                .map(|o| FoundVersion::Object(Box::new(o)))),
-            Some(_) => Err(StoreError::Invalid("Invalid version id specified".into())),
+        if bucket.versioning == Versioning::Unversioned {
+            // Every object is its key's "null" version, the only one, as in an S3 bucket
+            // that never had versioning.
+            return match version_id {
+                None | Some("null") => Ok(self
+                    .head_object(bucket, key)
+                    .await?
+                    .map(|o| FoundVersion::Object(Box::new(o)))),
+                // An id of the form this store makes names no version here.
+                Some(id) if parse_version_id(id).is_some() => Ok(None),
+                Some(_) => Err(StoreError::Invalid("Invalid version id specified".into())),
+            };
         }
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let which = match version_id {
+            Some(id) => format!("version={}", encode(id)),
+            None => "latest".to_string(),
+        };
+        let (ans, node) = self
+            .call(
+                pg,
+                Target::Reader,
+                Method::GET,
+                &format!(
+                    "/o/{}/{pg}/{}?meta&{which}&inline={INLINE_MAX}",
+                    bucket.id,
+                    encode(key)
+                ),
+                &[],
+                Bytes::new(),
+            )
+            .await?;
+        match ans.status {
+            200 => {}
+            404 => return Ok(None),
+            _ => return Err(ans.error().await),
+        }
+        let (meta, inline) = Self::meta_answer(ans).await?;
+        if meta.marker {
+            return Ok(Some(FoundVersion::DeleteMarker {
+                version_id: meta.version_id.unwrap_or_else(|| "null".into()),
+                last_modified_ms: meta.put.last_modified_ms,
+            }));
+        }
+        let by_id = meta.version_id.clone();
+        let mut info = self.info_of(bucket, key, pg, node, meta, inline);
+        if let Ok(v) = cluster_version(&info, "version") {
+            let mut v = v.clone();
+            v.by_id = by_id;
+            info.version = ObjectVersion(Arc::new(v));
+        }
+        Ok(Some(FoundVersion::Object(Box::new(info))))
     }
 
     async fn delete_version(
@@ -1281,14 +1399,43 @@ impl ObjectStore for ClusterStore {
         version_id: &str,
         _bypass_governance: bool,
     ) -> StoreResult<Deleted> {
-        // No version here has a lock: Object Lock needs versioning, which a cluster refuses.
-        if version_id != "null" {
+        // No version here has a lock: Object Lock is refused through a cluster.
+        if version_id != "null" && parse_version_id(version_id).is_none() {
             return Err(StoreError::Invalid("Invalid version id specified".into()));
         }
-        self.delete_object(bucket, key).await?;
+        if bucket.versioning == Versioning::Unversioned {
+            // Every object is its key's null version; no other version exists.
+            if version_id == "null" {
+                self.delete_object(bucket, key).await?;
+            }
+            return Ok(Deleted {
+                version_id: Some(version_id.into()),
+                delete_marker: false,
+            });
+        }
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let (ans, _) = self
+            .call(
+                pg,
+                Target::Head,
+                Method::DELETE,
+                &format!(
+                    "/o/{}/{pg}/{}?version={}",
+                    bucket.id,
+                    encode(key),
+                    encode(version_id)
+                ),
+                &[],
+                Bytes::new(),
+            )
+            .await?;
+        if ans.status != 200 {
+            return Err(ans.error().await);
+        }
+        let d: WireDeleted = ans.json().await?;
         Ok(Deleted {
-            version_id: Some("null".into()),
-            delete_marker: false,
+            version_id: d.version_id,
+            delete_marker: d.delete_marker,
         })
     }
 
@@ -1308,6 +1455,9 @@ impl ObjectStore for ClusterStore {
         bucket: &Bucket,
         query: &VersionQuery,
     ) -> StoreResult<VersionPage> {
+        if bucket.versioning != Versioning::Unversioned {
+            return self.versions_page(bucket, query).await;
+        }
         let page = self
             .list_objects(
                 bucket,
@@ -1419,20 +1569,7 @@ impl ObjectStore for ClusterStore {
 
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {
         let map = self.map();
-        // Each PG is listed once, by one of its caught-up members; one request per node.
-        let mut by_node: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-        for pg in 0..map.pgs {
-            let readers: Vec<&String> = map.readers(pg).collect();
-            if readers.is_empty() {
-                return Err(StoreError::Unavailable(format!(
-                    "placement group {pg} has no member that can list it now; retry later"
-                )));
-            }
-            by_node
-                .entry(readers[pg as usize % readers.len()].clone())
-                .or_default()
-                .push(pg);
-        }
+        let by_node = listing_plan(&map)?;
         let max = query.max_keys.max(1);
         let mut path_tail = format!("&max={max}&prefix={}", encode(&query.prefix));
         if let Some(d) = &query.delimiter {
@@ -1549,6 +1686,12 @@ impl ObjectStore for ClusterStore {
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
+        // As on one server (its members would be written one by one here, each a version).
+        if bucket.versioning != Versioning::Unversioned {
+            return Err(StoreError::Invalid(
+                "batch PUT into a bucket with versioning is not supported; use PutObject".into(),
+            ));
+        }
         let store = self
             .me
             .upgrade()

@@ -54,6 +54,61 @@ pub const CV_META: &str = "packrat-cv";
 /// object's ETag shows another (an SSE-S3 object's shows its plaintext's MD5, as S3 does): a
 /// copy between nodes is checked against the stored bytes' MD5.
 pub const MD5_META: &str = "packrat-md5";
+/// Where a node keeps, in an object's user metadata, the sequence of a version written while
+/// its bucket had versioning (the write's `cv`, chosen by the head, so the same on every
+/// replica; its id is that in 16 hex digits, or `null` when written while suspended). Kept
+/// by attribute edits, whose own `cv` is newer: the version id stays. An object without it
+/// is a plain one (its version id is `null`).
+pub const VER_META: &str = "packrat-ver";
+
+/// The versioning a write is made under (S3's bucket state at the gateway that took it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireVersioning {
+    Enabled,
+    Suspended,
+}
+
+impl WireVersioning {
+    pub fn of(v: packrat_store_api::Versioning) -> Option<Self> {
+        match v {
+            packrat_store_api::Versioning::Unversioned => None,
+            packrat_store_api::Versioning::Enabled => Some(Self::Enabled),
+            packrat_store_api::Versioning::Suspended => Some(Self::Suspended),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Enabled => "enabled",
+            Self::Suspended => "suspended",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "enabled" => Some(Self::Enabled),
+            "suspended" => Some(Self::Suspended),
+            _ => None,
+        }
+    }
+
+    /// The version a write of version `cv` under this state is in a node's store.
+    pub fn version_as(self, cv: u64) -> packrat_store_api::VersionAs {
+        packrat_store_api::VersionAs {
+            seq: cv,
+            null: self == Self::Suspended,
+        }
+    }
+
+    /// The version id S3 shows for version `cv` written under this state.
+    pub fn version_id(self, cv: u64) -> String {
+        match self {
+            Self::Enabled => format!("{cv:016x}"),
+            Self::Suspended => "null".into(),
+        }
+    }
+}
 
 /// What a write sets of an object, and how its bytes are checked (as `PutObject`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,6 +129,14 @@ pub struct WirePut {
     /// `ByteSource::shown_md5`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shown_md5: Option<String>,
+    /// The bucket's versioning, when it has some (see [`VER_META`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<WireVersioning>,
+}
+
+/// Whether a user-metadata name is one a node keeps its own entries under.
+pub fn is_node_meta(name: &str) -> bool {
+    name == CV_META || name == MD5_META || name == VER_META
 }
 
 impl WirePut {
@@ -89,7 +152,7 @@ impl WirePut {
             user_meta: self
                 .user_meta
                 .iter()
-                .filter(|(k, _)| k != CV_META && k != MD5_META)
+                .filter(|(k, _)| !is_node_meta(k))
                 .cloned()
                 .collect(),
             storage_class: self.storage_class.clone(),
@@ -176,6 +239,9 @@ pub struct WireComplete {
     pub parts: Vec<WireCompletePart>,
     pub if_none_match_any: bool,
     pub if_match: Option<String>,
+    /// The bucket's versioning, when it has some (see [`VER_META`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<WireVersioning>,
 }
 
 /// A part as CompleteMultipartUpload names it.
@@ -208,7 +274,7 @@ pub struct WireUploadPage {
 }
 
 /// An object's metadata as a node answers it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct WireMeta {
     pub size: u64,
     pub etag: String,
@@ -221,6 +287,17 @@ pub struct WireMeta {
     /// Hex MD5 of the stored bytes when the ETag shows another ([`MD5_META`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stored_md5: Option<String>,
+    /// The version's sequence in the node's store when it was written with versioning
+    /// ([`VER_META`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_seq: Option<u64>,
+    /// The version's id as S3 shows it (`null` for a plain object), to read it by; and
+    /// whether it is a delete marker (then only `cv`, its sequence, and
+    /// `put.last_modified_ms` mean anything).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_id: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub marker: bool,
 }
 
 impl WireMeta {
@@ -263,6 +340,35 @@ impl WireEntry {
             storage_class: self.storage_class.clone(),
         }
     }
+}
+
+/// One entry of a node's version listing (`GET /lv/{bucket id}`), or of one key's versions
+/// (`?versions`): a version (object or delete marker) or a common prefix, newest first within
+/// a key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WireVersionEntry {
+    #[serde(flatten)]
+    pub entry: WireEntry,
+    #[serde(default)]
+    pub version_id: String,
+    #[serde(default)]
+    pub latest: bool,
+    #[serde(default)]
+    pub marker: bool,
+}
+
+/// What a delete by version id removed (`DELETE /o/..?version=ID`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireDeleted {
+    pub version_id: Option<String>,
+    pub delete_marker: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireVersionPage {
+    pub entries: Vec<WireVersionEntry>,
+    /// More entries follow the last one.
+    pub truncated: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -812,7 +918,7 @@ mod tests {
             checksum: None,
             part_sizes: vec![],
             cv: 42,
-            stored_md5: None,
+            ..Default::default()
         };
         let json = serde_json::to_vec(&meta).unwrap();
         let mut out = bytes::BytesMut::new();

@@ -209,6 +209,135 @@ pub async fn overwrite_and_delete(store: &dyn ObjectStore) {
     store.delete_object(&b, "never-there").await.unwrap();
 }
 
+/// Versioning: a write keeps what it replaces, a delete adds a delete marker, a version is
+/// read and removed by id, and a suspended bucket keeps one `null` version per key.
+pub async fn versions(store: &dyn ObjectStore) {
+    let created = new_bucket(store, "versions").await;
+    store
+        .set_versioning(&created, Versioning::Enabled)
+        .await
+        .unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    assert_eq!(b.versioning, Versioning::Enabled);
+    let v1 = put(store, &b, "k", b"first").await.version_id.unwrap();
+    let v2 = put(store, &b, "k", b"second").await.version_id.unwrap();
+    assert!(v1 != v2 && v1 != "null" && v2 != "null", "{v1} {v2}");
+    let current = head(store, &b, "k").await.unwrap();
+    assert_eq!(current.version_id.as_deref(), Some(v2.as_str()));
+    match store.find_version(&b, "k", Some(&v1)).await.unwrap() {
+        Some(FoundVersion::Object(o)) => {
+            assert_eq!(o.version_id.as_deref(), Some(v1.as_str()));
+            assert_eq!(read(store, &o, 0, o.size).await, b"first");
+            assert_eq!(
+                read(store, &o, 1, 4).await,
+                b"irs",
+                "a range of an older version"
+            );
+        }
+        other => panic!("version {v1}: {other:?}"),
+    }
+    let d = store.delete_object(&b, "k").await.unwrap();
+    assert!(d.delete_marker);
+    let marker = d.version_id.unwrap();
+    assert!(
+        head(store, &b, "k").await.is_none(),
+        "under a delete marker"
+    );
+    match store.find_version(&b, "k", None).await.unwrap() {
+        Some(FoundVersion::DeleteMarker { version_id, .. }) => assert_eq!(version_id, marker),
+        other => panic!("the latest version: {other:?}"),
+    }
+    let listed = |page: VersionPage| {
+        page.versions
+            .into_iter()
+            .map(|v| (v.object.key, v.version_id, v.is_latest, v.delete_marker))
+            .collect::<Vec<_>>()
+    };
+    let all = VersionQuery {
+        max_keys: 100,
+        ..Default::default()
+    };
+    let k = || "k".to_string();
+    assert_eq!(
+        listed(store.list_versions(&b, &all).await.unwrap()),
+        vec![
+            (k(), marker.clone(), true, true),
+            (k(), v2.clone(), false, false),
+            (k(), v1.clone(), false, false),
+        ]
+    );
+    // Paged one version at a time, from the markers each page gives.
+    let mut q = VersionQuery {
+        max_keys: 1,
+        ..Default::default()
+    };
+    let mut paged = Vec::new();
+    loop {
+        let page = store.list_versions(&b, &q).await.unwrap();
+        let (more, key, vid) = (
+            page.truncated,
+            page.next_key_marker.clone(),
+            page.next_version_id_marker.clone(),
+        );
+        paged.extend(listed(page));
+        if !more {
+            break;
+        }
+        q.key_marker = key;
+        q.version_id_marker = vid;
+    }
+    assert_eq!(paged.len(), 3, "{paged:?}");
+    // Removing the marker makes the newest object current again.
+    store.delete_version(&b, "k", &marker, false).await.unwrap();
+    let current = head(store, &b, "k").await.unwrap();
+    assert_eq!(read(store, &current, 0, current.size).await, b"second");
+    assert!(
+        store
+            .find_version(&b, "k", Some("0000000000000001"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(matches!(
+        store.find_version(&b, "k", Some("not-an-id")).await,
+        Err(StoreError::Invalid(_))
+    ));
+    // Suspended: a write makes the key's null version, replacing the null one it had.
+    store
+        .set_versioning(&b, Versioning::Suspended)
+        .await
+        .unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    assert_eq!(b.versioning, Versioning::Suspended);
+    for body in [&b"a"[..], b"bb"] {
+        let v = put(store, &b, "n", body).await;
+        assert_eq!(v.version_id.as_deref(), Some("null"));
+    }
+    let n = VersionQuery {
+        prefix: "n".into(),
+        max_keys: 100,
+        ..Default::default()
+    };
+    let got = listed(store.list_versions(&b, &n).await.unwrap());
+    assert_eq!(
+        got,
+        vec![("n".to_string(), "null".to_string(), true, false)]
+    );
+    // A delete while suspended makes the null version a delete marker; a bucket with any
+    // version left (a marker too) is not empty.
+    store.delete_object(&b, "n").await.unwrap();
+    for id in [&v2, &v1] {
+        store.delete_version(&b, "k", id, false).await.unwrap();
+    }
+    assert!(matches!(
+        store.delete_bucket(&b).await,
+        Err(StoreError::BucketNotEmpty)
+    ));
+    // The marker is removed by its id, `null`.
+    store.delete_version(&b, "n", "null", false).await.unwrap();
+    store.delete_bucket(&b).await.unwrap();
+}
+
 pub async fn conditional_writes(store: &dyn ObjectStore) {
     let b = new_bucket(store, "cond").await;
     let only_new = || PutObject {
@@ -850,7 +979,7 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads, tar_members);
+            multipart_uploads, tar_members, versions);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

@@ -6,7 +6,7 @@
 
 use super::{Fail, Node, meta_of};
 use crate::map::ClusterMap;
-use crate::wire::{CV_HEADER, CV_META, MD5_META, PUT_HEADER, WireMeta, WirePut, encode};
+use crate::wire::{CV_HEADER, CV_META, PUT_HEADER, WireMeta, WirePut, encode};
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::{StoreError, WriteCondition};
@@ -29,7 +29,7 @@ impl Node {
         base: u64,
         wput: WirePut,
     ) -> Result<Option<WireMeta>, Fail> {
-        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        let step = self.begin_step(map, bid, pg, key, cv, false).await?;
         let cv = step.cv;
         let held = step.obj.as_ref().map_or(0, super::cv_of);
         if step.at_head() && step.obj.is_none() {
@@ -45,13 +45,14 @@ impl Node {
                 // `attrs()` leaves out the node's own entries; they are set again here.
                 let mut attrs = wput.attrs();
                 attrs.user_meta.push((CV_META.to_string(), cv.to_string()));
-                // The bytes stay: so does their MD5, when the ETag shows another.
-                if let Some(stored) = step.obj.as_ref().and_then(super::stored_md5_of) {
-                    attrs.user_meta.push((MD5_META.to_string(), stored));
+                // The bytes stay, and the version: so do their MD5 (when the ETag shows
+                // another) and the version's sequence.
+                if let Some(obj) = step.obj.as_ref() {
+                    attrs.user_meta.extend(super::kept_entries(obj));
                 }
                 self.store
                     .update_object(
-                        &step.objects,
+                        &super::with_versions(&step.objects),
                         key,
                         &WriteCondition::default(),
                         Box::new(move |a| *a = attrs),

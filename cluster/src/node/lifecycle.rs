@@ -9,6 +9,7 @@ use super::uploads::Step;
 use super::{Fail, Node, cv_of, meta_of, now_micros};
 use crate::map::{ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
+use crate::wire::WireVersioning;
 use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_store_api::{StoreError, UploadQuery};
 use std::collections::HashSet;
@@ -71,7 +72,7 @@ impl Node {
                 continue;
             };
             let (expired, transitioned) = self
-                .expire_and_transition(&map, rec.id, &rules, &headed, now_ms)
+                .expire_and_transition(&map, rec.id, rec.versioning, &rules, &headed, now_ms)
                 .await
                 .map_err(|e| format!("bucket {}: {e}", rec.name))?;
             pass.expired += expired;
@@ -90,6 +91,7 @@ impl Node {
         &self,
         map: &ClusterMap,
         bid: u64,
+        versioning: Option<WireVersioning>,
         rules: &[Rule],
         headed: &HashSet<u32>,
         now_ms: i64,
@@ -128,7 +130,8 @@ impl Node {
                 let done = match action {
                     Action::Keep => continue,
                     Action::Expire => self
-                        .write(map, bid, pg, &o.key, None, None, Some(base))
+                        // With versioning, an expiration adds a delete marker, as in S3.
+                        .write(map, bid, pg, &o.key, None, None, versioning, Some(base))
                         .await
                         .map(|_| &mut expired),
                     Action::Transition(class) => {

@@ -122,6 +122,38 @@ impl Node {
         let tombs = self.local_bucket(format!("t-{bid}")).await.map_err(e)?;
         let (obj, tomb) = self.current(&objects, &tombs, key).await.map_err(e)?;
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
+        // A step of a bucket with versioning that this member holds (a version it wrote, a
+        // delete marker, a delete by version id): the next member makes its history of the
+        // key this member's, and hands that on.
+        let history_step = self
+            .history_steps
+            .lock()
+            .is_ok_and(|h| h.contains(&(bid, key.to_string(), cv)));
+        if history_step
+            || (self.is_versioned(bid) && (obj.as_ref().map_or(0, cv_of) == cv || tomb == cv))
+        {
+            let headers = [(CV_HEADER, cv.to_string())];
+            let sent = self
+                .forward(
+                    map,
+                    chain,
+                    pos,
+                    Method::POST,
+                    &format!("{path}?hsync"),
+                    &headers,
+                    Bytes::new(),
+                )
+                .await;
+            if sent.is_ok()
+                && let Ok(mut h) = self.history_steps.lock()
+            {
+                h.remove(&(bid, key.to_string(), cv));
+            }
+            return sent.map_err(|f| match f {
+                Fail::Refused(r) => r,
+                Fail::Store(e) => e.to_string(),
+            });
+        }
         let (method, path) = match (obj.as_ref().map_or(0, cv_of), tomb) {
             (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
             (_, t) if t == cv => (Method::DELETE, path),
@@ -221,7 +253,7 @@ impl Node {
         key: &str,
         cv: u64,
     ) -> Result<super::NodeResp, Fail> {
-        let step = self.begin_step(map, bid, pg, key, Some(cv)).await?;
+        let step = self.begin_step(map, bid, pg, key, Some(cv), false).await?;
         let mut meta = step.obj.as_ref().map(meta_of);
         if cv > step.have {
             self.mark_dirty(bid, key, cv);

@@ -25,12 +25,35 @@ use http::Method;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
     Bucket, CompleteAs, CompletePart, NewUpload, ObjectInfo, Part, PutObject, PutPart, StoreError,
-    UploadQuery, WriteCondition,
+    UploadQuery, VersionAs, WriteCondition,
 };
 use std::collections::HashMap;
 
 /// A copy of a version read from another member, not yet visible here (see
 /// [`Node::stage_version`]).
+/// The attributes a copy of the version `meta` describes is stored with: its own, and the
+/// node's entries (its `cv`, and its sequence if it was written with versioning).
+fn node_attrs(meta: &WireMeta) -> packrat_store_api::ObjectAttrs {
+    let mut attrs = meta.put.attrs();
+    attrs
+        .user_meta
+        .push((CV_META.to_string(), meta.cv.to_string()));
+    if let Some(seq) = meta.version_seq {
+        attrs
+            .user_meta
+            .push((crate::wire::VER_META.to_string(), seq.to_string()));
+    }
+    attrs
+}
+
+/// The version a copy of `meta` is written as: its own, if it was written with versioning.
+pub(super) fn version_as_of(meta: &WireMeta) -> Option<VersionAs> {
+    meta.version_seq.map(|seq| VersionAs {
+        seq,
+        null: meta.version_id.as_deref().is_none_or(|id| id == "null"),
+    })
+}
+
 pub(super) enum Staged {
     Whole(Bytes),
     Parts {
@@ -255,7 +278,12 @@ impl Node {
         t: Option<i64>,
         wc: WireComplete,
     ) -> Result<NodeResp, Fail> {
-        let step = self.begin_step(map, bid, pg, key, cv).await?;
+        if wc.versioning.is_some() {
+            self.note_versioned(bid);
+        }
+        let step = self
+            .begin_step(map, bid, pg, key, cv, wc.versioning.is_some())
+            .await?;
         let (at_head, cv, objects) = (step.at_head(), step.cv, &step.objects);
         let t = t.unwrap_or_else(|| (super::now_micros() / 1000) as i64);
         let mut meta = step.obj.as_ref().map(meta_of);
@@ -269,10 +297,16 @@ impl Node {
                 },
                 false => WriteCondition::default(),
             };
-            let stamp = CompleteAs {
+            let mut stamp = CompleteAs {
                 last_modified_ms: Some(t),
                 user_meta: vec![(CV_META.to_string(), cv.to_string())],
+                version_as: wc.versioning.map(|v| v.version_as(cv)),
             };
+            if stamp.version_as.is_some() {
+                stamp
+                    .user_meta
+                    .push((crate::wire::VER_META.to_string(), cv.to_string()));
+            }
             let done = self
                 .store
                 .complete_upload(objects, key, id, complete_parts(&wc), &condition, &stamp)
@@ -722,11 +756,15 @@ impl Node {
         meta: &WireMeta,
     ) -> Result<Staged, Fail> {
         let range = |start: u64, end: u64| async move {
-            let path = format!(
+            let mut path = format!(
                 "/o/{bid}/{pg}/{}?cv={}&start={start}&end={end}",
                 encode(key),
                 meta.cv
             );
+            // A version other than the key's current one is read by its id.
+            if let Some(id) = &meta.version_id {
+                path.push_str(&format!("&version={}", encode(id)));
+            }
             let ans = self
                 .fetch(addr, &path, map.epoch)
                 .await
@@ -748,10 +786,7 @@ impl Node {
         if meta.part_sizes.is_empty() {
             return Ok(Staged::Whole(range(0, meta.size).await?));
         }
-        let mut attrs = meta.put.attrs();
-        attrs
-            .user_meta
-            .push((CV_META.to_string(), meta.cv.to_string()));
+        let attrs = node_attrs(meta);
         let up = self
             .store
             .create_upload(
@@ -804,7 +839,9 @@ impl Node {
     }
 
     /// Makes a staged copy the key's object here (the caller holds the key's lock and has
-    /// checked that the version is newer than what this node has).
+    /// checked that the version is newer than what this node has). A version written with
+    /// versioning keeps its sequence (see `VER_META`): in the key's history where that places
+    /// it, the current object kept in its history if the copy is newer.
     pub(super) async fn commit_version(
         &self,
         objects: &Bucket,
@@ -812,12 +849,23 @@ impl Node {
         meta: &WireMeta,
         staged: Staged,
     ) -> Result<ObjectInfo, Fail> {
+        self.commit_version_as(objects, key, meta, staged, version_as_of(meta))
+            .await
+    }
+
+    /// [`Node::commit_version`] with the version given (a copy of a plain object into a
+    /// key's history gives it one).
+    pub(super) async fn commit_version_as(
+        &self,
+        objects: &Bucket,
+        key: &str,
+        meta: &WireMeta,
+        staged: Staged,
+        version_as: Option<VersionAs>,
+    ) -> Result<ObjectInfo, Fail> {
         let (upload_id, named) = match staged {
             Staged::Whole(body) => {
-                let mut attrs = meta.put.attrs();
-                attrs
-                    .user_meta
-                    .push((CV_META.to_string(), meta.cv.to_string()));
+                let mut attrs = node_attrs(meta);
                 let md5_of_hex = |h: &str| {
                     hex::decode(h)
                         .ok()
@@ -843,6 +891,7 @@ impl Node {
                             checksum: checksum_of(meta),
                             // The copy is checked against the source's MD5 as it is stored.
                             content_md5: md5,
+                            version_as,
                             ..Default::default()
                         },
                     )
@@ -855,6 +904,7 @@ impl Node {
         let stamp = CompleteAs {
             last_modified_ms: Some(meta.put.last_modified_ms),
             user_meta: Vec::new(),
+            version_as,
         };
         let done = self
             .store
@@ -876,7 +926,16 @@ impl Node {
         };
         if info.etag != meta.etag {
             // The parts' MD5s differ from the source's: the bytes read are not its bytes.
-            self.store.delete_object(objects, key).await?;
+            match (version_as, &info.version_id) {
+                (Some(_), Some(id)) => {
+                    self.store
+                        .delete_version(&super::with_versions(objects), key, id, true)
+                        .await?;
+                }
+                _ => {
+                    self.store.delete_object(objects, key).await?;
+                }
+            }
             return Err(Fail::Store(StoreError::Unavailable(format!(
                 "{key}: the copy's ETag {} is not the source's {}",
                 info.etag, meta.etag

@@ -276,6 +276,7 @@ impl ClusterStore {
                 .collect(),
             if_none_match_any: condition.if_none_match_any,
             if_match: condition.if_match.clone(),
+            versioning: crate::wire::WireVersioning::of(bucket.versioning),
         };
         let body = serde_json::to_vec(&wc).map_err(|e| StoreError::internal("completion", e))?;
         let (pg, path) = self.upload_path(bucket, key, upload_id);

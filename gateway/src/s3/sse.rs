@@ -565,6 +565,7 @@ pub async fn put_sealed(
         content_md5,
         condition,
         on_staged,
+        version_as,
     } = put;
     set_envelope(&mut attrs.headers, Some(envelope));
     let checks = PlainChecks {
@@ -577,6 +578,7 @@ pub async fn put_sealed(
         attrs,
         condition,
         on_staged,
+        version_as,
         ..Default::default()
     };
     let stored = store.put_object(bucket, key, &mut body, put).await?;

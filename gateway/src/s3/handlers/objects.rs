@@ -63,6 +63,7 @@ pub(super) async fn handle_put_object(
         content_md5: md5,
         condition: cond,
         on_staged: None,
+        version_as: None,
     };
     if let Some(how) = encryption {
         let sealed = sse::put_sealed(&*state.store, &b, key, &mut req.body, &how, put).await?;

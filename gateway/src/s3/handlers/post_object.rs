@@ -326,6 +326,7 @@ pub(super) async fn handle_post_object(
         content_md5: content_md5(&meta_headers)?,
         condition: WriteCondition::default(),
         on_staged: None,
+        version_as: None,
     };
     let mut source = FileSource {
         field: file,

@@ -1,0 +1,546 @@
+//! Object versioning through a cluster: S3 versions of a key kept on every member of its
+//! chain, with the same ids.
+//!
+//! A node's local buckets have no versioning of their own. A write into a cluster bucket that
+//! has versioning carries the bucket's state (`WirePut::versioning`), and each member writes
+//! it with the version the head chose (the store seam's `VersionAs`, sequence = the write's
+//! `cv`), so the local store keeps the key's history (the version it replaces, delete
+//! markers) exactly as one server does, and a version id names the same version on every
+//! replica. A versioned delete leaves a delete marker of its `cv` over the object (and the
+//! usual tombstone, which orders it against writes still on their way). A delete by version
+//! id is a chain step of its own (`DELETE /o/..?version=ID`), applied by each member to its
+//! copy of the history.
+//!
+//! Reads of a version by id (and of the latest version, to answer a delete marker) follow the
+//! rule of plain reads: any caught-up member whose copy of the key is not dirty, else the
+//! tail. Listings of versions merge one page per node, each PG listed once, as object
+//! listings do.
+//!
+//! Copies between members (a member catching up, a step re-sent after a break) work on a
+//! key's whole history: the member makes its list of versions the source's (`sync_history`),
+//! under the key's lock, copying what it lacks into its place by sequence and removing what
+//! the source does not have (a version deleted by id while it was away, or one that never
+//! committed).
+
+use super::{Asker, Fail, Node, NodeResp, cv_of, json, meta_of, with_versions};
+use crate::map::ClusterMap;
+use crate::placement::pg_of;
+use crate::wire::{
+    CV_HEADER, WireDeleted, WireEntry, WireMeta, WireVersionEntry, WireVersionPage, encode,
+};
+use bytes::Bytes;
+use http::Method;
+use packrat_store_api::{
+    Bucket, FoundVersion, StoreError, StoreResult, VersionAs, VersionQuery, VersionSummary,
+};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+/// The sequence a version id names (`None` for `null`).
+fn seq_of_id(id: &str) -> Option<u64> {
+    if id.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(id, 16).ok().filter(|s| *s != 0)
+}
+
+fn entry_of(v: &VersionSummary) -> WireVersionEntry {
+    WireVersionEntry {
+        entry: super::entry_of(&v.object),
+        version_id: v.version_id.clone(),
+        latest: v.is_latest,
+        marker: v.delete_marker,
+    }
+}
+
+/// Whether two listed versions are the same version.
+fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
+    a.version_id == b.version_id
+        && a.marker == b.marker
+        && a.entry.etag == b.entry.etag
+        && a.entry.last_modified_ms == b.entry.last_modified_ms
+}
+
+impl Node {
+    /// The sequence of the delete marker that is the key's latest version here (0: none,
+    /// or a `null` one, whose sequence a listing does not show).
+    pub(super) async fn latest_marker(&self, objects: &Bucket, key: &str) -> StoreResult<u64> {
+        Ok(
+            match self
+                .store
+                .find_version(&with_versions(objects), key, None)
+                .await?
+            {
+                Some(FoundVersion::DeleteMarker { version_id, .. }) => {
+                    seq_of_id(&version_id).unwrap_or(0)
+                }
+                _ => 0,
+            },
+        )
+    }
+
+    /// `DELETE /o/..?version=ID`: removes one version of a key for good, on every member
+    /// (a chain step: the head gives it a `cv`, each member removes its copy and hands it
+    /// on). Removing a version a member does not have is not an error, so a retried step is
+    /// harmless.
+    pub(super) async fn delete_version(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        id: &str,
+    ) -> Result<WireDeleted, Fail> {
+        self.note_versioned(bid);
+        let step = self.begin_step(map, bid, pg, key, cv, true).await?;
+        let cv = step.cv;
+        self.mark_dirty(bid, key, cv);
+        if let Ok(mut h) = self.history_steps.lock() {
+            h.insert((bid, key.to_string(), cv));
+        }
+        // Object Lock is not offered through a cluster, so no version here has a lock.
+        let removed = self
+            .store
+            .delete_version(&with_versions(&step.objects), key, id, true)
+            .await;
+        let removed = match removed {
+            Ok(d) => d,
+            Err(e) => {
+                self.clear_dirty(bid, key, cv);
+                return Err(e.into());
+            }
+        };
+        let path = format!("/o/{bid}/{pg}/{}?version={}", encode(key), encode(id));
+        let headers = [(CV_HEADER, cv.to_string())];
+        self.end_step(
+            map,
+            step,
+            Method::DELETE,
+            &path,
+            &headers,
+            Bytes::new(),
+            None,
+        )
+        .await?;
+        if let Ok(mut h) = self.history_steps.lock() {
+            h.remove(&(bid, key.to_string(), cv));
+        }
+        Ok(WireDeleted {
+            version_id: removed.version_id,
+            delete_marker: removed.delete_marker,
+        })
+    }
+
+    /// A version of a key by id (`None`: its latest, which may be a delete marker), as
+    /// [`Node::read_meta`] answers a reader: from a caught-up member whose copy of the key is
+    /// not dirty (the tail's always is). The bytes come too when the version has 1 to
+    /// `inline` of them.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn read_version(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        who: Asker,
+        id: Option<&str>,
+        inline: u64,
+    ) -> Result<(WireMeta, Option<Bytes>), Fail> {
+        let chain = map.chain(pg);
+        if !chain.contains(&self.id) || (who != Asker::Successor && map.is_syncing(&self.id, pg)) {
+            return Err(Fail::Refused(format!("not a reader of PG {pg}")));
+        }
+        let is_tail = chain.last().is_some_and(|n| *n == self.id);
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let found = self
+            .store
+            .find_version(&with_versions(&objects), key, id)
+            .await?;
+        if who == Asker::Reader && !is_tail && self.is_dirty(bid, key) {
+            return Err(Fail::Refused("dirty: ask the tail".into()));
+        }
+        match found.ok_or(StoreError::NoSuchKey)? {
+            FoundVersion::DeleteMarker {
+                version_id,
+                last_modified_ms,
+            } => {
+                let mut meta = WireMeta {
+                    cv: seq_of_id(&version_id).unwrap_or(0),
+                    marker: true,
+                    version_id: Some(version_id),
+                    ..Default::default()
+                };
+                meta.put.last_modified_ms = last_modified_ms;
+                Ok((meta, None))
+            }
+            FoundVersion::Object(info) => {
+                let mut meta = meta_of(&info);
+                // Named even when `null`: the bytes are read by it.
+                meta.version_id = info.version_id.clone();
+                if info.size > inline || info.size == 0 {
+                    return Ok((meta, None));
+                }
+                let reader = self.store.read_object(&info, 0, info.size)?;
+                let body = super::read_whole(reader, info.size).await?;
+                Ok((meta, Some(body)))
+            }
+        }
+    }
+
+    /// Version `id` of a key, if its cluster version is still `want`; refused if it is gone.
+    pub(super) async fn version_by_id(
+        &self,
+        bid: u64,
+        key: &str,
+        id: &str,
+        want: u64,
+    ) -> Result<packrat_store_api::ObjectInfo, Fail> {
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        match self
+            .store
+            .find_version(&with_versions(&objects), key, Some(id))
+            .await?
+        {
+            Some(FoundVersion::Object(info)) if cv_of(&info) == want => Ok(*info),
+            _ => Err(Fail::Refused("the version asked for is gone".into())),
+        }
+    }
+
+    /// Every version this node has of one key, newest first.
+    pub(super) async fn key_versions(
+        &self,
+        bid: u64,
+        key: &str,
+    ) -> StoreResult<Vec<WireVersionEntry>> {
+        let objects = with_versions(&self.local_bucket(format!("o-{bid}")).await?);
+        let mut query = VersionQuery {
+            prefix: key.to_string(),
+            max_keys: 1000,
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        loop {
+            let page = self.store.list_versions(&objects, &query).await?;
+            let mut past = false;
+            for v in &page.versions {
+                match v.object.key.as_str().cmp(key) {
+                    std::cmp::Ordering::Equal => out.push(entry_of(v)),
+                    std::cmp::Ordering::Greater => past = true,
+                    std::cmp::Ordering::Less => {}
+                }
+            }
+            if past || !page.truncated {
+                return Ok(out);
+            }
+            query.key_marker = page.next_key_marker;
+            query.version_id_marker = page.next_version_id_marker;
+            if query.key_marker.as_deref() != Some(key) {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// A page of this node's versions of the PGs asked (`GET /lv/{bucket id}?pgs=..`): keys
+    /// in order, each key's versions newest first, after `key` (and `vid`, a version of
+    /// it), under `prefix`, rolled up at `delimiter`.
+    pub(super) async fn list_versions(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        q: &HashMap<String, String>,
+    ) -> Result<WireVersionPage, Fail> {
+        let (pgs, max) = super::listing_scope(q);
+        let prefix = q.get("prefix").cloned().unwrap_or_default();
+        let delimiter = q.get("delimiter").filter(|d| !d.is_empty()).cloned();
+        let objects = with_versions(&self.local_bucket(format!("o-{bid}")).await?);
+        let mut query = VersionQuery {
+            prefix: prefix.clone(),
+            delimiter: None,
+            key_marker: q.get("key").cloned(),
+            version_id_marker: q.get("vid").cloned(),
+            max_keys: 1000,
+        };
+        // A page that ended on a common prefix resumes after everything under it.
+        if let (Some(d), Some(k)) = (&delimiter, query.key_marker.as_mut())
+            && let Some(rest) = k.strip_prefix(prefix.as_str())
+            && rest
+                .find(d.as_str())
+                .is_some_and(|i| i + d.len() == rest.len())
+        {
+            k.push(char::MAX);
+            query.version_id_marker = None;
+        }
+        let mut page = WireVersionPage::default();
+        'pages: loop {
+            let local = self.store.list_versions(&objects, &query).await?;
+            for v in &local.versions {
+                query.key_marker = Some(v.object.key.clone());
+                query.version_id_marker = Some(v.version_id.clone());
+                if !pgs.contains(&pg_of(bid, &v.object.key, map.pgs)) {
+                    continue;
+                }
+                if page.entries.len() >= max {
+                    page.truncated = true;
+                    break 'pages;
+                }
+                if let Some(d) = &delimiter
+                    && let Some(i) = v.object.key[prefix.len()..].find(d.as_str())
+                {
+                    let cp = v.object.key[..prefix.len() + i + d.len()].to_string();
+                    page.entries.push(WireVersionEntry {
+                        entry: WireEntry {
+                            key: cp.clone(),
+                            prefix: true,
+                            deleted: false,
+                            size: 0,
+                            etag: String::new(),
+                            last_modified_ms: 0,
+                            checksum: None,
+                            storage_class: None,
+                            cv: 0,
+                        },
+                        version_id: String::new(),
+                        latest: false,
+                        marker: false,
+                    });
+                    // Skip the rest of the common prefix.
+                    query.key_marker = Some(format!("{cp}{}", char::MAX));
+                    query.version_id_marker = None;
+                    continue 'pages;
+                }
+                page.entries.push(entry_of(v));
+            }
+            if !local.truncated {
+                break;
+            }
+            query.key_marker = local.next_key_marker;
+            query.version_id_marker = local.next_version_id_marker;
+        }
+        Ok(page)
+    }
+
+    /// Makes this node's history of a key the one the member at `addr` has now (the caller
+    /// holds the key's lock): versions it lacks are copied into their place by sequence,
+    /// versions the source does not have are removed. Answers whether anything changed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn sync_history(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        objects: &Bucket,
+        bid: u64,
+        pg: u32,
+        key: &str,
+    ) -> Result<bool, Fail> {
+        let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
+        let path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
+        let ans = self
+            .fetch(addr, &path, map.epoch)
+            .await
+            .map_err(unavailable)?;
+        if ans.status != 200 {
+            return Err(ans.error().await.into());
+        }
+        let theirs: Vec<WireVersionEntry> = ans.json().await?;
+        let mine = self.key_versions(bid, key).await?;
+        if theirs.len() == mine.len() && theirs.iter().zip(&mine).all(|(a, b)| same(a, b)) {
+            return Ok(false);
+        }
+        let shown = with_versions(objects);
+        for m in mine.iter().filter(|m| !theirs.iter().any(|t| same(t, m))) {
+            tracing::info!(
+                key,
+                version = m.version_id,
+                "removing a version the source lacks"
+            );
+            self.store
+                .delete_version(&shown, key, &m.version_id, true)
+                .await?;
+        }
+        // Where each of the source's versions goes: its own sequence, or for a `null` one,
+        // whose sequence a listing does not show, a place just under the version above it.
+        let mut seqs = Vec::with_capacity(theirs.len());
+        for t in &theirs {
+            let above = seqs.last().map_or(u64::MAX, |s: &u64| s.saturating_sub(1));
+            let derived = ((t.entry.last_modified_ms.max(0) as u64).saturating_mul(1000))
+                .clamp(1, above.max(1));
+            seqs.push(seq_of_id(&t.version_id).unwrap_or(derived));
+        }
+        for (t, seq) in theirs.iter().zip(seqs).rev() {
+            if mine.iter().any(|m| same(m, t)) {
+                continue;
+            }
+            let null = t.version_id == "null";
+            if t.marker {
+                self.store
+                    .put_delete_marker(
+                        objects,
+                        key,
+                        VersionAs { seq, null },
+                        t.entry.last_modified_ms,
+                    )
+                    .await?;
+                continue;
+            }
+            let path = format!(
+                "/o/{bid}/{pg}/{}?meta&any&version={}",
+                encode(key),
+                encode(&t.version_id)
+            );
+            let ans = self
+                .fetch(addr, &path, map.epoch)
+                .await
+                .map_err(unavailable)?;
+            if ans.status != 200 {
+                return Err(ans.error().await.into());
+            }
+            let meta: WireMeta = ans.json().await?;
+            let staged = self
+                .stage_version(map, addr, objects, bid, pg, key, &meta)
+                .await?;
+            let version = VersionAs {
+                seq: meta.version_seq.unwrap_or(seq),
+                null,
+            };
+            self.commit_version_as(objects, key, &meta, staged, Some(version))
+                .await?;
+        }
+        Ok(true)
+    }
+
+    /// `POST /o/..?hsync` with version `cv`: the member before this one re-sends a step of a
+    /// key's history it could not hand on (a delete by version id, or any step of a bucket
+    /// with versioning); this member makes its history of the key that member's, and hands
+    /// the step on.
+    pub(super) async fn history_resent(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: u64,
+    ) -> Result<NodeResp, Fail> {
+        self.note_versioned(bid);
+        let step = self.begin_step(map, bid, pg, key, Some(cv), true).await?;
+        let from = &step.chain[step.pos - 1];
+        let addr = map
+            .addr(from)
+            .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {from}")))?
+            .to_string();
+        self.mark_dirty(bid, key, cv);
+        if let Err(e) = self
+            .sync_history(map, &addr, &step.objects, bid, pg, key)
+            .await
+        {
+            self.clear_dirty(bid, key, cv);
+            return Err(e);
+        }
+        let path = format!("/o/{bid}/{pg}/{}?hsync", encode(key));
+        let headers = [(CV_HEADER, cv.to_string())];
+        self.end_step(map, step, Method::POST, &path, &headers, Bytes::new(), None)
+            .await?;
+        Ok(json(200, &()))
+    }
+
+    /// Catches up on a bucket with versioning: for each key of `pgs` whose versions differ
+    /// between the source at `addr` and here, the key's history is made the source's
+    /// ([`Node::sync_history`], under the key's lock: the source's history is read again
+    /// there, so a step that reached the source since its listing is taken too). A key
+    /// with a step under way here is left to that step and the re-send rounds.
+    pub(super) async fn resync_versions(
+        &self,
+        map: &ClusterMap,
+        pgs: &HashSet<u32>,
+        bid: u64,
+        addr: &str,
+        copied: &mut HashMap<u32, usize>,
+    ) -> Result<(), String> {
+        let pg_list = pgs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let mut theirs: BTreeMap<String, Vec<WireVersionEntry>> = BTreeMap::new();
+        let mut marker: Option<(String, String)> = None;
+        loop {
+            let mut path = format!("/lv/{bid}?pgs={pg_list}&max=1000");
+            if let Some((k, v)) = &marker {
+                path.push_str(&format!("&key={}&vid={}", encode(k), encode(v)));
+            }
+            let ans = self.fetch(addr, &path, map.epoch).await?;
+            if ans.status != 200 {
+                return Err(format!(
+                    "version listing from {addr}: {}",
+                    ans.error().await
+                ));
+            }
+            let page: WireVersionPage = ans.json().await.map_err(|e| e.to_string())?;
+            marker = page
+                .entries
+                .last()
+                .map(|e| (e.entry.key.clone(), e.version_id.clone()));
+            for e in page.entries {
+                theirs.entry(e.entry.key.clone()).or_default().push(e);
+            }
+            if !page.truncated || marker.is_none() {
+                break;
+            }
+        }
+        let mut mine: BTreeMap<String, Vec<WireVersionEntry>> = BTreeMap::new();
+        let all: HashMap<String, String> = [
+            ("pgs".to_string(), pg_list.clone()),
+            ("max".to_string(), "1000".to_string()),
+        ]
+        .into();
+        let mut q = all.clone();
+        loop {
+            let page = self
+                .list_versions(map, bid, &q)
+                .await
+                .map_err(|f| match f {
+                    Fail::Refused(r) => r,
+                    Fail::Store(e) => e.to_string(),
+                })?;
+            let last = page
+                .entries
+                .last()
+                .map(|e| (e.entry.key.clone(), e.version_id.clone()));
+            for e in page.entries {
+                mine.entry(e.entry.key.clone()).or_default().push(e);
+            }
+            match last {
+                Some((k, v)) if page.truncated => {
+                    q = all.clone();
+                    q.insert("key".into(), k);
+                    q.insert("vid".into(), v);
+                }
+                _ => break,
+            }
+        }
+        let objects = self
+            .local_bucket(format!("o-{bid}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let keys: HashSet<&String> = theirs.keys().chain(mine.keys()).collect();
+        for key in keys {
+            let (t, m) = (theirs.get(key), mine.get(key));
+            let differ = match (t, m) {
+                (Some(t), Some(m)) => {
+                    t.len() != m.len() || !t.iter().zip(m).all(|(a, b)| same(a, b))
+                }
+                _ => true,
+            };
+            if !differ {
+                continue;
+            }
+            let pg = pg_of(bid, key, map.pgs);
+            let _g = self.lock_of(bid, key).lock().await;
+            if self.is_dirty(bid, key) {
+                continue;
+            }
+            match self.sync_history(map, addr, &objects, bid, pg, key).await {
+                Ok(true) => *copied.entry(pg).or_default() += 1,
+                Ok(false) => {}
+                Err(Fail::Refused(r)) => return Err(format!("{key}: {r}")),
+                Err(Fail::Store(e)) => return Err(format!("{key}: {e}")),
+            }
+        }
+        Ok(())
+    }
+}

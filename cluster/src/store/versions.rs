@@ -1,0 +1,76 @@
+//! ListObjectVersions through a gateway: one page per node, each PG listed once (as object
+//! listings are), merged in key order. A key's versions all live on its PG's chain, so they
+//! come from one node, newest first, and are taken as that node sent them.
+
+use super::{ClusterStore, listing_plan};
+use crate::wire::{WireVersionEntry, WireVersionPage, encode};
+use packrat_store_api::{Bucket, StoreResult, VersionPage, VersionQuery, VersionSummary};
+
+impl ClusterStore {
+    pub(super) async fn versions_page(
+        &self,
+        bucket: &Bucket,
+        query: &VersionQuery,
+    ) -> StoreResult<VersionPage> {
+        let map = self.map();
+        let by_node = listing_plan(&map)?;
+        let max = query.max_keys.max(1);
+        let mut tail = format!("&max={max}&prefix={}", encode(&query.prefix));
+        if let Some(d) = &query.delimiter {
+            tail.push_str(&format!("&delimiter={}", encode(d)));
+        }
+        if let Some(k) = &query.key_marker {
+            tail.push_str(&format!("&key={}", encode(k)));
+            if let Some(v) = &query.version_id_marker {
+                tail.push_str(&format!("&vid={}", encode(v)));
+            }
+        }
+        let pages: Vec<WireVersionPage> = self
+            .ask_nodes(&map, &format!("/lv/{}", bucket.id), &by_node, &tail)
+            .await?;
+        // Entries are valid up to the smallest last key of a truncated page (that key's
+        // versions too: a key's versions come from one node, in order).
+        let limit: Option<String> = pages
+            .iter()
+            .filter(|p| p.truncated)
+            .filter_map(|p| p.entries.last().map(|e| e.entry.key.clone()))
+            .min();
+        let any_truncated = pages.iter().any(|p| p.truncated);
+        let mut entries: Vec<WireVersionEntry> =
+            pages.into_iter().flat_map(|p| p.entries).collect();
+        // Stable: a key's versions keep their node's order.
+        entries.sort_by(|a, b| a.entry.key.cmp(&b.entry.key));
+        entries.dedup_by(|a, b| a.entry.prefix && b.entry.prefix && a.entry.key == b.entry.key);
+        let mut page = VersionPage::default();
+        let mut taken = 0;
+        let mut last: Option<&WireVersionEntry> = None;
+        for e in &entries {
+            if limit.as_ref().is_some_and(|l| e.entry.key > *l) || taken == max {
+                break;
+            }
+            taken += 1;
+            if e.entry.prefix {
+                page.common_prefixes.push(e.entry.key.clone());
+            } else {
+                page.versions.push(VersionSummary {
+                    // A delete marker's summary is as the node's store lists it.
+                    object: e.entry.summary(),
+                    version_id: e.version_id.clone(),
+                    is_latest: e.latest,
+                    delete_marker: e.marker,
+                });
+            }
+            last = Some(e);
+        }
+        page.truncated = taken < entries.len() || any_truncated;
+        if page.truncated
+            && let Some(e) = last
+        {
+            page.next_key_marker = Some(e.entry.key.clone());
+            if !e.entry.prefix {
+                page.next_version_id_marker = Some(e.version_id.clone());
+            }
+        }
+        Ok(page)
+    }
+}
