@@ -929,6 +929,15 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         c.create_bucket(Bucket="unsettled")
         for k in keys:
             c.put_object(Bucket="unsettled", Key=k, Body=old[k])
+        # The same keys in a bucket with versioning: a member re-sends such a step as its
+        # history of the key, which the next member copies.
+        c.create_bucket(Bucket="vunsettled")
+        c.put_bucket_versioning(Bucket="vunsettled", VersioningConfiguration={"Status": "Enabled"})
+        old_vid = {k: c.put_object(Bucket="vunsettled", Key=k, Body=old[k])["VersionId"] for k in keys}
+        # And deletes that failed midway there: delete markers.
+        c.create_bucket(Bucket="vdeleted")
+        c.put_bucket_versioning(Bucket="vdeleted", VersioningConfiguration={"Status": "Enabled"})
+        del_vid = {k: c.put_object(Bucket="vdeleted", Key=k, Body=old[k])["VersionId"] for k in keys}
 
         def node_page(n, path):
             with urllib.request.urlopen(f"http://{n.listen}{path}", timeout=5) as r:
@@ -960,9 +969,11 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
             # them on (every chain of 3 nodes has the dead one); the gateway dies before the
             # map changes, so none is retried on a chain without it.
             nodes[1].kill9()
-            w = gw.client(read_timeout=60, max_pool_connections=len(keys))
-            pool = concurrent.futures.ThreadPoolExecutor(len(keys))
-            futures = {k: pool.submit(w.put_object, Bucket="unsettled", Key=k, Body=new[k]) for k in keys}
+            w = gw.client(read_timeout=60, max_pool_connections=3 * len(keys))
+            pool = concurrent.futures.ThreadPoolExecutor(3 * len(keys))
+            futures = {(b, k): pool.submit(w.put_object, Bucket=b, Key=k, Body=new[k])
+                       for k in keys for b in ("unsettled", "vunsettled")}
+            futures.update({("vdeleted", k): pool.submit(w.delete_object, Bucket="vdeleted", Key=k) for k in keys})
             time.sleep(0.7)
             gw.kill9()
             for n in also_die:
@@ -999,6 +1010,52 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
                 time.sleep(0.5)
             assert not left, f"{len(left)} of {len(keys)} keys answered differently by their members: {left}"
 
+        def versions_settled(gw, allowed, timeout=20):
+            # Every member answers the same current version (bytes and id), and keeps the
+            # version written before the failed one.
+            deadline = time.time() + timeout
+            while True:
+                r, left = gw.client(read_timeout=30), {}
+                for k in keys:
+                    got = set()
+                    for _ in range(6):
+                        o = r.get_object(Bucket="vunsettled", Key=k)
+                        got.add((o["Body"].read(), o["VersionId"]))
+                    assert {body for body, _ in got} <= allowed[k], (k, got)
+                    if len(got) > 1:
+                        left[k] = got
+                    for _ in range(6):
+                        kept = r.get_object(Bucket="vunsettled", Key=k, VersionId=old_vid[k])
+                        assert kept["Body"].read() == old[k], k
+                if not left or time.time() > deadline:
+                    break
+                time.sleep(0.5)
+            assert not left, f"{len(left)} of {len(keys)} versioned keys answered differently: {left}"
+
+        def deletes_settled(gw, timeout=20):
+            # Every member answers the same: the object, or the same delete marker over it.
+            deadline = time.time() + timeout
+            while True:
+                r, left = gw.client(read_timeout=30), {}
+                for k in keys:
+                    got = set()
+                    for _ in range(6):
+                        try:
+                            got.add(r.get_object(Bucket="vdeleted", Key=k)["Body"].read())
+                        except ClientError as e:
+                            assert e.response["Error"]["Code"] == "NoSuchKey", e.response
+                            headers = e.response["ResponseMetadata"]["HTTPHeaders"]
+                            got.add((headers.get("x-amz-delete-marker"), headers.get("x-amz-version-id")))
+                    if len(got) > 1:
+                        left[k] = got
+                    for _ in range(6):
+                        kept = r.get_object(Bucket="vdeleted", Key=k, VersionId=del_vid[k])
+                        assert kept["Body"].read() == old[k], k
+                if not left or time.time() > deadline:
+                    break
+                time.sleep(0.5)
+            assert not left, f"{len(left)} of {len(keys)} deleted keys answered differently: {left}"
+
         # A member in the middle or at the tail died: the head (and the middle) hold the new
         # version, the member after it the old one, and the member that died copies the new
         # one from the head as it catches up, so replicas differ unless the head re-sends it.
@@ -1006,6 +1063,8 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         failed_writes(gws[0], new)
         allowed = {k: {old[k], new[k]} for k in keys}
         settled(gws[1], allowed)
+        versions_settled(gws[1], allowed)
+        deletes_settled(gws[1])
         assert [unsettled_on(n) for n in nodes] == [0, 0, 0]
         # This time the head of some chains held the newer version alone and restarts too:
         # it takes its PG's committed copy back as it catches up.
@@ -1015,6 +1074,7 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         gws.append(reader)
         allowed = {k: allowed[k] | {newer[k]} for k in keys}
         settled(reader, allowed)
+        versions_settled(reader, allowed)
     finally:
         for p in [*gws, *nodes]:
             p.stop()

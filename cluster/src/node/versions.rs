@@ -405,6 +405,12 @@ impl Node {
             self.commit_version_as(objects, key, &meta, staged, Some(version))
                 .await?;
         }
+        // A tombstone here newer than the source's latest version is a delete that never
+        // committed: it would make this member skip the key's next steps below it.
+        if theirs.first().is_some_and(|t| !t.marker) {
+            let tombs = self.local_bucket(format!("t-{bid}")).await?;
+            self.store.delete_object(&tombs, key).await?;
+        }
         Ok(true)
     }
 
