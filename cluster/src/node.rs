@@ -1514,13 +1514,8 @@ impl Node {
         let delimiter = q.get("delimiter").filter(|d| !d.is_empty()).cloned();
         let mut after = q.get("after").cloned();
         // A page that ended on a common prefix resumes after everything under it.
-        if let (Some(d), Some(a)) = (&delimiter, after.as_mut())
-            && let Some(rest) = a.strip_prefix(prefix.as_str())
-            && rest
-                .find(d.as_str())
-                .is_some_and(|i| i + d.len() == rest.len())
-        {
-            a.push(char::MAX);
+        if let Some(a) = after.as_mut() {
+            WireEntry::resume_after_prefix(&prefix, delimiter.as_deref(), a);
         }
         let bucket = self
             .local_bucket(format!("{}-{bid}", if tombstones { "t" } else { "o" }))
@@ -1541,17 +1536,7 @@ impl Node {
                     && let Some(i) = o.key[prefix.len()..].find(d.as_str())
                 {
                     let cp = o.key[..prefix.len() + i + d.len()].to_string();
-                    page.entries.push(WireEntry {
-                        key: cp.clone(),
-                        prefix: true,
-                        deleted: false,
-                        size: 0,
-                        etag: String::new(),
-                        last_modified_ms: 0,
-                        checksum: None,
-                        storage_class: None,
-                        cv: 0,
-                    });
+                    page.entries.push(WireEntry::common_prefix(cp.clone()));
                     // Skip the rest of the common prefix.
                     after = Some(format!("{cp}{}", char::MAX));
                     continue 'pages;

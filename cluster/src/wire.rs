@@ -330,6 +330,36 @@ pub struct WireEntry {
 }
 
 impl WireEntry {
+    /// A listing's common prefix `cp`.
+    pub fn common_prefix(cp: String) -> Self {
+        WireEntry {
+            key: cp,
+            prefix: true,
+            deleted: false,
+            size: 0,
+            etag: String::new(),
+            last_modified_ms: 0,
+            checksum: None,
+            storage_class: None,
+            cv: 0,
+        }
+    }
+
+    /// Where a listing under `prefix` rolled up at `delimiter` resumes after `marker`: after
+    /// everything under it when it is a common prefix. Answers whether it was one.
+    pub fn resume_after_prefix(prefix: &str, delimiter: Option<&str>, marker: &mut String) -> bool {
+        let Some(d) = delimiter else {
+            return false;
+        };
+        let ends_prefix = marker
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.find(d).is_some_and(|i| i + d.len() == rest.len()));
+        if ends_prefix {
+            marker.push(char::MAX);
+        }
+        ends_prefix
+    }
+
     pub fn summary(&self) -> ObjectSummary {
         ObjectSummary {
             key: self.key.clone(),

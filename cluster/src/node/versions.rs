@@ -261,13 +261,9 @@ impl Node {
             max_keys: 1000,
         };
         // A page that ended on a common prefix resumes after everything under it.
-        if let (Some(d), Some(k)) = (&delimiter, query.key_marker.as_mut())
-            && let Some(rest) = k.strip_prefix(prefix.as_str())
-            && rest
-                .find(d.as_str())
-                .is_some_and(|i| i + d.len() == rest.len())
+        if let Some(k) = query.key_marker.as_mut()
+            && WireEntry::resume_after_prefix(&prefix, delimiter.as_deref(), k)
         {
-            k.push(char::MAX);
             query.version_id_marker = None;
         }
         let mut page = WireVersionPage::default();
@@ -288,17 +284,7 @@ impl Node {
                 {
                     let cp = v.object.key[..prefix.len() + i + d.len()].to_string();
                     page.entries.push(WireVersionEntry {
-                        entry: WireEntry {
-                            key: cp.clone(),
-                            prefix: true,
-                            deleted: false,
-                            size: 0,
-                            etag: String::new(),
-                            last_modified_ms: 0,
-                            checksum: None,
-                            storage_class: None,
-                            cv: 0,
-                        },
+                        entry: WireEntry::common_prefix(cp.clone()),
                         version_id: String::new(),
                         latest: false,
                         marker: false,
