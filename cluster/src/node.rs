@@ -80,9 +80,10 @@ pub struct Node {
     tombstone_keep: Duration,
     /// The operators' `/metrics` page, if served.
     metrics: Option<crate::MetricsPage>,
-    /// Steps of keys' histories (deletes by version id) applied here and not yet handed on:
-    /// a re-send makes the next member's history of the key this one's (see `versions`).
-    history_steps: Mutex<HashSet<(u64, String, u64)>>,
+    /// Steps of keys' histories (deletes by version id) applied here and not yet handed on,
+    /// the newest per key: a re-send makes the next member's history of the key this one's
+    /// (see `versions`).
+    history_steps: Mutex<HashMap<(u64, String), u64>>,
     /// Buckets this node applied a step of with versioning since it started: a step of
     /// theirs it could not hand on is re-sent as a copy of the key's whole history.
     versioned_bids: Mutex<HashSet<u64>>,
@@ -351,7 +352,7 @@ impl Node {
             recent: Mutex::new(HashMap::new()),
             tombstone_keep,
             metrics,
-            history_steps: Mutex::new(HashSet::new()),
+            history_steps: Mutex::new(HashMap::new()),
             versioned_bids: Mutex::new(HashSet::new()),
         })
     }
@@ -1268,6 +1269,24 @@ impl Node {
         self.store.list_objects(bucket, &query).await
     }
 
+    /// A GET from another member answered with JSON (`Unavailable` if it cannot be reached,
+    /// its error if it refuses).
+    async fn fetch_json<T: serde::de::DeserializeOwned>(
+        &self,
+        addr: &str,
+        path: &str,
+        epoch: u64,
+    ) -> Result<T, Fail> {
+        let ans = self
+            .fetch(addr, path, epoch)
+            .await
+            .map_err(|why| Fail::Store(StoreError::Unavailable(why)))?;
+        if ans.status != 200 {
+            return Err(ans.error().await.into());
+        }
+        Ok(ans.json().await?)
+    }
+
     /// A resync's GET from a caught-up member.
     async fn fetch(
         &self,
@@ -1298,6 +1317,16 @@ impl Node {
 
     fn is_versioned(&self, bid: u64) -> bool {
         self.versioned_bids.lock().is_ok_and(|v| v.contains(&bid))
+    }
+
+    /// Forgets the history step `cv` of a key (see `Node::history_steps`) once handed on.
+    fn history_step_done(&self, bid: u64, key: &str, cv: u64) {
+        if let Ok(mut h) = self.history_steps.lock() {
+            let k = (bid, key.to_string());
+            if h.get(&k) == Some(&cv) {
+                h.remove(&k);
+            }
+        }
     }
 
     /// Marks a key's write `cv` as on its way down the chain (see `Node::dirty`).

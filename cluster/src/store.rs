@@ -19,7 +19,7 @@ use crate::placement::pg_of;
 use crate::wire::{
     Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NodeClient, PUT_HEADER,
     READ_TIMEOUT, WireDeleted, WireMeta, WirePage, WirePut, WireRefusal, WireVersioning, encode,
-    hop_timeout,
+    hop_timeout, version_seq,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -783,14 +783,6 @@ fn listing_plan(map: &ClusterMap) -> StoreResult<BTreeMap<String, Vec<u32>>> {
     Ok(by_node)
 }
 
-/// The sequence a version id this store makes names (`None` for `null` or a malformed id).
-fn parse_version_id(id: &str) -> Option<u64> {
-    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
-        .then(|| u64::from_str_radix(id, 16).ok())
-        .flatten()
-        .filter(|s| *s != 0)
-}
-
 fn b64(v: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(v)
 }
@@ -1347,7 +1339,7 @@ impl ObjectStore for ClusterStore {
                     .await?
                     .map(|o| FoundVersion::Object(Box::new(o)))),
                 // An id of the form this store makes names no version here.
-                Some(id) if parse_version_id(id).is_some() => Ok(None),
+                Some(id) if version_seq(id).is_some() => Ok(None),
                 Some(_) => Err(StoreError::Invalid("Invalid version id specified".into())),
             };
         }
@@ -1400,7 +1392,7 @@ impl ObjectStore for ClusterStore {
         _bypass_governance: bool,
     ) -> StoreResult<Deleted> {
         // No version here has a lock: Object Lock is refused through a cluster.
-        if version_id != "null" && parse_version_id(version_id).is_none() {
+        if version_id != "null" && version_seq(version_id).is_none() {
             return Err(StoreError::Invalid("Invalid version id specified".into()));
         }
         if bucket.versioning == Versioning::Unversioned {

@@ -61,6 +61,15 @@ pub const MD5_META: &str = "packrat-md5";
 /// is a plain one (its version id is `null`).
 pub const VER_META: &str = "packrat-ver";
 
+/// The sequence a version id names (`None` for `null` or an id a store never makes: it is a
+/// sequence above 0 in 16 hex digits).
+pub fn version_seq(id: &str) -> Option<u64> {
+    (id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(id, 16).ok())
+        .flatten()
+        .filter(|s| *s != 0)
+}
+
 /// The versioning a write is made under (S3's bucket state at the gateway that took it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -101,7 +110,8 @@ impl WireVersioning {
         }
     }
 
-    /// The version id S3 shows for version `cv` written under this state.
+    /// The version id S3 shows for version `cv` written under this state (see
+    /// [`version_seq`] for the way back).
     pub fn version_id(self, cv: u64) -> String {
         match self {
             Self::Enabled => format!("{cv:016x}"),

@@ -418,6 +418,15 @@ fn shows_versions(bucket: &Bucket) -> bool {
     bucket.versioning != Versioning::Unversioned
 }
 
+/// How a write is versioned: as the version the caller chose (see [`VersionAs`]), else by
+/// the bucket's state; the sequence chosen; and whether the answer names its version.
+fn write_versioning(bucket: &Bucket, chosen: Option<VersionAs>) -> (Versioning, Option<u64>, bool) {
+    match chosen {
+        Some(v) => (v.mode(), Some(v.seq), true),
+        None => (bucket.versioning, None, shows_versions(bucket)),
+    }
+}
+
 fn attrs_of(rec: &ObjectRecord) -> ObjectAttrs {
     ObjectAttrs {
         last_modified_ms: rec.last_modified_ms,
@@ -559,7 +568,7 @@ impl LocalStore {
             .write_stream(body, put.checksum, put.expected_checksum, put.content_md5)
             .await?;
         let mut rec = new_record(&w, put.attrs);
-        let given = put.version_as;
+        let (mode, given, shown) = write_versioning(bucket, put.version_as);
         self.engine
             .commit_object(
                 bucket.id,
@@ -567,15 +576,12 @@ impl LocalStore {
                 &mut rec,
                 w.ticket,
                 &put.condition,
-                given.map_or(bucket.versioning, |v| v.mode()),
-                given.map(|v| v.seq),
+                mode,
+                given,
                 put.on_staged.as_ref(),
             )
             .await?;
-        Ok(info_of(
-            Arc::new(rec),
-            given.is_some() || shows_versions(bucket),
-        ))
+        Ok(info_of(Arc::new(rec), shown))
     }
 }
 
@@ -1092,6 +1098,7 @@ impl ObjectStore for LocalStore {
         stamp: &CompleteAs,
     ) -> StoreResult<ObjectInfo> {
         let now = self.engine.clock.now_ms();
+        let (mode, given, shown) = write_versioning(bucket, stamp.version_as);
         let rec = self
             .engine
             .complete_upload(
@@ -1099,8 +1106,8 @@ impl ObjectStore for LocalStore {
                 key,
                 upload_id,
                 condition,
-                stamp.version_as.map_or(bucket.versioning, |v| v.mode()),
-                stamp.version_as.map(|v| v.seq),
+                mode,
+                given,
                 |upload, stored| {
                     let mut rec = multipart::assemble(upload, stored, &parts, now)?;
                     rec.user_meta.extend_from_slice(&stamp.user_meta);
@@ -1111,10 +1118,7 @@ impl ObjectStore for LocalStore {
                 },
             )
             .await?;
-        Ok(info_of(
-            Arc::new(rec),
-            stamp.version_as.is_some() || shows_versions(bucket),
-        ))
+        Ok(info_of(Arc::new(rec), shown))
     }
 
     async fn abort_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<()> {

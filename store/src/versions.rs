@@ -212,35 +212,7 @@ impl Engine {
             }
             Some(s) if s <= newest => {
                 rec.version_seq = s;
-                if current.as_ref().is_some_and(|c| c.version_seq == s) {
-                    return Err(EngineError(StoreError::Invalid(format!(
-                        "version {} is the key's current one",
-                        rec.version_id()
-                    ))));
-                }
-                let mut ops = Vec::new();
-                if suspended {
-                    // One null version per key: a newer one wins.
-                    if current.as_ref().is_some_and(ObjectRecord::is_null_version) {
-                        return Err(EngineError(StoreError::Invalid(
-                            "the key's current version is a newer null version".into(),
-                        )));
-                    }
-                    for old in self.index.key_versions(bucket_id, key, usize::MAX)? {
-                        if old.is_null_version() && old.version_seq > s {
-                            return Err(EngineError(StoreError::Invalid(
-                                "the key has a newer null version".into(),
-                            )));
-                        }
-                        if old.is_null_version() && old.version_seq != s {
-                            ops.push(ObjectOp::DeleteVersion {
-                                bucket_id,
-                                key: key.to_string(),
-                                seq: old.version_seq,
-                            });
-                        }
-                    }
-                }
+                let ops = self.kept_version_ops(bucket_id, key, current.as_ref(), rec)?;
                 return Ok((ops, false));
             }
             Some(s) => {
@@ -253,6 +225,48 @@ impl Engine {
         rec.version_seq = seq;
         let ops = self.history_ops(bucket_id, key, mode, current, seq)?;
         Ok((ops, true))
+    }
+
+    /// The ops that go with a chosen version `rec` below the key's newest, kept in its
+    /// history (see [`Self::placed_version_ops`]): refused if it is the current one, or a
+    /// `null` version older than the key's null version (one per key, the newer wins);
+    /// else an older null version is dropped.
+    fn kept_version_ops(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        current: Option<&ObjectRecord>,
+        rec: &ObjectRecord,
+    ) -> EngineResult<Vec<ObjectOp>> {
+        let s = rec.version_seq;
+        let refused = |why: String| Err(EngineError(StoreError::Invalid(why)));
+        if current.is_some_and(|c| c.version_seq == s) {
+            return refused(format!(
+                "version {} is the key's current one",
+                rec.version_id()
+            ));
+        }
+        let mut ops = Vec::new();
+        if !rec.is_null_version() {
+            return Ok(ops);
+        }
+        if current.is_some_and(ObjectRecord::is_null_version) {
+            return refused("the key's current version is a newer null version".into());
+        }
+        for old in self.index.key_versions(bucket_id, key, usize::MAX)? {
+            if !old.is_null_version() || old.version_seq == s {
+                continue;
+            }
+            if old.version_seq > s {
+                return refused("the key has a newer null version".into());
+            }
+            ops.push(ObjectOp::DeleteVersion {
+                bucket_id,
+                key: key.to_string(),
+                seq: old.version_seq,
+            });
+        }
+        Ok(ops)
     }
 
     /// The ops of a new current version `rec` of a key in a versioned bucket (its sequence and

@@ -124,37 +124,15 @@ impl Node {
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
         // A step of a bucket with versioning that this member holds (a version it wrote, a
         // delete marker, a delete by version id): the next member makes its history of the
-        // key this member's, and hands that on.
+        // key this one's, and hands that on.
         let history_step = self
             .history_steps
             .lock()
-            .is_ok_and(|h| h.contains(&(bid, key.to_string(), cv)));
-        if history_step
-            || (self.is_versioned(bid) && (obj.as_ref().map_or(0, cv_of) == cv || tomb == cv))
-        {
-            let headers = [(CV_HEADER, cv.to_string())];
-            let sent = self
-                .forward(
-                    map,
-                    chain,
-                    pos,
-                    Method::POST,
-                    &format!("{path}?hsync"),
-                    &headers,
-                    Bytes::new(),
-                )
-                .await;
-            if sent.is_ok()
-                && let Ok(mut h) = self.history_steps.lock()
-            {
-                h.remove(&(bid, key.to_string(), cv));
-            }
-            return sent.map_err(|f| match f {
-                Fail::Refused(r) => r,
-                Fail::Store(e) => e.to_string(),
-            });
-        }
+            .is_ok_and(|h| h.get(&(bid, key.to_string())) == Some(&cv));
         let (method, path) = match (obj.as_ref().map_or(0, cv_of), tomb) {
+            (o, t) if history_step || (self.is_versioned(bid) && (o == cv || t == cv)) => {
+                (Method::POST, format!("{path}?hsync"))
+            }
             (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
             (_, t) if t == cv => (Method::DELETE, path),
             (o, t) if o.max(t) > cv => return Ok(()),
@@ -181,7 +159,9 @@ impl Node {
             .map_err(|f| match f {
                 Fail::Refused(r) => r,
                 Fail::Store(e) => e.to_string(),
-            })
+            })?;
+        self.history_step_done(bid, key, cv);
+        Ok(())
     }
 
     /// A version `cv` this member staged and failed to make durable while the rest of the

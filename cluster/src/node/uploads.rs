@@ -29,8 +29,6 @@ use packrat_store_api::{
 };
 use std::collections::HashMap;
 
-/// A copy of a version read from another member, not yet visible here (see
-/// [`Node::stage_version`]).
 /// The attributes a copy of the version `meta` describes is stored with: its own, and the
 /// node's entries (its `cv`, and its sequence if it was written with versioning).
 fn node_attrs(meta: &WireMeta) -> packrat_store_api::ObjectAttrs {
@@ -54,6 +52,8 @@ pub(super) fn version_as_of(meta: &WireMeta) -> Option<VersionAs> {
     })
 }
 
+/// A copy of a version read from another member, not yet visible here (see
+/// [`Node::stage_version`]).
 pub(super) enum Staged {
     Whole(Bytes),
     Parts {
@@ -718,20 +718,12 @@ impl Node {
             .addr(from)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {from}")))?;
         let path = format!("/o/{bid}/{pg}/{}?meta&any&pull", encode(key));
-        let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
-        let ans = self
-            .fetch(addr, &path, map.epoch)
-            .await
-            .map_err(unavailable)?;
-        if ans.status != 200 {
-            return Err(ans.error().await.into());
-        }
-        let meta: WireMeta = ans.json().await?;
+        let meta: WireMeta = self.fetch_json(addr, &path, map.epoch).await?;
         if meta.cv != cv {
-            return Err(unavailable(format!(
+            return Err(Fail::Store(StoreError::Unavailable(format!(
                 "{from} has version {} of {key}, not {cv}",
                 meta.cv
-            )));
+            ))));
         }
         let staged = self
             .stage_version(map, addr, objects, bid, pg, key, &meta)

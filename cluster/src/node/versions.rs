@@ -27,6 +27,7 @@ use crate::map::ClusterMap;
 use crate::placement::pg_of;
 use crate::wire::{
     CV_HEADER, WireDeleted, WireEntry, WireMeta, WireVersionEntry, WireVersionPage, encode,
+    version_seq,
 };
 use bytes::Bytes;
 use http::Method;
@@ -34,14 +35,6 @@ use packrat_store_api::{
     Bucket, FoundVersion, StoreError, StoreResult, VersionAs, VersionQuery, VersionSummary,
 };
 use std::collections::{BTreeMap, HashMap, HashSet};
-
-/// The sequence a version id names (`None` for `null`).
-fn seq_of_id(id: &str) -> Option<u64> {
-    if id.len() != 16 {
-        return None;
-    }
-    u64::from_str_radix(id, 16).ok().filter(|s| *s != 0)
-}
 
 fn entry_of(v: &VersionSummary) -> WireVersionEntry {
     WireVersionEntry {
@@ -71,7 +64,7 @@ impl Node {
                 .await?
             {
                 Some(FoundVersion::DeleteMarker { version_id, .. }) => {
-                    seq_of_id(&version_id).unwrap_or(0)
+                    version_seq(&version_id).unwrap_or(0)
                 }
                 _ => 0,
             },
@@ -96,7 +89,7 @@ impl Node {
         let cv = step.cv;
         self.mark_dirty(bid, key, cv);
         if let Ok(mut h) = self.history_steps.lock() {
-            h.insert((bid, key.to_string(), cv));
+            h.insert((bid, key.to_string()), cv);
         }
         // Object Lock is not offered through a cluster, so no version here has a lock.
         let removed = self
@@ -122,9 +115,7 @@ impl Node {
             None,
         )
         .await?;
-        if let Ok(mut h) = self.history_steps.lock() {
-            h.remove(&(bid, key.to_string(), cv));
-        }
+        self.history_step_done(bid, key, cv);
         Ok(WireDeleted {
             version_id: removed.version_id,
             delete_marker: removed.delete_marker,
@@ -165,7 +156,7 @@ impl Node {
                 last_modified_ms,
             } => {
                 let mut meta = WireMeta {
-                    cv: seq_of_id(&version_id).unwrap_or(0),
+                    cv: version_seq(&version_id).unwrap_or(0),
                     marker: true,
                     version_id: Some(version_id),
                     ..Default::default()
@@ -318,16 +309,8 @@ impl Node {
         pg: u32,
         key: &str,
     ) -> Result<bool, Fail> {
-        let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
         let path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
-        let ans = self
-            .fetch(addr, &path, map.epoch)
-            .await
-            .map_err(unavailable)?;
-        if ans.status != 200 {
-            return Err(ans.error().await.into());
-        }
-        let theirs: Vec<WireVersionEntry> = ans.json().await?;
+        let theirs: Vec<WireVersionEntry> = self.fetch_json(addr, &path, map.epoch).await?;
         let mine = self.key_versions(bid, key).await?;
         if theirs.len() == mine.len() && theirs.iter().zip(&mine).all(|(a, b)| same(a, b)) {
             return Ok(false);
@@ -350,7 +333,7 @@ impl Node {
             let above = seqs.last().map_or(u64::MAX, |s: &u64| s.saturating_sub(1));
             let derived = ((t.entry.last_modified_ms.max(0) as u64).saturating_mul(1000))
                 .clamp(1, above.max(1));
-            seqs.push(seq_of_id(&t.version_id).unwrap_or(derived));
+            seqs.push(version_seq(&t.version_id).unwrap_or(derived));
         }
         for (t, seq) in theirs.iter().zip(seqs).rev() {
             if mine.iter().any(|m| same(m, t)) {
@@ -373,14 +356,7 @@ impl Node {
                 encode(key),
                 encode(&t.version_id)
             );
-            let ans = self
-                .fetch(addr, &path, map.epoch)
-                .await
-                .map_err(unavailable)?;
-            if ans.status != 200 {
-                return Err(ans.error().await.into());
-            }
-            let meta: WireMeta = ans.json().await?;
+            let meta: WireMeta = self.fetch_json(addr, &path, map.epoch).await?;
             let staged = self
                 .stage_version(map, addr, objects, bid, pg, key, &meta)
                 .await?;
