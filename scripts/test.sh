@@ -65,7 +65,7 @@ step "pytest, cluster mode (the boto3, aws-cli and data-loader client tests agai
 PACKRAT_TEST_TARGET=cluster "$venv/bin/python" -m pytest -q -rs \
   tests/test_objects.py tests/test_multipart.py tests/test_tagging.py tests/test_cors.py tests/test_post_object.py \
   tests/test_bucket_policy.py tests/test_isolation.py tests/test_object_acl.py \
-  tests/test_auth_checksums.py tests/test_sse.py tests/test_versioning.py \
+  tests/test_auth_checksums.py tests/test_sse.py tests/test_versioning.py tests/test_object_lock.py \
   tests/test_awscli.py tests/test_extensions.py tests/test_loaders.py
 
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"

@@ -3,7 +3,8 @@ configuration and default retention, GOVERNANCE and COMPLIANCE retention on PUT,
 multipart and later (PutObjectRetention, by version too), legal holds, and what a lock refuses:
 removing a protected version (DeleteObject and DeleteObjects with a version id), shortening
 COMPLIANCE retention, shortening or removing GOVERNANCE retention without the bypass, and the
-bypass itself when a bucket policy denies it. boto3 and aws-cli, against a real server.
+bypass itself when a bucket policy denies it. boto3 and aws-cli, against a real server and
+(PACKRAT_TEST_TARGET=cluster) through a cluster gateway.
 
 Retention that must run out in a test lasts a few seconds; GOVERNANCE retention is removed with
 the bypass, so every test leaves its bucket empty and deleted."""
@@ -17,8 +18,6 @@ import pytest
 from conftest import Server
 from test_awscli import aws
 from test_bucket_policy import code_of, user
-
-pytestmark = pytest.mark.local_only("Object Lock is not yet through a cluster gateway (README compatibility table)")
 
 _n = [0]
 
@@ -269,6 +268,7 @@ def test_awscli_object_lock(server, s3):
     drop(s3, b)
 
 
+@pytest.mark.local_only("one server killed and restarted (test_cluster.py kills nodes)")
 def test_locks_survive_kill_9(workdir):
     """The bucket's configuration and each version's lock are in the index records written
     with the acknowledged write: a kill -9 loses neither, and the refusal holds after it."""

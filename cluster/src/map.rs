@@ -426,6 +426,9 @@ pub struct BucketRecord {
     /// Versioning once set (PutBucketVersioning); `None` for a bucket that never had it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<crate::wire::WireVersioning>,
+    /// Object Lock once enabled (never disabled; versioning is then enabled for good).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::wire::WireLockConfig>,
 }
 
 /// Every bucket in etcd.

@@ -19,8 +19,9 @@ use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::wire::{
     BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, MD5_META, META_HEADER,
-    NodeClient, PUT_HEADER, SECRET_HEADER, VER_META, WireBatchItem, WireEntry, WireError, WireMeta,
-    WirePage, WirePut, WireRefusal, WireVersioning, decode, encode, hop_timeout, is_node_meta,
+    NodeClient, PUT_HEADER, SECRET_HEADER, VER_META, WireBatchItem, WireEntry, WireError,
+    WireLockChange, WireMeta, WirePage, WirePut, WireRefusal, WireVersioning, decode, encode,
+    hop_timeout, is_node_meta,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -510,6 +511,17 @@ impl Node {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok());
         match method {
+            Method::PUT if q.contains_key("lock") => {
+                let body = body_of_request(req, "lock change").await?;
+                let change: WireLockChange = serde_json::from_slice(&body)
+                    .map_err(|e| StoreError::Invalid(format!("bad lock change: {e}")))?;
+                let id = q.get("version").map(String::as_str);
+                let bypass = q.contains_key("bypass");
+                let locked = self
+                    .change_lock(&map, bid, pg, &key, cv, id, change, bypass)
+                    .await?;
+                Ok(json(200, &locked))
+            }
             Method::PUT => {
                 let put: WirePut = put_header(&req, "write")?;
                 let body = body_of_request(req, "write").await?;
@@ -543,7 +555,10 @@ impl Node {
             }
             Method::DELETE if q.contains_key("version") => {
                 let id = q.get("version").cloned().unwrap_or_default();
-                let deleted = self.delete_version(&map, bid, pg, &key, cv, &id).await?;
+                let bypass = q.contains_key("bypass");
+                let deleted = self
+                    .delete_version(&map, bid, pg, &key, cv, &id, bypass)
+                    .await?;
                 Ok(json(200, &deleted))
             }
             Method::DELETE => {

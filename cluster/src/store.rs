@@ -18,8 +18,8 @@ use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::{
     Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NodeClient, PUT_HEADER,
-    READ_TIMEOUT, WireDeleted, WireMeta, WirePage, WirePut, WireRefusal, WireVersioning, encode,
-    hop_timeout, version_seq,
+    READ_TIMEOUT, WireDeleted, WireLockChange, WireLockConfig, WireLocked, WireMeta, WirePage,
+    WirePut, WireRefusal, WireVersioning, encode, hop_timeout, version_seq,
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
@@ -27,7 +27,7 @@ use http::Method;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::lifecycle::Rule;
-use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
+use packrat_store_api::lock::{LockChange, LockCheck, LockConfig, ObjectLock};
 use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, Clock, CompleteAs, CompletePart, Identity,
     ListQuery, NewBucket, NewUpload, ObjectInfo, ObjectPage, ObjectRead, ObjectStore,
@@ -671,15 +671,16 @@ impl ClusterStore {
                 Some(WireVersioning::Enabled) => Versioning::Enabled,
                 Some(WireVersioning::Suspended) => Versioning::Suspended,
             },
-            object_lock: None,
+            object_lock: rec.object_lock.map(|l| l.config()),
         }
     }
 
-    /// Changes a bucket's record in etcd (compare-and-swap, retried on a race).
+    /// Changes a bucket's record in etcd (compare-and-swap, retried on a race); `edit` may
+    /// refuse the change, judging the record as it is in etcd.
     async fn edit_bucket(
         &self,
         bucket: &Bucket,
-        edit: impl Fn(&mut BucketRecord),
+        edit: impl Fn(&mut BucketRecord) -> StoreResult<()>,
     ) -> StoreResult<()> {
         let rest = format!("buckets/{}", bucket.name);
         for _ in 0..16 {
@@ -694,7 +695,7 @@ impl ClusterStore {
             if rec.id != bucket.id {
                 return Err(StoreError::NoSuchBucket);
             }
-            edit(&mut rec);
+            edit(&mut rec)?;
             let value =
                 serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket record", e))?;
             if self
@@ -958,9 +959,6 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn create_bucket(&self, new: NewBucket) -> StoreResult<Bucket> {
-        if new.object_lock {
-            return Err(not_in_cluster("Object Lock"));
-        }
         let unavailable = StoreError::Unavailable;
         let id = loop {
             let current = self.etcd.get("bucket-seq").await.map_err(unavailable)?;
@@ -987,7 +985,9 @@ impl ObjectStore for ClusterStore {
             public_read: new.public_read,
             lifecycle: None,
             configs: Default::default(),
-            versioning: None,
+            // Object Lock turns versioning on for good.
+            versioning: new.object_lock.then_some(WireVersioning::Enabled),
+            object_lock: new.object_lock.then(WireLockConfig::default),
         };
         let value = serde_json::to_vec(&rec).map_err(|e| StoreError::internal("bucket", e))?;
         if !self
@@ -1069,20 +1069,46 @@ impl ObjectStore for ClusterStore {
                 "a bucket's versioning can be Enabled or Suspended, never turned off".into(),
             ));
         };
-        self.edit_bucket(bucket, |r| r.versioning = Some(v)).await
+        self.edit_bucket(bucket, |r| {
+            if v == WireVersioning::Suspended && r.object_lock.is_some() {
+                return Err(StoreError::InvalidBucketState(
+                    "An Object Lock configuration is present on this bucket, so the versioning state cannot be changed.".into(),
+                ));
+            }
+            r.versioning = Some(v);
+            Ok(())
+        })
+        .await
     }
 
-    async fn set_lock_config(&self, _: &Bucket, _: LockConfig) -> StoreResult<()> {
-        Err(not_in_cluster("Object Lock"))
+    async fn set_lock_config(&self, bucket: &Bucket, config: LockConfig) -> StoreResult<()> {
+        let lock = WireLockConfig::of(&config);
+        self.edit_bucket(bucket, |r| {
+            if r.versioning != Some(WireVersioning::Enabled) {
+                return Err(StoreError::InvalidBucketState(
+                    "Versioning must be 'Enabled' on the bucket to apply a Object Lock configuration".into(),
+                ));
+            }
+            r.object_lock = Some(lock);
+            Ok(())
+        })
+        .await
     }
 
     async fn set_bucket_public(&self, bucket: &Bucket, public: bool) -> StoreResult<()> {
-        self.edit_bucket(bucket, |r| r.public_read = public).await
+        self.edit_bucket(bucket, |r| {
+            r.public_read = public;
+            Ok(())
+        })
+        .await
     }
 
     async fn put_lifecycle(&self, bucket: &Bucket, rules: Vec<Rule>) -> StoreResult<()> {
-        self.edit_bucket(bucket, |r| r.lifecycle = Some(rules.clone()))
-            .await
+        self.edit_bucket(bucket, |r| {
+            r.lifecycle = Some(rules.clone());
+            Ok(())
+        })
+        .await
     }
 
     async fn get_lifecycle(&self, bucket: &Bucket) -> StoreResult<Option<Vec<Rule>>> {
@@ -1097,7 +1123,11 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn delete_lifecycle(&self, bucket: &Bucket) -> StoreResult<()> {
-        self.edit_bucket(bucket, |r| r.lifecycle = None).await
+        self.edit_bucket(bucket, |r| {
+            r.lifecycle = None;
+            Ok(())
+        })
+        .await
     }
 
     async fn put_bucket_config(
@@ -1108,13 +1138,12 @@ impl ObjectStore for ClusterStore {
     ) -> StoreResult<()> {
         use base64::Engine as _;
         let doc = doc.map(|d| base64::engine::general_purpose::STANDARD.encode(d));
-        self.edit_bucket(bucket, |r| match &doc {
-            Some(d) => {
-                r.configs.insert(kind.name().to_string(), d.clone());
-            }
-            None => {
-                r.configs.remove(kind.name());
-            }
+        self.edit_bucket(bucket, |r| {
+            match &doc {
+                Some(d) => r.configs.insert(kind.name().to_string(), d.clone()),
+                None => r.configs.remove(kind.name()),
+            };
+            Ok(())
         })
         .await
     }
@@ -1389,9 +1418,15 @@ impl ObjectStore for ClusterStore {
         bucket: &Bucket,
         key: &str,
         version_id: &str,
-        _bypass_governance: bool,
+        check: LockCheck,
     ) -> StoreResult<Deleted> {
-        // No version here has a lock: Object Lock is refused through a cluster.
+        // The head judges the version's lock, once, at its clock; the other members remove
+        // their copies as it decided.
+        let LockCheck::Rules { bypass_governance } = check else {
+            return Err(StoreError::Invalid(
+                "a gateway's removal is judged by its chain's head".into(),
+            ));
+        };
         if version_id != "null" && version_seq(version_id).is_none() {
             return Err(StoreError::Invalid("Invalid version id specified".into()));
         }
@@ -1406,20 +1441,17 @@ impl ObjectStore for ClusterStore {
             });
         }
         let pg = pg_of(bucket.id, key, self.map().pgs);
+        let mut path = format!(
+            "/o/{}/{pg}/{}?version={}",
+            bucket.id,
+            encode(key),
+            encode(version_id)
+        );
+        if bypass_governance {
+            path.push_str("&bypass");
+        }
         let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Method::DELETE,
-                &format!(
-                    "/o/{}/{pg}/{}?version={}",
-                    bucket.id,
-                    encode(key),
-                    encode(version_id)
-                ),
-                &[],
-                Bytes::new(),
-            )
+            .call(pg, Target::Head, Method::DELETE, &path, &[], Bytes::new())
             .await?;
         if ans.status != 200 {
             return Err(ans.error().await);
@@ -1433,13 +1465,46 @@ impl ObjectStore for ClusterStore {
 
     async fn update_lock(
         &self,
-        _: &Bucket,
-        _: &str,
-        _: Option<&str>,
-        _: LockChange,
-        _: bool,
+        bucket: &Bucket,
+        key: &str,
+        version_id: Option<&str>,
+        change: LockChange,
+        check: LockCheck,
     ) -> StoreResult<Option<ObjectLock>> {
-        Err(not_in_cluster("Object Lock"))
+        let LockCheck::Rules { bypass_governance } = check else {
+            return Err(StoreError::Invalid(
+                "a gateway's lock change is judged by its chain's head".into(),
+            ));
+        };
+        if bucket.object_lock.is_none() {
+            return Err(StoreError::InvalidBucketState(
+                "Bucket is missing Object Lock Configuration".into(),
+            ));
+        }
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let mut path = format!("/o/{}/{pg}/{}?lock", bucket.id, encode(key));
+        if let Some(id) = version_id {
+            path.push_str(&format!("&version={}", encode(id)));
+        }
+        if bypass_governance {
+            path.push_str("&bypass");
+        }
+        let body = serde_json::to_vec(&WireLockChange::of(change))
+            .map_err(|e| StoreError::internal("lock change", e))?;
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::from(body))
+            .await?;
+        match ans.status {
+            200 => {
+                let locked: WireLocked = ans.json().await?;
+                Ok(Some(locked.lock()?))
+            }
+            404 => match ans.error().await {
+                StoreError::NoSuchKey => Ok(None),
+                e => Err(e),
+            },
+            _ => Err(ans.error().await),
+        }
     }
 
     async fn list_versions(
@@ -1476,6 +1541,8 @@ impl ObjectStore for ClusterStore {
                     version_id: "null".into(),
                     is_latest: true,
                     delete_marker: false,
+                    // Object Lock needs versioning.
+                    lock: None,
                 })
                 .collect(),
             common_prefixes: page.common_prefixes,

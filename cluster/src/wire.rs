@@ -35,6 +35,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use packrat_store_api::batch::ItemRange;
 use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::lock::{
+    DefaultRetention, LOCK_HEADER, LockChange, LockConfig, LockMode, ObjectLock, Retention,
+};
 use packrat_store_api::{
     ObjectAttrs, ObjectChecksum, ObjectSummary, StoreError, StoreResult, WriteCondition,
 };
@@ -395,6 +398,119 @@ pub struct WireVersionEntry {
     pub latest: bool,
     #[serde(default)]
     pub marker: bool,
+    /// The version's Object Lock as stored (`VersionSummary::lock`): copies between members
+    /// compare it too, so a lock changed while a member was away is caught up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+}
+
+/// A bucket's Object Lock configuration in its etcd record: enabled (for good), with the
+/// default retention if one is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct WireLockConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<WireLockMode>,
+    #[serde(default)]
+    pub days: u32,
+    #[serde(default)]
+    pub years: u32,
+}
+
+/// A retention mode on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireLockMode {
+    Governance,
+    Compliance,
+}
+
+impl WireLockMode {
+    fn of(m: LockMode) -> Self {
+        match m {
+            LockMode::Governance => Self::Governance,
+            LockMode::Compliance => Self::Compliance,
+        }
+    }
+
+    fn mode(self) -> LockMode {
+        match self {
+            Self::Governance => LockMode::Governance,
+            Self::Compliance => LockMode::Compliance,
+        }
+    }
+}
+
+impl WireLockConfig {
+    pub fn of(c: &LockConfig) -> Self {
+        match c.default_retention {
+            None => Self::default(),
+            Some(d) => Self {
+                mode: Some(WireLockMode::of(d.mode)),
+                days: d.days,
+                years: d.years,
+            },
+        }
+    }
+
+    pub fn config(&self) -> LockConfig {
+        LockConfig {
+            default_retention: self.mode.map(|m| DefaultRetention {
+                mode: m.mode(),
+                days: self.days,
+                years: self.years,
+            }),
+        }
+    }
+}
+
+/// A change of a version's lock as a chain step carries it (`PUT /o/..?lock&version=ID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireLockChange {
+    /// A new retention (mode and end, ms since the epoch), or none.
+    Retention(Option<(WireLockMode, i64)>),
+    LegalHold(bool),
+}
+
+impl WireLockChange {
+    pub fn of(c: LockChange) -> Self {
+        match c {
+            LockChange::Retention(r) => {
+                Self::Retention(r.map(|r| (WireLockMode::of(r.mode), r.until_ms)))
+            }
+            LockChange::LegalHold(on) => Self::LegalHold(on),
+        }
+    }
+
+    pub fn change(self) -> LockChange {
+        match self {
+            Self::Retention(r) => LockChange::Retention(r.map(|(mode, until_ms)| Retention {
+                mode: mode.mode(),
+                until_ms,
+            })),
+            Self::LegalHold(on) => LockChange::LegalHold(on),
+        }
+    }
+}
+
+/// What a lock change left (`PUT /o/..?lock`): the version it changed and its lock now, as
+/// stored (`None` once nothing is kept).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct WireLocked {
+    pub version_id: String,
+    pub lock: Option<String>,
+}
+
+impl WireLocked {
+    /// The lock, read back.
+    pub fn lock(&self) -> StoreResult<ObjectLock> {
+        let headers: Vec<(String, String)> = self
+            .lock
+            .iter()
+            .map(|v| (LOCK_HEADER.to_string(), v.clone()))
+            .collect();
+        ObjectLock::of(&headers).map_err(|e| StoreError::internal("object lock", e))
+    }
 }
 
 /// What a delete by version id removed (`DELETE /o/..?version=ID`).
@@ -611,6 +727,7 @@ impl WireError {
             StoreError::InvalidPartOrder => (400, "InvalidPartOrder"),
             StoreError::EntityTooSmall => (400, "EntityTooSmall"),
             StoreError::Unavailable(_) => (503, "Unavailable"),
+            StoreError::ObjectLocked(_) => (403, "ObjectLocked"),
             StoreError::Corrupt(_) | StoreError::Unrecoverable(_) | StoreError::TierData(_) => {
                 (500, "Corrupt")
             }
@@ -647,6 +764,8 @@ impl WireError {
             "Unavailable" => StoreError::Unavailable(self.detail),
             "InsufficientStorage" => StoreError::InsufficientStorage(self.detail),
             "Corrupt" => StoreError::Corrupt(self.detail),
+            // The reason's text is the one the lock module gives (the client reads it).
+            "ObjectLocked" => StoreError::ObjectLocked(packrat_store_api::lock::PROTECTED),
             k => match ChecksumAlgorithm::from_name(k) {
                 Some(a) => StoreError::BadDigest(packrat_store_api::Digest::Checksum(a)),
                 None => StoreError::internal("storage node", self.detail),

@@ -9,6 +9,7 @@
 use crate::checksum::{ChecksumAlgorithm, Hasher};
 use crate::error::{Digest, StoreError, StoreResult};
 use crate::lifecycle::Rule;
+use crate::lock::LockCheck;
 use crate::types::*;
 use crate::{ByteSource, ObjectStore};
 use bytes::Bytes;
@@ -288,7 +289,10 @@ pub async fn versions(store: &dyn ObjectStore) {
     }
     assert_eq!(paged.len(), 3, "{paged:?}");
     // Removing the marker makes the newest object current again.
-    store.delete_version(&b, "k", &marker, false).await.unwrap();
+    store
+        .delete_version(&b, "k", &marker, LockCheck::rules(false))
+        .await
+        .unwrap();
     let current = head(store, &b, "k").await.unwrap();
     assert_eq!(read(store, &current, 0, current.size).await, b"second");
     assert!(
@@ -327,14 +331,20 @@ pub async fn versions(store: &dyn ObjectStore) {
     // version left (a marker too) is not empty.
     store.delete_object(&b, "n").await.unwrap();
     for id in [&v2, &v1] {
-        store.delete_version(&b, "k", id, false).await.unwrap();
+        store
+            .delete_version(&b, "k", id, LockCheck::rules(false))
+            .await
+            .unwrap();
     }
     assert!(matches!(
         store.delete_bucket(&b).await,
         Err(StoreError::BucketNotEmpty)
     ));
     // The marker is removed by its id, `null`.
-    store.delete_version(&b, "n", "null", false).await.unwrap();
+    store
+        .delete_version(&b, "n", "null", LockCheck::rules(false))
+        .await
+        .unwrap();
     store.delete_bucket(&b).await.unwrap();
 }
 
@@ -970,6 +980,193 @@ pub async fn listing_summaries(store: &dyn ObjectStore) {
     }
 }
 
+/// Object Lock: a bucket created with it has versioning enabled for good and keeps its
+/// default retention; a version's lock (stored among its headers) refuses its removal and
+/// shortening its retention unless the rules allow, is listed with the version, and goes
+/// with the bypass once no legal hold is on.
+pub async fn object_lock(store: &dyn ObjectStore) {
+    use crate::lock::{
+        DefaultRetention, LOCK_HEADER, LockChange, LockConfig, LockMode, ObjectLock, Retention,
+    };
+    let n = NEXT_BUCKET.fetch_add(1, Ordering::Relaxed);
+    let created = store
+        .create_bucket(NewBucket {
+            name: format!("conf-lock-{n}"),
+            owner_id: "owner-1".into(),
+            owner_name: "one".into(),
+            created_ms: 1_700_000_000_000,
+            public_read: false,
+            object_lock: true,
+        })
+        .await
+        .expect("creating a bucket with Object Lock");
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    assert_eq!(b.versioning, Versioning::Enabled);
+    assert_eq!(b.object_lock, Some(LockConfig::default()));
+    assert!(
+        matches!(
+            store.set_versioning(&b, Versioning::Suspended).await,
+            Err(StoreError::InvalidBucketState(_))
+        ),
+        "Object Lock keeps versioning enabled"
+    );
+    let config = LockConfig {
+        default_retention: Some(DefaultRetention {
+            mode: LockMode::Governance,
+            days: 3,
+            years: 0,
+        }),
+    };
+    store.set_lock_config(&b, config).await.unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    assert_eq!(b.object_lock, Some(config));
+
+    let far = 4_000_000_000_000;
+    let mut with_lock = PutObject::default();
+    ObjectLock {
+        retention: Some(Retention {
+            mode: LockMode::Governance,
+            until_ms: far,
+        }),
+        legal_hold: None,
+    }
+    .store(&mut with_lock.attrs.headers);
+    let v1 = put_with(store, &b, "k", b"locked", with_lock)
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let v2 = put(store, &b, "k", b"free").await.version_id.unwrap();
+    let lock_of = |found: Option<FoundVersion>| match found {
+        Some(FoundVersion::Object(o)) => ObjectLock::of(&o.attrs.headers).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let stored = lock_of(store.find_version(&b, "k", Some(&v1)).await.unwrap());
+    assert_eq!(stored.retention.map(|r| r.until_ms), Some(far));
+    let all = VersionQuery {
+        max_keys: 1000,
+        ..Default::default()
+    };
+    let listed = store.list_versions(&b, &all).await.unwrap();
+    let locks: Vec<_> = listed
+        .versions
+        .iter()
+        .map(|v| (v.version_id.clone(), v.lock.is_some()))
+        .collect();
+    assert_eq!(locks, [(v2.clone(), false), (v1.clone(), true)]);
+    assert!(
+        listed.versions[1]
+            .lock
+            .as_deref()
+            .is_some_and(|l| l.starts_with("GOVERNANCE")),
+        "{:?} ({LOCK_HEADER})",
+        listed.versions[1].lock
+    );
+
+    let locked = |r: StoreResult<Deleted>| matches!(r, Err(StoreError::ObjectLocked(_)));
+    assert!(locked(
+        store
+            .delete_version(&b, "k", &v1, LockCheck::rules(false))
+            .await
+    ));
+    let shorter = LockChange::Retention(Some(Retention {
+        mode: LockMode::Governance,
+        until_ms: far - 1,
+    }));
+    assert!(matches!(
+        store
+            .update_lock(&b, "k", Some(&v1), shorter, LockCheck::rules(false))
+            .await,
+        Err(StoreError::ObjectLocked(_))
+    ));
+    let held = store
+        .update_lock(
+            &b,
+            "k",
+            Some(&v1),
+            LockChange::LegalHold(true),
+            LockCheck::rules(false),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.legal_hold, Some(true));
+    assert!(
+        locked(
+            store
+                .delete_version(&b, "k", &v1, LockCheck::rules(true))
+                .await
+        ),
+        "the bypass never lifts a legal hold"
+    );
+    let now = store
+        .update_lock(&b, "k", Some(&v1), shorter, LockCheck::rules(true))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.retention.map(|r| r.until_ms), Some(far - 1));
+    assert_eq!(
+        lock_of(store.find_version(&b, "k", Some(&v1)).await.unwrap()),
+        now
+    );
+    // The current version by key alone; a version that is not there.
+    let current = store
+        .update_lock(
+            &b,
+            "k",
+            None,
+            LockChange::LegalHold(false),
+            LockCheck::rules(false),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(current.legal_hold, Some(false));
+    assert_eq!(
+        lock_of(store.find_version(&b, "k", Some(&v2)).await.unwrap()).legal_hold,
+        Some(false)
+    );
+    assert_eq!(
+        store
+            .update_lock(
+                &b,
+                "k",
+                Some("0000000000000001"),
+                LockChange::LegalHold(true),
+                LockCheck::rules(false),
+            )
+            .await
+            .unwrap(),
+        None
+    );
+    store
+        .update_lock(
+            &b,
+            "k",
+            Some(&v1),
+            LockChange::LegalHold(false),
+            LockCheck::rules(false),
+        )
+        .await
+        .unwrap();
+    store
+        .delete_version(&b, "k", &v1, LockCheck::rules(true))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .find_version(&b, "k", Some(&v1))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    store
+        .delete_version(&b, "k", &v2, LockCheck::rules(false))
+        .await
+        .unwrap();
+    store.delete_bucket(&b).await.unwrap();
+}
+
 /// One `#[test]` per check against the store that `$make` (an `async fn() -> Arc<dyn
 /// ObjectStore>`, called once per test) opens.
 #[macro_export]
@@ -979,7 +1176,7 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads, tar_members, versions);
+            multipart_uploads, tar_members, versions, object_lock);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

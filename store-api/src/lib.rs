@@ -171,26 +171,25 @@ pub trait ObjectStore: Send + Sync + 'static {
     ) -> StoreResult<Option<FoundVersion>>;
     /// Removes one version for good (an object or a delete marker); the newest remaining
     /// becomes current. A version that does not exist is not an error (nothing is removed).
-    /// `ObjectLocked` if its lock protects it (see [`lock`]); `bypass_governance` lets a
-    /// GOVERNANCE retention go (the caller checked that it may).
+    /// `ObjectLocked` if its lock protects it as `check` judges (see [`lock`]).
     async fn delete_version(
         &self,
         bucket: &Bucket,
         key: &str,
         version_id: &str,
-        bypass_governance: bool,
+        check: lock::LockCheck,
     ) -> StoreResult<Deleted>;
     /// Changes the lock of one version (the current object when `version_id` is `None`), as
-    /// [`lock::ObjectLock::apply`] allows, atomically with the key's other writes; answers its
-    /// lock now, or `None` when there is no such version (a delete marker has no lock:
-    /// `Invalid`).
+    /// [`lock::ObjectLock::apply_by`] allows with `check`, atomically with the key's other
+    /// writes; answers its lock now, or `None` when there is no such version (a delete marker
+    /// has no lock: `Invalid`).
     async fn update_lock(
         &self,
         bucket: &Bucket,
         key: &str,
         version_id: Option<&str>,
         change: lock::LockChange,
-        bypass_governance: bool,
+        check: lock::LockCheck,
     ) -> StoreResult<Option<lock::ObjectLock>>;
     /// One page of the bucket's versions and delete markers.
     async fn list_versions(

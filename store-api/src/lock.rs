@@ -70,6 +70,26 @@ pub enum LockChange {
     LegalHold(bool),
 }
 
+/// Who judges a version's lock when the version is removed for good or its lock is changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockCheck {
+    /// The store judges by S3's rules at its own clock; `bypass_governance` lets a GOVERNANCE
+    /// retention go (the caller checked that it may).
+    Rules { bypass_governance: bool },
+    /// Judged already, once, by whoever orders the key's writes (a cluster chain's head, at
+    /// its clock): the store does as asked. A replica that judged again by its own clock could
+    /// refuse what its head allowed (a retention ending between the two readings), and its
+    /// copy of the key would part from the others'. Never from a client's request.
+    Decided,
+}
+
+impl LockCheck {
+    /// S3's rules, with the bypass or without.
+    pub fn rules(bypass_governance: bool) -> Self {
+        LockCheck::Rules { bypass_governance }
+    }
+}
+
 /// Why a lock refuses what was asked (the text is meant for the client).
 pub const PROTECTED: &str = "Access Denied because object protected by object lock.";
 
@@ -136,6 +156,33 @@ impl ObjectLock {
             Some(r) if r.mode == LockMode::Compliance => Err(PROTECTED),
             Some(_) if !bypass_governance => Err(PROTECTED),
             _ => Ok(()),
+        }
+    }
+
+    /// `Err` with the reason when `check` refuses the version's removal at `now_ms`.
+    pub fn check_removal_by(&self, now_ms: i64, check: LockCheck) -> Result<(), &'static str> {
+        match check {
+            LockCheck::Rules { bypass_governance } => self.check_removal(now_ms, bypass_governance),
+            LockCheck::Decided => Ok(()),
+        }
+    }
+
+    /// Applies `change` at `now_ms` if `check` allows it; `Err` with the reason if not.
+    pub fn apply_by(
+        &mut self,
+        change: LockChange,
+        now_ms: i64,
+        check: LockCheck,
+    ) -> Result<(), &'static str> {
+        match check {
+            LockCheck::Rules { bypass_governance } => self.apply(change, now_ms, bypass_governance),
+            LockCheck::Decided => {
+                match change {
+                    LockChange::LegalHold(on) => self.legal_hold = Some(on),
+                    LockChange::Retention(new) => self.retention = new,
+                }
+                Ok(())
+            }
         }
     }
 

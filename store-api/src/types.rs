@@ -73,6 +73,9 @@ pub struct VersionSummary {
     pub version_id: String,
     pub is_latest: bool,
     pub delete_marker: bool,
+    /// The version's Object Lock as stored (the value of [`crate::lock::LOCK_HEADER`]), so
+    /// copies of a key's history can be compared lock and all; never shown to clients.
+    pub lock: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]

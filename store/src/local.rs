@@ -23,7 +23,7 @@ use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Rep
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
-use packrat_store_api::lock::{LockChange, LockConfig, ObjectLock};
+use packrat_store_api::lock::{LOCK_HEADER, LockChange, LockCheck, LockConfig, ObjectLock};
 use packrat_store_api::stream::KeyList;
 use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, CompleteAs, CompletePart, Identity, ListQuery,
@@ -901,7 +901,7 @@ impl ObjectStore for LocalStore {
         bucket: &Bucket,
         key: &str,
         version_id: &str,
-        bypass_governance: bool,
+        check: LockCheck,
     ) -> StoreResult<Deleted> {
         let id = VersionId::parse(version_id)?;
         if bucket.versioning == Versioning::Unversioned {
@@ -915,7 +915,7 @@ impl ObjectStore for LocalStore {
         }
         Ok(self
             .engine
-            .delete_version(bucket.id, key, id, version_id, bypass_governance)
+            .delete_version(bucket.id, key, id, version_id, check)
             .await?)
     }
 
@@ -925,12 +925,12 @@ impl ObjectStore for LocalStore {
         key: &str,
         version_id: Option<&str>,
         change: LockChange,
-        bypass_governance: bool,
+        check: LockCheck,
     ) -> StoreResult<Option<ObjectLock>> {
         let id = version_id.map(VersionId::parse).transpose()?;
         Ok(self
             .engine
-            .update_lock(bucket.id, key, id, change, bypass_governance)
+            .update_lock(bucket.id, key, id, change, check)
             .await?)
     }
 
@@ -975,6 +975,11 @@ impl ObjectStore for LocalStore {
                     version_id: rec.version_id(),
                     is_latest,
                     delete_marker: rec.is_delete_marker(),
+                    lock: rec
+                        .headers
+                        .iter()
+                        .find(|(k, _)| k == LOCK_HEADER)
+                        .map(|(_, v)| v.clone()),
                 });
             }
             if out.truncated {

@@ -13,7 +13,7 @@ use crate::error::{EngineError, EngineResult};
 use packrat_index::records::{VERSION_DELETE_MARKER, VERSION_NULL};
 use packrat_index::{BucketLock, ObjectOp, ObjectRecord};
 use packrat_store_api::lock::{
-    DefaultRetention, LockChange, LockConfig, LockMode, ObjectLock, PROTECTED,
+    DefaultRetention, LockChange, LockCheck, LockConfig, LockMode, ObjectLock, PROTECTED,
 };
 use packrat_store_api::{Deleted, StoreError, Versioning};
 use std::sync::atomic::Ordering;
@@ -94,10 +94,13 @@ pub(crate) fn bucket_lock_of(c: &LockConfig) -> BucketLock {
 
 /// `ObjectLocked` unless the version's lock lets it be removed now. A lock that cannot be
 /// read protects its version (removal is the one thing that cannot be taken back).
-fn check_removal(rec: &ObjectRecord, now_ms: i64, bypass_governance: bool) -> EngineResult<()> {
+fn check_removal(rec: &ObjectRecord, now_ms: i64, check: LockCheck) -> EngineResult<()> {
+    if check == LockCheck::Decided {
+        return Ok(());
+    }
     ObjectLock::of(&rec.headers)
         .map_err(|_| PROTECTED)
-        .and_then(|l| l.check_removal(now_ms, bypass_governance))
+        .and_then(|l| l.check_removal_by(now_ms, check))
         .map_err(|why| EngineError(StoreError::ObjectLocked(why)))
 }
 
@@ -403,7 +406,7 @@ impl Engine {
         key: &str,
         id: VersionId,
         shown_id: &str,
-        bypass_governance: bool,
+        check: LockCheck,
     ) -> EngineResult<Deleted> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(found) = self.locate_version(bucket_id, key, id)? else {
@@ -412,7 +415,7 @@ impl Engine {
                 delete_marker: false,
             });
         };
-        check_removal(&found.record, self.clock.now_ms(), bypass_governance)?;
+        check_removal(&found.record, self.clock.now_ms(), check)?;
         let k = || key.to_string();
         let mut ops = Vec::new();
         let current_left = if found.current {
@@ -464,7 +467,7 @@ impl Engine {
         key: &str,
         id: Option<VersionId>,
         change: LockChange,
-        bypass_governance: bool,
+        check: LockCheck,
     ) -> EngineResult<Option<ObjectLock>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let found = match id {
@@ -491,7 +494,7 @@ impl Engine {
         }
         let mut lock = ObjectLock::of(&record.headers)
             .map_err(|e| EngineError(StoreError::internal("object lock", e)))?;
-        lock.apply(change, self.clock.now_ms(), bypass_governance)
+        lock.apply_by(change, self.clock.now_ms(), check)
             .map_err(|why| EngineError(StoreError::ObjectLocked(why)))?;
         lock.store(&mut record.headers);
         let (key, record) = (key.to_string(), Box::new(record));

@@ -260,3 +260,78 @@ async fn chosen_versions_land_where_their_sequence_places_them() {
         }
     }
 }
+
+/// A lock judged elsewhere (`LockCheck::Decided`, as a chain's later members apply what the
+/// head decided): the store removes a version whose COMPLIANCE retention and legal hold would
+/// refuse it by S3's rules, and applies a change the rules refuse at its own clock; the same
+/// requests under the rules are refused and change nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decided_lock_check_does_as_asked() {
+    use packrat_store_api::lock::{LockChange, LockCheck, LockMode, ObjectLock, Retention};
+    let dir = tempfile::tempdir().unwrap();
+    let store = LocalStore::open(LocalOptions::new(dir.path().to_path_buf()))
+        .unwrap()
+        .store;
+    let s: &dyn ObjectStore = &store;
+    let b = s
+        .create_bucket(NewBucket {
+            name: "held".into(),
+            owner_id: "o".into(),
+            owner_name: "o".into(),
+            created_ms: 1,
+            public_read: false,
+            object_lock: true,
+        })
+        .await
+        .unwrap();
+    let far = Retention {
+        mode: LockMode::Compliance,
+        until_ms: 4_000_000_000_000,
+    };
+    let mut with_lock = PutObject {
+        version_as: Some(v(10)),
+        ..Default::default()
+    };
+    ObjectLock {
+        retention: Some(far),
+        legal_hold: Some(true),
+    }
+    .store(&mut with_lock.attrs.headers);
+    let id = s
+        .put_object(
+            &b,
+            "k",
+            &mut Once(Some(bytes::Bytes::from_static(b"kept"))),
+            with_lock,
+        )
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let shorter = LockChange::Retention(Some(Retention {
+        until_ms: far.until_ms - 1,
+        ..far
+    }));
+    assert!(
+        s.update_lock(&b, "k", Some(&id), shorter, LockCheck::rules(true))
+            .await
+            .is_err()
+    );
+    assert!(
+        s.delete_version(&b, "k", &id, LockCheck::rules(true))
+            .await
+            .is_err()
+    );
+    assert_eq!(history(s, &b).await.len(), 1, "refusals change nothing");
+    let now = s
+        .update_lock(&b, "k", Some(&id), shorter, LockCheck::Decided)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.retention.map(|r| r.until_ms), Some(far.until_ms - 1));
+    assert_eq!(now.legal_hold, Some(true));
+    s.delete_version(&b, "k", &id, LockCheck::Decided)
+        .await
+        .unwrap();
+    assert!(history(s, &b).await.is_empty());
+}

@@ -23,6 +23,7 @@ use crate::wire::{
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::lock::LockCheck;
 use packrat_store_api::{
     Bucket, CompleteAs, CompletePart, NewUpload, ObjectInfo, Part, PutObject, PutPart, StoreError,
     UploadQuery, VersionAs, WriteCondition,
@@ -921,7 +922,7 @@ impl Node {
             match (version_as, &info.version_id) {
                 (Some(_), Some(id)) => {
                     self.store
-                        .delete_version(&super::with_versions(objects), key, id, true)
+                        .delete_version(&super::with_versions(objects), key, id, LockCheck::Decided)
                         .await?;
                 }
                 _ => {

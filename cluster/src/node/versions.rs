@@ -22,15 +22,16 @@
 //! the source does not have (a version deleted by id while it was away, or one that never
 //! committed).
 
-use super::{Asker, Fail, Node, NodeResp, cv_of, json, meta_of, with_versions};
+use super::{Asker, Fail, KeyStep, Node, NodeResp, cv_of, json, meta_of, with_versions};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
 use crate::wire::{
-    CV_HEADER, WireDeleted, WireEntry, WireMeta, WireVersionEntry, WireVersionPage, encode,
-    version_seq,
+    CV_HEADER, WireDeleted, WireEntry, WireLockChange, WireLocked, WireMeta, WireVersionEntry,
+    WireVersionPage, encode, version_seq,
 };
 use bytes::Bytes;
 use http::Method;
+use packrat_store_api::lock::LockCheck;
 use packrat_store_api::{
     Bucket, FoundVersion, StoreError, StoreResult, VersionAs, VersionQuery, VersionSummary,
 };
@@ -42,15 +43,27 @@ fn entry_of(v: &VersionSummary) -> WireVersionEntry {
         version_id: v.version_id.clone(),
         latest: v.is_latest,
         marker: v.delete_marker,
+        lock: v.lock.clone(),
     }
 }
 
-/// Whether two listed versions are the same version.
+/// Whether two listed versions are the same version, with the same Object Lock.
 fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
     a.version_id == b.version_id
         && a.marker == b.marker
         && a.entry.etag == b.entry.etag
         && a.entry.last_modified_ms == b.entry.last_modified_ms
+        && a.lock == b.lock
+}
+
+/// Who judges a history step's lock at this member: the head, by S3's rules at its clock
+/// (with the caller's bypass); every later member does as the head decided.
+fn lock_check(at_head: bool, bypass_governance: bool) -> LockCheck {
+    if at_head {
+        LockCheck::rules(bypass_governance)
+    } else {
+        LockCheck::Decided
+    }
 }
 
 impl Node {
@@ -71,10 +84,54 @@ impl Node {
         )
     }
 
-    /// `DELETE /o/..?version=ID`: removes one version of a key for good, on every member
-    /// (a chain step: the head gives it a `cv`, each member removes its copy and hands it
-    /// on). Removing a version a member does not have is not an error, so a retried step is
-    /// harmless.
+    /// Begins a step of a key's history that is not a write (a removal by version id, a
+    /// lock change): the key is marked dirty and the step kept for a re-send until it is
+    /// handed on.
+    async fn begin_history_step<'a>(
+        &'a self,
+        map: &'a ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &'a str,
+        cv: Option<u64>,
+    ) -> Result<KeyStep<'a>, Fail> {
+        self.note_versioned(bid);
+        let step = self.begin_step(map, bid, pg, key, cv, true).await?;
+        self.mark_dirty(bid, key, step.cv);
+        if let Ok(mut h) = self.history_steps.lock() {
+            h.insert((bid, key.to_string()), step.cv);
+        }
+        Ok(step)
+    }
+
+    /// A history step this member refused (or could not apply): nothing to hand on.
+    fn drop_history_step(&self, step: KeyStep<'_>) {
+        self.clear_dirty(step.bid, step.key, step.cv);
+        self.history_step_done(step.bid, step.key, step.cv);
+    }
+
+    /// Hands a history step applied here on down the chain (`method path body`).
+    async fn end_history_step(
+        &self,
+        map: &ClusterMap,
+        step: KeyStep<'_>,
+        method: Method,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(), Fail> {
+        let (bid, key, cv) = (step.bid, step.key.to_string(), step.cv);
+        let headers = [(CV_HEADER, cv.to_string())];
+        self.end_step(map, step, method, path, &headers, body, None)
+            .await?;
+        self.history_step_done(bid, &key, cv);
+        Ok(())
+    }
+
+    /// `DELETE /o/..?version=ID[&bypass]`: removes one version of a key for good, on every
+    /// member (a chain step: the head gives it a `cv` and judges the version's lock, each
+    /// member removes its copy and hands it on). Removing a version a member does not have is
+    /// not an error, so a retried step is harmless.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn delete_version(
         &self,
         map: &ClusterMap,
@@ -83,42 +140,96 @@ impl Node {
         key: &str,
         cv: Option<u64>,
         id: &str,
+        bypass_governance: bool,
     ) -> Result<WireDeleted, Fail> {
-        self.note_versioned(bid);
-        let step = self.begin_step(map, bid, pg, key, cv, true).await?;
-        let cv = step.cv;
-        self.mark_dirty(bid, key, cv);
-        if let Ok(mut h) = self.history_steps.lock() {
-            h.insert((bid, key.to_string()), cv);
-        }
-        // Object Lock is not offered through a cluster, so no version here has a lock.
+        let step = self.begin_history_step(map, bid, pg, key, cv).await?;
+        let check = lock_check(step.at_head(), bypass_governance);
         let removed = self
             .store
-            .delete_version(&with_versions(&step.objects), key, id, true)
+            .delete_version(&with_versions(&step.objects), key, id, check)
             .await;
         let removed = match removed {
             Ok(d) => d,
             Err(e) => {
-                self.clear_dirty(bid, key, cv);
+                self.drop_history_step(step);
                 return Err(e.into());
             }
         };
         let path = format!("/o/{bid}/{pg}/{}?version={}", encode(key), encode(id));
-        let headers = [(CV_HEADER, cv.to_string())];
-        self.end_step(
-            map,
-            step,
-            Method::DELETE,
-            &path,
-            &headers,
-            Bytes::new(),
-            None,
-        )
-        .await?;
-        self.history_step_done(bid, key, cv);
+        self.end_history_step(map, step, Method::DELETE, &path, Bytes::new())
+            .await?;
         Ok(WireDeleted {
             version_id: removed.version_id,
             delete_marker: removed.delete_marker,
+        })
+    }
+
+    /// `PUT /o/..?lock[&version=ID][&bypass]` with a [`WireLockChange`]: changes the Object
+    /// Lock of one version (the current object without an id) on every member. The head
+    /// names the version (a change by key alone acts on the version current there) and
+    /// judges the change by S3's rules at its clock; each member applies it as decided.
+    /// `NoSuchKey` when the head has no such version.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn change_lock(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        id: Option<&str>,
+        change: WireLockChange,
+        bypass_governance: bool,
+    ) -> Result<WireLocked, Fail> {
+        let step = self.begin_history_step(map, bid, pg, key, cv).await?;
+        let shown = with_versions(&step.objects);
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => match self.store.find_version(&shown, key, None).await {
+                Ok(Some(FoundVersion::Object(info))) => {
+                    info.version_id.unwrap_or_else(|| "null".into())
+                }
+                Ok(_) => {
+                    self.drop_history_step(step);
+                    return Err(StoreError::NoSuchKey.into());
+                }
+                Err(e) => {
+                    self.drop_history_step(step);
+                    return Err(e.into());
+                }
+            },
+        };
+        let check = lock_check(step.at_head(), bypass_governance);
+        let lock = match self
+            .store
+            .update_lock(&shown, key, Some(&id), change.change(), check)
+            .await
+        {
+            Ok(Some(lock)) => Some(lock),
+            // A later member without the version (it parted from the head's history) hands
+            // the change on; catching up will copy the version, lock and all.
+            Ok(None) if !step.at_head() => None,
+            Ok(None) => {
+                self.drop_history_step(step);
+                return Err(StoreError::NoSuchKey.into());
+            }
+            Err(e) => {
+                self.drop_history_step(step);
+                return Err(e.into());
+            }
+        };
+        let path = format!("/o/{bid}/{pg}/{}?lock&version={}", encode(key), encode(&id));
+        let body =
+            serde_json::to_vec(&change).map_err(|e| StoreError::internal("lock change", e))?;
+        self.end_history_step(map, step, Method::PUT, &path, Bytes::from(body))
+            .await?;
+        let mut stored = Vec::new();
+        if let Some(lock) = lock {
+            lock.store(&mut stored);
+        }
+        Ok(WireLocked {
+            version_id: id,
+            lock: stored.pop().map(|(_, v)| v),
         })
     }
 
@@ -279,6 +390,7 @@ impl Node {
                         version_id: String::new(),
                         latest: false,
                         marker: false,
+                        lock: None,
                     });
                     // Skip the rest of the common prefix.
                     query.key_marker = Some(format!("{cp}{}", char::MAX));
@@ -322,8 +434,9 @@ impl Node {
                 version = m.version_id,
                 "removing a version the source lacks"
             );
+            // As the source has it: a version that never committed goes, lock or not.
             self.store
-                .delete_version(&shown, key, &m.version_id, true)
+                .delete_version(&shown, key, &m.version_id, LockCheck::Decided)
                 .await?;
         }
         // Where each of the source's versions goes: its own sequence, or for a `null` one,

@@ -58,6 +58,7 @@ impl ClusterStore {
                     version_id: e.version_id.clone(),
                     is_latest: e.latest,
                     delete_marker: e.marker,
+                    lock: e.lock.clone(),
                 });
             }
             last = Some(e);

@@ -6,7 +6,8 @@
 
 use super::*;
 use packrat_store_api::lock::{
-    DefaultRetention, LOCK_HEADER, LockChange, LockConfig, LockMode, ObjectLock, Retention,
+    DefaultRetention, LOCK_HEADER, LockChange, LockCheck, LockConfig, LockMode, ObjectLock,
+    Retention,
 };
 
 /// The longest default retention S3 accepts (100 years).
@@ -350,7 +351,7 @@ async fn change_lock(
     let version = obj.version_id.as_deref().unwrap_or("null");
     match state
         .store
-        .update_lock(b, key, Some(version), change, bypass)
+        .update_lock(b, key, Some(version), change, LockCheck::rules(bypass))
         .await?
     {
         Some(_) => Ok(Response::new(empty())),

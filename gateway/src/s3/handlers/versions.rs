@@ -2,6 +2,7 @@
 //! HEAD, copies and deletes name a version (`versionId`).
 
 use super::*;
+use packrat_store_api::lock::LockCheck;
 use packrat_store_api::{FoundVersion, VersionQuery, Versioning};
 
 pub(super) async fn handle_get_versioning(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
@@ -134,7 +135,7 @@ pub(super) async fn delete_version(
 ) -> S3Result<packrat_store_api::Deleted> {
     state
         .store
-        .delete_version(b, key, version, bypass_governance)
+        .delete_version(b, key, version, LockCheck::rules(bypass_governance))
         .await
         .map_err(version_error)
 }
