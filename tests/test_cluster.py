@@ -964,6 +964,13 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         c.create_bucket(Bucket="vunsettled")
         c.put_bucket_versioning(Bucket="vunsettled", VersioningConfiguration={"Status": "Enabled"})
         old_vid = {k: c.put_object(Bucket="vunsettled", Key=k, Body=old[k])["VersionId"] for k in keys}
+        # And in a bucket whose versions a COMPLIANCE retention protects: a member that holds
+        # a version its PG never committed removes it as it catches up, lock or not (the
+        # source's history decides, not the member's judgement of the lock).
+        c.create_bucket(Bucket="lunsettled", ObjectLockEnabledForBucket=True)
+        c.put_object_lock_configuration(Bucket="lunsettled", ObjectLockConfiguration={
+            "ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "COMPLIANCE", "Days": 1}}})
+        locked_vid = {k: c.put_object(Bucket="lunsettled", Key=k, Body=old[k])["VersionId"] for k in keys}
         # And deletes that failed midway there: delete markers.
         c.create_bucket(Bucket="vdeleted")
         c.put_bucket_versioning(Bucket="vdeleted", VersioningConfiguration={"Status": "Enabled"})
@@ -999,10 +1006,10 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
             # them on (every chain of 3 nodes has the dead one); the gateway dies before the
             # map changes, so none is retried on a chain without it.
             nodes[1].kill9()
-            w = gw.client(read_timeout=60, max_pool_connections=3 * len(keys))
-            pool = concurrent.futures.ThreadPoolExecutor(3 * len(keys))
+            w = gw.client(read_timeout=60, max_pool_connections=4 * len(keys))
+            pool = concurrent.futures.ThreadPoolExecutor(4 * len(keys))
             futures = {(b, k): pool.submit(w.put_object, Bucket=b, Key=k, Body=new[k])
-                       for k in keys for b in ("unsettled", "vunsettled")}
+                       for k in keys for b in ("unsettled", "vunsettled", "lunsettled")}
             futures.update({("vdeleted", k): pool.submit(w.delete_object, Bucket="vdeleted", Key=k) for k in keys})
             time.sleep(0.7)
             gw.kill9()
@@ -1040,22 +1047,22 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
                 time.sleep(0.5)
             assert not left, f"{len(left)} of {len(keys)} keys answered differently by their members: {left}"
 
-        def versions_settled(gw, allowed, timeout=20):
-            # Every member answers the same current version (bytes and id), and keeps the
-            # version written before the failed one.
+        def versions_settled(gw, allowed, bucket="vunsettled", vids=old_vid, timeout=20):
+            # Every member answers the same current version (bytes, id and lock), and keeps
+            # the version written before the failed one.
             deadline = time.time() + timeout
             while True:
                 r, left = gw.client(read_timeout=30), {}
                 for k in keys:
                     got = set()
                     for _ in range(6):
-                        o = r.get_object(Bucket="vunsettled", Key=k)
-                        got.add((o["Body"].read(), o["VersionId"]))
-                    assert {body for body, _ in got} <= allowed[k], (k, got)
+                        o = r.get_object(Bucket=bucket, Key=k)
+                        got.add((o["Body"].read(), o["VersionId"], o.get("ObjectLockMode")))
+                    assert {body for body, _, _ in got} <= allowed[k], (k, got)
                     if len(got) > 1:
                         left[k] = got
                     for _ in range(6):
-                        kept = r.get_object(Bucket="vunsettled", Key=k, VersionId=old_vid[k])
+                        kept = r.get_object(Bucket=bucket, Key=k, VersionId=vids[k])
                         assert kept["Body"].read() == old[k], k
                 if not left or time.time() > deadline:
                     break
@@ -1094,6 +1101,7 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         allowed = {k: {old[k], new[k]} for k in keys}
         settled(gws[1], allowed)
         versions_settled(gws[1], allowed)
+        versions_settled(gws[1], allowed, "lunsettled", locked_vid)
         deletes_settled(gws[1])
         assert [unsettled_on(n) for n in nodes] == [0, 0, 0]
         # This time the head of some chains held the newer version alone and restarts too:
@@ -1105,6 +1113,11 @@ def test_a_write_that_failed_midway_settles_on_one_version(workdir):
         allowed = {k: allowed[k] | {newer[k]} for k in keys}
         settled(reader, allowed)
         versions_settled(reader, allowed)
+        versions_settled(reader, allowed, "lunsettled", locked_vid)
+        # Every node caught up and every re-sent step was handed on: a member whose copy of a
+        # key cannot be made its source's (a version its lock would keep) never would.
+        wait_for("every node caught up", lambda: healthy(etcd.url, 3), timeout=30)
+        wait_for("no step left to re-send", lambda: [unsettled_on(n) for n in nodes] == [0, 0, 0], timeout=20)
     finally:
         for p in [*gws, *nodes]:
             p.stop()

@@ -1210,9 +1210,13 @@ impl Node {
             .put_object(tombs, key, &mut OnePiece(None, None), tomb)
             .await?;
         if let Some(v) = versioning {
-            // The object is kept in the key's history, under a delete marker of this version.
+            // The object is kept in the key's history, under a delete marker of this version,
+            // dated by it (the head's clock, in µs) so that every member lists the same marker:
+            // a member's own clock would make copies of the key differ, and each catching up
+            // would remove and copy the key's markers again.
+            let dated = i64::try_from(cv / 1000).unwrap_or(i64::MAX);
             self.store
-                .put_delete_marker(objects, key, v.version_as(cv), (now_micros() / 1000) as i64)
+                .put_delete_marker(objects, key, v.version_as(cv), dated)
                 .await?;
         } else if has_object {
             self.store.delete_object(objects, key).await?;

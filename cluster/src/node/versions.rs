@@ -430,9 +430,11 @@ impl Node {
         let shown = with_versions(objects);
         for m in mine.iter().filter(|m| !theirs.iter().any(|t| same(t, m))) {
             tracing::info!(
+                bucket = bid,
                 key,
                 version = m.version_id,
-                "removing a version the source lacks"
+                lock = m.lock,
+                "removing a version the source lacks (or has otherwise)"
             );
             // As the source has it: a version that never committed goes, lock or not.
             self.store
