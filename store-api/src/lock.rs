@@ -127,8 +127,15 @@ impl ObjectLock {
     /// Writes the lock into stored headers (removing the header when there is nothing to keep).
     pub fn store(&self, headers: &mut Vec<(String, String)>) {
         headers.retain(|(k, _)| k != LOCK_HEADER);
+        if let Some(v) = self.stored_value() {
+            headers.push((LOCK_HEADER.to_string(), v));
+        }
+    }
+
+    /// The value stored under [`LOCK_HEADER`]; `None` when there is nothing to keep.
+    pub fn stored_value(&self) -> Option<String> {
         if *self == Self::default() {
-            return;
+            return None;
         }
         let (mode, until) = match self.retention {
             Some(r) => (r.mode.name(), r.until_ms.to_string()),
@@ -139,7 +146,7 @@ impl ObjectLock {
             Some(true) => "ON",
             Some(false) => "OFF",
         };
-        headers.push((LOCK_HEADER.to_string(), format!("{mode} {until} {hold}")));
+        Some(format!("{mode} {until} {hold}"))
     }
 
     /// The retention in force at `now_ms` (one whose date has passed protects nothing).

@@ -22,6 +22,7 @@
 //! the source does not have (a version deleted by id while it was away, or one that never
 //! committed).
 
+use super::uploads::Staged;
 use super::{Asker, Fail, KeyStep, Node, NodeResp, cv_of, json, meta_of, with_versions};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
@@ -31,7 +32,7 @@ use crate::wire::{
 };
 use bytes::Bytes;
 use http::Method;
-use packrat_store_api::lock::LockCheck;
+use packrat_store_api::lock::{LockCheck, ObjectLock};
 use packrat_store_api::{
     Bucket, FoundVersion, StoreError, StoreResult, VersionAs, VersionQuery, VersionSummary,
 };
@@ -65,6 +66,14 @@ fn lock_check(at_head: bool, bypass_governance: bool) -> LockCheck {
         LockCheck::Decided
     }
 }
+
+/// Copies of versions made before a key's lock was taken (see [`Node::prestage`]), by
+/// version id: the source's list entry they were made for, its metadata and the copy.
+pub(super) type Prestaged = HashMap<String, (WireVersionEntry, WireMeta, Staged)>;
+
+/// How many bytes of small versions (copied whole, into memory) one key's catching up copies
+/// before taking the key's lock; the rest are copied under it.
+const PRESTAGE_BYTES: u64 = 64 << 20;
 
 impl Node {
     /// The sequence of the delete marker that is the key's latest version here (0: none,
@@ -181,56 +190,58 @@ impl Node {
         change: WireLockChange,
         bypass_governance: bool,
     ) -> Result<WireLocked, Fail> {
+        let body =
+            serde_json::to_vec(&change).map_err(|e| StoreError::internal("lock change", e))?;
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
-        let shown = with_versions(&step.objects);
-        let id = match id {
-            Some(id) => id.to_string(),
-            None => match self.store.find_version(&shown, key, None).await {
-                Ok(Some(FoundVersion::Object(info))) => {
-                    info.version_id.unwrap_or_else(|| "null".into())
-                }
-                Ok(_) => {
-                    self.drop_history_step(step);
-                    return Err(StoreError::NoSuchKey.into());
-                }
-                Err(e) => {
-                    self.drop_history_step(step);
-                    return Err(e.into());
-                }
-            },
-        };
-        let check = lock_check(step.at_head(), bypass_governance);
-        let lock = match self
-            .store
-            .update_lock(&shown, key, Some(&id), change.change(), check)
+        let (id, lock) = match self
+            .apply_lock_change(&step, id, change, bypass_governance)
             .await
         {
-            Ok(Some(lock)) => Some(lock),
-            // A later member without the version (it parted from the head's history) hands
-            // the change on; catching up will copy the version, lock and all.
-            Ok(None) if !step.at_head() => None,
-            Ok(None) => {
-                self.drop_history_step(step);
-                return Err(StoreError::NoSuchKey.into());
-            }
+            Ok(applied) => applied,
             Err(e) => {
                 self.drop_history_step(step);
-                return Err(e.into());
+                return Err(e);
             }
         };
         let path = format!("/o/{bid}/{pg}/{}?lock&version={}", encode(key), encode(&id));
-        let body =
-            serde_json::to_vec(&change).map_err(|e| StoreError::internal("lock change", e))?;
         self.end_history_step(map, step, Method::PUT, &path, Bytes::from(body))
             .await?;
-        let mut stored = Vec::new();
-        if let Some(lock) = lock {
-            lock.store(&mut stored);
-        }
         Ok(WireLocked {
             version_id: id,
-            lock: stored.pop().map(|(_, v)| v),
+            lock: lock.and_then(|l| l.stored_value()),
         })
+    }
+
+    /// [`Node::change_lock`]'s change at this member: the version it acts on (named here at
+    /// the head when the change came by key alone) and its lock now (`None`: a later member
+    /// that lacks the version, which catching up will copy, lock and all).
+    async fn apply_lock_change(
+        &self,
+        step: &KeyStep<'_>,
+        id: Option<&str>,
+        change: WireLockChange,
+        bypass_governance: bool,
+    ) -> Result<(String, Option<ObjectLock>), Fail> {
+        let shown = with_versions(&step.objects);
+        let id = match id {
+            Some(id) => id.to_string(),
+            None => match self.store.find_version(&shown, step.key, None).await? {
+                Some(FoundVersion::Object(info)) => {
+                    info.version_id.unwrap_or_else(|| "null".into())
+                }
+                _ => return Err(StoreError::NoSuchKey.into()),
+            },
+        };
+        let check = lock_check(step.at_head(), bypass_governance);
+        match self
+            .store
+            .update_lock(&shown, step.key, Some(&id), change.change(), check)
+            .await?
+        {
+            Some(lock) => Ok((id, Some(lock))),
+            None if !step.at_head() => Ok((id, None)),
+            None => Err(StoreError::NoSuchKey.into()),
+        }
     }
 
     /// A version of a key by id (`None`: its latest, which may be a delete marker), as
@@ -409,8 +420,10 @@ impl Node {
     }
 
     /// Makes this node's history of a key the one the member at `addr` has now (the caller
-    /// holds the key's lock): versions it lacks are copied into their place by sequence,
-    /// versions the source does not have are removed. Answers whether anything changed.
+    /// holds the key's lock): versions it lacks are copied into their place by sequence
+    /// (taken from `prestaged` when a copy made before the lock is of the version as the
+    /// source lists it now), versions the source does not have are removed. Answers whether
+    /// anything changed.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn sync_history(
         &self,
@@ -420,6 +433,7 @@ impl Node {
         bid: u64,
         pg: u32,
         key: &str,
+        prestaged: &mut Prestaged,
     ) -> Result<bool, Fail> {
         let path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
         let theirs: Vec<WireVersionEntry> = self.fetch_json(addr, &path, map.epoch).await?;
@@ -466,15 +480,19 @@ impl Node {
                     .await?;
                 continue;
             }
-            let path = format!(
-                "/o/{bid}/{pg}/{}?meta&any&version={}",
-                encode(key),
-                encode(&t.version_id)
-            );
-            let meta: WireMeta = self.fetch_json(addr, &path, map.epoch).await?;
-            let staged = self
-                .stage_version(map, addr, objects, bid, pg, key, &meta)
-                .await?;
+            let (meta, staged) = match prestaged.remove(&t.version_id) {
+                Some((listed, meta, staged)) if same(&listed, t) => (meta, staged),
+                stale => {
+                    if let Some((_, _, staged)) = stale {
+                        self.drop_staged(objects, key, staged).await;
+                    }
+                    let meta = self.version_meta(map, addr, bid, pg, key, t).await?;
+                    let staged = self
+                        .stage_version(map, addr, objects, bid, pg, key, &meta)
+                        .await?;
+                    (meta, staged)
+                }
+            };
             let version = VersionAs {
                 seq: meta.version_seq.unwrap_or(seq),
                 null,
@@ -489,6 +507,81 @@ impl Node {
             self.store.delete_object(&tombs, key).await?;
         }
         Ok(true)
+    }
+
+    /// The metadata of the source's version `t` of a key.
+    async fn version_meta(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        t: &WireVersionEntry,
+    ) -> Result<WireMeta, Fail> {
+        let path = format!(
+            "/o/{bid}/{pg}/{}?meta&any&version={}",
+            encode(key),
+            encode(&t.version_id)
+        );
+        self.fetch_json(addr, &path, map.epoch).await
+    }
+
+    /// Copies, without the key's lock, the versions of the source's list `theirs` that this
+    /// node's list `mine` lacks, up to [`PRESTAGE_BYTES`] of them held in memory (a copy of
+    /// a multipart version is staged as parts in the store), so that [`Node::sync_history`]
+    /// holds the lock only to place them: a write of the key then waits for no transfer. A
+    /// copy that fails is left to `sync_history`, which makes it under the lock as before.
+    #[allow(clippy::too_many_arguments)]
+    async fn prestage(
+        &self,
+        map: &ClusterMap,
+        addr: &str,
+        objects: &Bucket,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        theirs: &[WireVersionEntry],
+        mine: &[WireVersionEntry],
+    ) -> Prestaged {
+        let mut out = Prestaged::new();
+        let mut held = 0u64;
+        for t in theirs {
+            if t.marker || mine.iter().any(|m| same(m, t)) {
+                continue;
+            }
+            let copy = async {
+                let meta = self.version_meta(map, addr, bid, pg, key, t).await?;
+                if meta.part_sizes.is_empty() && held + meta.size > PRESTAGE_BYTES {
+                    return Ok(None);
+                }
+                let staged = self
+                    .stage_version(map, addr, objects, bid, pg, key, &meta)
+                    .await?;
+                Ok::<_, Fail>(Some((meta, staged)))
+            };
+            match copy.await {
+                Ok(Some((meta, staged))) => {
+                    if let Staged::Whole(b) = &staged {
+                        held += b.len() as u64;
+                    }
+                    out.insert(t.version_id.clone(), (t.clone(), meta, staged));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    let why = match e {
+                        Fail::Refused(r) => r,
+                        Fail::Store(e) => e.to_string(),
+                    };
+                    tracing::debug!(key, version = t.version_id, why, "no copy before the lock");
+                    break;
+                }
+            }
+        }
+        if !out.is_empty() {
+            tracing::debug!(key, versions = out.len(), "copied before the key's lock");
+        }
+        out
     }
 
     /// `POST /o/..?hsync` with version `cv`: the member before this one re-sends a step of a
@@ -512,7 +605,15 @@ impl Node {
             .to_string();
         self.mark_dirty(bid, key, cv);
         if let Err(e) = self
-            .sync_history(map, &addr, &step.objects, bid, pg, key)
+            .sync_history(
+                map,
+                &addr,
+                &step.objects,
+                bid,
+                pg,
+                key,
+                &mut Prestaged::new(),
+            )
             .await
         {
             self.clear_dirty(bid, key, cv);
@@ -613,11 +714,24 @@ impl Node {
                 continue;
             }
             let pg = pg_of(bid, key, map.pgs);
-            let _g = self.lock_of(bid, key).lock().await;
-            if self.is_dirty(bid, key) {
-                continue;
+            let (t, m) = (
+                t.map_or(&[][..], Vec::as_slice),
+                m.map_or(&[][..], Vec::as_slice),
+            );
+            let mut prestaged = self.prestage(map, addr, &objects, bid, pg, key, t, m).await;
+            let synced = {
+                let _g = self.lock_of(bid, key).lock().await;
+                if self.is_dirty(bid, key) {
+                    Ok(false)
+                } else {
+                    self.sync_history(map, addr, &objects, bid, pg, key, &mut prestaged)
+                        .await
+                }
+            };
+            for (_, (_, _, staged)) in prestaged {
+                self.drop_staged(&objects, key, staged).await;
             }
-            match self.sync_history(map, addr, &objects, bid, pg, key).await {
+            match synced {
                 Ok(true) => *copied.entry(pg).or_default() += 1,
                 Ok(false) => {}
                 Err(Fail::Refused(r)) => return Err(format!("{key}: {r}")),
