@@ -36,7 +36,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use packrat_store_api::batch::ItemRange;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lock::{
-    DefaultRetention, LOCK_HEADER, LockChange, LockConfig, LockMode, ObjectLock, Retention,
+    DefaultRetention, LockChange, LockConfig, LockMode, ObjectLock, Retention,
 };
 use packrat_store_api::{
     ObjectAttrs, ObjectChecksum, ObjectSummary, StoreError, StoreResult, WriteCondition,
@@ -504,12 +504,10 @@ pub struct WireLocked {
 impl WireLocked {
     /// The lock, read back.
     pub fn lock(&self) -> StoreResult<ObjectLock> {
-        let headers: Vec<(String, String)> = self
-            .lock
-            .iter()
-            .map(|v| (LOCK_HEADER.to_string(), v.clone()))
-            .collect();
-        ObjectLock::of(&headers).map_err(|e| StoreError::internal("object lock", e))
+        self.lock
+            .as_deref()
+            .map_or(Ok(ObjectLock::default()), ObjectLock::from_stored)
+            .map_err(|e| StoreError::internal("object lock", e))
     }
 }
 

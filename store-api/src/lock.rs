@@ -97,9 +97,14 @@ impl ObjectLock {
     /// The lock among a version's stored headers (none if it has none). A value this code
     /// cannot read is `Err`: the caller must treat the version as protected.
     pub fn of(headers: &[(String, String)]) -> Result<Self, String> {
-        let Some((_, v)) = headers.iter().find(|(k, _)| k == LOCK_HEADER) else {
-            return Ok(Self::default());
-        };
+        match headers.iter().find(|(k, _)| k == LOCK_HEADER) {
+            Some((_, v)) => Self::from_stored(v),
+            None => Ok(Self::default()),
+        }
+    }
+
+    /// The lock a stored value (see [`Self::stored_value`]) describes.
+    pub fn from_stored(v: &str) -> Result<Self, String> {
         let bad = || format!("unreadable object lock {v:?}");
         let f: Vec<&str> = v.split(' ').collect();
         let [mode, until, hold] = f.as_slice() else {
@@ -163,14 +168,6 @@ impl ObjectLock {
             Some(r) if r.mode == LockMode::Compliance => Err(PROTECTED),
             Some(_) if !bypass_governance => Err(PROTECTED),
             _ => Ok(()),
-        }
-    }
-
-    /// `Err` with the reason when `check` refuses the version's removal at `now_ms`.
-    pub fn check_removal_by(&self, now_ms: i64, check: LockCheck) -> Result<(), &'static str> {
-        match check {
-            LockCheck::Rules { bypass_governance } => self.check_removal(now_ms, bypass_governance),
-            LockCheck::Decided => Ok(()),
         }
     }
 

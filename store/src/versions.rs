@@ -95,12 +95,13 @@ pub(crate) fn bucket_lock_of(c: &LockConfig) -> BucketLock {
 /// `ObjectLocked` unless the version's lock lets it be removed now. A lock that cannot be
 /// read protects its version (removal is the one thing that cannot be taken back).
 fn check_removal(rec: &ObjectRecord, now_ms: i64, check: LockCheck) -> EngineResult<()> {
-    if check == LockCheck::Decided {
+    // Judged already: not even an unreadable lock stops it.
+    let LockCheck::Rules { bypass_governance } = check else {
         return Ok(());
-    }
+    };
     ObjectLock::of(&rec.headers)
         .map_err(|_| PROTECTED)
-        .and_then(|l| l.check_removal_by(now_ms, check))
+        .and_then(|l| l.check_removal(now_ms, bypass_governance))
         .map_err(|why| EngineError(StoreError::ObjectLocked(why)))
 }
 
