@@ -345,7 +345,7 @@ async fn locate_members(
 /// A node's answer to its share of a batch: the head, then its records as they come.
 struct NodeStream {
     head: WireBatchHead,
-    body: hyper::body::Incoming,
+    body: crate::wire::AnswerBody,
     /// Received and not yet taken, in order.
     chunks: VecDeque<Bytes>,
     len: usize,

@@ -9,6 +9,7 @@ pub mod manager;
 pub mod map;
 pub mod node;
 pub mod placement;
+pub mod relay;
 pub mod store;
 pub mod wire;
 

@@ -17,6 +17,7 @@
 
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
+use crate::relay::RelayItem;
 use crate::wire::{
     BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, MD5_META, META_HEADER,
     NodeClient, PUT_HEADER, SECRET_HEADER, VER_META, WireBatchItem, WireEntry, WireError,
@@ -25,6 +26,7 @@ use crate::wire::{
 };
 use base64::Engine;
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use http::{Method, Response, StatusCode};
 use http_body_util::{BodyExt, StreamBody};
 use packrat_store_api::batch::BatchOrder;
@@ -67,6 +69,8 @@ pub struct Node {
     map: watch::Receiver<Arc<ClusterMap>>,
     secret: String,
     client: NodeClient,
+    /// Chain steps to successors, relayed together under load (see [`crate::relay`]).
+    relay: crate::relay::Relay,
     /// Key locks by stripe, a whole number of stripes per PG (see [`Node::lock_of`]).
     locks: Vec<tokio::sync::Mutex<()>>,
     /// Keys whose newest write here is not yet acknowledged by the rest of the chain, with
@@ -159,10 +163,11 @@ fn body_of(
 }
 
 /// The whole body of a request to this node (`what` names it in the error).
-async fn body_of_request(
-    req: http::Request<hyper::body::Incoming>,
-    what: &str,
-) -> StoreResult<Bytes> {
+async fn body_of_request<B>(req: http::Request<B>, what: &str) -> StoreResult<Bytes>
+where
+    B: hyper::body::Body<Data = Bytes>,
+    B::Error: std::fmt::Display,
+{
     Ok(req
         .into_body()
         .collect()
@@ -340,11 +345,13 @@ impl Node {
         metrics: Option<crate::MetricsPage>,
     ) -> Arc<Node> {
         let stripes = crate::placement::slots_within_pgs(map.borrow().pgs, LOCK_STRIPES);
+        let client = NodeClient::new(secret.clone());
         Arc::new(Node {
             id,
             store,
             map,
-            client: NodeClient::new(secret.clone()),
+            relay: crate::relay::Relay::new(client.clone()),
+            client,
             secret,
             locks: (0..stripes).map(|_| tokio::sync::Mutex::new(())).collect(),
             dirty: Mutex::new(HashMap::new()),
@@ -409,6 +416,11 @@ impl Node {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let result = self.route(req, epoch).await;
+        self.respond(result)
+    }
+
+    /// The answer to a request routed here: its own, or its failure's.
+    fn respond(&self, result: Result<NodeResp, Fail>) -> NodeResp {
         match result {
             Ok(resp) => resp,
             Err(Fail::Refused(reason)) => json(
@@ -428,11 +440,11 @@ impl Node {
         }
     }
 
-    async fn route(
-        &self,
-        req: http::Request<hyper::body::Incoming>,
-        epoch: u64,
-    ) -> Result<NodeResp, Fail> {
+    async fn route<B>(&self, req: http::Request<B>, epoch: u64) -> Result<NodeResp, Fail>
+    where
+        B: hyper::body::Body<Data = Bytes> + Send,
+        B::Error: std::fmt::Display,
+    {
         let path = req.uri().path().to_string();
         let q = query(req.uri().query());
         let method = req.method().clone();
@@ -473,6 +485,10 @@ impl Node {
             let body = body_of_request(req, "lookups").await?;
             let items = GatherItem::parse_all(&body)?;
             return Ok(self.gathered(&map, &items).await);
+        }
+        if path == "/w" && method == Method::POST {
+            let body = body_of_request(req, "relayed steps").await?;
+            return self.relayed(body).await;
         }
         if path == "/admin/faults" {
             return self.faults(req).await;
@@ -681,7 +697,18 @@ impl Node {
         }
         let syncing = map.syncing.get(&self.id).map_or(0, |p| p.len() as u64);
         let unsettled = self.dirty.lock().map_or(0, |d| d.len() as u64);
+        let (relayed, relays) = self.relay.counts();
         vec![
+            Metric::counter(
+                "packrat_node_steps_relayed_total",
+                "Chain steps this node sent on to its successors relayed with others in one request.",
+                relayed,
+            ),
+            Metric::counter(
+                "packrat_node_relay_requests_total",
+                "Requests that carried relayed chain steps from this node to its successors.",
+                relays,
+            ),
             Metric::gauge(
                 "packrat_node_pgs",
                 "Placement groups this node holds a replica of.",
@@ -1156,7 +1183,7 @@ impl Node {
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
         let body_len = body.len();
         let sent = self
-            .client
+            .relay
             .send(
                 method,
                 addr,
@@ -1184,6 +1211,44 @@ impl Node {
         }
         ans.bytes().await?;
         Ok(())
+    }
+
+    /// The steps of a relayed request (`POST /w`, see [`crate::relay`]), each run as if it
+    /// had come alone, side by side; their answers in the order sent.
+    ///
+    /// Boxed: each step is routed by [`Node::route`], whose own future holds this one.
+    fn relayed(&self, body: Bytes) -> BoxFuture<'_, Result<NodeResp, Fail>> {
+        Box::pin(async move {
+            let items = RelayItem::parse_all(body)?;
+            let answers =
+                futures_util::future::join_all(items.into_iter().map(|i| self.relayed_step(i)))
+                    .await;
+            let mut out = BytesMut::new();
+            for (status, body) in &answers {
+                crate::relay::put_answer(&mut out, *status, body);
+            }
+            Ok(answer(200, out.freeze()))
+        })
+    }
+
+    async fn relayed_step(&self, item: RelayItem) -> (u16, Bytes) {
+        // Only chain steps on objects and uploads are relayed.
+        if !(item.path.starts_with("/o/") || item.path.starts_with("/u/")) {
+            return (400, Bytes::from_static(b"not a relayed route"));
+        }
+        let mut req = http::Request::builder().method(item.method).uri(item.path);
+        for (k, v) in &item.headers {
+            req = req.header(k, v);
+        }
+        let Ok(req) = req.body(http_body_util::Full::new(item.body)) else {
+            return (400, Bytes::from_static(b"bad relayed step"));
+        };
+        let resp = self.respond(self.route(req, item.epoch).await);
+        let status = resp.status().as_u16();
+        match resp.into_body().collect().await {
+            Ok(b) => (status, b.to_bytes()),
+            Err(e) => (500, Bytes::from(format!("answer body: {e}"))),
+        }
     }
 
     /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if

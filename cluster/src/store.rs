@@ -106,6 +106,8 @@ pub struct ClusterStore {
     etcd: Etcd,
     map: watch::Receiver<Arc<ClusterMap>>,
     pub(crate) client: NodeClient,
+    /// Writes to heads, relayed together under load (see [`crate::relay`]).
+    relay: crate::relay::Relay,
     buckets: Arc<RwLock<HashMap<String, BucketRecord>>>,
     keys: Arc<RwLock<HashMap<String, AccessKey>>>,
     next_reader: AtomicUsize,
@@ -175,10 +177,12 @@ impl ClusterStore {
         let secret = etcd.secret().await?;
         let master = packrat_store::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
         let map = etcd.follow_map().await?;
+        let client = NodeClient::new(secret);
         let store = Arc::new_cyclic(|me| ClusterStore {
             me: me.clone(),
             master,
-            client: NodeClient::new(secret),
+            relay: crate::relay::Relay::new(client.clone()),
+            client,
             etcd,
             map,
             buckets: Arc::default(),
@@ -375,8 +379,14 @@ impl ClusterStore {
             if let Some(node) = node
                 && let Some(addr) = map.addr(&node)
             {
-                match self
-                    .client
+                let timeout = match target {
+                    // The whole chain answers a write.
+                    Target::Head => hop_timeout(body.len()) * map.chain(pg).len().max(1) as u32,
+                    Target::Tail | Target::Reader => READ_TIMEOUT,
+                };
+                // Small writes go relayed with others under load (reads alone: see `Relay`).
+                let sent = self
+                    .relay
                     .send(
                         method.clone(),
                         addr,
@@ -384,16 +394,10 @@ impl ClusterStore {
                         map.epoch,
                         headers,
                         body.clone(),
-                        match target {
-                            // The whole chain answers a write.
-                            Target::Head => {
-                                hop_timeout(body.len()) * map.chain(pg).len().max(1) as u32
-                            }
-                            Target::Tail | Target::Reader => READ_TIMEOUT,
-                        },
+                        timeout,
                     )
-                    .await
-                {
+                    .await;
+                match sent {
                     Ok(ans) if ans.status == 409 => {
                         let r: WireRefusal = ans.json().await?;
                         if r.reason.starts_with("dirty") {
@@ -828,7 +832,7 @@ struct ClusterRead {
     pg: u32,
     single: bool,
     started: bool,
-    body: Option<hyper::body::Incoming>,
+    body: Option<crate::wire::AnswerBody>,
 }
 
 #[async_trait::async_trait]
@@ -1849,6 +1853,17 @@ impl ObjectStore for ClusterStore {
             "packrat_cluster_gathered_requests_total",
             "Requests that carried gathered lookups to nodes.",
             self.gathered_requests.load(Ordering::Relaxed),
+        ));
+        let (relayed, relays) = self.relay.counts();
+        m.push(Metric::counter(
+            "packrat_cluster_writes_relayed_total",
+            "Writes sent to heads relayed with others in one request.",
+            relayed,
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_relay_requests_total",
+            "Requests that carried relayed writes to heads.",
+            relays,
         ));
         m.push(Metric::counter(
             "packrat_cluster_lookups_gathered_alone_total",

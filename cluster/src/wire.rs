@@ -937,10 +937,23 @@ pub struct NodeClient {
 pub struct Answer {
     pub status: u16,
     pub headers: http::HeaderMap,
-    pub body: hyper::body::Incoming,
+    pub body: AnswerBody,
 }
 
+/// An answer's body: as it arrives, or whole (one of a relayed request's answers, see
+/// [`crate::relay`]).
+pub type AnswerBody = http_body_util::Either<hyper::body::Incoming, Full<Bytes>>;
+
 impl Answer {
+    /// An answer already received whole (no headers).
+    pub fn whole(status: u16, body: Bytes) -> Answer {
+        Answer {
+            status,
+            headers: http::HeaderMap::new(),
+            body: http_body_util::Either::Right(Full::new(body)),
+        }
+    }
+
     pub async fn bytes(self) -> StoreResult<Bytes> {
         self.body
             .collect()
@@ -1013,7 +1026,7 @@ impl NodeClient {
         Ok(Answer {
             status: parts.status.as_u16(),
             headers: parts.headers,
-            body,
+            body: http_body_util::Either::Left(body),
         })
     }
 }

@@ -3,6 +3,7 @@
 //! as on one server.
 
 use super::{Fail, Node, NodeResp, answer, body_of_request, json};
+use bytes::Bytes;
 use http::Method;
 use packrat_store_api::StoreError;
 use packrat_store_api::admin::{JobKind, JobStart};
@@ -69,10 +70,11 @@ impl Node {
     /// `/admin/faults`: disk faults injected under this node's store (`packrat node
     /// --fault-injection`, for tests). GET shows them, PUT sets them (the JSON of `packrat
     /// admin faults`).
-    pub(super) async fn faults(
-        &self,
-        req: http::Request<hyper::body::Incoming>,
-    ) -> Result<NodeResp, Fail> {
+    pub(super) async fn faults<B>(&self, req: http::Request<B>) -> Result<NodeResp, Fail>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
         let set = if req.method() == Method::PUT {
             let body = body_of_request(req, "faults").await?;
             Some(

@@ -120,13 +120,17 @@ pub fn complete_parts(wc: &WireComplete) -> Vec<CompletePart> {
 
 impl Node {
     /// `/u/{bucket id}/{pg}/{key}?id=ID&...`: the upload routes (see `crate::wire`).
-    pub(super) async fn upload_route(
+    pub(super) async fn upload_route<B>(
         &self,
-        req: http::Request<hyper::body::Incoming>,
+        req: http::Request<B>,
         map: &ClusterMap,
         (bid, pg, key): (u64, u32, &str),
         q: &HashMap<String, String>,
-    ) -> Result<NodeResp, Fail> {
+    ) -> Result<NodeResp, Fail>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
         let Some(id) = q.get("id").cloned() else {
             return Ok(answer(400, "no upload id"));
         };

@@ -1,0 +1,429 @@
+//! Chain steps relayed together: the small writes a gateway sends to a head and the steps a
+//! member hands to the next one, queued for one node while the process was busy, go to it as
+//! one request (`POST /w`), each with its own map epoch, method, path, headers and body; the
+//! node runs each as if it had come alone (side by side) and answers each one's status and
+//! body, in order (see [`Relay::send`] for when steps are gathered).
+//!
+//! On loopback, much of a chain PUT's cost at a node is the request around it: the HTTP
+//! exchange with its predecessor and its successor, the task switches on both sides. Relayed
+//! under load, those are paid once per request. Nothing is held back for a turn or a timer:
+//! a chain step stays under way until the rest of its chain has synced it, so steps that
+//! waited for a turn (as gathered lookups do, `ClusterStore::lookup`) raised the latency and
+//! thinned the group commits more than the requests saved (docs/benchmarks.md).
+
+use crate::wire::{Answer, NodeClient};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use http::Method;
+use packrat_store_api::{StoreError, StoreResult};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Steps with a larger body go alone: relaying saves per-request costs, which a large body
+/// dwarfs, and a group is held in memory whole.
+pub const RELAY_BODY_MAX: usize = 64 * 1024;
+/// Most steps in one relayed request.
+pub const RELAY_ITEMS_MAX: usize = 256;
+
+/// One step of a relayed request: `u64 epoch, u8 method, u32 path length, u16 header count,
+/// u64 body length`, the path (with its query), each header as `u16 name length, u32 value
+/// length, name, value`, then the body; big-endian, one step after another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayItem {
+    pub epoch: u64,
+    pub method: Method,
+    pub path: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+const METHODS: [Method; 4] = [Method::PUT, Method::DELETE, Method::PATCH, Method::POST];
+
+impl RelayItem {
+    pub fn put(&self, out: &mut BytesMut) -> StoreResult<()> {
+        let code = METHODS
+            .iter()
+            .position(|m| *m == self.method)
+            .ok_or_else(|| StoreError::internal("relay", format!("{} not relayed", self.method)))?;
+        out.put_u64(self.epoch);
+        out.put_u8(code as u8);
+        out.put_u32(self.path.len() as u32);
+        out.put_u16(self.headers.len() as u16);
+        out.put_u64(self.body.len() as u64);
+        out.put_slice(self.path.as_bytes());
+        for (k, v) in &self.headers {
+            out.put_u16(k.len() as u16);
+            out.put_u32(v.len() as u32);
+            out.put_slice(k.as_bytes());
+            out.put_slice(v.as_bytes());
+        }
+        out.put_slice(&self.body);
+        Ok(())
+    }
+
+    /// The steps of a request body, at most [`RELAY_ITEMS_MAX`]; bodies are slices of it.
+    pub fn parse_all(mut b: Bytes) -> StoreResult<Vec<RelayItem>> {
+        let bad = |what: &str| StoreError::Invalid(format!("bad relayed step: {what}"));
+        let mut items = Vec::new();
+        while b.has_remaining() {
+            if items.len() == RELAY_ITEMS_MAX {
+                return Err(bad("too many steps"));
+            }
+            if b.remaining() < 27 {
+                return Err(bad("cut"));
+            }
+            let epoch = b.get_u64();
+            let method = METHODS
+                .get(b.get_u8() as usize)
+                .cloned()
+                .ok_or_else(|| bad("unknown method"))?;
+            let path_len = b.get_u32() as usize;
+            let n_headers = b.get_u16();
+            let body_len = usize::try_from(b.get_u64()).map_err(|_| bad("body length"))?;
+            let text = |b: &mut Bytes, n: usize| -> StoreResult<String> {
+                if b.remaining() < n {
+                    return Err(bad("cut"));
+                }
+                String::from_utf8(b.split_to(n).to_vec()).map_err(|_| bad("not UTF-8"))
+            };
+            let path = text(&mut b, path_len)?;
+            let mut headers = Vec::with_capacity(n_headers as usize);
+            for _ in 0..n_headers {
+                if b.remaining() < 6 {
+                    return Err(bad("cut"));
+                }
+                let (k, v) = (b.get_u16() as usize, b.get_u32() as usize);
+                headers.push((text(&mut b, k)?, text(&mut b, v)?));
+            }
+            if b.remaining() < body_len {
+                return Err(bad("cut body"));
+            }
+            items.push(RelayItem {
+                epoch,
+                method,
+                path,
+                headers,
+                body: b.split_to(body_len),
+            });
+        }
+        Ok(items)
+    }
+}
+
+/// A node's answer to one relayed step, in the order sent: `u16 status, u64 length`, then
+/// the body it would have answered the step alone.
+pub fn put_answer(out: &mut BytesMut, status: u16, body: &[u8]) {
+    out.put_u16(status);
+    out.put_u64(body.len() as u64);
+    out.put_slice(body);
+}
+
+/// The `n` answers of a relayed request's body (each body a slice of it).
+pub fn parse_answers(mut b: Bytes, n: usize) -> StoreResult<Vec<(u16, Bytes)>> {
+    let cut = || StoreError::Unavailable("storage node: a cut relayed answer".into());
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        if b.remaining() < 10 {
+            return Err(cut());
+        }
+        let status = b.get_u16();
+        let len = usize::try_from(b.get_u64()).map_err(|_| cut())?;
+        if b.remaining() < len {
+            return Err(cut());
+        }
+        out.push((status, b.split_to(len)));
+    }
+    if b.has_remaining() {
+        return Err(StoreError::internal(
+            "storage node answer",
+            "bytes after the last relayed answer",
+        ));
+    }
+    Ok(out)
+}
+
+/// A step waiting to be relayed; its answer comes on `tx`.
+struct Waiting {
+    item: RelayItem,
+    timeout: Duration,
+    tx: oneshot::Sender<StoreResult<(u16, Bytes)>>,
+}
+
+/// The steps to one node waiting to be sent, and whether one of their callers is gathering
+/// them (see [`Relay::send`]).
+#[derive(Default)]
+struct LaneState {
+    waiting: Vec<Waiting>,
+    gathering: bool,
+}
+
+#[derive(Default)]
+struct Lane(Mutex<LaneState>);
+
+impl Lane {
+    fn lock(&self) -> MutexGuard<'_, LaneState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The relays of one process to every node it sends chain steps to.
+#[derive(Clone)]
+pub struct Relay {
+    client: NodeClient,
+    lanes: Arc<Mutex<HashMap<String, Arc<Lane>>>>,
+    relayed: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
+}
+
+/// The gathering caller's hold on its lane: the steps gathered are sent when it is dropped,
+/// so a caller that goes away while it gathers cannot leave the others waiting.
+struct Gathering<'a> {
+    relay: &'a Relay,
+    lane: Arc<Lane>,
+    addr: &'a str,
+    armed: bool,
+}
+
+impl Gathering<'_> {
+    /// The steps gathered (the gatherer's own first), and the lane open to the next gatherer.
+    fn take(&mut self) -> Vec<Waiting> {
+        self.armed = false;
+        let mut state = self.lane.lock();
+        state.gathering = false;
+        std::mem::take(&mut state.waiting)
+    }
+}
+
+impl Drop for Gathering<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let batch = self.take();
+            self.relay.spawn_batches(self.addr, batch);
+        }
+    }
+}
+
+impl Relay {
+    pub fn new(client: NodeClient) -> Relay {
+        Relay {
+            client,
+            lanes: Arc::default(),
+            relayed: Arc::default(),
+            requests: Arc::default(),
+        }
+    }
+
+    /// Steps sent in relayed requests, and those requests.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.relayed.load(Ordering::Relaxed),
+            self.requests.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Sends a chain step to the node at `addr`, alone or relayed with others (see the
+    /// module's doc): [`NodeClient::send`] for the caller, whose failures to reach the node
+    /// are `Unavailable` either way.
+    ///
+    /// The first step to a node with none waiting gathers: it lets the tasks ready to run go
+    /// first (one yield to the runtime), then takes every step queued for that node meanwhile
+    /// and sends them as one request, or itself alone if none came. So steps are never held
+    /// back for a turn or a timer: an idle process sends each at once, a busy one sends
+    /// together what arrived while the gatherer waited to run again.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &self,
+        method: Method,
+        addr: &str,
+        path: &str,
+        epoch: u64,
+        headers: &[(&str, String)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> StoreResult<Answer> {
+        let relayed_route = path.starts_with("/o/") || path.starts_with("/u/");
+        if body.len() > RELAY_BODY_MAX || !METHODS.contains(&method) || !relayed_route {
+            return self
+                .client
+                .send(method, addr, path, epoch, headers, body, timeout)
+                .await;
+        }
+        let lane = self.lane_of(addr);
+        let (tx, rx) = oneshot::channel();
+        let gather = {
+            let mut state = lane.lock();
+            state.waiting.push(Waiting {
+                item: RelayItem {
+                    epoch,
+                    method: method.clone(),
+                    path: path.to_string(),
+                    headers: headers
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.clone()))
+                        .collect(),
+                    body: body.clone(),
+                },
+                timeout,
+                tx,
+            });
+            !std::mem::replace(&mut state.gathering, true)
+        };
+        if gather {
+            let mut gathering = Gathering {
+                relay: self,
+                lane,
+                addr,
+                armed: true,
+            };
+            tokio::task::yield_now().await;
+            let batch = gathering.take();
+            if batch.len() == 1 {
+                // Only this step: sent alone, from here.
+                return self
+                    .client
+                    .send(method, addr, path, epoch, headers, body, timeout)
+                    .await;
+            }
+            self.spawn_batches(addr, batch);
+        }
+        match rx.await {
+            Ok(Ok((status, body))) => Ok(Answer::whole(status, body)),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "storage node {addr}: a relayed step was dropped"
+            ))),
+        }
+    }
+
+    fn lane_of(&self, addr: &str) -> Arc<Lane> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
+        lanes.entry(addr.to_string()).or_default().clone()
+    }
+
+    /// Sends `batch` to `addr`, in requests of at most [`RELAY_ITEMS_MAX`] steps, each on a
+    /// task of its own (so a gatherer that goes away does not take them with it). Outside a
+    /// runtime (one shutting down), the steps are dropped: each caller gets `Unavailable`.
+    fn spawn_batches(&self, addr: &str, mut batch: Vec<Waiting>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        while !batch.is_empty() {
+            let rest = batch.split_off(batch.len().min(RELAY_ITEMS_MAX));
+            let (relay, addr) = (self.clone(), addr.to_string());
+            let one = std::mem::replace(&mut batch, rest);
+            rt.spawn(async move { relay.send_batch(&addr, one).await });
+        }
+    }
+
+    async fn send_batch(&self, addr: &str, batch: Vec<Waiting>) {
+        let mut body = BytesMut::new();
+        let mut timeout = Duration::ZERO;
+        let mut put = Ok(());
+        for w in &batch {
+            timeout = timeout.max(w.timeout);
+            put = put.and_then(|()| w.item.put(&mut body));
+        }
+        let answers = match put {
+            Ok(()) => {
+                self.client
+                    .send(Method::POST, addr, "/w", 0, &[], body.freeze(), timeout)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        let answers = match answers {
+            Ok(ans) if ans.status == 200 => match ans.bytes().await {
+                Ok(b) => parse_answers(b, batch.len()),
+                Err(e) => Err(e),
+            },
+            Ok(ans) => Err(ans.error().await),
+            Err(e) => Err(e),
+        };
+        match answers {
+            Ok(answers) => {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                self.relayed
+                    .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                for (w, a) in batch.into_iter().zip(answers) {
+                    let _ = w.tx.send(Ok(a));
+                }
+            }
+            Err(e) => {
+                // Each step fails as it would have alone: a node unreachable is `Unavailable`.
+                let why = e.to_string();
+                for w in batch {
+                    let _ = w.tx.send(Err(match &e {
+                        StoreError::Unavailable(_) => StoreError::Unavailable(why.clone()),
+                        _ => StoreError::internal("relayed steps", why.clone()),
+                    }));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Relayed steps and their answers read back as written; cut input is an error, never a
+    /// step or an answer.
+    #[test]
+    fn relayed_steps_and_answers_read_back_as_written() {
+        let items = vec![
+            RelayItem {
+                epoch: 9,
+                method: Method::PUT,
+                path: "/o/7/3/a%20b.jpg".into(),
+                headers: vec![
+                    ("x-packrat-cv".into(), "123".into()),
+                    ("x-packrat-put".into(), "{\"a\":\"é\"}".into()),
+                ],
+                body: Bytes::from_static(b"bytes of the object"),
+            },
+            RelayItem {
+                epoch: u64::MAX,
+                method: Method::DELETE,
+                path: "/o/1/0/k?versioning=Enabled".into(),
+                headers: vec![],
+                body: Bytes::new(),
+            },
+        ];
+        let mut out = BytesMut::new();
+        for i in &items {
+            i.put(&mut out).unwrap();
+        }
+        let all = out.freeze();
+        assert_eq!(RelayItem::parse_all(all.clone()).unwrap(), items);
+        let mut first = BytesMut::new();
+        items[0].put(&mut first).unwrap();
+        for cut in 1..all.len() {
+            // Cut between the two steps: the first one, whole; anywhere else an error.
+            if let Ok(read) = RelayItem::parse_all(all.slice(..cut)) {
+                assert_eq!((cut, read), (first.len(), items[..1].to_vec()));
+            }
+        }
+        let get = RelayItem {
+            method: Method::GET,
+            ..items[1].clone()
+        };
+        assert!(get.put(&mut BytesMut::new()).is_err());
+
+        let mut ans = BytesMut::new();
+        put_answer(&mut ans, 200, b"{\"cv\":1}");
+        put_answer(&mut ans, 409, b"");
+        let ans = ans.freeze();
+        assert_eq!(
+            parse_answers(ans.clone(), 2).unwrap(),
+            vec![
+                (200, Bytes::from_static(b"{\"cv\":1}")),
+                (409, Bytes::new())
+            ]
+        );
+        assert!(parse_answers(ans.clone(), 3).is_err());
+        assert!(parse_answers(ans.clone(), 1).is_err());
+        assert!(parse_answers(ans.slice(..ans.len() - 1), 2).is_err());
+    }
+}
