@@ -25,6 +25,8 @@
 //! | `GET /u/{bucket id}/{pg}/{key}?id=ID&part=N` | part N's bytes (a resync) |
 //! | `POST /o/{bucket id}/{pg}/{key}?resend` | a step re-sent down the chain with its version: copied from the member before if missing ([`WireMeta`]) |
 //! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of those PGs ([`WireUploadEntry`]; a gateway asks the heads) |
+//! | `POST /g` | lookups gathered ([`GatherItem`]s in, a [`Gathered`] answer each, in order) |
+//! | `POST /w` | chain steps on `/o/` and `/u/` relayed together ([`crate::relay::RelayItem`]s in, each one's status and body out, in order) |
 //!
 //! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
 //! when the request must go elsewhere (an old epoch, not the head, an uncommitted copy).
