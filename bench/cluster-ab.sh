@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Writes through a cluster, two binaries alternating: for each round and each binary, a fresh
+# Loads through a cluster, two binaries alternating: for each round and each binary, a fresh
 # cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), one load for $DURATION
-# at $CONC connections: 4 KiB PUTs, or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts.
+# at $CONC connections: 4 KiB PUTs, (WORKLOAD=get) 4 KiB GETs of the keys the round wrote first,
+# or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts.
 # Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per
-# operation (and per MiB), and the writes per group commit on the first node.
+# operation (and per MiB, and per process), the writes per group commit on the first node,
+# and the gathered lookups and relayed writes the gateway and nodes count.
 #
 #   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... WORKLOAD=multipart CONC=2 bench/cluster-ab.sh
@@ -14,8 +16,9 @@ CONC=${CONC:-64}
 WORKLOAD=${WORKLOAD:-put}
 case $WORKLOAD in
   put) args=(--workload put) ;;
+  get) args=(--workload get) ;;
   multipart) args=(--workload multipart --size 32MiB --part-size 8MiB --prefix mp/) ;;
-  *) echo "WORKLOAD is put or multipart" >&2; exit 2 ;;
+  *) echo "WORKLOAD is put, get or multipart" >&2; exit 2 ;;
 esac
 ROUNDS=${ROUNDS:-4}
 DURATION=${DURATION:-15s}
@@ -68,11 +71,13 @@ one() { # label binary
   ready http://127.0.0.1:19420/health/ready
   "$bin" bench --endpoint http://127.0.0.1:19420 --workload get --keys "$KEYS" --prepare --ops 1 \
     --concurrency 8 >/dev/null 2>&1
-  local c0 c1 g0 g1 out
+  local c0 c1 g0 g1 out p per0=() per=""
   g0=$(groups); c0=$(cpu "${servers[@]}")
+  for p in "${servers[@]}"; do per0+=("$(cpu "$p")"); done
   out=$("$bin" bench --endpoint http://127.0.0.1:19420 --json "${args[@]}" --keys "$KEYS" \
     --concurrency "$CONC" --duration "$DURATION")
   c1=$(cpu "${servers[@]}"); g1=$(groups)
+  for i in "${!servers[@]}"; do per+="$(cpu "${servers[$i]}") ${per0[$i]} "; done
   python3 -c "
 import json, sys
 r = json.loads(sys.argv[2])
@@ -83,7 +88,17 @@ print(f\"{sys.argv[1]}  {r['ops_per_sec']:8.1f} ops/s  {r.get('mb_per_sec', 0):6
       f\"p50 {r['latency_us_p50'] / 1000:7.2f} ms  p99 {r['latency_us_p99'] / 1000:7.2f} ms  \"
       f\"{us:8.0f} CPU us/op  {us / mib / 1000:6.2f} CPU ms/MiB  \"
       f\"{(j1 - j0) / max(b1 - b0, 1):5.2f} writes/group  errors {r['errors']}\")
-" "$1" "$out" "$c0" "$c1" "$g0" "$g1"
+t = list(map(float, sys.argv[7].split()))
+names = ['node0', 'node1', 'node2', 'gateway']
+print('   CPU us/op ' + '  '.join(f'{n} {(t[2 * i] - t[2 * i + 1]) * 1e6 / max(r[\"ops\"], 1):.0f}' for i, n in enumerate(names)))
+" "$1" "$out" "$c0" "$c1" "$g0" "$g1" "$per"
+  # How many requests went gathered (lookups) or relayed (writes, chain steps), and in how many.
+  echo "   gateway: $(curl -s http://127.0.0.1:19420/metrics |
+    awk '/^packrat_cluster_(lookups_gathered|gathered_requests|writes_relayed|relay_requests)_total/{printf "%s %s  ", $1, $2}')"
+  for i in 0 1 2; do
+    echo "   node$i: $(curl -s http://127.0.0.1:$((19410 + i))/metrics |
+      awk '/^packrat_node_(steps_relayed|relay_requests)_total/{printf "%s %s  ", $1, $2}')"
+  done
   stop_all
 }
 echo "$WORKLOAD through a cluster, $CONC connections, $DURATION per round"

@@ -5,6 +5,7 @@
 //! ([`manager`]). See docs/ARCHITECTURE.md, "A cluster".
 
 mod batch;
+mod gather;
 pub mod manager;
 pub mod map;
 pub mod node;

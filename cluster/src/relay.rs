@@ -2,7 +2,7 @@
 //! member hands to the next one, queued for one node while the process was busy, go to it as
 //! one request (`POST /w`), each with its own map epoch, method, path, headers and body; the
 //! node runs each as if it had come alone (side by side) and answers each one's status and
-//! body, in order (see [`Relay::send`] for when steps are gathered).
+//! body, in order (see [`crate::gather`] for when steps are gathered).
 //!
 //! On loopback, much of a chain PUT's cost at a node is the request around it: the HTTP
 //! exchange with its predecessor and its successor, the task switches on both sides. Relayed
@@ -11,13 +11,13 @@
 //! waited for a turn (as gathered lookups do, `ClusterStore::lookup`) raised the latency and
 //! thinned the group commits more than the requests saved (docs/benchmarks.md).
 
+use crate::gather::{Dispatch, Queues};
 use crate::wire::{Answer, NodeClient};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::Method;
 use packrat_store_api::{StoreError, StoreResult};
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -151,65 +151,20 @@ struct Waiting {
     tx: oneshot::Sender<StoreResult<(u16, Bytes)>>,
 }
 
-/// The steps to one node waiting to be sent, and whether one of their callers is gathering
-/// them (see [`Relay::send`]).
-#[derive(Default)]
-struct LaneState {
-    waiting: Vec<Waiting>,
-    gathering: bool,
-}
-
-#[derive(Default)]
-struct Lane(Mutex<LaneState>);
-
-impl Lane {
-    fn lock(&self) -> MutexGuard<'_, LaneState> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
 /// The relays of one process to every node it sends chain steps to.
 #[derive(Clone)]
 pub struct Relay {
     client: NodeClient,
-    lanes: Arc<Mutex<HashMap<String, Arc<Lane>>>>,
+    queues: Arc<Queues<Waiting>>,
     relayed: Arc<AtomicU64>,
     requests: Arc<AtomicU64>,
-}
-
-/// The gathering caller's hold on its lane: the steps gathered are sent when it is dropped,
-/// so a caller that goes away while it gathers cannot leave the others waiting.
-struct Gathering<'a> {
-    relay: &'a Relay,
-    lane: Arc<Lane>,
-    addr: &'a str,
-    armed: bool,
-}
-
-impl Gathering<'_> {
-    /// The steps gathered (the gatherer's own first), and the lane open to the next gatherer.
-    fn take(&mut self) -> Vec<Waiting> {
-        self.armed = false;
-        let mut state = self.lane.lock();
-        state.gathering = false;
-        std::mem::take(&mut state.waiting)
-    }
-}
-
-impl Drop for Gathering<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            let batch = self.take();
-            self.relay.spawn_batches(self.addr, batch);
-        }
-    }
 }
 
 impl Relay {
     pub fn new(client: NodeClient) -> Relay {
         Relay {
             client,
-            lanes: Arc::default(),
+            queues: Arc::default(),
             relayed: Arc::default(),
             requests: Arc::default(),
         }
@@ -223,15 +178,9 @@ impl Relay {
         )
     }
 
-    /// Sends a chain step to the node at `addr`, alone or relayed with others (see the
-    /// module's doc): [`NodeClient::send`] for the caller, whose failures to reach the node
-    /// are `Unavailable` either way.
-    ///
-    /// The first step to a node with none waiting gathers: it lets the tasks ready to run go
-    /// first (one yield to the runtime), then takes every step queued for that node meanwhile
-    /// and sends them as one request, or itself alone if none came. So steps are never held
-    /// back for a turn or a timer: an idle process sends each at once, a busy one sends
-    /// together what arrived while the gatherer waited to run again.
+    /// Sends a chain step to the node at `addr`, alone or relayed with the steps queued for it
+    /// meanwhile (see [`crate::gather`]): [`NodeClient::send`] for the caller, whose failures
+    /// to reach the node are `Unavailable` either way.
     #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
@@ -250,35 +199,27 @@ impl Relay {
                 .send(method, addr, path, epoch, headers, body, timeout)
                 .await;
         }
-        let lane = self.lane_of(addr);
         let (tx, rx) = oneshot::channel();
-        let gather = {
-            let mut state = lane.lock();
-            state.waiting.push(Waiting {
-                item: RelayItem {
-                    epoch,
-                    method: method.clone(),
-                    path: path.to_string(),
-                    headers: headers
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), v.clone()))
-                        .collect(),
-                    body: body.clone(),
-                },
-                timeout,
-                tx,
-            });
-            !std::mem::replace(&mut state.gathering, true)
+        let waiting = Waiting {
+            item: RelayItem {
+                epoch,
+                method: method.clone(),
+                path: path.to_string(),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.clone()))
+                    .collect(),
+                body: body.clone(),
+            },
+            timeout,
+            tx,
         };
-        if gather {
-            let mut gathering = Gathering {
-                relay: self,
-                lane,
-                addr,
-                armed: true,
-            };
-            tokio::task::yield_now().await;
-            let batch = gathering.take();
+        let dispatch = || -> Dispatch<Waiting> {
+            let (relay, addr) = (self.clone(), addr.to_string());
+            Box::new(move |batch| relay.spawn_batches(&addr, batch))
+        };
+        if let Some(gatherer) = self.queues.join(addr, waiting, dispatch) {
+            let batch = gatherer.gather().await;
             if batch.len() == 1 {
                 // Only this step: sent alone, from here.
                 return self
@@ -295,11 +236,6 @@ impl Relay {
                 "storage node {addr}: a relayed step was dropped"
             ))),
         }
-    }
-
-    fn lane_of(&self, addr: &str) -> Arc<Lane> {
-        let mut lanes = self.lanes.lock().unwrap_or_else(|p| p.into_inner());
-        lanes.entry(addr.to_string()).or_default().clone()
     }
 
     /// Sends `batch` to `addr`, in requests of at most [`RELAY_ITEMS_MAX`] steps, each on a
