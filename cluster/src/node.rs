@@ -1232,8 +1232,7 @@ impl Node {
     }
 
     async fn relayed_step(&self, item: RelayItem) -> (u16, Bytes) {
-        // Only chain steps on objects and uploads are relayed.
-        if !(item.path.starts_with("/o/") || item.path.starts_with("/u/")) {
+        if !crate::relay::relayable(&item.method, &item.path) {
             return (400, Bytes::from_static(b"not a relayed route"));
         }
         let mut req = http::Request::builder().method(item.method).uri(item.path);

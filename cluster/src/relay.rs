@@ -41,6 +41,12 @@ pub struct RelayItem {
 
 const METHODS: [Method; 4] = [Method::PUT, Method::DELETE, Method::PATCH, Method::POST];
 
+/// Whether a request may be relayed: a chain step on an object or an upload (the sender asks
+/// before it queues one, the node before it routes one).
+pub fn relayable(method: &Method, path: &str) -> bool {
+    METHODS.contains(method) && (path.starts_with("/o/") || path.starts_with("/u/"))
+}
+
 impl RelayItem {
     pub fn put(&self, out: &mut BytesMut) -> StoreResult<()> {
         let code = METHODS
@@ -192,8 +198,7 @@ impl Relay {
         body: Bytes,
         timeout: Duration,
     ) -> StoreResult<Answer> {
-        let relayed_route = path.starts_with("/o/") || path.starts_with("/u/");
-        if body.len() > RELAY_BODY_MAX || !METHODS.contains(&method) || !relayed_route {
+        if body.len() > RELAY_BODY_MAX || !relayable(&method, path) {
             return self
                 .client
                 .send(method, addr, path, epoch, headers, body, timeout)
