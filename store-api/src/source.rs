@@ -24,4 +24,12 @@ pub trait ByteSource: Send {
     fn shown_md5(&self) -> Option<[u8; 16]> {
         None
     }
+
+    /// The MD5 of the bytes this source yields, when it is known before they are read (a
+    /// cluster member's chain step carries the one its head computed, and the member checks
+    /// the bytes against the head's CRC instead). A store may take it rather than hash the
+    /// bytes again, so it must be the bytes' MD5.
+    fn known_md5(&self) -> Option<[u8; 16]> {
+        None
+    }
 }
