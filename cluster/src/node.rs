@@ -92,6 +92,11 @@ pub struct Node {
     /// Buckets this node applied a step of with versioning since it started: a step of
     /// theirs it could not hand on is re-sent as a copy of the key's whole history.
     versioned_bids: Mutex<HashSet<u64>>,
+    /// Chain writes refused because their body did not match the CRC its sender sent.
+    damaged: AtomicU64,
+    /// Fault injection (tests): the next this many write bodies handed on to a successor
+    /// have a byte changed after their CRC is taken (see `Node::hop_faults`).
+    hop_flips: AtomicU64,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -218,8 +223,13 @@ fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
 }
 
 /// One piece of bytes as a write's source; its ETag shows the second field when that is set
-/// (see `ByteSource::shown_md5`), the bytes' MD5 otherwise.
-pub struct OnePiece(pub Option<Bytes>, pub Option<[u8; 16]>);
+/// (see `ByteSource::shown_md5`), the bytes' MD5 otherwise; the third is the bytes' MD5 when
+/// it is known (see `ByteSource::known_md5`).
+pub struct OnePiece(
+    pub Option<Bytes>,
+    pub Option<[u8; 16]>,
+    pub Option<[u8; 16]>,
+);
 
 /// The stored bytes' MD5 of an object whose ETag shows another ([`MD5_META`]).
 pub fn stored_md5_of(info: &ObjectInfo) -> Option<String> {
@@ -240,6 +250,9 @@ impl ByteSource for OnePiece {
     }
     fn shown_md5(&self) -> Option<[u8; 16]> {
         self.1
+    }
+    fn known_md5(&self) -> Option<[u8; 16]> {
+        self.2
     }
 }
 
@@ -362,6 +375,8 @@ impl Node {
             metrics,
             history_steps: Mutex::new(HashMap::new()),
             versioned_bids: Mutex::new(HashSet::new()),
+            damaged: AtomicU64::new(0),
+            hop_flips: AtomicU64::new(0),
         })
     }
 
@@ -492,6 +507,9 @@ impl Node {
         }
         if path == "/admin/faults" {
             return self.faults(req).await;
+        }
+        if path == "/admin/faults/hop" {
+            return self.hop_faults(req).await;
         }
         if let Some(what) = path.strip_prefix("/admin/") {
             return self.admin(what, &method, &q).await;
@@ -709,6 +727,11 @@ impl Node {
                 "Requests that carried relayed chain steps from this node to its successors.",
                 relays,
             ),
+            Metric::counter(
+                "packrat_node_damaged_writes_total",
+                "Chain writes (PUTs and parts) this node refused because their body did not match the CRC32C its sender sent.",
+                self.damaged.load(Ordering::Relaxed),
+            ),
             Metric::gauge(
                 "packrat_node_pgs",
                 "Placement groups this node holds a replica of.",
@@ -910,6 +933,20 @@ impl Node {
         if versioned.is_some() {
             self.note_versioned(bid);
         }
+        // The body is checked before the key is locked.
+        let (put, md5) = match put {
+            Some((mut wput, body)) => {
+                let md5 = self.check_body(
+                    &mut wput.body_crc32c,
+                    &mut wput.body_md5,
+                    &body,
+                    cv.is_none(),
+                    key,
+                )?;
+                (Some((wput, body)), md5)
+            }
+            None => (None, [0; 16]),
+        };
         let step = self
             .begin_step(map, bid, pg, key, cv, versioned.is_some())
             .await?;
@@ -987,9 +1024,9 @@ impl Node {
         }
         if shown.is_some() {
             // The ETag will show another MD5: the stored bytes' is kept for copies' checks.
-            use md5::Digest;
-            let stored = hex::encode(md5::Md5::digest(&body));
-            attrs.user_meta.push((MD5_META.to_string(), stored));
+            attrs
+                .user_meta
+                .push((MD5_META.to_string(), hex::encode(md5)));
         }
         let staged = Arc::new(tokio::sync::Notify::new());
         let tell = staged.clone();
@@ -1009,7 +1046,7 @@ impl Node {
             }))),
             version_as,
         };
-        let mut piece = OnePiece(Some(body.clone()), shown);
+        let mut piece = OnePiece(Some(body.clone()), shown, Some(md5));
         let objects = step.objects.clone();
         let local = self.store.put_object(&objects, key, &mut piece, put);
         tokio::pin!(local);
@@ -1080,6 +1117,54 @@ impl Node {
             cv: meta.cv.max(cv),
             ..meta
         }))
+    }
+
+    /// Checks a chain write's body (a PUT's or a part's) against the CRC32C its sender sent (a
+    /// gateway's, or the member's before: `crc`), then sets what the next member checks and
+    /// takes: the body's CRC and MD5 (`crc`, `md5`). The MD5 (the ETag every member shows) is computed once, at the head (`at_head`); a
+    /// member takes the head's rather than hash the bytes again, since the CRC vouches at each
+    /// hop that they are the bytes the head hashed. Before, each member hashed what it got and
+    /// nothing compared it with the head's, so bytes damaged between two members were stored
+    /// as a different object under the same version. A step whose sender sends no CRC (an
+    /// older node or gateway) is hashed here. Returns the body's MD5.
+    fn check_body(
+        &self,
+        crc_sent: &mut Option<u32>,
+        md5_sent: &mut Option<String>,
+        body: &Bytes,
+        at_head: bool,
+        key: &str,
+    ) -> Result<[u8; 16], Fail> {
+        let crc = crate::wire::body_crc32c(body);
+        if let Some(sent) = *crc_sent
+            && sent != crc
+        {
+            self.damaged.fetch_add(1, Ordering::Relaxed);
+            tracing::error!(
+                key,
+                sent,
+                crc,
+                "a chain write's body does not match its CRC32C: refused"
+            );
+            return Err(StoreError::internal(
+                "chain write",
+                format!(
+                    "the body of {key} was damaged on its way here (its CRC32C does not match)"
+                ),
+            )
+            .into());
+        }
+        let given = match (at_head, *crc_sent) {
+            (false, Some(_)) => md5_of(md5_sent)?,
+            _ => None,
+        };
+        let md5 = given.unwrap_or_else(|| {
+            use md5::Digest;
+            md5::Md5::digest(body).into()
+        });
+        *crc_sent = Some(crc);
+        *md5_sent = Some(base64::engine::general_purpose::STANDARD.encode(md5));
+        Ok(md5)
     }
 
     /// What a version a chain step made here (`made`) leaves: on failure, the step's dirty
@@ -1182,6 +1267,20 @@ impl Node {
             .addr(next)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
         let body_len = body.len();
+        let body = if method == Method::PUT
+            && !body.is_empty()
+            && self
+                .hop_flips
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            // Fault injection: the bytes change on their way, after their CRC was taken.
+            let mut damaged = body.to_vec();
+            damaged[body_len / 2] ^= 0x20;
+            Bytes::from(damaged)
+        } else {
+            body
+        };
         let sent = self
             .relay
             .send(
@@ -1271,7 +1370,7 @@ impl Node {
             ..Default::default()
         };
         self.store
-            .put_object(tombs, key, &mut OnePiece(None, None), tomb)
+            .put_object(tombs, key, &mut OnePiece(None, None, None), tomb)
             .await?;
         if let Some(v) = versioning {
             // The object is kept in the key's history, under a delete marker of this version,

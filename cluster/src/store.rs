@@ -742,6 +742,8 @@ impl ClusterStore {
         let pg = pg_of(bucket.id, key, self.map().pgs);
         let mut wput = wput;
         wput.versioning = WireVersioning::of(bucket.versioning);
+        // The head checks the bytes it gets against this (see `Node::check_body`).
+        wput.body_crc32c = Some(crate::wire::body_crc32c(&body));
         let header = serde_json::to_string(&wput).map_err(|e| StoreError::internal("write", e))?;
         let (ans, node) = self
             .call(

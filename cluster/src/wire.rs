@@ -8,7 +8,7 @@
 //!
 //! | request | does |
 //! |---|---|
-//! | `PUT /o/{bucket id}/{pg}/{key}` | a chain write: at the head without `x-packrat-cv`, along the chain with it |
+//! | `PUT /o/{bucket id}/{pg}/{key}` | a chain write: at the head without `x-packrat-cv`, along the chain with it; [`WirePut`] in `x-packrat-put` carries the body's CRC32C and, from the head on, its MD5 |
 //! | `DELETE /o/{bucket id}/{pg}/{key}` | a chain delete (a tombstone with the delete's version) |
 //! | `PATCH /o/{bucket id}/{pg}/{key}?base=V` | a chain edit: version V gets the attributes in `x-packrat-put` (bytes untouched), as a new version |
 //! | `GET /o/{bucket id}/{pg}/{key}?meta[&inline=N]` | the object's metadata ([`WireMeta`]); with `inline`, an object of at most N bytes comes whole, its metadata in `x-packrat-meta` |
@@ -17,7 +17,7 @@
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
 //! | `POST /b/{bucket id}?plan\|read[&order=storage]` | a node's share of a batch GET ([`WireBatchItem`]s in): with `plan` what it would send ([`WireBatchHead`]); with `read`, that and the entries ([`BatchRecord`]), read through the node's own batch plan |
 //! | `POST /u/{bucket id}/{pg}/{key}?create&id=ID` | begins a multipart upload on the chain ([`WireUpload`]) |
-//! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`) |
+//! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`, with the part's CRC32C and MD5 as a PUT's) |
 //! | `POST /u/{bucket id}/{pg}/{key}?complete&id=ID` | completes it ([`WireComplete`]): a chain write with a version, as a PUT |
 //! | `DELETE /u/{bucket id}/{pg}/{key}?id=ID` | aborts it on the chain |
 //! | `GET /u/{bucket id}/{pg}/{key}?id=ID[&parts&after=N&max=M][&any]` | the upload and its parts, from the head (with `any`, from a caught-up member: a resync) ([`WireUploadState`]) |
@@ -147,6 +147,19 @@ pub struct WirePut {
     /// The bucket's versioning, when it has some (see [`VER_META`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<WireVersioning>,
+    /// CRC32C of the body as its sender holds it (a gateway, or the member before): the
+    /// receiver refuses bytes that do not match (see `Node::check_body`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_crc32c: Option<u32>,
+    /// Base64 of the body's MD5 as the chain's head computed it, handed down the chain with
+    /// `body_crc32c`: a member whose bytes match the CRC takes it rather than hash them again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_md5: Option<String>,
+}
+
+/// The CRC32C a chain write's body is checked by at each hop ([`WirePut::body_crc32c`]).
+pub fn body_crc32c(body: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
 }
 
 /// Whether a user-metadata name is one a node keeps its own entries under.
@@ -246,6 +259,12 @@ pub struct WirePartPut {
     pub checksum: Option<String>,
     pub expected_checksum: Option<String>,
     pub content_md5: Option<String>,
+    /// As [`WirePut::body_crc32c`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_crc32c: Option<u32>,
+    /// As [`WirePut::body_md5`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_md5: Option<String>,
 }
 
 /// CompleteMultipartUpload as the head gets it (`POST /u/...?complete&id=ID`, JSON body).

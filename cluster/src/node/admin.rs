@@ -8,6 +8,7 @@ use http::Method;
 use packrat_store_api::StoreError;
 use packrat_store_api::admin::{JobKind, JobStart};
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 fn job_kind(q: &HashMap<String, String>) -> Result<JobKind, StoreError> {
@@ -85,5 +86,29 @@ impl Node {
             None
         };
         Ok(json(200, &self.store.faults(set).await?))
+    }
+
+    /// `/admin/faults/hop`: damage on the way between members (tests; allowed when the store's
+    /// fault injection is). PUT `{"flip": N}`: the next N write bodies this node hands on to a
+    /// successor have a byte changed after their CRC32C is taken. Answers what is left to flip.
+    pub(super) async fn hop_faults<B>(&self, req: http::Request<B>) -> Result<NodeResp, Fail>
+    where
+        B: hyper::body::Body<Data = Bytes>,
+        B::Error: std::fmt::Display,
+    {
+        #[derive(serde::Serialize, serde::Deserialize)]
+        struct HopFaults {
+            flip: u64,
+        }
+        // Refused unless the node runs with `--fault-injection`.
+        self.store.faults(None).await?;
+        if req.method() == Method::PUT {
+            let body = body_of_request(req, "hop faults").await?;
+            let set: HopFaults = serde_json::from_slice(&body)
+                .map_err(|e| StoreError::Invalid(format!("bad hop faults: {e}")))?;
+            self.hop_flips.store(set.flip, Ordering::Relaxed);
+        }
+        let flip = self.hop_flips.load(Ordering::Relaxed);
+        Ok(json(200, &HopFaults { flip }))
     }
 }

@@ -222,7 +222,13 @@ impl Node {
                     Bytes::from(body),
                 )
             }
-            Step::Part { number, put, body } => {
+            Step::Part {
+                number,
+                mut put,
+                body,
+            } => {
+                let known =
+                    self.check_body(&mut put.body_crc32c, &mut put.body_md5, &body, at_head, key)?;
                 let md5 = md5_of(&put.content_md5)?;
                 let stored = self
                     .store
@@ -231,7 +237,7 @@ impl Node {
                         key,
                         id,
                         number,
-                        &mut OnePiece(Some(body.clone()), None),
+                        &mut OnePiece(Some(body.clone()), None, Some(known)),
                         PutPart {
                             checksum: algorithm(&put.checksum)?,
                             expected_checksum: digest_of(&put.expected_checksum)?,
@@ -638,7 +644,7 @@ impl Node {
                         key,
                         id,
                         p.part_number,
-                        &mut OnePiece(Some(body), None),
+                        &mut OnePiece(Some(body), None, None),
                         PutPart {
                             checksum,
                             ..Default::default()
@@ -813,7 +819,7 @@ impl Node {
                         key,
                         &upload_id,
                         i as u32 + 1,
-                        &mut OnePiece(Some(body), None),
+                        &mut OnePiece(Some(body), None, None),
                         PutPart::default(),
                     )
                     .await?;
@@ -882,7 +888,7 @@ impl Node {
                     .put_object(
                         objects,
                         key,
-                        &mut OnePiece(Some(body), shown),
+                        &mut OnePiece(Some(body), shown, None),
                         PutObject {
                             attrs,
                             checksum: checksum_of(meta),

@@ -189,6 +189,7 @@ impl ClusterStore {
                 checksum: w.checksum,
                 expected_checksum: w.expected_checksum,
                 content_md5: w.content_md5,
+                ..Default::default()
             },
         )
         .await
@@ -201,8 +202,10 @@ impl ClusterStore {
         upload_id: &str,
         part_number: u32,
         bytes: Bytes,
-        put: WirePartPut,
+        mut put: WirePartPut,
     ) -> StoreResult<Part> {
+        // The head checks the bytes it gets against this (see `Node::check_body`).
+        put.body_crc32c = Some(crate::wire::body_crc32c(&bytes));
         let header = serde_json::to_string(&put).map_err(|e| StoreError::internal("part", e))?;
         let (pg, path) = self.upload_path(bucket, key, upload_id);
         let (ans, _) = self
