@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # Loads through a cluster, two binaries alternating: for each round and each binary, a fresh
 # cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), one load for $DURATION
-# at $CONC connections: 4 KiB PUTs, (WORKLOAD=get) 4 KiB GETs of the keys the round wrote first,
-# or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts.
+# at $CONC connections: PUTs of $SIZE (4 KiB), (WORKLOAD=get) GETs of the keys the round wrote
+# first, or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts. Odd rounds run A first, even
+# rounds B first: whichever runs first in a pair tends to do better.
 # Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per
 # operation (and per MiB, and per process), the writes per group commit on the first node,
 # and the gathered lookups and relayed writes the gateway and nodes count.
 #
 #   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-ab.sh
+#   PACKRAT_A=... PACKRAT_B=... SIZE=64KiB bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... WORKLOAD=multipart CONC=2 bench/cluster-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${PACKRAT_A:?the binary A}" "${PACKRAT_B:?the binary B}"
 CONC=${CONC:-64}
 WORKLOAD=${WORKLOAD:-put}
+SIZE=${SIZE:-4KiB}
 case $WORKLOAD in
-  put) args=(--workload put) ;;
-  get) args=(--workload get) ;;
+  put) args=(--workload put --size "$SIZE") ;;
+  get) args=(--workload get --size "$SIZE") ;;
   multipart) args=(--workload multipart --size 32MiB --part-size 8MiB --prefix mp/) ;;
   *) echo "WORKLOAD is put, get or multipart" >&2; exit 2 ;;
 esac
@@ -103,6 +106,11 @@ print('   CPU us/op ' + '  '.join(f'{n} {(t[2 * i] - t[2 * i + 1]) * 1e6 / max(r
 }
 echo "$WORKLOAD through a cluster, $CONC connections, $DURATION per round"
 for r in $(seq 1 "$ROUNDS"); do
-  one "A" "$PACKRAT_A"
-  one "B" "$PACKRAT_B"
+  if ((r % 2)); then
+    one "A" "$PACKRAT_A"
+    one "B" "$PACKRAT_B"
+  else
+    one "B" "$PACKRAT_B"
+    one "A" "$PACKRAT_A"
+  fi
 done
