@@ -5,6 +5,7 @@ killed with SIGKILL under load; nothing is mocked."""
 import base64
 import concurrent.futures
 import datetime
+import functools
 import hashlib
 import io
 import json
@@ -1316,17 +1317,23 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
         # The next body nodes[0] hands on (as a head, or as the second member) changes on its
         # way; writes it does not hand on pass untouched.
         faulty = nodes[0]
-        assert hop(faulty, 1) == 1
-        damaged = None
-        for k, body in bodies.items():
-            try:
-                c.put_object(Bucket="hop", Key=k, Body=body)
-            except ClientError as e:
-                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
-                damaged = k
-                break
-            assert hop(faulty) == 1, f"{k} was acknowledged, yet its body was damaged on a hop"
-        assert damaged, "nodes[0] handed no write on in 40"
+
+        def first_refused(writes):
+            """Arms one damaged hop on `faulty`, then makes `writes` (key, write) in turn until
+            one is refused with a 500: its key. Every write acknowledged before was not damaged."""
+            assert hop(faulty, 1) == 1
+            for k, write in writes:
+                try:
+                    write()
+                except ClientError as e:
+                    assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
+                    return k
+                assert hop(faulty) == 1, f"{k} was acknowledged, yet damaged on a hop"
+            raise AssertionError("nodes[0] handed none of the writes on")
+
+        damaged = first_refused(
+            (k, functools.partial(c.put_object, Bucket="hop", Key=k, Body=body))
+            for k, body in bodies.items())
         assert hop(faulty) == 0
         assert sum(node_counter(n, "packrat_node_damaged_writes_total") for n in nodes) == 1
         assert node_counter(faulty, "packrat_node_damaged_writes_total") == 0
@@ -1350,22 +1357,18 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
 
         # A multipart upload's parts are checked the same way: a part damaged on a hop is
         # refused, sent again, and the object completes from the bytes the client sent.
-        assert hop(faulty, 1) == 1
-        refused = None
         uploads = {}
-        for i in range(40):
-            k = f"mp/{i:02d}"
-            part = os.urandom(64 * 1024) + k.encode()
-            uid = c.create_multipart_upload(Bucket="hop", Key=k)["UploadId"]
-            uploads[k] = (uid, part)
-            try:
-                c.upload_part(Bucket="hop", Key=k, UploadId=uid, PartNumber=1, Body=part)
-            except ClientError as e:
-                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
-                refused = k
-                break
-            assert hop(faulty) == 1, f"{k}'s part was acknowledged, yet damaged on a hop"
-        assert refused, "nodes[0] handed no part on in 40"
+
+        def part_writes():
+            for i in range(40):
+                k = f"mp/{i:02d}"
+                part = os.urandom(64 * 1024) + k.encode()
+                uid = c.create_multipart_upload(Bucket="hop", Key=k)["UploadId"]
+                uploads[k] = (uid, part)
+                yield k, functools.partial(c.upload_part, Bucket="hop", Key=k, UploadId=uid,
+                                           PartNumber=1, Body=part)
+
+        refused = first_refused(part_writes())
         assert hop(faulty) == 0
         assert sum(node_counter(n, "packrat_node_damaged_writes_total") for n in nodes) == 2
         uid, part = uploads[refused]

@@ -2,6 +2,8 @@
 //! them: every replica of a key gets the same version ids, and a version a replica missed is
 //! copied into its place in the key's history without touching the current one.
 
+mod common;
+
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
@@ -70,20 +72,7 @@ fn v(seq: u64) -> VersionAs {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chosen_versions_land_where_their_sequence_places_them() {
     let dir = tempfile::tempdir().unwrap();
-    let store = LocalStore::open(LocalOptions::new(dir.path().to_path_buf()))
-        .unwrap()
-        .store;
-    let plain = store
-        .create_bucket(NewBucket {
-            name: "b".into(),
-            owner_id: "o".into(),
-            owner_name: "o".into(),
-            created_ms: 1,
-            public_read: false,
-            object_lock: false,
-        })
-        .await
-        .unwrap();
+    let (store, plain) = common::store_with_bucket(dir.path()).await;
     // The bucket itself never had versioning: the chosen versions keep the history anyway,
     // and reads of it name versions once asked as a versioned bucket.
     let b = Bucket {

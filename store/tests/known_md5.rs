@@ -2,12 +2,11 @@
 //! against its head's CRC) is not hashed again: the store takes the MD5 it gives for the ETag
 //! and for the Content-MD5 check.
 
+mod common;
+
 use md5::Digest as _;
-use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::checksum::ChecksumAlgorithm;
-use packrat_store_api::{
-    ByteSource, Digest, NewBucket, ObjectStore, PutObject, StoreError, StoreResult,
-};
+use packrat_store_api::{ByteSource, Digest, ObjectStore, PutObject, StoreError, StoreResult};
 
 struct Known(Option<bytes::Bytes>, [u8; 16]);
 
@@ -29,20 +28,7 @@ impl ByteSource for Known {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_known_md5_is_taken_rather_than_computed() {
     let dir = tempfile::tempdir().unwrap();
-    let store = LocalStore::open(LocalOptions::new(dir.path().to_path_buf()))
-        .unwrap()
-        .store;
-    let b = store
-        .create_bucket(NewBucket {
-            name: "b".into(),
-            owner_id: "o".into(),
-            owner_name: "o".into(),
-            created_ms: 1,
-            public_read: false,
-            object_lock: false,
-        })
-        .await
-        .unwrap();
+    let (store, b) = common::store_with_bucket(dir.path()).await;
     let body = bytes::Bytes::from(vec![7u8; 100_000]);
     let md5: [u8; 16] = md5::Md5::digest(&body).into();
     let put = |known, content_md5| {

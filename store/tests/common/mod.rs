@@ -3,9 +3,9 @@
 
 #![allow(dead_code)] // each test binary uses its own subset
 
-use packrat_store::local::LocalOptions;
+use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::{JobKind, JobStart};
-use packrat_store_api::{Bucket, ObjectStore, StoreError};
+use packrat_store_api::{Bucket, NewBucket, ObjectStore, StoreError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,6 +23,25 @@ pub fn erasure_coded(o: LocalOptions, dir: &Path) -> LocalOptions {
         ec: Some(EC),
         ..o
     }
+}
+
+/// A store in `dir` with default options and one bucket `b`, unversioned and unlocked.
+pub async fn store_with_bucket(dir: &Path) -> (LocalStore, Bucket) {
+    let store = LocalStore::open(LocalOptions::new(dir.to_path_buf()))
+        .unwrap()
+        .store;
+    let b = store
+        .create_bucket(NewBucket {
+            name: "b".into(),
+            owner_id: "o".into(),
+            owner_name: "o".into(),
+            created_ms: 1,
+            public_read: false,
+            object_lock: false,
+        })
+        .await
+        .unwrap();
+    (store, b)
 }
 
 /// An object's bytes (`None`: no such object), read whole through the trait.
