@@ -10,6 +10,7 @@
 #
 #   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... SIZE=64KiB bench/cluster-ab.sh
+#   PACKRAT_A=... PACKRAT_B=... WORKLOAD=get SIZE=4MiB KEYS=200 CONC=4 bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... WORKLOAD=multipart CONC=2 bench/cluster-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -73,7 +74,7 @@ one() { # label binary
   pids+=($!); servers+=($!)
   ready http://127.0.0.1:19420/health/ready
   "$bin" bench --endpoint http://127.0.0.1:19420 --workload get --keys "$KEYS" --prepare --ops 1 \
-    --concurrency 8 >/dev/null 2>&1
+    --size "$SIZE" --concurrency 8 >/dev/null 2>&1
   local c0 c1 g0 g1 out p per0=() per=""
   g0=$(groups); c0=$(cpu "${servers[@]}")
   for p in "${servers[@]}"; do per0+=("$(cpu "$p")"); done

@@ -20,7 +20,9 @@ import urllib.error
 import urllib.request
 
 import pytest
-from botocore.exceptions import ClientError, ConnectionClosedError, EndpointConnectionError
+from botocore.exceptions import (ClientError, ConnectionClosedError, EndpointConnectionError,
+                                 IncompleteReadError, ResponseStreamingError)
+from urllib3.exceptions import ProtocolError
 
 import conftest
 from cluster import BIN, PGS, Gateway, Node, cluster_cmd, healthy, start_cluster, status, wait_for
@@ -1302,12 +1304,7 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
         secret = etcd_value(etcd.url, "/packrat/secret")
 
         def hop(n, flip=None):
-            req = urllib.request.Request(
-                f"http://{n.listen}/admin/faults/hop", method="GET" if flip is None else "PUT",
-                data=None if flip is None else json.dumps({"flip": flip}).encode(),
-                headers={"x-packrat-cluster-secret": secret})
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return json.load(r)["flip"]
+            return hop_faults(n, secret, None if flip is None else {"flip": flip})["flip"]
 
         # No flexible checksum from the client (a member checks one, which would catch the
         # damage too, but blame the client with a 400 BadDigest).
@@ -1381,6 +1378,76 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
         wait_for("every member to settle", lambda: all(unsettled_on(n) == 0 for n in nodes), timeout=30)
         for _ in range(6):
             assert c.get_object(Bucket="hop", Key=refused)["Body"].read() == part
+    finally:
+        for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
+def hop_faults(node, secret, set_to=None):
+    """A node's hop faults (`/admin/faults/hop`), set first to `set_to` if given."""
+    req = urllib.request.Request(
+        f"http://{node.listen}/admin/faults/hop", method="GET" if set_to is None else "PUT",
+        data=None if set_to is None else json.dumps(set_to).encode(),
+        headers={"x-packrat-cluster-secret": secret})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
+
+
+def test_a_read_answer_damaged_on_its_way_is_never_served(workdir):
+    """A node sends the CRC32C of every answer: a header on one sent whole, a trailer on one
+    streamed. The gateway checks it: a small object's damaged answer is read again from
+    another member, a large object's answer to the client is cut before its last bytes. No client ever gets other bytes than were written. Before,
+    the bytes between a node and a gateway were checked by TCP alone."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-answers",
+                                     node_args=["--fault-injection"])
+    try:
+        secret = etcd_value(etcd.url, "/packrat/secret")
+        # The client checks no checksum itself: what it gets is what the gateway served.
+        c = gws[0].client(response_checksum_validation="when_required")
+        c.create_bucket(Bucket="ans")
+        # Inline in the lookup (4 KiB), one piece (512 KiB), streamed (3 MiB).
+        bodies = {f"s/{i:02d}": os.urandom(4096) for i in range(12)}
+        bodies.update({f"m/{i}": os.urandom(512 * 1024) for i in range(3)})
+        bodies["l/0"] = os.urandom(3 * 1024 * 1024)
+        for k, body in bodies.items():
+            c.put_object(Bucket="ans", Key=k, Body=body)
+        wait_for("every member to settle",
+                 lambda: all(node_counter(n, "packrat_node_writes_unsettled") == 0 for n in nodes),
+                 timeout=30)
+
+        def read_all():
+            for _ in range(3):
+                for k, body in bodies.items():
+                    if k.startswith("l/"):
+                        continue
+                    got = c.get_object(Bucket="ans", Key=k)["Body"].read()
+                    assert got == body, f"{k}: other bytes than were written"
+
+        # Nothing damaged: streamed answers' trailers arrive (a missing one fails the read).
+        read_all()
+        assert c.get_object(Bucket="ans", Key="l/0")["Body"].read() == bodies["l/0"]
+        assert gateway_counter(gws[0], "packrat_cluster_damaged_answers_total") == 0
+
+        # Each node in turn damages its next answer: every read is still right (read again
+        # of another member), and each damaged answer was refused.
+        for i, n in enumerate(nodes):
+            assert hop_faults(n, secret, {"flip": 0, "answers": 1})["answers"] == 1
+            read_all()
+            assert hop_faults(n, secret)["answers"] == 0, f"node {i} sent no object bytes"
+            assert gateway_counter(gws[0], "packrat_cluster_damaged_answers_total") == i + 1
+
+        # A large object's streamed answer damaged: the client's read fails, it never gets
+        # the damaged bytes whole; read again, it gets the right ones.
+        for n in nodes:
+            hop_faults(n, secret, {"flip": 0, "answers": 1})
+        got = c.get_object(Bucket="ans", Key="l/0")
+        with pytest.raises((IncompleteReadError, ResponseStreamingError, ProtocolError)):
+            got["Body"].read()
+        assert gateway_counter(gws[0], "packrat_cluster_damaged_answers_total") == 4
+        for n in nodes:
+            hop_faults(n, secret, {"flip": 0, "answers": 0})
+        assert c.get_object(Bucket="ans", Key="l/0")["Body"].read() == bodies["l/0"]
     finally:
         for p in [*gws, *nodes]:
             p.stop()

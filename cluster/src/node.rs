@@ -181,9 +181,85 @@ where
         .to_bytes())
 }
 
+/// An answer sent whole, with its CRC32C ([`crate::wire::ANSWER_CRC_HEADER`]).
 fn answer(status: u16, body: impl Into<Bytes>) -> NodeResp {
+    let body = body.into();
+    let crc = crate::wire::body_crc32c(&body);
+    answer_crc(status, body, crc)
+}
+
+/// An answer of object bytes, sent whole: as [`answer`], and the bytes of the next
+/// [`ANSWER_FLIPS`] of them (and of streamed pieces) change after their CRC is taken (fault
+/// injection).
+fn answer_bytes(body: Bytes) -> NodeResp {
+    let crc = crate::wire::body_crc32c(&body);
+    answer_crc(200, flipped(body), crc)
+}
+
+/// `b`, or (fault injection, [`ANSWER_FLIPS`]) `b` with a byte changed.
+fn flipped(b: Bytes) -> Bytes {
+    if b.is_empty()
+        || ANSWER_FLIPS
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_err()
+    {
+        return b;
+    }
+    let mut damaged = b.to_vec();
+    damaged[b.len() / 2] ^= 0x20;
+    Bytes::from(damaged)
+}
+
+fn answer_crc(status: u16, body: Bytes, crc: u32) -> NodeResp {
     let mut r = Response::new(body_of(body));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut()
+        .insert(crate::wire::ANSWER_CRC_HEADER, http::HeaderValue::from(crc));
+    r
+}
+
+/// Fault injection (tests): the next this many answers of object bytes (or pieces of a
+/// streamed one) this process sends change on their way, after their CRC is taken (see
+/// `Node::hop_faults`).
+static ANSWER_FLIPS: AtomicU64 = AtomicU64::new(0);
+
+/// A streamed answer of `frames`, its CRC32C sent as a trailer once they are all sent
+/// ([`crate::wire::ANSWER_CRC_HEADER`]); a frame that fails ends it without one.
+fn streamed(
+    frames: impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+) -> NodeResp {
+    use futures_util::StreamExt;
+    let digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    let frames = frames
+        .map(Some)
+        .chain(futures_util::stream::once(async { None }));
+    let body = frames.scan((digest, false), |(digest, failed), f| {
+        let out = match f {
+            Some(Ok(b)) => {
+                digest.update(&b);
+                Some(Ok(hyper::body::Frame::data(flipped(b))))
+            }
+            Some(Err(e)) => {
+                *failed = true;
+                Some(Err(e))
+            }
+            None if *failed => None,
+            None => {
+                let mut t = http::HeaderMap::new();
+                t.insert(
+                    crate::wire::ANSWER_CRC_HEADER,
+                    http::HeaderValue::from(digest.finalize() as u32),
+                );
+                Some(Ok(hyper::body::Frame::trailers(t)))
+            }
+        };
+        futures_util::future::ready(out)
+    });
+    let mut r = Response::new(StreamBody::new(body).boxed_unsync());
+    r.headers_mut().insert(
+        http::header::TRAILER,
+        http::HeaderValue::from_static(crate::wire::ANSWER_CRC_HEADER),
+    );
     r
 }
 
@@ -321,7 +397,7 @@ fn with_meta(meta: &WireMeta, body: Option<Bytes>) -> StoreResult<NodeResp> {
         return Ok(json(200, meta));
     };
     let meta = serde_json::to_string(meta).map_err(|e| StoreError::internal("metadata", e))?;
-    let mut resp = answer(200, body);
+    let mut resp = answer_bytes(body);
     // JSON escapes control characters; other bytes of UTF-8 text are valid in a header value
     // (obs-text).
     let value = http::HeaderValue::from_bytes(meta.as_bytes())
@@ -731,6 +807,11 @@ impl Node {
                 "packrat_node_damaged_writes_total",
                 "Chain writes (PUTs and parts) this node refused because their body did not match the CRC32C its sender sent.",
                 self.damaged.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_damaged_answers_total",
+                "Answers from other nodes this node refused because their bytes did not match the CRC32C sent with them.",
+                crate::wire::DAMAGED_ANSWERS.load(Ordering::Relaxed),
             ),
             Metric::gauge(
                 "packrat_node_pgs",
@@ -1697,18 +1778,16 @@ impl Node {
         // A single piece is read before answering, so a failed read is an error, not a cut.
         if reader.is_single_piece() {
             let piece = reader.next().await?.unwrap_or_default();
-            return Ok(answer(200, piece));
+            return Ok(answer_bytes(piece));
         }
         let stream = futures_util::stream::unfold(reader, |mut r| async move {
             match r.next().await {
-                Ok(Some(b)) => Some((Ok(hyper::body::Frame::data(b)), r)),
+                Ok(Some(b)) => Some((Ok(b), r)),
                 Ok(None) => None,
                 Err(e) => Some((Err(std::io::Error::other(e.to_string())), r)),
             }
         });
-        let mut resp = Response::new(StreamBody::new(stream).boxed_unsync());
-        *resp.status_mut() = StatusCode::OK;
-        Ok(resp)
+        Ok(streamed(stream))
     }
 
     /// A page of this node's objects (or, with `tombstones`, tombstones) of the PGs asked.

@@ -585,30 +585,41 @@ impl ClusterStore {
         key: &str,
         pg: u32,
         inline_max: u64,
-        first: Option<String>,
+        mut first: Option<String>,
     ) -> StoreResult<Option<ObjectInfo>> {
-        let (ans, node) = self
-            .call_via(
-                pg,
-                Target::Reader,
-                first,
-                Method::GET,
-                &format!(
-                    "/o/{}/{pg}/{}?meta&inline={inline_max}",
-                    bucket.id,
-                    encode(key)
-                ),
-                &[],
-                Bytes::new(),
-            )
-            .await?;
-        match ans.status {
-            200 => {
-                let (meta, inline) = Self::meta_answer(ans).await?;
-                Ok(Some(self.info_of(bucket, key, pg, node, meta, inline)))
-            }
-            404 => Ok(None),
-            _ => Err(ans.error().await),
+        let path = format!(
+            "/o/{}/{pg}/{}?meta&inline={inline_max}",
+            bucket.id,
+            encode(key)
+        );
+        let mut tries = 0;
+        loop {
+            let (ans, node) = self
+                .call_via(
+                    pg,
+                    Target::Reader,
+                    first.take(),
+                    Method::GET,
+                    &path,
+                    &[],
+                    Bytes::new(),
+                )
+                .await?;
+            return match ans.status {
+                200 => match Self::meta_answer(ans).await {
+                    Ok((meta, inline)) => {
+                        Ok(Some(self.info_of(bucket, key, pg, node, meta, inline)))
+                    }
+                    // Damaged or cut on its way: asked again, of the next member in turn.
+                    Err(StoreError::Unavailable(_)) if tries < 2 => {
+                        tries += 1;
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+                404 => Ok(None),
+                _ => Err(ans.error().await),
+            };
         }
     }
 
@@ -835,6 +846,9 @@ struct ClusterRead {
     single: bool,
     started: bool,
     body: Option<crate::wire::AnswerBody>,
+    crc: Option<crate::wire::AnswerCrc>,
+    /// The last piece received, handed on once the next comes or the CRC is checked.
+    held: Option<Bytes>,
 }
 
 #[async_trait::async_trait]
@@ -867,6 +881,12 @@ impl ObjectRead for ClusterRead {
                     )
                     .await
                 {
+                    // A single piece damaged (or cut) on its way is read from another
+                    // member.
+                    Ok(a) if a.status == 200 && self.single => match a.bytes().await {
+                        Ok(b) => return Ok(Some(b)),
+                        Err(e) => last = e,
+                    },
                     Ok(a) if a.status == 200 => {
                         answer = Some(a);
                         break;
@@ -883,27 +903,39 @@ impl ObjectRead for ClusterRead {
             let Some(answer) = answer else {
                 return Err(last);
             };
-            if self.single {
-                return Ok(Some(answer.bytes().await?));
-            }
+            self.crc = Some(crate::wire::AnswerCrc::new(&answer.headers));
             self.body = Some(answer.body);
         }
-        let Some(body) = self.body.as_mut() else {
+        let (Some(body), Some(crc)) = (self.body.as_mut(), self.crc.as_mut()) else {
             return Ok(None);
         };
         loop {
             match body.frame().await {
-                None => return Ok(None),
+                None => {
+                    // The last piece is held back until the CRC is checked: if the bytes
+                    // were damaged, the answer to the client ends short of its length (an
+                    // error there) rather than complete with them.
+                    crc.end()?;
+                    self.body = None;
+                    return Ok(self.held.take());
+                }
                 Some(Err(e)) => {
                     return Err(StoreError::Unavailable(format!("storage node: {e}")));
                 }
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data()
-                        && !data.is_empty()
-                    {
-                        return Ok(Some(data));
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => {
+                        crc.data(&data);
+                        if let Some(before) = self.held.replace(data) {
+                            return Ok(Some(before));
+                        }
                     }
-                }
+                    Ok(_) => {}
+                    Err(frame) => {
+                        if let Some(t) = frame.trailers_ref() {
+                            crc.trailers(t);
+                        }
+                    }
+                },
             }
         }
     }
@@ -1235,6 +1267,8 @@ impl ObjectStore for ClusterStore {
             single: end.saturating_sub(start) <= SINGLE_PIECE_MAX,
             started: false,
             body: None,
+            crc: None,
+            held: None,
         }))
     }
 
@@ -1866,6 +1900,11 @@ impl ObjectStore for ClusterStore {
             "packrat_cluster_relay_requests_total",
             "Requests that carried relayed writes to heads.",
             relays,
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_damaged_answers_total",
+            "Answers from storage nodes this gateway refused because their bytes did not match the CRC32C sent with them.",
+            crate::wire::DAMAGED_ANSWERS.load(Ordering::Relaxed),
         ));
         m.push(Metric::counter(
             "packrat_cluster_lookups_gathered_alone_total",

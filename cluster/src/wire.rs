@@ -157,9 +157,85 @@ pub struct WirePut {
     pub body_md5: Option<String>,
 }
 
-/// The CRC32C a chain write's body is checked by at each hop ([`WirePut::body_crc32c`]).
+/// The CRC32C a chain write's body is checked by at each hop ([`WirePut::body_crc32c`]), and
+/// a node's answer by whoever reads it ([`ANSWER_CRC_HEADER`]).
 pub fn body_crc32c(body: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
+}
+
+/// The CRC32C of a node's answer body: a header on an answer sent whole, a trailer (announced
+/// by `Trailer`) on one streamed. Whoever reads the answer checks it ([`Answer::bytes`],
+/// [`AnswerCrc`]): the bytes between two processes are checked end to end, not by TCP alone.
+pub const ANSWER_CRC_HEADER: &str = "x-packrat-answer-crc32c";
+
+/// Answers from nodes this process refused because their bytes did not match their CRC32C.
+pub static DAMAGED_ANSWERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn crc_in(v: Option<&http::HeaderValue>) -> Option<u32> {
+    v?.to_str().ok()?.parse().ok()
+}
+
+/// Whether an answer's headers announce its CRC32C as a trailer.
+fn crc_trails(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::TRAILER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|n| n.trim().eq_ignore_ascii_case(ANSWER_CRC_HEADER))
+}
+
+fn damaged_answer(sent: Option<u32>, got: u32) -> StoreError {
+    DAMAGED_ANSWERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tracing::error!(
+        ?sent,
+        got,
+        "a storage node's answer does not match its CRC32C: refused"
+    );
+    StoreError::Unavailable(
+        "a storage node's answer was damaged on its way (its CRC32C does not match); retry".into(),
+    )
+}
+
+/// The check of a streamed answer's bytes as they come: fed each data frame, then the
+/// trailers; [`AnswerCrc::end`] fails if the bytes do not match, or the CRC announced never
+/// came.
+pub struct AnswerCrc {
+    digest: Option<crc_fast::Digest>,
+    sent: Option<u32>,
+}
+
+impl AnswerCrc {
+    /// For an answer with `headers` (no check if it carries no CRC: an older node).
+    pub fn new(headers: &http::HeaderMap) -> AnswerCrc {
+        let sent = crc_in(headers.get(ANSWER_CRC_HEADER));
+        let digest = (sent.is_some() || crc_trails(headers))
+            .then(|| crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
+        AnswerCrc { digest, sent }
+    }
+
+    pub fn data(&mut self, d: &[u8]) {
+        if let Some(c) = self.digest.as_mut() {
+            c.update(d);
+        }
+    }
+
+    pub fn trailers(&mut self, t: &http::HeaderMap) {
+        if let Some(v) = crc_in(t.get(ANSWER_CRC_HEADER)) {
+            self.sent = Some(v);
+        }
+    }
+
+    pub fn end(&self) -> StoreResult<()> {
+        let Some(c) = &self.digest else {
+            return Ok(());
+        };
+        let got = c.finalize() as u32;
+        match self.sent {
+            Some(sent) if sent == got => Ok(()),
+            sent => Err(damaged_answer(sent, got)),
+        }
+    }
 }
 
 /// Whether a user-metadata name is one a node keeps its own entries under.
@@ -975,12 +1051,21 @@ impl Answer {
         }
     }
 
+    /// The whole body, checked against the CRC32C the node sent with it.
     pub async fn bytes(self) -> StoreResult<Bytes> {
-        self.body
+        let mut crc = AnswerCrc::new(&self.headers);
+        let collected = self
+            .body
             .collect()
             .await
-            .map(|c| c.to_bytes())
-            .map_err(|e| StoreError::Unavailable(format!("storage node: {e}")))
+            .map_err(|e| StoreError::Unavailable(format!("storage node: {e}")))?;
+        if let Some(t) = collected.trailers() {
+            crc.trailers(t);
+        }
+        let b = collected.to_bytes();
+        crc.data(&b);
+        crc.end()?;
+        Ok(b)
     }
 
     pub async fn json<T: serde::de::DeserializeOwned>(self) -> StoreResult<T> {
@@ -1032,7 +1117,9 @@ impl NodeClient {
             .method(method)
             .uri(format!("http://{addr}{path_and_query}"))
             .header(SECRET_HEADER, &self.secret)
-            .header(EPOCH_HEADER, epoch.to_string());
+            .header(EPOCH_HEADER, epoch.to_string())
+            // A streamed answer's CRC32C comes as a trailer (see `ANSWER_CRC_HEADER`).
+            .header(http::header::TE, "trailers");
         for (k, v) in headers {
             req = req.header(*k, v);
         }
@@ -1075,6 +1162,44 @@ pub fn decode(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_is_checked_whole_or_in_pieces() {
+        let body = b"a storage node's answer, in pieces".as_slice();
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            ANSWER_CRC_HEADER,
+            http::HeaderValue::from(body_crc32c(body)),
+        );
+        let mut whole = AnswerCrc::new(&headers);
+        whole.data(body);
+        assert!(whole.end().is_ok());
+        // Announced as a trailer, fed in pieces.
+        let mut announced = http::HeaderMap::new();
+        announced.insert(http::header::TRAILER, ANSWER_CRC_HEADER.parse().unwrap());
+        let mut pieces = AnswerCrc::new(&announced);
+        pieces.data(&body[..5]);
+        pieces.data(&body[5..]);
+        assert!(pieces.end().is_err(), "the trailer never came");
+        pieces.trailers(&headers);
+        assert!(pieces.end().is_ok());
+        let mut damaged = AnswerCrc::new(&headers);
+        damaged.data(b"a storage node's answer, in pieceS");
+        assert!(damaged.end().is_err());
+        for n in [0usize, 1, 15, 16, 63, 64, 255, 256, 4096, 65536] {
+            let big: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+            let mut h = http::HeaderMap::new();
+            h.insert(
+                ANSWER_CRC_HEADER,
+                http::HeaderValue::from(body_crc32c(&big)),
+            );
+            let mut c = AnswerCrc::new(&h);
+            c.data(&big);
+            assert!(c.end().is_ok(), "{n} bytes");
+        }
+        // An answer without a CRC (an older node) is not checked.
+        assert!(AnswerCrc::new(&http::HeaderMap::new()).end().is_ok());
+    }
 
     /// Gathered lookups and their answers read back as written; a cut answer, bytes after
     /// the last answer and a cut request are errors, never items.

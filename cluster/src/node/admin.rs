@@ -98,7 +98,11 @@ impl Node {
     {
         #[derive(serde::Serialize, serde::Deserialize)]
         struct HopFaults {
+            /// Write bodies handed on to a successor.
             flip: u64,
+            /// Answers of object bytes sent whole (to a gateway or a node).
+            #[serde(default)]
+            answers: u64,
         }
         // Refused unless the node runs with `--fault-injection`.
         self.store.faults(None).await?;
@@ -107,8 +111,14 @@ impl Node {
             let set: HopFaults = serde_json::from_slice(&body)
                 .map_err(|e| StoreError::Invalid(format!("bad hop faults: {e}")))?;
             self.hop_flips.store(set.flip, Ordering::Relaxed);
+            super::ANSWER_FLIPS.store(set.answers, Ordering::Relaxed);
         }
-        let flip = self.hop_flips.load(Ordering::Relaxed);
-        Ok(json(200, &HopFaults { flip }))
+        Ok(json(
+            200,
+            &HopFaults {
+                flip: self.hop_flips.load(Ordering::Relaxed),
+                answers: super::ANSWER_FLIPS.load(Ordering::Relaxed),
+            },
+        ))
     }
 }
