@@ -193,13 +193,14 @@ fn answer(status: u16, body: impl Into<Bytes>) -> NodeResp {
 /// injection).
 fn answer_bytes(body: Bytes) -> NodeResp {
     let crc = crate::wire::body_crc32c(&body);
-    answer_crc(200, flipped(body), crc)
+    answer_crc(200, flip_next(&ANSWER_FLIPS, body), crc)
 }
 
-/// `b`, or (fault injection, [`ANSWER_FLIPS`]) `b` with a byte changed.
-fn flipped(b: Bytes) -> Bytes {
+/// Fault injection: `b` with a byte changed while `left` (flips still to make) is above 0,
+/// taking one; else `b`.
+fn flip_next(left: &AtomicU64, b: Bytes) -> Bytes {
     if b.is_empty()
-        || ANSWER_FLIPS
+        || left
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_err()
     {
@@ -237,7 +238,7 @@ fn streamed(
         let out = match f {
             Some(Ok(b)) => {
                 digest.update(&b);
-                Some(Ok(hyper::body::Frame::data(flipped(b))))
+                Some(Ok(hyper::body::Frame::data(flip_next(&ANSWER_FLIPS, b))))
             }
             Some(Err(e)) => {
                 *failed = true;
@@ -1348,17 +1349,9 @@ impl Node {
             .addr(next)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
         let body_len = body.len();
-        let body = if method == Method::PUT
-            && !body.is_empty()
-            && self
-                .hop_flips
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-        {
-            // Fault injection: the bytes change on their way, after their CRC was taken.
-            let mut damaged = body.to_vec();
-            damaged[body_len / 2] ^= 0x20;
-            Bytes::from(damaged)
+        // Fault injection: a write's bytes change on their way, after their CRC was taken.
+        let body = if method == Method::PUT {
+            flip_next(&self.hop_flips, body)
         } else {
             body
         };
