@@ -1202,9 +1202,10 @@ impl Node {
     }
 
     /// Checks a chain write's body (a PUT's or a part's) against the CRC32C its sender sent (a
-    /// gateway's, or the member's before: `crc`), then sets what the next member checks and
-    /// takes: the body's CRC and MD5 (`crc`, `md5`). The MD5 (the ETag every member shows) is computed once, at the head (`at_head`); a
-    /// member takes the head's rather than hash the bytes again, since the CRC vouches at each
+    /// gateway's, or the member's before: `crc_sent`), then sets what the next member checks
+    /// and takes: the body's CRC and MD5 (`crc_sent`, `md5_sent`). The MD5 (the ETag every
+    /// member shows) is computed once, at the head (`at_head`); a member takes the head's
+    /// (`md5_sent`) rather than hash the bytes again, since the CRC vouches at each
     /// hop that they are the bytes the head hashed. Before, each member hashed what it got and
     /// nothing compared it with the head's, so bytes damaged between two members were stored
     /// as a different object under the same version. A step whose sender sends no CRC (an
