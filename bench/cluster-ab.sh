@@ -2,7 +2,8 @@
 # Loads through a cluster, two binaries alternating: for each round and each binary, a fresh
 # cluster on loopback (etcd, three nodes, one gateway, 256 PGs, R=3), one load for $DURATION
 # at $CONC connections: PUTs of $SIZE (4 KiB), (WORKLOAD=get) GETs of the keys the round wrote
-# first, or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts. Odd rounds run A first, even
+# first, (WORKLOAD=batch) batch GETs of 1,000 of those keys (counted per sample: ops/s are
+# samples/s), or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts. Odd rounds run A first, even
 # rounds B first: whichever runs first in a pair tends to do better.
 # Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per
 # operation (and per MiB, and per process), the writes per group commit on the first node,
@@ -11,6 +12,7 @@
 #   PACKRAT_A=/tmp/packrat-A PACKRAT_B=/tmp/packrat-B CONC=4 ROUNDS=4 bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... SIZE=64KiB bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... WORKLOAD=get SIZE=4MiB KEYS=200 CONC=4 bench/cluster-ab.sh
+#   PACKRAT_A=... PACKRAT_B=... WORKLOAD=batch SIZE=64KiB KEYS=5000 CONC=4 bench/cluster-ab.sh
 #   PACKRAT_A=... PACKRAT_B=... WORKLOAD=multipart CONC=2 bench/cluster-ab.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,9 @@ SIZE=${SIZE:-4KiB}
 case $WORKLOAD in
   put) args=(--workload put --size "$SIZE") ;;
   get) args=(--workload get --size "$SIZE") ;;
+  batch) args=(--workload batch --size "$SIZE" --batch-size 1000 --batch-order request) ;;
   multipart) args=(--workload multipart --size 32MiB --part-size 8MiB --prefix mp/) ;;
-  *) echo "WORKLOAD is put, get or multipart" >&2; exit 2 ;;
+  *) echo "WORKLOAD is put, get, batch or multipart" >&2; exit 2 ;;
 esac
 ROUNDS=${ROUNDS:-4}
 DURATION=${DURATION:-15s}
@@ -85,6 +88,8 @@ one() { # label binary
   python3 -c "
 import json, sys
 r = json.loads(sys.argv[2])
+if r.get('samples'):  # a batch GET: per sample
+    r['ops'], r['ops_per_sec'] = r['samples'], r['samples_per_sec']
 b0, j0 = map(float, sys.argv[5].split()); b1, j1 = map(float, sys.argv[6].split())
 us = (float(sys.argv[4]) - float(sys.argv[3])) * 1e6 / max(r['ops'], 1)
 mib = r.get('size_bytes', 4096) / (1 << 20)

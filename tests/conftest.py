@@ -126,12 +126,12 @@ class Server:
             self.proc.wait()
         self.proc = None
 
-    def packrat(self, ak=ROOT_AK, sk=ROOT_SK):
+    def packrat(self, ak=ROOT_AK, sk=ROOT_SK, **options):
         """A packrat_client.PackratClient (the extensions' Python client) for this server."""
         from packrat_client import PackratClient
 
         return PackratClient(endpoint_url=self.endpoint, region_name=REGION,
-                             aws_access_key_id=ak, aws_secret_access_key=sk)
+                             aws_access_key_id=ak, aws_secret_access_key=sk, **options)
 
     def client(self, ak=ROOT_AK, sk=ROOT_SK, **config):
         # One attempt per call (botocore's `max_attempts` counts retries, `total_max_attempts`

@@ -21,7 +21,8 @@
 use crate::placement::pg_of;
 use crate::store::{ClusterStore, INLINE_MAX};
 use crate::wire::{
-    Answer, BATCH_ITEMS_MAX, BatchRecord, READ_TIMEOUT, WireBatchHead, WireBatchItem,
+    Answer, BATCH_CRC_HEADER, BATCH_ITEMS_MAX, BatchRecord, READ_TIMEOUT, WireBatchHead,
+    WireBatchItem, body_crc32c, check_crc,
 };
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
@@ -343,8 +344,8 @@ async fn locate_members(
 }
 
 /// A node's answer to its share of a batch: the head, then its records as they come.
-struct NodeStream {
-    head: WireBatchHead,
+pub(crate) struct NodeStream {
+    pub(crate) head: WireBatchHead,
     body: crate::wire::AnswerBody,
     /// Received and not yet taken, in order.
     chunks: VecDeque<Bytes>,
@@ -354,6 +355,11 @@ struct NodeStream {
     /// For a request sent with only some of its items: the position in the planned request
     /// of each item sent.
     sent: Option<Vec<u32>>,
+    /// Whether the node follows each part of its answer with its CRC32C (an older node does
+    /// not; see [`BATCH_CRC_HEADER`]).
+    crc: bool,
+    /// The CRC32C of the entry payload being taken, so far.
+    payload: Option<crc_fast::Digest>,
 }
 
 /// Sends request `req` (with `read`: its entries follow the head).
@@ -371,7 +377,7 @@ async fn open(
         .ok_or_else(|| StoreError::Unavailable(format!("{node} is not in the map")))?;
     let body = serde_json::to_vec(items).map_err(|e| StoreError::internal("batch", e))?;
     let path = format!(
-        "/b/{}?{}{}",
+        "/b/{}?crc&{}{}",
         bucket.id,
         if read { "read" } else { "plan" },
         if order == BatchOrder::Storage {
@@ -398,27 +404,67 @@ async fn open(
             _ => ans.error().await,
         });
     }
-    let mut s = NodeStream {
-        head: WireBatchHead::default(),
-        body: ans.body,
-        chunks: VecDeque::new(),
-        len: 0,
-        left: 0,
-        sent: None,
-    };
-    s.fill(4).await?;
-    let n = u32::from_be_bytes(s.take(4)[..4].try_into().unwrap_or_default()) as usize;
-    s.fill(n).await?;
-    s.head = serde_json::from_slice(&s.take(n))
-        .map_err(|e| StoreError::internal("storage node batch answer", e))?;
+    let crc = ans.headers.contains_key(BATCH_CRC_HEADER);
+    let mut s = NodeStream::start(ans.body, crc).await?;
     s.left = items.len().saturating_sub(s.head.refused.len());
     Ok(s)
 }
 
 impl NodeStream {
+    /// Reads the head of an answer `body` (whose parts are followed by CRCs if `crc`).
+    pub(crate) async fn start(body: crate::wire::AnswerBody, crc: bool) -> StoreResult<Self> {
+        let mut s = NodeStream {
+            head: WireBatchHead::default(),
+            crc,
+            body,
+            chunks: VecDeque::new(),
+            len: 0,
+            left: 0,
+            sent: None,
+            payload: None,
+        };
+        s.fill(4).await?;
+        let n = u32::from_be_bytes(s.take(4)[..4].try_into().unwrap_or_default()) as usize;
+        s.fill(n).await?;
+        let head = s.take(n);
+        s.check(&head).await?;
+        s.head = serde_json::from_slice(&head)
+            .map_err(|e| StoreError::internal("storage node batch answer", e))?;
+        Ok(s)
+    }
+
+    /// Checks `got` (a part of the answer just taken) against the CRC32C after it, if the
+    /// node sends them.
+    async fn check(&mut self, got: &[u8]) -> StoreResult<()> {
+        if !self.crc {
+            return Ok(());
+        }
+        self.fill(4).await?;
+        check_crc(&self.take(4), body_crc32c(got))
+    }
+
+    /// Takes up to `n` bytes of an entry's payload (what is held, at most `n`; at least one
+    /// byte is held when called).
+    pub(crate) fn take_payload(&mut self, n: usize) -> Bytes {
+        let b = self.take(n);
+        if let Some(d) = self.payload.as_mut() {
+            d.update(&b);
+        }
+        b
+    }
+
+    /// Checks the payload taken since the entry's header against the CRC32C after it.
+    pub(crate) async fn end_payload(&mut self) -> StoreResult<()> {
+        let Some(d) = self.payload.take() else {
+            return Ok(());
+        };
+        self.fill(4).await?;
+        check_crc(&self.take(4), d.finalize() as u32)
+    }
+
     /// Receives until at least `n` bytes are held; a node silent for [`READ_TIMEOUT`] or an
     /// answer that ends first is a failure.
-    async fn fill(&mut self, n: usize) -> StoreResult<()> {
+    pub(crate) async fn fill(&mut self, n: usize) -> StoreResult<()> {
         while self.len < n {
             let frame = tokio::time::timeout(READ_TIMEOUT, self.body.frame())
                 .await
@@ -494,7 +540,7 @@ impl NodeStream {
     }
 
     /// The next record's header (an entry's payload is then taken by the caller).
-    async fn next_record(&mut self) -> StoreResult<BatchRecord> {
+    pub(crate) async fn next_record(&mut self) -> StoreResult<BatchRecord> {
         let mut need = 4;
         loop {
             self.fill(need).await?;
@@ -507,7 +553,11 @@ impl NodeStream {
         let head = self.take(need);
         let rec = BatchRecord::parse(&head)?;
         if !matches!(rec, BatchRecord::End) {
+            self.check(&head).await?;
             self.left = self.left.saturating_sub(1);
+        }
+        if matches!(rec, BatchRecord::Entry { .. }) && self.crc {
+            self.payload = Some(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
         }
         Ok(rec)
     }
@@ -761,11 +811,15 @@ impl Reader<'_> {
                 Took::Alone
             }
             Ok((size, mtime_ms, etag)) if size <= GATHER_MAX => {
-                if let Err(e) = s.fill(size as usize).await {
+                let mut got = s.fill(size as usize).await;
+                let payload = s.take_payload(size as usize);
+                if got.is_ok() {
+                    got = s.end_payload().await;
+                }
+                if let Err(e) = got {
                     self.fail(r, &e);
                     return (Took::Alone, Some(i));
                 }
-                let payload = s.take(size as usize);
                 self.sink.header(head, size, mtime_ms, &etag);
                 self.sink.extend(&payload);
                 self.sink.end_payload(size);
@@ -775,20 +829,39 @@ impl Reader<'_> {
                 Took::Done
             }
             Ok((size, mtime_ms, etag)) => {
-                // Streamed through after its header: a failure half-way cuts the stream.
+                // Streamed through after its header: a failure half-way cuts the stream. The
+                // last piece is held back until the payload's CRC has matched, so a damaged
+                // payload never reaches the client whole.
                 self.sink.header(head, size, mtime_ms, &etag);
                 let mut left = size as usize;
+                let mut held: Option<Bytes> = None;
+                let mut got = Ok(());
                 while left > 0 {
-                    if let Err(e) = s.fill(1).await {
-                        tracing::error!(entry = %head.name, error = %e, "batch read failed mid-entry");
-                        self.sink.cut(&e).await;
-                        return (Took::Stopped, Some(i));
+                    got = s.fill(1).await;
+                    if got.is_err() {
+                        break;
                     }
                     let n = left.min(s.chunks.front().map_or(0, Bytes::len));
                     left -= n;
-                    if !self.sink.send(s.take(n)).await {
+                    let piece = s.take_payload(n);
+                    if let Some(p) = held.replace(piece)
+                        && !self.sink.send(p).await
+                    {
                         return (Took::Stopped, Some(i));
                     }
+                }
+                if got.is_ok() {
+                    got = s.end_payload().await;
+                }
+                if let Err(e) = got {
+                    tracing::error!(entry = %head.name, error = %e, "batch read failed mid-entry");
+                    self.sink.cut(&e).await;
+                    return (Took::Stopped, Some(i));
+                }
+                if let Some(p) = held
+                    && !self.sink.send(p).await
+                {
+                    return (Took::Stopped, Some(i));
                 }
                 self.sink.end_payload(size);
                 Took::Done

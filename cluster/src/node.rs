@@ -220,8 +220,8 @@ fn answer_crc(status: u16, body: Bytes, crc: u32) -> NodeResp {
 }
 
 /// Fault injection (tests): the next this many answers of object bytes (or pieces of a
-/// streamed one) this process sends change on their way, after their CRC is taken (see
-/// `Node::hop_faults`).
+/// streamed one, or frames of a batch answer that hold object bytes) this process sends
+/// change on their way, after their CRC is taken (see `Node::hop_faults`).
 static ANSWER_FLIPS: AtomicU64 = AtomicU64::new(0);
 
 /// A streamed answer of `frames`, its CRC32C sent as a trailer once they are all sent
@@ -563,14 +563,14 @@ impl Node {
                 Some("storage") => BatchOrder::Storage,
                 _ => BatchOrder::Request,
             };
-            let read = q.contains_key("read");
+            let (read, crc) = (q.contains_key("read"), q.contains_key("crc"));
             let body = body_of_request(req, "batch").await?;
             let items: Vec<WireBatchItem> = serde_json::from_slice(&body)
                 .map_err(|e| StoreError::Invalid(format!("bad batch items: {e}")))?;
             if items.len() > BATCH_ITEMS_MAX {
                 return Ok(answer(400, "too many items in one batch"));
             }
-            return self.batch(&map, bid, items, order, read).await;
+            return self.batch(&map, bid, items, order, read, crc).await;
         }
         if path == "/g" && method == Method::POST {
             let map = self.map_at(epoch).await?;

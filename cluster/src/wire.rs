@@ -15,7 +15,7 @@
 //! | `GET /o/{bucket id}/{pg}/{key}?cv=V&start=S&end=E` | bytes `[S, E)` of version V |
 //! | `POST /o/{bucket id}/{pg}/{key}?members&cv=V` | where the named TAR members lie in version V (JSON names in, `[[offset, size] or null]` out) |
 //! | `GET /l/{bucket id}?pgs=..&prefix=..&after=..&delimiter=..&max=..` | a listing page of those PGs ([`WirePage`]) |
-//! | `POST /b/{bucket id}?plan\|read[&order=storage]` | a node's share of a batch GET ([`WireBatchItem`]s in): with `plan` what it would send ([`WireBatchHead`]); with `read`, that and the entries ([`BatchRecord`]), read through the node's own batch plan |
+//! | `POST /b/{bucket id}?plan\|read[&order=storage][&crc]` | a node's share of a batch GET ([`WireBatchItem`]s in): with `plan` what it would send ([`WireBatchHead`]); with `read`, that and the entries ([`BatchRecord`]), read through the node's own batch plan; with `crc`, every part of the answer is followed by its CRC32C ([`BATCH_CRC_HEADER`]) |
 //! | `POST /u/{bucket id}/{pg}/{key}?create&id=ID` | begins a multipart upload on the chain ([`WireUpload`]) |
 //! | `PUT /u/{bucket id}/{pg}/{key}?id=ID&part=N` | a part, down the chain ([`WirePartPut`] in `x-packrat-put`, with the part's CRC32C and MD5 as a PUT's) |
 //! | `POST /u/{bucket id}/{pg}/{key}?complete&id=ID` | completes it ([`WireComplete`]): a chain write with a version, as a PUT |
@@ -667,6 +667,31 @@ impl From<WireRange> for ItemRange {
     }
 }
 
+/// Set (to `1`) on a node's batch answer when it carries CRCs, which the gateway asks for with
+/// `crc` in the query: a 4-byte big-endian CRC32C after the head's JSON, after each record's
+/// header, and after each entry's payload ([`BatchRecord`]). Entries go on to the client as
+/// they arrive, so one CRC for the whole answer (a trailer, as other streamed answers carry)
+/// would come too late; each payload is checked before it is handed on (a large one's last
+/// piece is held back until its CRC has matched). An older node, which sends none, is read
+/// unchecked.
+pub const BATCH_CRC_HEADER: &str = "x-packrat-batch-crc32c";
+
+/// Appends the CRC32C of `out[from..]` to `out` (see [`BATCH_CRC_HEADER`]).
+pub fn put_crc_of(out: &mut bytes::BytesMut, from: usize) {
+    let crc = body_crc32c(&out[from..]);
+    out.extend_from_slice(&crc.to_be_bytes());
+}
+
+/// The check of `got` (the CRC32C of bytes received) against the 4 bytes `sent` after them.
+pub fn check_crc(sent: &[u8], got: u32) -> StoreResult<()> {
+    let sent = <[u8; 4]>::try_from(sent).map(u32::from_be_bytes).ok();
+    if sent == Some(got) {
+        Ok(())
+    } else {
+        Err(damaged_answer(sent, got))
+    }
+}
+
 /// Items one node batch may name.
 pub const BATCH_ITEMS_MAX: usize = 4096;
 
@@ -692,7 +717,9 @@ const ENTRY_HEAD_BYTES: usize = 4 + 1 + 8 + 8 + 2;
 /// entry is `u32 position, u8 0, u64 size, i64 mtime (ms), u16 etag length, etag`, then
 /// `size` payload bytes; an error is `u32 position, u8 1, u32 length`, then that many bytes
 /// of a [`WireError`] as JSON; the answer ends with `u32::MAX` (a body that stops before it
-/// was cut). All integers big-endian.
+/// was cut). All integers big-endian. In an answer that carries CRCs ([`BATCH_CRC_HEADER`]),
+/// the head's JSON, each record's header (an error's with its JSON) and each entry's payload
+/// are each followed by their CRC32C.
 #[derive(Debug)]
 pub enum BatchRecord {
     Entry {

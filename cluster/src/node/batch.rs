@@ -12,7 +12,7 @@
 use super::{Fail, Node, NodeResp};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
-use crate::wire::{BatchRecord, WireBatchHead, WireBatchItem};
+use crate::wire::{BATCH_CRC_HEADER, BatchRecord, WireBatchHead, WireBatchItem, put_crc_of};
 use bytes::{Bytes, BytesMut};
 use http::Response;
 use http_body_util::{BodyExt, StreamBody};
@@ -25,7 +25,8 @@ const FRAME_BYTES: usize = 256 * 1024;
 const FRAMES_QUEUED: usize = 2;
 
 impl Node {
-    /// Plans (and with `read`, reads) the items of a batch GET this node may answer for.
+    /// Plans (and with `read`, reads) the items of a batch GET this node may answer for; with
+    /// `crc`, the answer's parts are each followed by their CRC32C ([`BATCH_CRC_HEADER`]).
     pub(super) async fn batch(
         &self,
         map: &ClusterMap,
@@ -33,6 +34,7 @@ impl Node {
         items: Vec<WireBatchItem>,
         order: BatchOrder,
         read: bool,
+        crc: bool,
     ) -> Result<NodeResp, Fail> {
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let mut refused = Vec::new();
@@ -97,22 +99,35 @@ impl Node {
         });
         first.extend_from_slice(&(head.len() as u32).to_be_bytes());
         first.extend_from_slice(&head);
-        if !read {
-            return Ok(super::answer(200, first.freeze()));
+        if crc {
+            put_crc_of(&mut first, 4);
         }
-        let (tx, rx) = tokio::sync::mpsc::channel(FRAMES_QUEUED);
-        let mut sink = WireSink {
-            tx,
-            buf: first,
-            stopped: false,
+        let mut r = if read {
+            let (tx, rx) = tokio::sync::mpsc::channel(FRAMES_QUEUED);
+            let mut sink = WireSink {
+                tx,
+                buf: first,
+                stopped: false,
+                crc,
+                reserved: Vec::new(),
+                open: None,
+                payload_in_frame: false,
+            };
+            let store = self.store.clone();
+            tokio::spawn(async move { store.read_batch(plan, &mut sink).await });
+            let frames = futures_util::stream::unfold(rx, |mut rx| async move {
+                let f = rx.recv().await?;
+                Some((f.map(hyper::body::Frame::data), rx))
+            });
+            Response::new(StreamBody::new(frames).boxed_unsync())
+        } else {
+            super::answer(200, first.freeze())
         };
-        let store = self.store.clone();
-        tokio::spawn(async move { store.read_batch(plan, &mut sink).await });
-        let frames = futures_util::stream::unfold(rx, |mut rx| async move {
-            let f = rx.recv().await?;
-            Some((f.map(hyper::body::Frame::data), rx))
-        });
-        Ok(Response::new(StreamBody::new(frames).boxed_unsync()))
+        if crc {
+            r.headers_mut()
+                .insert(BATCH_CRC_HEADER, http::HeaderValue::from_static("1"));
+        }
+        Ok(r)
     }
 }
 
@@ -122,6 +137,31 @@ struct WireSink {
     tx: tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
     buf: BytesMut,
     stopped: bool,
+    /// Whether each record's header and each payload are followed by their CRC32C.
+    crc: bool,
+    /// Payloads whose place in the frame was reserved, to be read into it later: where each
+    /// lies and where its CRC goes, written when the frame is sent (it is filled by then).
+    reserved: Vec<(usize, usize)>,
+    /// The payload being copied in or sent: where it starts in the frame, and the CRC of
+    /// what of it was sent before.
+    open: Option<(usize, crc_fast::Digest)>,
+    /// Whether the frame holds payload bytes.
+    payload_in_frame: bool,
+}
+
+impl WireSink {
+    /// Sends `b` to the connection; `b` with object bytes in it changes on its way while
+    /// faults are set, after its CRCs were taken (see `Node::hop_faults`).
+    async fn send_on(&mut self, b: Bytes, has_payload: bool) {
+        let b = if has_payload {
+            super::flip_next(&super::ANSWER_FLIPS, b)
+        } else {
+            b
+        };
+        if self.tx.send(Ok(b)).await.is_err() {
+            self.stopped = true;
+        }
+    }
 }
 
 /// The item's position in the request, which [`Node::batch`] put in its tag.
@@ -144,12 +184,26 @@ impl EntrySink for WireSink {
     }
 
     fn header(&mut self, e: EntryHead<'_>, size: u64, mtime_ms: i64, etag: &str) {
+        let from = self.buf.len();
         BatchRecord::put_entry(&mut self.buf, position(&e), size, mtime_ms, etag);
+        if self.crc {
+            put_crc_of(&mut self.buf, from);
+            let digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+            self.open = Some((self.buf.len(), digest));
+        }
     }
 
     fn reserve(&mut self, size: u64) -> usize {
         let at = self.buf.len();
-        self.buf.resize(at + size as usize, 0);
+        let end = at + size as usize;
+        self.payload_in_frame |= size > 0;
+        if self.crc {
+            self.open = None;
+            self.reserved.push((at, end));
+            self.buf.resize(end + 4, 0);
+        } else {
+            self.buf.resize(end, 0);
+        }
         at
     }
 
@@ -159,37 +213,60 @@ impl EntrySink for WireSink {
 
     fn truncate(&mut self, len: usize) {
         self.buf.truncate(len);
+        self.reserved.retain(|&(_, crc_at)| crc_at + 4 <= len);
+        self.open = self.open.take().filter(|(from, _)| *from <= len);
     }
 
     fn extend(&mut self, data: &[u8]) {
+        self.payload_in_frame |= !data.is_empty();
         self.buf.extend_from_slice(data);
     }
 
-    fn end_payload(&mut self, _size: u64) {}
+    fn end_payload(&mut self, _size: u64) {
+        if let Some((from, mut digest)) = self.open.take() {
+            digest.update(&self.buf[from..]);
+            let crc = digest.finalize() as u32;
+            self.buf.extend_from_slice(&crc.to_be_bytes());
+        }
+    }
 
     async fn flush(&mut self) {
         if self.buf.is_empty() || self.stopped {
             return;
         }
+        for (from, crc_at) in self.reserved.drain(..) {
+            let crc = crate::wire::body_crc32c(&self.buf[from..crc_at]);
+            self.buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
+        }
+        if let Some((from, digest)) = self.open.as_mut() {
+            digest.update(&self.buf[*from..]);
+            *from = 0;
+        }
         let frame = std::mem::replace(
             &mut self.buf,
             BytesMut::with_capacity(FRAME_BYTES + 64 * 1024),
         );
-        if self.tx.send(Ok(frame.freeze())).await.is_err() {
-            self.stopped = true;
-        }
+        let has_payload = std::mem::take(&mut self.payload_in_frame);
+        self.send_on(frame.freeze(), has_payload).await;
     }
 
     async fn send(&mut self, data: Bytes) -> bool {
         self.flush().await;
-        if self.stopped || self.tx.send(Ok(data)).await.is_err() {
-            self.stopped = true;
+        if let Some((_, digest)) = self.open.as_mut() {
+            digest.update(&data);
+        }
+        if !self.stopped {
+            self.send_on(data, true).await;
         }
         !self.stopped
     }
 
     async fn error(&mut self, e: EntryHead<'_>, error: &StoreError) -> bool {
+        let from = self.buf.len();
         BatchRecord::put_error(&mut self.buf, position(&e), error);
+        if self.crc {
+            put_crc_of(&mut self.buf, from);
+        }
         true
     }
 
@@ -208,6 +285,122 @@ impl EntrySink for WireSink {
             BatchRecord::put_end(&mut self.buf);
             self.flush().await;
             self.stopped = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::NodeStream;
+    use http_body_util::{Either, Full};
+
+    fn at(n: u32) -> String {
+        n.to_string()
+    }
+
+    fn entry(tag: &str) -> EntryHead<'_> {
+        EntryHead {
+            name: "k",
+            tag: Some(tag),
+        }
+    }
+
+    /// A node's answer laid out as the store lays one out: an entry copied in, one read into
+    /// a reserved place, a layout dropped back and answered with an error, one sent as
+    /// buffers across frames, the end.
+    async fn answer() -> Bytes {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+        let head = serde_json::to_vec(&WireBatchHead {
+            bytes: 16,
+            refused: vec![9],
+        })
+        .unwrap();
+        let mut first = BytesMut::new();
+        first.extend_from_slice(&(head.len() as u32).to_be_bytes());
+        first.extend_from_slice(&head);
+        put_crc_of(&mut first, 4);
+        let mut sink = WireSink {
+            tx,
+            buf: first,
+            stopped: false,
+            crc: true,
+            reserved: Vec::new(),
+            open: None,
+            payload_in_frame: false,
+        };
+        let (t0, t1, t2, t3) = (at(0), at(1), at(2), at(3));
+        sink.header(entry(&t0), 5, 7, "e0");
+        sink.extend(b"hello");
+        sink.end_payload(5);
+        sink.header(entry(&t1), 4, 7, "e1");
+        let dst = sink.reserve(4);
+        let base = sink.frame_len();
+        sink.header(entry(&t2), 3, 7, "e2");
+        sink.reserve(3);
+        sink.truncate(base);
+        sink.frame_mut()[dst..dst + 4].copy_from_slice(b"abcd");
+        sink.error(entry(&t2), &StoreError::NoSuchKey).await;
+        sink.header(entry(&t3), 7, 7, "e3");
+        sink.send(Bytes::from_static(b"big")).await;
+        sink.extend(b"g");
+        sink.flush().await;
+        sink.send(Bytes::from_static(b"est")).await;
+        sink.end_payload(7);
+        sink.finish().await;
+        drop(sink);
+        let mut out = BytesMut::new();
+        while let Some(f) = rx.recv().await {
+            out.extend_from_slice(&f.unwrap());
+        }
+        out.freeze()
+    }
+
+    /// The records of an answer, read as the gateway reads them.
+    async fn read(
+        body: Bytes,
+    ) -> packrat_store_api::StoreResult<Vec<(u32, Result<Bytes, String>)>> {
+        let mut s = NodeStream::start(Either::Right(Full::new(body)), true).await?;
+        assert_eq!(s.head.refused, vec![9]);
+        let mut out = Vec::new();
+        loop {
+            match s.next_record().await? {
+                BatchRecord::End => return Ok(out),
+                BatchRecord::Error { at, error } => out.push((at, Err(error.kind))),
+                BatchRecord::Entry { at, size, .. } => {
+                    let mut got = BytesMut::new();
+                    while got.len() < size as usize {
+                        s.fill(1).await?;
+                        got.extend_from_slice(&s.take_payload(size as usize - got.len()));
+                    }
+                    s.end_payload().await?;
+                    out.push((at, Ok(got.freeze())));
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn every_part_of_a_batch_answer_is_checked() {
+        let body = answer().await;
+        let got = read(body.clone()).await.unwrap();
+        let want: Vec<(u32, Result<Bytes, String>)> = vec![
+            (0, Ok(Bytes::from_static(b"hello"))),
+            (1, Ok(Bytes::from_static(b"abcd"))),
+            (
+                2,
+                Err(crate::wire::WireError::of(&StoreError::NoSuchKey).1.kind),
+            ),
+            (3, Ok(Bytes::from_static(b"biggest"))),
+        ];
+        assert_eq!(got, want);
+        // Any byte changed anywhere (the head, a record's header, a payload, a CRC, the end)
+        // fails the read rather than giving other records.
+        for i in 0..body.len() {
+            let mut damaged = body.to_vec();
+            damaged[i] ^= 0x20;
+            let r = read(Bytes::from(damaged)).await;
+            assert!(r.is_err(), "byte {i} changed, yet read as {r:?}");
         }
     }
 }
