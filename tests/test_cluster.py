@@ -1496,6 +1496,53 @@ def test_a_read_answer_damaged_on_its_way_is_never_served(workdir):
         etcd.stop()
 
 
+def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
+    """Deleting a bucket drops what each node keeps of it (its local buckets of objects and of
+    tombstones), on a node that was away while its objects were deleted too, once it is back.
+    A resync covers the buckets that exist, so before, that node kept the deleted objects on
+    its disks for good, and every node kept the emptied local buckets."""
+    etcd, nodes, (gw,) = start_cluster(workdir / "cluster-dropped",
+                                       node_args=["--tombstone-keep", "1"])
+    try:
+        c = gw.client()
+        c.create_bucket(Bucket="gone")
+        c.create_bucket(Bucket="kept")
+        for i in range(30):
+            c.put_object(Bucket="gone", Key=f"g/{i:02d}", Body=os.urandom(2000))
+        kept = {f"k/{i}": os.urandom(100) for i in range(5)}
+        for k, v in kept.items():
+            c.put_object(Bucket="kept", Key=k, Body=v)
+        away = nodes[2]
+        away.kill9()
+        wait_for("the node away", lambda: status(etcd.url)["away"], timeout=30)
+        for i in range(30):
+            c.delete_object(Bucket="gone", Key=f"g/{i:02d}")
+        c.delete_bucket(Bucket="gone")
+        away.start()
+        wait_for("three caught-up nodes", lambda: healthy(etcd.url, 3), timeout=90)
+        wait_for("every node to drop the deleted bucket's local buckets",
+                 lambda: all(node_counter(n, "packrat_node_buckets_dropped_total") >= 1
+                             for n in nodes), timeout=30)
+        for k, v in kept.items():
+            assert c.get_object(Bucket="kept", Key=k)["Body"].read() == v
+        with pytest.raises(ClientError) as e:
+            c.head_bucket(Bucket="gone")
+        assert e.value.response["Error"]["Code"] == "404"
+    finally:
+        for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()
+    # On the disks: each node holds the kept bucket's five objects (in its local buckets of
+    # objects and of tombstones), nothing of the other; compaction frees the dead bytes.
+    for n in nodes:
+        out = subprocess.run([BIN, "admin", "--data-dir", n.data_dir, "verify", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        report = json.loads(out.stdout)
+        got = (report["buckets"], report["objects"], report["object_bytes"])
+        assert got == (2, 5, 500), (n.data_dir, report)
+
+
 def etcd_value(etcd_url, key):
     """A key's value, read with etcd's JSON gateway (v3 API)."""
     body = json.dumps({"key": base64.b64encode(key.encode()).decode()}).encode()

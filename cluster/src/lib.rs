@@ -295,6 +295,7 @@ pub async fn run_node(
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));
     tokio::spawn(node.clone().collect_tombstones());
+    tokio::spawn(node.clone().drop_deleted_buckets(etcd.clone()));
     tokio::spawn(node.clone().resend_loop());
     tokio::spawn(node.clone().lifecycle_loop(etcd.clone(), lifecycle));
     node.serve(listener, stop).await;

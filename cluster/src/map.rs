@@ -150,6 +150,11 @@ impl ClusterMap {
     }
 }
 
+/// Where deleted cluster buckets are named (`deleted-buckets/<id>`, the time of the delete
+/// in ms): bucket ids are never reused, so the entries stay, a few bytes each, for nodes that
+/// were away when the bucket went.
+pub const DELETED_BUCKETS: &str = "deleted-buckets/";
+
 /// An etcd client with packrat's operations on it.
 #[derive(Clone)]
 pub struct Etcd {
@@ -299,6 +304,53 @@ impl Etcd {
             .and_then([TxnOp::delete(k, None)]);
         let resp = self.client.clone().txn(txn).await.map_err(etcd_err(rest))?;
         Ok(resp.succeeded())
+    }
+
+    /// Deletes bucket record `buckets/<name>` if it is unchanged since `revision`, and in the
+    /// same transaction leaves [`DELETED_BUCKETS`]`<id>` with the time (ms), by which nodes
+    /// drop what they keep of the bucket (`Node::drop_deleted_buckets`), those away now too
+    /// when they come back. `false` if the record changed first.
+    pub async fn delete_bucket_record(
+        &self,
+        name: &str,
+        revision: i64,
+        id: u64,
+        deleted_ms: i64,
+    ) -> EtcdResult<bool> {
+        let rest = format!("buckets/{name}");
+        let k = key(&rest);
+        let txn = Txn::new()
+            .when([Compare::mod_revision(k.clone(), CompareOp::Equal, revision)])
+            .and_then([
+                TxnOp::delete(k, None),
+                TxnOp::put(
+                    key(&format!("{DELETED_BUCKETS}{id}")),
+                    deleted_ms.to_string(),
+                    None,
+                ),
+            ]);
+        let resp = self
+            .client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(etcd_err(&rest))?;
+        Ok(resp.succeeded())
+    }
+
+    /// The cluster buckets deleted (their ids) and when (ms), as [`Self::delete_bucket_record`]
+    /// left them.
+    pub async fn deleted_buckets(&self) -> EtcdResult<Vec<(u64, i64)>> {
+        Ok(self
+            .list(DELETED_BUCKETS)
+            .await?
+            .iter()
+            .filter_map(|(k, v)| {
+                let id = k.strip_prefix(DELETED_BUCKETS)?.parse().ok()?;
+                let at = std::str::from_utf8(v).ok()?.parse().ok()?;
+                Some((id, at))
+            })
+            .collect())
     }
 
     /// The cluster map and its revision; an error if the cluster was never initialised.

@@ -43,6 +43,7 @@ use tokio::sync::watch;
 
 mod admin;
 mod batch;
+mod dropped;
 mod edit;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
@@ -97,6 +98,8 @@ pub struct Node {
     /// Fault injection (tests): the next this many write bodies handed on to a successor
     /// have a byte changed after their CRC is taken (see `Node::hop_faults`).
     hop_flips: AtomicU64,
+    /// Local buckets dropped because their cluster bucket was deleted.
+    buckets_dropped: AtomicU64,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -418,7 +421,7 @@ fn query(q: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
-fn now_micros() -> u64 {
+pub(crate) fn now_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)
@@ -454,6 +457,7 @@ impl Node {
             versioned_bids: Mutex::new(HashSet::new()),
             damaged: AtomicU64::new(0),
             hop_flips: AtomicU64::new(0),
+            buckets_dropped: AtomicU64::new(0),
         })
     }
 
@@ -813,6 +817,11 @@ impl Node {
                 "packrat_node_damaged_answers_total",
                 "Answers from other nodes this node refused because their bytes did not match the CRC32C sent with them.",
                 crate::wire::DAMAGED_ANSWERS.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_buckets_dropped_total",
+                "Local buckets (a cluster bucket's objects, or its tombstones) this node emptied and removed because their cluster bucket was deleted.",
+                self.buckets_dropped.load(Ordering::Relaxed),
             ),
             Metric::gauge(
                 "packrat_node_pgs",

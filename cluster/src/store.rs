@@ -1083,21 +1083,45 @@ impl ObjectStore for ClusterStore {
         if !uploads.uploads.is_empty() {
             return Err(StoreError::BucketNotEmpty);
         }
+        // The record goes with a note of the bucket's id, by which the nodes drop its local
+        // buckets. A configuration change that lands first is read again; a record of another
+        // bucket under the name (this one deleted and made again meanwhile) is not touched.
         let rest = format!("buckets/{}", bucket.name);
-        if let Some((_, rev)) = self
-            .etcd
-            .get(&rest)
-            .await
-            .map_err(StoreError::Unavailable)?
-        {
-            self.etcd
-                .delete_if(&rest, rev)
+        let mut deleted = false;
+        for _ in 0..8 {
+            let Some((value, rev)) = self
+                .etcd
+                .get(&rest)
                 .await
-                .map_err(StoreError::Unavailable)?;
+                .map_err(StoreError::Unavailable)?
+            else {
+                deleted = true;
+                break;
+            };
+            let id = serde_json::from_slice::<BucketRecord>(&value).map(|r| r.id);
+            if id.ok() != Some(bucket.id) {
+                deleted = true;
+                break;
+            }
+            let now_ms = (crate::node::now_micros() / 1000) as i64;
+            if self
+                .etcd
+                .delete_bucket_record(&bucket.name, rev, bucket.id, now_ms)
+                .await
+                .map_err(StoreError::Unavailable)?
+            {
+                deleted = true;
+                break;
+            }
         }
         self.edit_bucket_cache(|b| {
             b.remove(&bucket.name);
         });
+        if !deleted {
+            return Err(StoreError::Unavailable(
+                "the bucket's configuration kept changing while it was deleted; retry".into(),
+            ));
+        }
         Ok(())
     }
 
