@@ -1098,8 +1098,10 @@ impl ObjectStore for ClusterStore {
                 deleted = true;
                 break;
             };
-            let id = serde_json::from_slice::<BucketRecord>(&value).map(|r| r.id);
-            if id.ok() != Some(bucket.id) {
+            let id = serde_json::from_slice::<BucketRecord>(&value)
+                .map_err(|e| StoreError::internal("bucket record", e))?
+                .id;
+            if id != bucket.id {
                 deleted = true;
                 break;
             }
