@@ -190,8 +190,21 @@ def test_listing_pages_delimiters_and_delete_objects_with_versions(s3):
     assert [(e["Key"], e["Code"]) for e in r["Errors"]] == [("a", "InvalidArgument")]
     assert code_of(s3.get_object, Bucket=bucket, Key="a", VersionId=made["a"][0]) == "NoSuchVersion"
     assert code_of(s3.get_object, Bucket=bucket, Key="b/1") == "NoSuchKey"
+    # GetObjectTagging names a version: the tags of that version, not the current one's.
+    s3.put_object(Bucket=bucket, Key="t", Body=b"t-0", Tagging="gen=0")
+    first = s3.head_object(Bucket=bucket, Key="t")["VersionId"]
+    s3.put_object(Bucket=bucket, Key="t", Body=b"t-1", Tagging="gen=1")
+    got = s3.get_object_tagging(Bucket=bucket, Key="t", VersionId=first)
+    assert got["TagSet"] == [{"Key": "gen", "Value": "0"}] and got["VersionId"] == first
+    got = s3.get_object_tagging(Bucket=bucket, Key="t")
+    assert got["TagSet"] == [{"Key": "gen", "Value": "1"}] and got["VersionId"] != first
+    assert code_of(s3.get_object_tagging, Bucket=bucket, Key="a", VersionId=made["a"][0]) == "NoSuchVersion"
+    assert code_of(s3.get_object_tagging, Bucket=bucket, Key="a", VersionId="zz") == "InvalidArgument"
+    marker = [v for _, v, _, is_marker, _ in versions_of(s3, bucket, Prefix="b/1") if is_marker]
+    assert code_of(s3.get_object_tagging, Bucket=bucket, Key="b/1", VersionId=marker[0]) == "MethodNotAllowed"
     # Operations that do not name versions refuse a versionId rather than ignore it.
-    assert code_of(s3.get_object_tagging, Bucket=bucket, Key="a", VersionId=made["a"][1]) == "NotImplemented"
+    assert code_of(s3.put_object_tagging, Bucket=bucket, Key="a", VersionId=made["a"][1],
+                   Tagging={"TagSet": []}) == "NotImplemented"
     remove_every_version(s3, bucket)
 
 
@@ -251,7 +264,10 @@ def test_awscli_versioning(server, tmp_path):
     for body in (b"first", b"second"):
         f.write_bytes(body)
         ids.append(json.loads(aws(server, "s3api", "put-object", "--bucket", bucket, "--key", "k",
-                                  "--body", str(f)).stdout)["VersionId"])
+                                  "--body", str(f), "--tagging", f"v={body.decode()}").stdout)["VersionId"])
+    tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", bucket, "--key", "k",
+                          "--version-id", ids[0]).stdout)
+    assert tags == {"VersionId": ids[0], "TagSet": [{"Key": "v", "Value": "first"}]}
     listed = json.loads(aws(server, "s3api", "list-object-versions", "--bucket", bucket).stdout)
     assert sorted(v["VersionId"] for v in listed["Versions"]) == sorted(ids)
     out = tmp_path / "out"

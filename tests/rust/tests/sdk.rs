@@ -968,12 +968,25 @@ async fn rust_sdk_versioning() {
             .bucket(b)
             .key("k")
             .body(ByteStream::from(body.to_vec()))
+            .tagging(format!("v={}", body.len()))
             .send()
             .await
             .unwrap();
         ids.push(put.version_id().expect("a version id").to_string());
     }
     assert_ne!(ids[0], ids[1]);
+    // The tags of the first version, not the current one's.
+    let tags = s3
+        .get_object_tagging()
+        .bucket(b)
+        .key("k")
+        .version_id(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tags.version_id(), Some(ids[0].as_str()));
+    assert_eq!(tags.tag_set().len(), 1);
+    assert_eq!(tags.tag_set()[0].value(), "5");
     for (id, want) in ids.iter().zip([&b"first"[..], &b"second"[..]]) {
         let got = s3
             .get_object()

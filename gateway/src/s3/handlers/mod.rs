@@ -152,6 +152,8 @@ impl Action {
     pub const PUT_OBJECT: Self = Self::object("s3:PutObject", Access::Write);
     pub const DELETE_OBJECT: Self = Self::object("s3:DeleteObject", Access::Write);
     pub const GET_OBJECT_TAGGING: Self = Self::object("s3:GetObjectTagging", Access::Owner);
+    pub const GET_OBJECT_VERSION_TAGGING: Self =
+        Self::object("s3:GetObjectVersionTagging", Access::Owner);
     pub const GET_OBJECT_ACL: Self = Self::object("s3:GetObjectAcl", Access::Owner);
     pub const PUT_OBJECT_ACL: Self = Self::object("s3:PutObjectAcl", Access::Write);
     pub const PUT_OBJECT_TAGGING: Self = Self::object("s3:PutObjectTagging", Access::Write);
@@ -518,7 +520,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             "unsupported",
             Err(err(
                 S3ErrorCode::NotImplemented,
-                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, CopyObject's source, DeleteObject and a version's retention and legal hold only",
+                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, GetObjectTagging, CopyObject's source, DeleteObject and a version's retention and legal hold only",
             )),
         );
     }
@@ -854,10 +856,11 @@ fn names_versions(req: &S3Request) -> bool {
     if req.has_q("retention") || req.has_q("legal-hold") {
         return matches!(req.method, Method::GET | Method::PUT);
     }
+    if req.has_q("tagging") {
+        return req.method == Method::GET;
+    }
     matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
-        && !["tagging", "acl", "uploadId", "uploads"]
-            .iter()
-            .any(|q| req.has_q(q))
+        && !["acl", "uploadId", "uploads"].iter().any(|q| req.has_q(q))
 }
 
 fn method_not_allowed() -> S3Error {

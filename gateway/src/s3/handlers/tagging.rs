@@ -1,4 +1,5 @@
-//! Object tagging: get, put and delete an object's tag set.
+//! Object tagging: get (of the current object or a version by id), put and delete an object's
+//! tag set.
 
 use super::*;
 
@@ -8,13 +9,18 @@ pub(super) async fn handle_get_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::GET_OBJECT_TAGGING).await?;
-    let obj = state
-        .store
-        .head_object(&b, key)
-        .await?
-        .ok_or_else(no_such_key)?;
-    xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))
+    let version = versions::version_id(req)?;
+    let action = match version {
+        Some(_) => Action::GET_OBJECT_VERSION_TAGGING,
+        None => Action::GET_OBJECT_TAGGING,
+    };
+    let b = load_bucket(state, req, bname, action).await?;
+    let obj = versions::read_target(state, &b, key, version).await?;
+    let mut resp = xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))?;
+    if let Some(v) = obj.version_id.as_deref().and_then(|v| v.parse().ok()) {
+        resp.headers_mut().insert("x-amz-version-id", v);
+    }
+    Ok(resp)
 }
 
 pub(super) async fn handle_put_object_tagging(
