@@ -439,8 +439,13 @@ impl NodeStream {
         if !self.crc {
             return Ok(());
         }
+        self.crc_after(body_crc32c(got)).await
+    }
+
+    /// Checks `got` (the CRC32C of what was just taken) against the four bytes that follow.
+    async fn crc_after(&mut self, got: u32) -> StoreResult<()> {
         self.fill(4).await?;
-        check_crc(&self.take(4), body_crc32c(got))
+        check_crc(&self.take(4), got)
     }
 
     /// Takes up to `n` bytes of an entry's payload (what is held, at most `n`; at least one
@@ -455,11 +460,10 @@ impl NodeStream {
 
     /// Checks the payload taken since the entry's header against the CRC32C after it.
     pub(crate) async fn end_payload(&mut self) -> StoreResult<()> {
-        let Some(d) = self.payload.take() else {
-            return Ok(());
-        };
-        self.fill(4).await?;
-        check_crc(&self.take(4), d.finalize() as u32)
+        match self.payload.take() {
+            Some(d) => self.crc_after(d.finalize() as u32).await,
+            None => Ok(()),
+        }
     }
 
     /// Receives until at least `n` bytes are held; a node silent for [`READ_TIMEOUT`] or an
@@ -557,7 +561,7 @@ impl NodeStream {
             self.left = self.left.saturating_sub(1);
         }
         if matches!(rec, BatchRecord::Entry { .. }) && self.crc {
-            self.payload = Some(crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
+            self.payload = Some(crate::wire::crc32c_digest());
         }
         Ok(rec)
     }

@@ -233,7 +233,7 @@ fn streamed(
     frames: impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
 ) -> NodeResp {
     use futures_util::StreamExt;
-    let digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+    let digest = crate::wire::crc32c_digest();
     let frames = frames
         .map(Some)
         .chain(futures_util::stream::once(async { None }));

@@ -579,6 +579,41 @@ impl ClusterStore {
     }
 
     /// One lookup in a request of its own, tried on `first` before the member picked.
+    /// Removes a bucket's etcd record, with the note of its id by which the nodes drop its
+    /// local buckets (`Etcd::delete_bucket_record`). A configuration change that lands first
+    /// is read again; a record of another bucket under the name (this one deleted and made
+    /// again meanwhile) is not touched.
+    async fn delete_bucket_record(&self, bucket: &Bucket) -> StoreResult<()> {
+        let rest = format!("buckets/{}", bucket.name);
+        for _ in 0..8 {
+            let Some((value, rev)) = self
+                .etcd
+                .get(&rest)
+                .await
+                .map_err(StoreError::Unavailable)?
+            else {
+                return Ok(());
+            };
+            let record: BucketRecord = serde_json::from_slice(&value)
+                .map_err(|e| StoreError::internal("bucket record", e))?;
+            if record.id != bucket.id {
+                return Ok(());
+            }
+            let now_ms = (crate::node::now_micros() / 1000) as i64;
+            if self
+                .etcd
+                .delete_bucket_record(&bucket.name, rev, bucket.id, now_ms)
+                .await
+                .map_err(StoreError::Unavailable)?
+            {
+                return Ok(());
+            }
+        }
+        Err(StoreError::Unavailable(
+            "the bucket's configuration kept changing while it was deleted; retry".into(),
+        ))
+    }
+
     async fn lookup_alone(
         &self,
         bucket: &Bucket,
@@ -1083,48 +1118,11 @@ impl ObjectStore for ClusterStore {
         if !uploads.uploads.is_empty() {
             return Err(StoreError::BucketNotEmpty);
         }
-        // The record goes with a note of the bucket's id, by which the nodes drop its local
-        // buckets. A configuration change that lands first is read again; a record of another
-        // bucket under the name (this one deleted and made again meanwhile) is not touched.
-        let rest = format!("buckets/{}", bucket.name);
-        let mut deleted = false;
-        for _ in 0..8 {
-            let Some((value, rev)) = self
-                .etcd
-                .get(&rest)
-                .await
-                .map_err(StoreError::Unavailable)?
-            else {
-                deleted = true;
-                break;
-            };
-            let id = serde_json::from_slice::<BucketRecord>(&value)
-                .map_err(|e| StoreError::internal("bucket record", e))?
-                .id;
-            if id != bucket.id {
-                deleted = true;
-                break;
-            }
-            let now_ms = (crate::node::now_micros() / 1000) as i64;
-            if self
-                .etcd
-                .delete_bucket_record(&bucket.name, rev, bucket.id, now_ms)
-                .await
-                .map_err(StoreError::Unavailable)?
-            {
-                deleted = true;
-                break;
-            }
-        }
+        let deleted = self.delete_bucket_record(bucket).await;
         self.edit_bucket_cache(|b| {
             b.remove(&bucket.name);
         });
-        if !deleted {
-            return Err(StoreError::Unavailable(
-                "the bucket's configuration kept changing while it was deleted; retry".into(),
-            ));
-        }
-        Ok(())
+        deleted
     }
 
     async fn set_versioning(&self, bucket: &Bucket, state: Versioning) -> StoreResult<()> {

@@ -163,6 +163,11 @@ pub fn body_crc32c(body: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, body) as u32
 }
 
+/// A running [`body_crc32c`], for bytes that come (or go) in pieces.
+pub fn crc32c_digest() -> crc_fast::Digest {
+    crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi)
+}
+
 /// The CRC32C of a node's answer body: a header on an answer sent whole, a trailer (announced
 /// by `Trailer`) on one streamed. Whoever reads the answer checks it ([`Answer::bytes`],
 /// [`AnswerCrc`]): the bytes between two processes are checked end to end, not by TCP alone.
@@ -185,16 +190,21 @@ fn crc_trails(headers: &http::HeaderMap) -> bool {
         .any(|n| n.trim().eq_ignore_ascii_case(ANSWER_CRC_HEADER))
 }
 
-fn damaged_answer(sent: Option<u32>, got: u32) -> StoreError {
+/// Whether the CRC32C `got` of bytes received matches the one `sent` with them (none sent,
+/// where one was announced, does not): a damaged answer is counted and refused.
+fn crc_matches(sent: Option<u32>, got: u32) -> StoreResult<()> {
+    if sent == Some(got) {
+        return Ok(());
+    }
     DAMAGED_ANSWERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     tracing::error!(
         ?sent,
         got,
         "a storage node's answer does not match its CRC32C: refused"
     );
-    StoreError::Unavailable(
+    Err(StoreError::Unavailable(
         "a storage node's answer was damaged on its way (its CRC32C does not match); retry".into(),
-    )
+    ))
 }
 
 /// The check of a streamed answer's bytes as they come: fed each data frame, then the
@@ -209,8 +219,7 @@ impl AnswerCrc {
     /// For an answer with `headers` (no check if it carries no CRC: an older node).
     pub fn new(headers: &http::HeaderMap) -> AnswerCrc {
         let sent = crc_in(headers.get(ANSWER_CRC_HEADER));
-        let digest = (sent.is_some() || crc_trails(headers))
-            .then(|| crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi));
+        let digest = (sent.is_some() || crc_trails(headers)).then(crc32c_digest);
         AnswerCrc { digest, sent }
     }
 
@@ -227,13 +236,9 @@ impl AnswerCrc {
     }
 
     pub fn end(&self) -> StoreResult<()> {
-        let Some(c) = &self.digest else {
-            return Ok(());
-        };
-        let got = c.finalize() as u32;
-        match self.sent {
-            Some(sent) if sent == got => Ok(()),
-            sent => Err(damaged_answer(sent, got)),
+        match &self.digest {
+            Some(c) => crc_matches(self.sent, c.finalize() as u32),
+            None => Ok(()),
         }
     }
 }
@@ -684,12 +689,7 @@ pub fn put_crc_of(out: &mut bytes::BytesMut, from: usize) {
 
 /// The check of `got` (the CRC32C of bytes received) against the 4 bytes `sent` after them.
 pub fn check_crc(sent: &[u8], got: u32) -> StoreResult<()> {
-    let sent = <[u8; 4]>::try_from(sent).map(u32::from_be_bytes).ok();
-    if sent == Some(got) {
-        Ok(())
-    } else {
-        Err(damaged_answer(sent, got))
-    }
+    crc_matches(<[u8; 4]>::try_from(sent).map(u32::from_be_bytes).ok(), got)
 }
 
 /// Items one node batch may name.

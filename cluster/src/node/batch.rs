@@ -188,8 +188,7 @@ impl EntrySink for WireSink {
         BatchRecord::put_entry(&mut self.buf, position(&e), size, mtime_ms, etag);
         if self.crc {
             put_crc_of(&mut self.buf, from);
-            let digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
-            self.open = Some((self.buf.len(), digest));
+            self.open = Some((self.buf.len(), crate::wire::crc32c_digest()));
         }
     }
 
