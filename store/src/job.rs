@@ -62,9 +62,29 @@ impl<R: Clone> Job<R> {
         self.done_bytes.fetch_add(n, Relaxed);
     }
 
-    pub fn finish(&self, result: Result<R, String>) {
+    /// Ends a run and begins the next at once: the job never shows as idle in between. A run
+    /// no one asked for (`None`) leaves the report and the count of runs as they were, so a
+    /// client waiting for the run it asked for gets that run's report.
+    pub fn finish_and_go_on(&self, result: Option<Result<R, String>>) {
+        if let Some(r) = result {
+            self.keep(r);
+        }
+        self.done_bytes.store(0, Relaxed);
+        self.total_bytes.store(0, Relaxed);
+    }
+
+    /// Ends a run no one asked for (see [`Job::finish_and_go_on`]).
+    pub fn finish_unreported(&self) {
+        self.running.store(false, Relaxed);
+    }
+
+    fn keep(&self, result: Result<R, String>) {
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         self.finished.fetch_add(1, Relaxed);
+    }
+
+    pub fn finish(&self, result: Result<R, String>) {
+        self.keep(result);
         self.running.store(false, Relaxed);
     }
 
@@ -78,5 +98,36 @@ impl<R: Clone> Job<R> {
             report: last.as_ref().and_then(|r| r.as_ref().ok().cloned()),
             error: last.and_then(|r| r.err()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run no one asked for, ending as an asked one begins or on its own, changes neither
+    /// the report nor the count a client waits on; the job shows running until the asked run
+    /// ends, with that run's report.
+    #[test]
+    fn a_client_gets_the_report_of_the_run_it_asked_for() {
+        let job: Job<u32> = Job::default();
+        assert!(job.try_start());
+        job.finish(Ok(1));
+        let before = job.progress().finished_runs;
+        assert!(job.try_start(), "a background run");
+        assert!(!job.try_start(), "one run at a time");
+        job.finish_and_go_on(None);
+        let p = job.progress();
+        assert!(p.running, "the asked run follows without a gap");
+        assert_eq!((p.finished_runs, p.report), (before, Some(1)));
+        job.finish(Ok(2));
+        let p = job.progress();
+        assert!(!p.running);
+        assert_eq!((p.finished_runs, p.report), (before + 1, Some(2)));
+        assert!(job.try_start(), "a background run after it");
+        job.finish_unreported();
+        let p = job.progress();
+        assert!(!p.running);
+        assert_eq!((p.finished_runs, p.report), (before + 1, Some(2)));
     }
 }

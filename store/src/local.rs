@@ -1364,7 +1364,7 @@ impl ObjectStore for LocalStore {
                 crate::ec::start_scrub(&self.engine, None);
             }
             JobStart::TierRun { days_ahead } => {
-                crate::tier::start_run(&self.engine, days_ahead);
+                crate::tier::ask_run(&self.engine, days_ahead);
             }
             JobStart::Compact { threshold, grace } => {
                 crate::compact::start(&self.engine, threshold, grace);

@@ -106,6 +106,9 @@ pub struct Tiers {
     segment_bytes: u64,
     rate: u64,
     job: crate::job::Job<RunReport>,
+    /// A run an operator asked for while another was going (its days ahead): it starts as
+    /// that one ends, so the answer the operator waits for is of a run begun after asking.
+    asked: std::sync::Mutex<Option<u32>>,
     counters: Counters,
     /// One run at a time.
     running: tokio::sync::Mutex<()>,
@@ -207,6 +210,7 @@ impl Tiers {
             segment_bytes: opts.segment_bytes.max(1 << 20),
             rate: opts.rate,
             job: Default::default(),
+            asked: std::sync::Mutex::new(None),
             counters: Counters::default(),
             running: tokio::sync::Mutex::new(()),
             io: opts.io,
@@ -526,30 +530,69 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
     })
 }
 
-/// Starts a run unless one is going; the result lands in the progress report.
+/// The background worker's run, unless one is going. Its report is logged, not kept: the
+/// report clients read is of the last run asked for ([`ask_run`]), which a background run
+/// begun after it must not replace before its client has read it.
 pub fn start_run(engine: &Arc<Engine>, days_ahead: u32) -> bool {
+    let _asked = lock_asked(&engine.tiers);
     if !engine.tiers.job.try_start() {
         return false;
     }
-    let engine = engine.clone();
+    spawn_runs(engine.clone(), days_ahead, false);
+    true
+}
+
+/// Starts a run now, or, if one is going, as soon as it ends (an operator's `admin tier run`:
+/// a run begun before the ask, with other days ahead or before the rules just set, is not the
+/// one asked for). The job stays running from one to the other, so a client following it
+/// sees the asked run's report.
+pub fn ask_run(engine: &Arc<Engine>, days_ahead: u32) {
+    let mut asked = lock_asked(&engine.tiers);
+    if engine.tiers.job.try_start() {
+        drop(asked);
+        spawn_runs(engine.clone(), days_ahead, true);
+    } else {
+        *asked = Some(days_ahead);
+    }
+}
+
+fn lock_asked(tiers: &Tiers) -> std::sync::MutexGuard<'_, Option<u32>> {
+    tiers.asked.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Runs as of `days_ahead`, then each run asked meanwhile, and ends the job.
+fn spawn_runs(engine: Arc<Engine>, mut days_ahead: u32, mut was_asked: bool) {
     tokio::spawn(async move {
         let t = &engine.tiers;
-        let r = run(&engine, days_ahead).await.map_err(|e| e.to_string());
-        match &r {
-            Ok(rep) => tracing::info!(
-                moved = rep.objects_moved,
-                bytes = rep.bytes_moved,
-                transitions = rep.lifecycle_transitions,
-                expirations = rep.lifecycle_expirations,
-                segments = rep.segments_written,
-                seconds = rep.seconds,
-                "tier run finished"
-            ),
-            Err(e) => tracing::error!(error = %e, "tier run failed"),
+        loop {
+            let r = run(&engine, days_ahead).await.map_err(|e| e.to_string());
+            match &r {
+                Ok(rep) => tracing::info!(
+                    days_ahead,
+                    asked = was_asked,
+                    moved = rep.objects_moved,
+                    bytes = rep.bytes_moved,
+                    transitions = rep.lifecycle_transitions,
+                    expirations = rep.lifecycle_expirations,
+                    segments = rep.segments_written,
+                    seconds = rep.seconds,
+                    "tier run finished"
+                ),
+                Err(e) => tracing::error!(error = %e, "tier run failed"),
+            }
+            let report = was_asked.then_some(r);
+            // Under the lock an ask takes, so no ask falls between this run and the job's end.
+            let mut asked = lock_asked(t);
+            match (asked.take(), report) {
+                (Some(next), report) => {
+                    t.job.finish_and_go_on(report);
+                    (days_ahead, was_asked) = (next, true);
+                }
+                (None, Some(r)) => return t.job.finish(r),
+                (None, None) => return t.job.finish_unreported(),
+            }
         }
-        t.job.finish(r);
     });
-    true
 }
 
 /// Applies lifecycle rules as of `days_ahead` days from now, moves every object whose class
