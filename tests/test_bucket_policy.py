@@ -158,6 +158,28 @@ def test_a_policy_can_open_objects_to_anonymous_readers(server, two_users):
     assert anonymous_get(server, f"/{name}/pub/hello.txt")[0] == 403
 
 
+def test_tagging_a_version_is_its_own_action(server, two_users):
+    """Put/DeleteObjectTagging with a versionId are s3:PutObjectVersionTagging and
+    s3:DeleteObjectVersionTagging, as in S3: granting one does not grant the other."""
+    alice, bob, name, _, tag, _ = two_users
+    alice.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
+    vid = alice.put_object(Bucket=name, Key="k", Body=b"v")["VersionId"]
+    tags = {"TagSet": [{"Key": "by", "Value": "bob"}]}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+         "Action": ["s3:PutObjectVersionTagging", "s3:GetObjectVersionTagging"],
+         "Resource": f"arn:aws:s3:::{name}/*"}]}))
+    assert code_of(bob.put_object_tagging, Bucket=name, Key="k", Tagging=tags) == "AccessDenied"
+    assert code_of(bob.get_object_tagging, Bucket=name, Key="k") == "AccessDenied"
+    assert bob.put_object_tagging(Bucket=name, Key="k", VersionId=vid, Tagging=tags)["VersionId"] == vid
+    assert bob.get_object_tagging(Bucket=name, Key="k", VersionId=vid)["TagSet"] == tags["TagSet"]
+    assert code_of(bob.delete_object_tagging, Bucket=name, Key="k", VersionId=vid) == "AccessDenied"
+    alice.delete_bucket_policy(Bucket=name)
+    assert code_of(bob.put_object_tagging, Bucket=name, Key="k", VersionId=vid, Tagging=tags) == "AccessDenied"
+    assert alice.get_object_tagging(Bucket=name, Key="k")["TagSet"] == tags["TagSet"]
+    alice.delete_object(Bucket=name, Key="k", VersionId=vid)
+
+
 def test_conditions_source_ip_and_secure_transport(server, two_users):
     alice, bob, name, _, tag, _ = two_users
     alice.put_object(Bucket=name, Key="k", Body=b"v")

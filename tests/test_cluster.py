@@ -816,7 +816,8 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
     marker and the listing exactly as the full cluster did. Object Lock changes made while it
     was away (a legal hold, retention lengthened, shortened with the bypass, a version removed
     with the bypass) are caught up too: a lock changes no ETag or date, so only comparing
-    the locks themselves finds them."""
+    the locks themselves finds them. So are tag sets changed by version id (of an older
+    version, of the current one, and one emptied), for the same reason."""
     etcd, nodes, (gw,) = start_cluster(workdir / "cluster-versions")
     try:
         c = gw.client(read_timeout=60)
@@ -840,6 +841,9 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
             put(f"k{i:02d}", b"one %d" % i)
         put("plain", b"after versioning")
         doomed = latest["k00"]
+        first = dict(latest)
+        c.put_object_tagging(Bucket="hist", Key="k03", VersionId=first["k03"],
+                             Tagging={"TagSet": [{"Key": "before", "Value": "1"}]})
         away = nodes[2]
         away.kill9()
         wait_for("the map without the node", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
@@ -869,6 +873,12 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
         c.put_object_retention(Bucket="held", Key="L2", VersionId=held["L2"], BypassGovernanceRetention=True,
                                Retention={"Mode": "GOVERNANCE", "RetainUntilDate": later[1]})
         c.delete_object(Bucket="held", Key="L3", VersionId=held["L3"], BypassGovernanceRetention=True)
+        tagged = {("k02", first["k02"]): [{"Key": "older", "Value": "away"}],
+                  ("k06", latest["k06"]): [{"Key": "current", "Value": "away"}]}
+        for (key, vid), tags in tagged.items():
+            c.put_object_tagging(Bucket="hist", Key=key, VersionId=vid, Tagging={"TagSet": tags})
+        c.delete_object_tagging(Bucket="hist", Key="k03", VersionId=first["k03"])
+        tagged[("k03", first["k03"])] = []
         away.start()
         wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
         nodes[0].kill9()
@@ -913,6 +923,9 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
                          "L1": ("COMPLIANCE", later[3].replace(microsecond=0), None),
                          "L2": ("GOVERNANCE", later[1].replace(microsecond=0), None)}
         assert "Versions" not in c.list_object_versions(Bucket="held", Prefix="L3")
+        for (key, vid), tags in tagged.items():
+            got = c.get_object_tagging(Bucket="hist", Key=key, VersionId=vid)
+            assert (got["TagSet"], got["VersionId"]) == (tags, vid), key
     finally:
         for p in [gw, *nodes]:
             p.stop()

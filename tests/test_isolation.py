@@ -88,6 +88,9 @@ def single_request_calls(c, name, own):
         ("GetObjectVersion", lambda: c.get_object(VersionId="null", **k)),
         ("HeadObjectVersion", lambda: c.head_object(VersionId="null", **k)),
         ("DeleteObjectVersion", lambda: c.delete_object(VersionId="null", **k)),
+        ("GetObjectVersionTagging", lambda: c.get_object_tagging(VersionId="null", **k)),
+        ("PutObjectVersionTagging", lambda: c.put_object_tagging(VersionId="null", Tagging={"TagSet": []}, **k)),
+        ("DeleteObjectVersionTagging", lambda: c.delete_object_tagging(VersionId="null", **k)),
         ("CopyObjectVersionFrom", lambda: c.copy_object(
             Bucket=own, Key="stolen", CopySource={"Bucket": name, "Key": "k", "VersionId": "null"})),
         ("GetObjectLockConfiguration", lambda: c.get_object_lock_configuration(**b)),

@@ -203,9 +203,66 @@ def test_listing_pages_delimiters_and_delete_objects_with_versions(s3):
     marker = [v for _, v, _, is_marker, _ in versions_of(s3, bucket, Prefix="b/1") if is_marker]
     assert code_of(s3.get_object_tagging, Bucket=bucket, Key="b/1", VersionId=marker[0]) == "MethodNotAllowed"
     # Operations that do not name versions refuse a versionId rather than ignore it.
-    assert code_of(s3.put_object_tagging, Bucket=bucket, Key="a", VersionId=made["a"][1],
-                   Tagging={"TagSet": []}) == "NotImplemented"
+    assert code_of(s3.get_object_acl, Bucket=bucket, Key="a", VersionId=made["a"][1]) == "NotImplemented"
     remove_every_version(s3, bucket)
+
+
+def test_tagging_names_a_version(s3, bucket):
+    """Put and DeleteObjectTagging take a versionId: they change that version's tags alone (an
+    older version's, or the current one's named by id, which stays current under its id, no
+    version made), its bytes kept, answered with x-amz-version-id; S3's errors for a malformed
+    id, a version not there and a delete marker. An unversioned bucket's object is its `null`
+    version."""
+    versioned = "versioned-tags"
+    s3.create_bucket(Bucket=versioned)
+    enable(s3, versioned)
+    ids = [s3.put_object(Bucket=versioned, Key="t", Body=b"t-%d" % i, Tagging=f"gen={i}")["VersionId"]
+           for i in range(3)]
+
+    def tags(**kw):
+        return s3.get_object_tagging(Bucket=versioned, Key="t", **kw)["TagSet"]
+
+    def tag_set(**kv):
+        return {"TagSet": [{"Key": k, "Value": v} for k, v in kv.items()]}
+
+    r = s3.put_object_tagging(Bucket=versioned, Key="t", VersionId=ids[0], Tagging=tag_set(split="val"))
+    assert r["VersionId"] == ids[0]
+    assert tags(VersionId=ids[0]) == [{"Key": "split", "Value": "val"}]
+    assert tags(VersionId=ids[1]) == [{"Key": "gen", "Value": "1"}]
+    assert tags() == [{"Key": "gen", "Value": "2"}]
+    assert s3.get_object(Bucket=versioned, Key="t", VersionId=ids[0])["Body"].read() == b"t-0"
+    r = s3.delete_object_tagging(Bucket=versioned, Key="t", VersionId=ids[1])
+    assert r["VersionId"] == ids[1] and r["ResponseMetadata"]["HTTPStatusCode"] == 204
+    assert tags(VersionId=ids[1]) == [] and tags() == [{"Key": "gen", "Value": "2"}]
+    # The current version named by id; and without an id, the answer names the current one.
+    r = s3.put_object_tagging(Bucket=versioned, Key="t", VersionId=ids[2], Tagging=tag_set(cur="yes", n="2"))
+    assert r["VersionId"] == ids[2]
+    got = s3.get_object(Bucket=versioned, Key="t")
+    assert (got["VersionId"], got["TagCount"], got["Body"].read()) == (ids[2], 2, b"t-2")
+    assert s3.put_object_tagging(Bucket=versioned, Key="t", Tagging=tag_set(cur="no"))["VersionId"] == ids[2]
+    assert tags(VersionId=ids[2]) == [{"Key": "cur", "Value": "no"}]
+    assert sorted(v for _, v, _, _, _ in versions_of(s3, versioned)) == sorted(ids)
+    # A malformed id, a version removed, a delete marker.
+    assert code_of(s3.put_object_tagging, Bucket=versioned, Key="t", VersionId="zz",
+                   Tagging=tag_set(x="y")) == "InvalidArgument"
+    s3.delete_object(Bucket=versioned, Key="t", VersionId=ids[0])
+    assert code_of(s3.put_object_tagging, Bucket=versioned, Key="t", VersionId=ids[0],
+                   Tagging=tag_set(x="y")) == "NoSuchVersion"
+    assert code_of(s3.delete_object_tagging, Bucket=versioned, Key="t", VersionId=ids[0]) == "NoSuchVersion"
+    marker = s3.delete_object(Bucket=versioned, Key="t")["VersionId"]
+    assert code_of(s3.put_object_tagging, Bucket=versioned, Key="t", VersionId=marker,
+                   Tagging=tag_set(x="y")) == "MethodNotAllowed"
+    assert code_of(s3.delete_object_tagging, Bucket=versioned, Key="t", VersionId=marker) == "MethodNotAllowed"
+    assert code_of(s3.put_object_tagging, Bucket=versioned, Key="t", Tagging=tag_set(x="y")) == "NoSuchKey"
+    assert tags(VersionId=ids[2]) == [{"Key": "cur", "Value": "no"}], "untouched by the refusals"
+    remove_every_version(s3, versioned)
+    # Unversioned: `null` names the object; no other id names anything.
+    s3.put_object(Bucket=bucket, Key="plain", Body=b"p")
+    s3.put_object_tagging(Bucket=bucket, Key="plain", VersionId="null", Tagging=tag_set(k="v"))
+    assert s3.get_object_tagging(Bucket=bucket, Key="plain")["TagSet"] == [{"Key": "k", "Value": "v"}]
+    assert code_of(s3.delete_object_tagging, Bucket=bucket, Key="plain", VersionId=ids[2]) == "NoSuchVersion"
+    s3.delete_object_tagging(Bucket=bucket, Key="plain", VersionId="null")
+    assert s3.get_object_tagging(Bucket=bucket, Key="plain")["TagSet"] == []
 
 
 @pytest.mark.local_only("a restart, a compaction and the offline verifier of one server's data directory")
@@ -268,6 +325,13 @@ def test_awscli_versioning(server, tmp_path):
     tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", bucket, "--key", "k",
                           "--version-id", ids[0]).stdout)
     assert tags == {"VersionId": ids[0], "TagSet": [{"Key": "v", "Value": "first"}]}
+    aws(server, "s3api", "put-object-tagging", "--bucket", bucket, "--key", "k", "--version-id", ids[0],
+        "--tagging", json.dumps({"TagSet": [{"Key": "v", "Value": "changed"}]}))
+    aws(server, "s3api", "delete-object-tagging", "--bucket", bucket, "--key", "k", "--version-id", ids[1])
+    for vid, want in zip(ids, ([{"Key": "v", "Value": "changed"}], [])):
+        tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", bucket, "--key", "k",
+                              "--version-id", vid).stdout)
+        assert tags == {"VersionId": vid, "TagSet": want}
     listed = json.loads(aws(server, "s3api", "list-object-versions", "--bucket", bucket).stdout)
     assert sorted(v["VersionId"] for v in listed["Versions"]) == sorted(ids)
     out = tmp_path / "out"

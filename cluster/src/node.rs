@@ -637,6 +637,14 @@ impl Node {
                     .await?;
                 Ok(json(200, &locked))
             }
+            Method::PUT if q.contains_key("tags") => {
+                let Some(id) = q.get("version") else {
+                    return Ok(answer(400, "a tag change names its version"));
+                };
+                let body = body_of_request(req, "tags").await?;
+                self.change_tags(&map, bid, pg, &key, cv, id, body).await?;
+                Ok(json(200, &()))
+            }
             Method::PUT => {
                 let put: WirePut = put_header(&req, "write")?;
                 let body = body_of_request(req, "write").await?;

@@ -1571,6 +1571,54 @@ impl ObjectStore for ClusterStore {
         }
     }
 
+    async fn set_version_tags(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        tags: Vec<(String, String)>,
+    ) -> StoreResult<bool> {
+        if version_id != "null" && version_seq(version_id).is_none() {
+            return Err(StoreError::Invalid("Invalid version id specified".into()));
+        }
+        if bucket.versioning == Versioning::Unversioned {
+            // Every object is its key's null version (an edit of it); no other version exists.
+            if version_id != "null" {
+                return Ok(false);
+            }
+            let edit: AttrEdit = Box::new(move |a| a.tags = tags);
+            return match self
+                .update_object(bucket, key, &WriteCondition::default(), edit)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(StoreError::NoSuchKey) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        // A step of the key's history, as a lock change is: the head checks the version is
+        // there, and every member edits its copy in place.
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let path = format!(
+            "/o/{}/{pg}/{}?tags&version={}",
+            bucket.id,
+            encode(key),
+            encode(version_id)
+        );
+        let body = serde_json::to_vec(&tags).map_err(|e| StoreError::internal("tags", e))?;
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::from(body))
+            .await?;
+        match ans.status {
+            200 => Ok(true),
+            404 => match ans.error().await {
+                StoreError::NoSuchKey => Ok(false),
+                e => Err(e),
+            },
+            _ => Err(ans.error().await),
+        }
+    }
+
     async fn list_versions(
         &self,
         bucket: &Bucket,
@@ -1607,6 +1655,9 @@ impl ObjectStore for ClusterStore {
                     delete_marker: false,
                     // Object Lock needs versioning.
                     lock: None,
+                    // Only copies between members compare them; a client's listing never
+                    // shows them.
+                    tags: Vec::new(),
                 })
                 .collect(),
             common_prefixes: page.common_prefixes,

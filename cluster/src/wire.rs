@@ -504,6 +504,10 @@ pub struct WireVersionEntry {
     /// compare it too, so a lock changed while a member was away is caught up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lock: Option<String>,
+    /// The version's tags (`VersionSummary::tags`), compared for the same reason: a version's
+    /// tags can be changed by id while a member is away.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<(String, String)>,
 }
 
 /// A bucket's Object Lock configuration in its etcd record: enabled (for good), with the

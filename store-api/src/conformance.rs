@@ -1167,6 +1167,144 @@ pub async fn object_lock(store: &dyn ObjectStore) {
     store.delete_bucket(&b).await.unwrap();
 }
 
+/// Tags changed on one version by id: that version's alone (an older one, the current one,
+/// the `null` object of an unversioned bucket), bytes and place kept; listings carry them.
+pub async fn version_tags(store: &dyn ObjectStore) {
+    let created = new_bucket(store, "version-tags").await;
+    store
+        .set_versioning(&created, Versioning::Enabled)
+        .await
+        .unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    let tag = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+    let mut first = PutObject::default();
+    first.attrs.tags = tag("a", "1");
+    let v1 = put_with(store, &b, "k", b"first", first)
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let v2 = put(store, &b, "k", b"second").await.version_id.unwrap();
+    let tags_of = |found: Option<FoundVersion>| match found {
+        Some(FoundVersion::Object(o)) => o.attrs.tags,
+        other => panic!("not an object: {other:?}"),
+    };
+    assert!(
+        store
+            .set_version_tags(&b, "k", &v1, tag("b", "2"))
+            .await
+            .unwrap()
+    );
+    let old = store.find_version(&b, "k", Some(&v1)).await.unwrap();
+    let Some(FoundVersion::Object(old)) = old else {
+        panic!("version {v1}: {old:?}");
+    };
+    assert_eq!(old.attrs.tags, tag("b", "2"));
+    assert_eq!(read(store, &old, 0, old.size).await, b"first");
+    let current = head(store, &b, "k").await.unwrap();
+    assert_eq!(current.version_id.as_deref(), Some(v2.as_str()));
+    assert!(current.attrs.tags.is_empty(), "the current version's stay");
+    // The current version, named by id: still current, with the same id.
+    assert!(
+        store
+            .set_version_tags(&b, "k", &v2, tag("c", "3"))
+            .await
+            .unwrap()
+    );
+    let current = head(store, &b, "k").await.unwrap();
+    assert_eq!(current.version_id.as_deref(), Some(v2.as_str()));
+    assert_eq!(current.attrs.tags, tag("c", "3"));
+    assert_eq!(read(store, &current, 0, current.size).await, b"second");
+    let all = VersionQuery {
+        max_keys: 100,
+        ..Default::default()
+    };
+    let listed: Vec<_> = store
+        .list_versions(&b, &all)
+        .await
+        .unwrap()
+        .versions
+        .into_iter()
+        .map(|v| (v.version_id, v.is_latest, v.tags))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (v2.clone(), true, tag("c", "3")),
+            (v1.clone(), false, tag("b", "2"))
+        ]
+    );
+    // Emptied; a version not there; an id never made; a delete marker.
+    assert!(
+        store
+            .set_version_tags(&b, "k", &v1, Vec::new())
+            .await
+            .unwrap()
+    );
+    assert!(
+        tags_of(store.find_version(&b, "k", Some(&v1)).await.unwrap()).is_empty(),
+        "emptied"
+    );
+    assert!(
+        !store
+            .set_version_tags(&b, "k", "0000000000000001", tag("x", "y"))
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        store
+            .set_version_tags(&b, "k", "not-an-id", tag("x", "y"))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    let marker = store
+        .delete_object(&b, "k")
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    assert!(matches!(
+        store
+            .set_version_tags(&b, "k", &marker, tag("x", "y"))
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    for id in [&marker, &v2, &v1] {
+        store
+            .delete_version(&b, "k", id, LockCheck::rules(false))
+            .await
+            .unwrap();
+    }
+    store.delete_bucket(&b).await.unwrap();
+    // Unversioned: the object is the key's `null` version, the only one.
+    let u = new_bucket(store, "version-tags-null").await;
+    put(store, &u, "k", b"plain").await;
+    assert!(
+        store
+            .set_version_tags(&u, "k", "null", tag("d", "4"))
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        head(store, &u, "k").await.unwrap().attrs.tags,
+        tag("d", "4")
+    );
+    assert!(
+        !store
+            .set_version_tags(&u, "k", "0000000000000001", tag("x", "y"))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_version_tags(&u, "gone", "null", tag("x", "y"))
+            .await
+            .unwrap()
+    );
+    store.delete_object(&u, "k").await.unwrap();
+    store.delete_bucket(&u).await.unwrap();
+}
+
 /// One `#[test]` per check against the store that `$make` (an `async fn() -> Arc<dyn
 /// ObjectStore>`, called once per test) opens.
 #[macro_export]
@@ -1176,7 +1314,7 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads, tar_members, versions, object_lock);
+            multipart_uploads, tar_members, versions, version_tags, object_lock);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

@@ -191,6 +191,16 @@ pub trait ObjectStore: Send + Sync + 'static {
         change: lock::LockChange,
         check: lock::LockCheck,
     ) -> StoreResult<Option<lock::ObjectLock>>;
+    /// Gives one version of a key (by id, `null` included) the tag set `tags` (empty: none),
+    /// atomically with the key's other writes; its bytes, version id and place in the history
+    /// stay. `false` when there is no such version; a delete marker has no tags (`Invalid`).
+    async fn set_version_tags(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        tags: Vec<(String, String)>,
+    ) -> StoreResult<bool>;
     /// One page of the bucket's versions and delete markers.
     async fn list_versions(
         &self,

@@ -76,6 +76,9 @@ pub struct VersionSummary {
     /// The version's Object Lock as stored (the value of [`crate::lock::LOCK_HEADER`]), so
     /// copies of a key's history can be compared lock and all; never shown to clients.
     pub lock: Option<String>,
+    /// The version's tags, for the same comparison (a version's tags can change after it
+    /// was written); never shown in a listing.
+    pub tags: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone, Default)]

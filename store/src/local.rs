@@ -934,6 +934,21 @@ impl ObjectStore for LocalStore {
             .await?)
     }
 
+    async fn set_version_tags(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        tags: Vec<(String, String)>,
+    ) -> StoreResult<bool> {
+        let id = VersionId::parse(version_id)?;
+        Ok(self
+            .engine
+            .set_version_tags(bucket.id, key, Some(id), tags)
+            .await?
+            .is_some())
+    }
+
     async fn list_versions(
         &self,
         bucket: &Bucket,
@@ -980,6 +995,7 @@ impl ObjectStore for LocalStore {
                         .iter()
                         .find(|(k, _)| k == LOCK_HEADER)
                         .map(|(_, v)| v.clone()),
+                    tags: rec.tags,
                 });
             }
             if out.truncated {

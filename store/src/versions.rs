@@ -470,6 +470,46 @@ impl Engine {
         change: LockChange,
         check: LockCheck,
     ) -> EngineResult<Option<ObjectLock>> {
+        let now_ms = self.clock.now_ms();
+        self.edit_version(bucket_id, key, id, "Object Lock", |record| {
+            let mut lock = ObjectLock::of(&record.headers)
+                .map_err(|e| EngineError(StoreError::internal("object lock", e)))?;
+            lock.apply_by(change, now_ms, check)
+                .map_err(|why| EngineError(StoreError::ObjectLocked(why)))?;
+            lock.store(&mut record.headers);
+            Ok(lock)
+        })
+        .await
+    }
+
+    /// Gives one version (the current object when `id` is `None`) the tag set `tags`, under
+    /// the key's lock. `None` if there is no such version.
+    pub(crate) async fn set_version_tags(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: Option<VersionId>,
+        tags: Vec<(String, String)>,
+    ) -> EngineResult<Option<()>> {
+        self.edit_version(bucket_id, key, id, "tags", |record| {
+            record.tags = tags;
+            Ok(())
+        })
+        .await
+    }
+
+    /// Edits the record of one version in place (its bytes and its place in the history
+    /// stay), under the key's lock, committing only if `edit` succeeds. `None` if there is no
+    /// such version (or, without an id, no current object); a delete marker has no `what`
+    /// (`Invalid`).
+    async fn edit_version<T>(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: Option<VersionId>,
+        what: &str,
+        edit: impl FnOnce(&mut ObjectRecord) -> EngineResult<T>,
+    ) -> EngineResult<Option<T>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let found = match id {
             Some(id) => self.locate_version(bucket_id, key, id)?,
@@ -489,15 +529,11 @@ impl Engine {
             return Ok(None);
         };
         if record.is_delete_marker() {
-            return Err(EngineError(StoreError::Invalid(
-                "A delete marker has no Object Lock".into(),
-            )));
+            return Err(EngineError(StoreError::Invalid(format!(
+                "A delete marker has no {what}"
+            ))));
         }
-        let mut lock = ObjectLock::of(&record.headers)
-            .map_err(|e| EngineError(StoreError::internal("object lock", e)))?;
-        lock.apply_by(change, self.clock.now_ms(), check)
-            .map_err(|why| EngineError(StoreError::ObjectLocked(why)))?;
-        lock.store(&mut record.headers);
+        let out = edit(&mut record)?;
         let (key, record) = (key.to_string(), Box::new(record));
         let op = if current {
             ObjectOp::Put {
@@ -513,6 +549,6 @@ impl Engine {
             }
         };
         self.commit_locked(guard, None, vec![op], &[stripe]).await?;
-        Ok(Some(lock))
+        Ok(Some(out))
     }
 }

@@ -45,16 +45,18 @@ fn entry_of(v: &VersionSummary) -> WireVersionEntry {
         latest: v.is_latest,
         marker: v.delete_marker,
         lock: v.lock.clone(),
+        tags: v.tags.clone(),
     }
 }
 
-/// Whether two listed versions are the same version, with the same Object Lock.
+/// Whether two listed versions are the same version, with the same Object Lock and tags.
 fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
     a.version_id == b.version_id
         && a.marker == b.marker
         && a.entry.etag == b.entry.etag
         && a.entry.last_modified_ms == b.entry.last_modified_ms
         && a.lock == b.lock
+        && a.tags == b.tags
 }
 
 /// Who judges a history step's lock at this member: the head, by S3's rules at its clock
@@ -210,6 +212,46 @@ impl Node {
             version_id: id,
             lock: lock.and_then(|l| l.stored_value()),
         })
+    }
+
+    /// `PUT /o/..?tags&version=ID` with a JSON list of (key, value): gives one version of a
+    /// key that tag set on every member. A chain step, like a lock change: the head gives it
+    /// a `cv` and checks the version is there (`NoSuchKey` if not); each member edits its
+    /// copy in place and hands the step on (a member that lacks the version skips it: its
+    /// catching up copies the version, tags and all).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn change_tags(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        id: &str,
+        body: Bytes,
+    ) -> Result<(), Fail> {
+        let tags: Vec<(String, String)> = serde_json::from_slice(&body)
+            .map_err(|e| StoreError::Invalid(format!("bad tags: {e}")))?;
+        let step = self.begin_history_step(map, bid, pg, key, cv).await?;
+        let found = self
+            .store
+            .set_version_tags(&with_versions(&step.objects), key, id, tags)
+            .await;
+        match found {
+            Ok(true) => {}
+            Ok(false) if !step.at_head() => {}
+            Ok(false) => {
+                self.drop_history_step(step);
+                return Err(StoreError::NoSuchKey.into());
+            }
+            Err(e) => {
+                self.drop_history_step(step);
+                return Err(e.into());
+            }
+        }
+        let path = format!("/o/{bid}/{pg}/{}?tags&version={}", encode(key), encode(id));
+        self.end_history_step(map, step, Method::PUT, &path, body)
+            .await
     }
 
     /// [`Node::change_lock`]'s change at this member: the version it acts on (named here at
@@ -402,6 +444,7 @@ impl Node {
                         latest: false,
                         marker: false,
                         lock: None,
+                        tags: Vec::new(),
                     });
                     // Skip the rest of the common prefix.
                     query.key_marker = Some(format!("{cp}{}", char::MAX));

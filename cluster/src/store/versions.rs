@@ -59,6 +59,7 @@ impl ClusterStore {
                     is_latest: e.latest,
                     delete_marker: e.marker,
                     lock: e.lock.clone(),
+                    tags: e.tags.clone(),
                 });
             }
             last = Some(e);

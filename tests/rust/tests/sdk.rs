@@ -987,6 +987,44 @@ async fn rust_sdk_versioning() {
     assert_eq!(tags.version_id(), Some(ids[0].as_str()));
     assert_eq!(tags.tag_set().len(), 1);
     assert_eq!(tags.tag_set()[0].value(), "5");
+    // Put and DeleteObjectTagging by version: the first version's tags change, the current
+    // one's stay.
+    use aws_sdk_s3::types::{Tag, Tagging};
+    let split = Tag::builder().key("split").value("val").build().unwrap();
+    let put = s3
+        .put_object_tagging()
+        .bucket(b)
+        .key("k")
+        .version_id(&ids[0])
+        .tagging(Tagging::builder().tag_set(split).build().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.version_id(), Some(ids[0].as_str()));
+    let tags_of = |id: &str| {
+        s3.get_object_tagging()
+            .bucket(b)
+            .key("k")
+            .version_id(id)
+            .send()
+    };
+    let first = tags_of(&ids[0]).await.unwrap();
+    assert_eq!(
+        (first.tag_set()[0].key(), first.tag_set()[0].value()),
+        ("split", "val")
+    );
+    assert_eq!(tags_of(&ids[1]).await.unwrap().tag_set()[0].value(), "6");
+    let del = s3
+        .delete_object_tagging()
+        .bucket(b)
+        .key("k")
+        .version_id(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(del.version_id(), Some(ids[0].as_str()));
+    assert!(tags_of(&ids[0]).await.unwrap().tag_set().is_empty());
+    assert_eq!(tags_of(&ids[1]).await.unwrap().tag_set().len(), 1);
     for (id, want) in ids.iter().zip([&b"first"[..], &b"second"[..]]) {
         let got = s3
             .get_object()

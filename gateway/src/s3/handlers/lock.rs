@@ -356,10 +356,7 @@ async fn change_lock(
     {
         Some(_) => Ok(Response::new(empty())),
         // Removed since it was read.
-        None => Err(err(
-            S3ErrorCode::NoSuchVersion,
-            "The specified version does not exist.",
-        )),
+        None => Err(versions::no_such_version()),
     }
 }
 

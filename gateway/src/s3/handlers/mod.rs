@@ -158,6 +158,10 @@ impl Action {
     pub const PUT_OBJECT_ACL: Self = Self::object("s3:PutObjectAcl", Access::Write);
     pub const PUT_OBJECT_TAGGING: Self = Self::object("s3:PutObjectTagging", Access::Write);
     pub const DELETE_OBJECT_TAGGING: Self = Self::object("s3:DeleteObjectTagging", Access::Write);
+    pub const PUT_OBJECT_VERSION_TAGGING: Self =
+        Self::object("s3:PutObjectVersionTagging", Access::Write);
+    pub const DELETE_OBJECT_VERSION_TAGGING: Self =
+        Self::object("s3:DeleteObjectVersionTagging", Access::Write);
     pub const ABORT_MULTIPART_UPLOAD: Self = Self::object("s3:AbortMultipartUpload", Access::Write);
     pub const LIST_MULTIPART_UPLOAD_PARTS: Self =
         Self::object("s3:ListMultipartUploadParts", Access::Owner);
@@ -857,7 +861,7 @@ fn names_versions(req: &S3Request) -> bool {
         return matches!(req.method, Method::GET | Method::PUT);
     }
     if req.has_q("tagging") {
-        return req.method == Method::GET;
+        return matches!(req.method, Method::GET | Method::PUT | Method::DELETE);
     }
     matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
         && !["acl", "uploadId", "uploads"].iter().any(|q| req.has_q(q))

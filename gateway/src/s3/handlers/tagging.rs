@@ -1,5 +1,5 @@
-//! Object tagging: get (of the current object or a version by id), put and delete an object's
-//! tag set.
+//! Object tagging: get, put and delete the tag set of a key's current object or of a version
+//! named by id.
 
 use super::*;
 
@@ -16,11 +16,10 @@ pub(super) async fn handle_get_object_tagging(
     };
     let b = load_bucket(state, req, bname, action).await?;
     let obj = versions::read_target(state, &b, key, version).await?;
-    let mut resp = xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))?;
-    if let Some(v) = obj.version_id.as_deref().and_then(|v| v.parse().ok()) {
-        resp.headers_mut().insert("x-amz-version-id", v);
-    }
-    Ok(resp)
+    with_version_id(
+        xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))?,
+        obj.version_id,
+    )
 }
 
 pub(super) async fn handle_put_object_tagging(
@@ -29,19 +28,16 @@ pub(super) async fn handle_put_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::PUT_OBJECT_TAGGING).await?;
+    let version = versions::version_id(req)?.map(str::to_string);
+    let action = match version {
+        Some(_) => Action::PUT_OBJECT_VERSION_TAGGING,
+        None => Action::PUT_OBJECT_TAGGING,
+    };
+    let b = load_bucket(state, req, bname, action).await?;
     let body = read_xml_body(req).await?;
     let tags = crate::s3::tagging::parse_xml(&body)?;
-    state
-        .store
-        .update_object(
-            &b,
-            key,
-            &WriteCondition::default(),
-            Box::new(move |cur| cur.tags = tags),
-        )
-        .await?;
-    Ok(Response::new(empty()))
+    let id = set_tags(state, &b, key, version.as_deref(), tags).await?;
+    with_version_id(Response::new(empty()), id)
 }
 
 pub(super) async fn handle_delete_object_tagging(
@@ -50,15 +46,51 @@ pub(super) async fn handle_delete_object_tagging(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::DELETE_OBJECT_TAGGING).await?;
-    state
-        .store
-        .update_object(
-            &b,
-            key,
-            &WriteCondition::default(),
-            Box::new(|cur| cur.tags.clear()),
-        )
-        .await?;
-    no_content()
+    let version = versions::version_id(req)?;
+    let action = match version {
+        Some(_) => Action::DELETE_OBJECT_VERSION_TAGGING,
+        None => Action::DELETE_OBJECT_TAGGING,
+    };
+    let b = load_bucket(state, req, bname, action).await?;
+    let id = set_tags(state, &b, key, version, Vec::new()).await?;
+    with_version_id(no_content()?, id)
+}
+
+/// Gives the key's current object, or the version `version` names, the tag set `tags`;
+/// answers the version's id to show (none for an object of a bucket that never had
+/// versioning).
+async fn set_tags(
+    state: &AppState,
+    b: &Bucket,
+    key: &str,
+    version: Option<&str>,
+    tags: Vec<(String, String)>,
+) -> S3Result<Option<String>> {
+    let Some(v) = version else {
+        let edited = state
+            .store
+            .update_object(
+                b,
+                key,
+                &WriteCondition::default(),
+                Box::new(move |cur| cur.tags = tags),
+            )
+            .await?;
+        return Ok(edited.version_id);
+    };
+    // S3's answers for a version that is a delete marker (405) or not there.
+    let target = versions::read_version(state, b, key, v).await?;
+    let id = target.version_id.as_deref().unwrap_or("null");
+    if !state.store.set_version_tags(b, key, id, tags).await? {
+        // Removed since it was read.
+        return Err(versions::no_such_version());
+    }
+    Ok(target.version_id)
+}
+
+fn with_version_id(mut resp: Response<RespBody>, id: Option<String>) -> R {
+    if let Some(v) = id.and_then(|v| v.parse().ok()) {
+        resp.headers_mut().insert("x-amz-version-id", v);
+    }
+    Ok(resp)
 }

@@ -118,11 +118,15 @@ pub(super) async fn read_version(
             .with_header("x-amz-delete-marker", "true".into())
             .with_header("x-amz-version-id", version_id)
             .with_header("allow", "DELETE".into())),
-        None => Err(err(
-            S3ErrorCode::NoSuchVersion,
-            "The specified version does not exist.",
-        )),
+        None => Err(no_such_version()),
     }
+}
+
+pub(super) fn no_such_version() -> S3Error {
+    err(
+        S3ErrorCode::NoSuchVersion,
+        "The specified version does not exist.",
+    )
 }
 
 /// DeleteObject with a `versionId`: that version goes for good.
