@@ -26,6 +26,7 @@ from urllib3.exceptions import ProtocolError
 
 import conftest
 from cluster import BIN, PGS, Gateway, Node, cluster_cmd, healthy, start_cluster, status, wait_for
+from test_versioning import history_left, make_history
 
 
 def assert_acknowledged(client, bucket, acked):
@@ -1729,6 +1730,18 @@ def test_lifecycle_rules_and_storage_tiers_are_applied_by_the_nodes(workdir):
             for key, vid in ids.items():
                 got = s3.get_object(Bucket="versioned-expiring", Key=key, VersionId=vid)
                 assert got["Body"].read() == b"log" and got["VersionId"] == vid
+
+        # NoncurrentVersionExpiration and ExpiredObjectDeleteMarker: removals by id, chain
+        # steps from each key's head, so every replica's history loses the same versions.
+        s3.create_bucket(Bucket="versioned-history")
+        s3.put_bucket_versioning(Bucket="versioned-history", VersioningConfiguration={"Status": "Enabled"})
+        history = make_history(s3, "versioned-history")
+        wait_for("the noncurrent versions and the lone marker removed",
+                 lambda: history_left(s3, "versioned-history", history), timeout=30)
+        for _ in range(3):  # the same on each replica
+            assert history_left(s3, "versioned-history", history)
+            got = s3.get_object(Bucket="versioned-history", Key="ds/a", VersionId=history["ds/a"][1])
+            assert got["Body"].read() == b"ds/a-2"
     finally:
         gw.stop()
         for n in nodes:

@@ -7,6 +7,7 @@ restart and a compaction of the segments they live in. boto3 and aws-cli, agains
 A bucket that never had versioning behaves as before: no x-amz-version-id, an empty
 GetBucketVersioning, and every object listed as its "null" version."""
 
+import datetime
 import hashlib
 import json
 import os
@@ -370,3 +371,73 @@ def test_lifecycle_expiration_in_a_versioned_bucket_adds_delete_markers(server, 
     assert "0 expirations" in out.stdout, out.stdout
     s3.delete_bucket_lifecycle(Bucket=bucket)
     remove_every_version(s3, bucket)
+
+
+HISTORY_RULES = {"Rules": [
+    {"ID": "keep-one", "Filter": {"Prefix": "ds/"}, "Status": "Enabled",
+     "NoncurrentVersionExpiration": {"NoncurrentDays": 3, "NewerNoncurrentVersions": 1}},
+    {"ID": "gone", "Filter": {"Prefix": "gone/"}, "Status": "Enabled",
+     "Expiration": {"ExpiredObjectDeleteMarker": True}, "NoncurrentVersionExpiration": {"NoncurrentDays": 3}},
+    {"ID": "later", "Filter": {"Prefix": "young/"}, "Status": "Enabled",
+     "NoncurrentVersionExpiration": {"NoncurrentDays": 30}}]}
+
+
+def make_history(s3, bucket):
+    """Versions for HISTORY_RULES: ds/a with four, gone/b with two under a delete marker,
+    young/c with two. Answers each key's ids, newest first."""
+    ids = {}
+    for key, n in (("ds/a", 4), ("gone/b", 2), ("young/c", 2)):
+        ids[key] = [s3.put_object(Bucket=bucket, Key=key, Body=b"%s-%d" % (key.encode(), i))["VersionId"]
+                    for i in range(n)][::-1]
+    ids["gone/b"].insert(0, s3.delete_object(Bucket=bucket, Key="gone/b")["VersionId"])
+    s3.put_bucket_lifecycle_configuration(Bucket=bucket, LifecycleConfiguration=HISTORY_RULES)
+    got = s3.get_bucket_lifecycle_configuration(Bucket=bucket)["Rules"]
+    assert got[0]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 3, "NewerNoncurrentVersions": 1}
+    assert got[1]["Expiration"] == {"ExpiredObjectDeleteMarker": True}
+    return ids
+
+
+def history_left(s3, bucket, ids):
+    """What is left of each key's history: as HISTORY_RULES leave it once due."""
+    left = {}
+    for key, vid, _, _, _ in versions_of(s3, bucket):
+        left.setdefault(key, []).append(vid)
+    return {k: sorted(v) for k, v in left.items()} == {
+        "ds/a": sorted(ids["ds/a"][:2]), "young/c": sorted(ids["young/c"])} and left
+
+
+@pytest.mark.local_only("`admin tier run --days-ahead` of one server; through a cluster the nodes apply the rules on "
+                       "their own schedule (test_cluster's lifecycle test covers noncurrent versions)")
+def test_noncurrent_versions_and_lone_delete_markers_expire(server, s3):
+    """NoncurrentVersionExpiration removes versions a given time after they became noncurrent,
+    keeping the NewerNoncurrentVersions newest; ExpiredObjectDeleteMarker then removes a delete
+    marker left alone; a version under Object Lock stays; the current versions and the young
+    noncurrent ones stay; a second run finds nothing."""
+    from test_tiering import admin as tier_admin
+
+    bucket = "versioned-history"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    ids = make_history(s3, bucket)
+    held = "versioned-history-held"
+    s3.create_bucket(Bucket=held, ObjectLockEnabledForBucket=True)
+    until = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=30)
+    locked = s3.put_object(Bucket=held, Key="gone/l", Body=b"locked", ObjectLockMode="GOVERNANCE",
+                           ObjectLockRetainUntilDate=until)["VersionId"]
+    s3.put_object(Bucket=held, Key="gone/l", Body=b"over it")
+    s3.put_bucket_lifecycle_configuration(Bucket=held, LifecycleConfiguration=HISTORY_RULES)
+    out = tier_admin(server, "tier", "run", "--days-ahead", "2")
+    assert "0 noncurrent versions and delete markers removed" in out.stdout, out.stdout
+    out = tier_admin(server, "tier", "run", "--days-ahead", "4")
+    # ds/a's two oldest, gone/b's two versions and then its marker; not the locked one.
+    assert "5 noncurrent versions and delete markers removed" in out.stdout, out.stdout
+    assert history_left(s3, bucket, ids), versions_of(s3, bucket)
+    assert s3.get_object(Bucket=bucket, Key="ds/a")["VersionId"] == ids["ds/a"][0]
+    assert s3.get_object(Bucket=held, Key="gone/l", VersionId=locked)["Body"].read() == b"locked"
+    out = tier_admin(server, "tier", "run", "--days-ahead", "4")
+    assert "0 noncurrent versions and delete markers removed" in out.stdout, out.stdout
+    s3.delete_bucket_lifecycle(Bucket=bucket)
+    remove_every_version(s3, bucket)
+    for v in versions_of(s3, held):
+        s3.delete_object(Bucket=held, Key=v[0], VersionId=v[1], BypassGovernanceRetention=True)
+    s3.delete_bucket(Bucket=held)

@@ -680,7 +680,7 @@ impl Node {
                 let id = q.get("version").cloned().unwrap_or_default();
                 let bypass = q.contains_key("bypass");
                 let deleted = self
-                    .delete_version(&map, bid, pg, &key, cv, &id, bypass)
+                    .delete_version(&map, bid, pg, &key, cv, &id, bypass, false)
                     .await?;
                 Ok(json(200, &deleted))
             }

@@ -552,6 +552,19 @@ pub async fn lifecycle_configuration(store: &dyn ObjectStore) {
     }];
     store.put_lifecycle(&b, rules.clone()).await.unwrap();
     assert_eq!(store.get_lifecycle(&b).await.unwrap(), Some(rules));
+    // The versioned-bucket actions are kept too.
+    let rules = vec![Rule {
+        id: "history".into(),
+        enabled: true,
+        noncurrent_expiration: Some(crate::lifecycle::NoncurrentExpiration {
+            days: 30,
+            newer_versions: Some(2),
+        }),
+        expired_delete_markers: true,
+        ..Default::default()
+    }];
+    store.put_lifecycle(&b, rules.clone()).await.unwrap();
+    assert_eq!(store.get_lifecycle(&b).await.unwrap(), Some(rules));
     store.delete_lifecycle(&b).await.unwrap();
     assert_eq!(store.get_lifecycle(&b).await.unwrap(), None);
     assert!(store.is_storage_class("STANDARD"));

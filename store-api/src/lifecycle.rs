@@ -20,6 +20,22 @@ pub struct Rule {
     pub expiration: Option<When>,
     /// AbortIncompleteMultipartUpload: days after initiation.
     pub abort_incomplete_days: Option<u32>,
+    /// NoncurrentVersionExpiration (a bucket with versioning).
+    #[serde(default)]
+    pub noncurrent_expiration: Option<NoncurrentExpiration>,
+    /// Expiration's ExpiredObjectDeleteMarker: a delete marker left as a key's only version
+    /// is removed.
+    #[serde(default)]
+    pub expired_delete_markers: bool,
+}
+
+/// NoncurrentVersionExpiration: a version is removed `days` after it became noncurrent (when
+/// the version above it was written), except the `newer_versions` newest noncurrent versions
+/// of its key, whatever their age.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoncurrentExpiration {
+    pub days: u32,
+    pub newer_versions: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +100,56 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// Whether the rule acts on a key's history (noncurrent versions, lone delete markers).
+    pub fn acts_on_history(&self) -> bool {
+        self.enabled && (self.noncurrent_expiration.is_some() || self.expired_delete_markers)
+    }
+}
+
+/// What the rules remove of one key's history (`versions`: every version of the key, newest
+/// first, delete markers too, as a listing gives them), as of `now_ms`: the ids of noncurrent
+/// versions a NoncurrentVersionExpiration has reached, and then the key's delete marker if it
+/// would be left as its only version and a rule removes expired delete markers.
+///
+/// A version's noncurrent time is the time of the version above it; its rank among the key's
+/// noncurrent versions (0 the newest) is what `newer_versions` keeps. Filters apply as to
+/// objects: prefix, and each version's own size and tags.
+pub fn history_removals(
+    rules: &[Rule],
+    key: &str,
+    versions: &[crate::VersionSummary],
+    now_ms: i64,
+) -> Vec<String> {
+    let day = 86_400_000i64;
+    let mut out = Vec::new();
+    for (rank, pair) in versions.windows(2).enumerate() {
+        let (above, v) = (&pair[0], &pair[1]);
+        let since = above.object.last_modified_ms;
+        let due = rules.iter().any(|r| {
+            r.matches(key, v.object.size, &v.tags)
+                && r.noncurrent_expiration.as_ref().is_some_and(|n| {
+                    now_ms - since >= i64::from(n.days) * day
+                        && n.newer_versions
+                            .is_none_or(|keep| rank as u64 >= u64::from(keep))
+                })
+        });
+        if due {
+            out.push(v.version_id.clone());
+        }
+    }
+    if let Some(latest) = versions.first()
+        && latest.delete_marker
+        && out.len() + 1 == versions.len()
+        && rules
+            .iter()
+            .any(|r| r.expired_delete_markers && r.matches(key, 0, &[]))
+    {
+        out.push(latest.version_id.clone());
+    }
+    out
+}
+
 /// The action of the first matching rule that acts, S3-style: expiration wins over
 /// transition; among transitions the latest reached one applies, and only to a colder class.
 pub fn evaluate(
@@ -118,5 +184,101 @@ pub fn evaluate(
             Action::Transition(t.storage_class.clone())
         }
         _ => Action::Keep,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ObjectSummary, VersionSummary};
+
+    const DAY: i64 = 86_400_000;
+
+    /// A key's history, newest first: (id, written on day, delete marker).
+    fn history(vs: &[(&str, i64, bool)]) -> Vec<VersionSummary> {
+        vs.iter()
+            .enumerate()
+            .map(|(i, (id, day, marker))| VersionSummary {
+                object: ObjectSummary {
+                    key: "data/k".into(),
+                    size: if *marker { 0 } else { 100 },
+                    etag: String::new(),
+                    last_modified_ms: day * DAY,
+                    checksum: None,
+                    storage_class: None,
+                },
+                version_id: id.to_string(),
+                is_latest: i == 0,
+                delete_marker: *marker,
+                lock: None,
+                tags: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn noncurrent(days: u32, newer_versions: Option<u32>) -> Rule {
+        Rule {
+            id: "nc".into(),
+            enabled: true,
+            prefix: "data/".into(),
+            noncurrent_expiration: Some(NoncurrentExpiration {
+                days,
+                newer_versions,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn noncurrent_versions_expire_counted_from_their_successor() {
+        // v3 (current, day 10), v2 (noncurrent since day 10), v1 (since day 5).
+        let h = history(&[("v3", 10, false), ("v2", 5, false), ("v1", 1, false)]);
+        let rules = [noncurrent(3, None)];
+        assert!(history_removals(&rules, "data/k", &h, 7 * DAY).is_empty());
+        assert_eq!(history_removals(&rules, "data/k", &h, 8 * DAY), ["v1"]);
+        assert_eq!(
+            history_removals(&rules, "data/k", &h, 13 * DAY),
+            ["v2", "v1"]
+        );
+        // The newest noncurrent version is kept whatever its age.
+        let keep_one = [noncurrent(3, Some(1))];
+        assert_eq!(history_removals(&keep_one, "data/k", &h, 99 * DAY), ["v1"]);
+        // Other prefixes, disabled rules and the current version are never touched.
+        assert!(history_removals(&rules, "other/k", &h, 99 * DAY).is_empty());
+        let mut off = noncurrent(3, None);
+        off.enabled = false;
+        assert!(history_removals(&[off], "data/k", &h, 99 * DAY).is_empty());
+    }
+
+    #[test]
+    fn a_delete_marker_goes_once_it_is_alone() {
+        let markers = Rule {
+            id: "m".into(),
+            enabled: true,
+            prefix: "data/".into(),
+            expired_delete_markers: true,
+            ..Default::default()
+        };
+        let h = history(&[("m1", 10, true), ("v1", 1, false)]);
+        assert!(
+            history_removals(std::slice::from_ref(&markers), "data/k", &h, 99 * DAY).is_empty()
+        );
+        // With the version under it expiring in the same pass, the marker goes too.
+        let both = [markers.clone(), noncurrent(1, None)];
+        assert_eq!(
+            history_removals(&both, "data/k", &h, 11 * DAY),
+            ["v1", "m1"]
+        );
+        let alone = history(&[("m1", 10, true)]);
+        assert_eq!(
+            history_removals(&[markers], "data/k", &alone, 10 * DAY),
+            ["m1"]
+        );
+        // A noncurrent delete marker is a noncurrent version like any other.
+        let h = history(&[("v2", 10, false), ("m1", 5, true), ("v1", 1, false)]);
+        assert_eq!(
+            history_removals(&[noncurrent(1, None)], "data/k", &h, 11 * DAY),
+            ["m1", "v1"]
+        );
     }
 }

@@ -377,6 +377,22 @@ fn identity_of(k: KeyRecord) -> Identity {
     }
 }
 
+/// A version as a listing shows it (and copies between cluster members compare it).
+pub(crate) fn version_summary(key: String, rec: ObjectRecord, is_latest: bool) -> VersionSummary {
+    VersionSummary {
+        object: summary_of(key, &rec),
+        version_id: rec.version_id(),
+        is_latest,
+        delete_marker: rec.is_delete_marker(),
+        lock: rec
+            .headers
+            .iter()
+            .find(|(k, _)| k == LOCK_HEADER)
+            .map(|(_, v)| v.clone()),
+        tags: rec.tags,
+    }
+}
+
 fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
     ObjectSummary {
         key,
@@ -913,10 +929,10 @@ impl ObjectStore for LocalStore {
                 delete_marker: false,
             });
         }
-        Ok(self
-            .engine
-            .delete_version(bucket.id, key, id, version_id, check)
-            .await?)
+        self.engine
+            .delete_version(bucket.id, key, id, version_id, check, false)
+            .await?
+            .ok_or_else(|| StoreError::internal("delete version", "a version was kept"))
     }
 
     async fn update_lock(
@@ -985,18 +1001,7 @@ impl ObjectStore for LocalStore {
                 ..Default::default()
             };
             for (key, rec, is_latest) in page.versions {
-                out.versions.push(VersionSummary {
-                    object: summary_of(key, &rec),
-                    version_id: rec.version_id(),
-                    is_latest,
-                    delete_marker: rec.is_delete_marker(),
-                    lock: rec
-                        .headers
-                        .iter()
-                        .find(|(k, _)| k == LOCK_HEADER)
-                        .map(|(_, v)| v.clone()),
-                    tags: rec.tags,
-                });
+                out.versions.push(version_summary(key, rec, is_latest));
             }
             if out.truncated {
                 match page.next {

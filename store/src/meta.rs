@@ -4,14 +4,18 @@
 //! Each value is one format-version byte followed by the postcard encoding of the value, like
 //! the index's own records (`index/src/records.rs`). Version 1 is the layout pinned by the
 //! golden tests below; a change to `Rule`, `Transition`, `When` or `TierSegment` is a new
-//! version whose decoder still reads the older ones. Releases up to 7920cce wrote these values
+//! version whose decoder still reads the older ones. Version 2 (lifecycle rules only) added
+//! `Rule::noncurrent_expiration` and `Rule::expired_delete_markers`; version-1 rules read as
+//! rules without them. Releases up to 7920cce wrote these values
 //! as JSON (an array or an object, so the first byte is `[` or `{`, never a version byte):
 //! they are still read, and replaced by version 1 the next time they are written.
 
+use packrat_store_api::lifecycle::{Rule, Transition, When};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub const META_V1: u8 = 1;
+pub const META_V2: u8 = 2;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     let mut out = vec![META_V1];
@@ -30,11 +34,63 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
+/// A bucket's lifecycle rules, as version 2.
+pub fn encode_rules(rules: &[Rule]) -> Vec<u8> {
+    let mut out = vec![META_V2];
+    out.extend(postcard::to_stdvec(rules).expect("postcard encodes plain structs"));
+    out
+}
+
+/// A bucket's lifecycle rules, of any version.
+pub fn decode_rules(bytes: &[u8]) -> Result<Vec<Rule>, String> {
+    match bytes.split_first() {
+        Some((&META_V2, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((&META_V1, _)) => Ok(decode::<Vec<RuleV1>>(bytes)?
+            .into_iter()
+            .map(Rule::from)
+            .collect()),
+        // JSON names its fields: the newer ones default.
+        _ => decode(bytes),
+    }
+}
+
+/// `Rule` as version 1 lays it out.
+#[derive(serde::Deserialize)]
+struct RuleV1 {
+    id: String,
+    enabled: bool,
+    prefix: String,
+    size_greater_than: Option<u64>,
+    size_less_than: Option<u64>,
+    tags: Vec<(String, String)>,
+    transitions: Vec<Transition>,
+    expiration: Option<When>,
+    abort_incomplete_days: Option<u32>,
+}
+
+impl From<RuleV1> for Rule {
+    fn from(r: RuleV1) -> Self {
+        Rule {
+            id: r.id,
+            enabled: r.enabled,
+            prefix: r.prefix,
+            size_greater_than: r.size_greater_than,
+            size_less_than: r.size_less_than,
+            tags: r.tags,
+            transitions: r.transitions,
+            expiration: r.expiration,
+            abort_incomplete_days: r.abort_incomplete_days,
+            noncurrent_expiration: None,
+            expired_delete_markers: false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tier::TierSegment;
-    use packrat_store_api::lifecycle::{Rule, Transition, When};
+    use packrat_store_api::lifecycle::NoncurrentExpiration;
 
     fn rules() -> Vec<Rule> {
         vec![
@@ -51,6 +107,7 @@ mod tests {
                 }],
                 expiration: Some(When::Date(1_767_225_600_000, "2026-01-01T00:00:00Z".into())),
                 abort_incomplete_days: Some(7),
+                ..Default::default()
             },
             Rule {
                 id: "off".into(),
@@ -72,9 +129,9 @@ mod tests {
     /// Version 1's bytes, pinned: a change here is a format change and needs a new version.
     #[test]
     fn golden_v1_bytes() {
-        assert_eq!(hex::encode(encode(&rules())), GOLDEN_RULES);
+        // Rules are written as version 2 now; version 1's still read.
         assert_eq!(hex::encode(encode(&segment())), GOLDEN_SEGMENT);
-        let back: Vec<Rule> = decode(&hex::decode(GOLDEN_RULES).unwrap()).unwrap();
+        let back = decode_rules(&hex::decode(GOLDEN_RULES).unwrap()).unwrap();
         assert_eq!(back, rules());
         let seg: TierSegment = decode(&hex::decode(GOLDEN_SEGMENT).unwrap()).unwrap();
         assert_eq!(encode(&seg), encode(&segment()));
@@ -84,12 +141,28 @@ mod tests {
     #[test]
     fn legacy_json_still_reads() {
         let rules_json = br#"[{"id":"to-cold","enabled":true,"prefix":"logs/","size_greater_than":1024,"size_less_than":null,"tags":[["tier","cold"]],"transitions":[{"when":{"Days":30},"storage_class":"COLD"}],"expiration":{"Date":[1767225600000,"2026-01-01T00:00:00Z"]},"abort_incomplete_days":7},{"id":"off","enabled":false,"prefix":"","size_greater_than":null,"size_less_than":null,"transitions":[],"expiration":null,"abort_incomplete_days":null}]"#;
-        let back: Vec<Rule> = decode(rules_json).unwrap();
+        let back = decode_rules(rules_json).unwrap();
         assert_eq!(back, rules());
         let seg_json =
             br#"{"tier":"COLD","len":67108864,"crc32c":3735928559,"ready":true,"created_ms":1764000000000}"#;
         let seg: TierSegment = decode(seg_json).unwrap();
         assert_eq!(encode(&seg), encode(&segment()));
+    }
+
+    /// Version 2's bytes, pinned: version 1's rules and the noncurrent-version actions.
+    #[test]
+    fn golden_v2_rules() {
+        let mut rules = rules();
+        rules[0].noncurrent_expiration = Some(NoncurrentExpiration {
+            days: 30,
+            newer_versions: Some(2),
+        });
+        rules[1].expired_delete_markers = true;
+        assert_eq!(hex::encode(encode_rules(&rules)), GOLDEN_RULES_V2);
+        assert_eq!(
+            decode_rules(&hex::decode(GOLDEN_RULES_V2).unwrap()).unwrap(),
+            rules
+        );
     }
 
     #[test]
@@ -101,5 +174,6 @@ mod tests {
     }
 
     const GOLDEN_RULES: &str = "010207746f2d636f6c6401056c6f67732f0180080001047469657204636f6c6401001e04434f4c44010180a0d5edee6614323032362d30312d30315430303a30303a30305a0107036f66660000000000000000";
+    const GOLDEN_RULES_V2: &str = "020207746f2d636f6c6401056c6f67732f0180080001047469657204636f6c6401001e04434f4c44010180a0d5edee6614323032362d30312d30315430303a30303a30305a0107011e010200036f666600000000000000000001";
     const GOLDEN_SEGMENT: &str = "0104434f4c4480808020effdb6f50d0180a0bfe9d666";
 }

@@ -71,6 +71,10 @@ pub struct TierSegment {
 pub struct RunReport {
     pub lifecycle_transitions: u64,
     pub lifecycle_expirations: u64,
+    /// Versions removed by NoncurrentVersionExpiration, and delete markers left alone by it
+    /// or otherwise removed by ExpiredObjectDeleteMarker.
+    #[serde(default)]
+    pub lifecycle_versions_removed: u64,
     pub uploads_aborted: u64,
     pub objects_moved: u64,
     pub bytes_moved: u64,
@@ -370,13 +374,13 @@ impl Tiers {
 // ---- lifecycle configurations (stored in the index's meta column family) ----
 
 pub fn put_lifecycle(index: &RocksIndex, bucket_id: u64, rules: &[Rule]) -> EngineResult<()> {
-    Ok(index.put_meta(&lifecycle_key(bucket_id), &crate::meta::encode(&rules))?)
+    Ok(index.put_meta(&lifecycle_key(bucket_id), &crate::meta::encode_rules(rules))?)
 }
 
 pub fn get_lifecycle(index: &RocksIndex, bucket_id: u64) -> EngineResult<Option<Vec<Rule>>> {
     match index.get_meta(&lifecycle_key(bucket_id))? {
         None => Ok(None),
-        Some(v) => crate::meta::decode(&v)
+        Some(v) => crate::meta::decode_rules(&v)
             .map(Some)
             .map_err(|e| EngineError::internal("lifecycle", e)),
     }
@@ -396,8 +400,8 @@ fn all_lifecycles(index: &RocksIndex) -> EngineResult<HashMap<u64, Vec<Rule>>> {
         else {
             continue;
         };
-        let rules: Vec<Rule> =
-            crate::meta::decode(&v).map_err(|e| EngineError::internal("lifecycle", e))?;
+        let rules =
+            crate::meta::decode_rules(&v).map_err(|e| EngineError::internal("lifecycle", e))?;
         out.insert(id, rules);
     }
     Ok(out)
@@ -700,6 +704,67 @@ impl Throttle {
     }
 }
 
+/// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker in one bucket with versioning:
+/// each key's history is judged as listed ([`lifecycle::history_removals`]), and each version
+/// judged removable is removed by id, under the key's lock, unless it has become the key's
+/// latest version since (a noncurrent one) or its Object Lock protects it.
+async fn expire_history(
+    engine: &Arc<Engine>,
+    bucket_id: u64,
+    rules: &[Rule],
+    now: i64,
+    report: &mut RunReport,
+) -> EngineResult<()> {
+    let (e, rules) = (engine.clone(), rules.to_vec());
+    // (key, version id, whether it is the key's latest version: a lone delete marker)
+    let doomed: Vec<(String, String, bool)> = blocking(move || {
+        let mut out = Vec::new();
+        let mut judge = |key: &str, history: &[packrat_store_api::VersionSummary]| {
+            for id in lifecycle::history_removals(&rules, key, history, now) {
+                let latest = history.first().is_some_and(|v| v.version_id == id);
+                out.push((key.to_string(), id, latest));
+            }
+        };
+        let mut history: Vec<packrat_store_api::VersionSummary> = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = e
+                .index
+                .list_versions(bucket_id, "", None, cursor.as_ref(), 1000)?;
+            for (key, rec, latest) in page.versions {
+                if history.first().is_some_and(|v| v.object.key != key) {
+                    judge(&history[0].object.key.clone(), &history);
+                    history.clear();
+                }
+                history.push(crate::local::version_summary(key, rec, latest));
+            }
+            match page.next.filter(|_| page.truncated) {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        if let Some(first) = history.first() {
+            judge(&first.object.key.clone(), &history);
+        }
+        Ok(out)
+    })
+    .await?;
+    for (key, id, latest) in doomed {
+        let vid = crate::versions::VersionId::parse(&id)?;
+        let check = packrat_store_api::lock::LockCheck::rules(false);
+        match engine
+            .delete_version(bucket_id, &key, vid, &id, check, !latest)
+            .await
+        {
+            Ok(Some(_)) => report.lifecycle_versions_removed += 1,
+            // Latest now (the versions above it removed meanwhile), or protected: kept.
+            Ok(None) | Err(EngineError(StoreError::ObjectLocked(_))) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 async fn apply_lifecycle(
     engine: &Arc<Engine>,
     now: i64,
@@ -771,6 +836,13 @@ async fn apply_lifecycle(
                 }
             }
             Action::Keep => {}
+        }
+    }
+    for (bucket_id, rules) in &configs {
+        if versioning.get(bucket_id).copied().unwrap_or(0) != 0
+            && rules.iter().any(Rule::acts_on_history)
+        {
+            expire_history(engine, *bucket_id, rules, now, report).await?;
         }
     }
     // AbortIncompleteMultipartUpload.

@@ -398,9 +398,28 @@ impl Engine {
             .next())
     }
 
+    /// Whether `record`, kept in the key's history, is its latest version: the key has no
+    /// current object and nothing kept above it (a delete marker on top).
+    fn is_latest_kept(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        record: &ObjectRecord,
+    ) -> EngineResult<bool> {
+        if self.index.get_object(bucket_id, key)?.is_some() {
+            return Ok(false);
+        }
+        Ok(self
+            .index
+            .key_versions(bucket_id, key, 1)?
+            .first()
+            .is_some_and(|r| r.version_seq == record.version_seq))
+    }
+
     /// Removes one version for good. When the key is left without a current object, its
     /// newest remaining version becomes current if it is an object (not a delete marker), as
-    /// in S3.
+    /// in S3. With `noncurrent_only` (a lifecycle expiration judged on an older reading), a
+    /// version that is the key's latest now is left alone: `None`.
     pub(crate) async fn delete_version(
         &self,
         bucket_id: u64,
@@ -408,14 +427,20 @@ impl Engine {
         id: VersionId,
         shown_id: &str,
         check: LockCheck,
-    ) -> EngineResult<Deleted> {
+        noncurrent_only: bool,
+    ) -> EngineResult<Option<Deleted>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let Some(found) = self.locate_version(bucket_id, key, id)? else {
-            return Ok(Deleted {
+            return Ok(Some(Deleted {
                 version_id: Some(shown_id.to_string()),
                 delete_marker: false,
-            });
+            }));
         };
+        if noncurrent_only
+            && (found.current || self.is_latest_kept(bucket_id, key, &found.record)?)
+        {
+            return Ok(None);
+        }
         check_removal(&found.record, self.clock.now_ms(), check)?;
         let k = || key.to_string();
         let mut ops = Vec::new();
@@ -453,10 +478,10 @@ impl Engine {
             }
         }
         self.commit_locked(guard, None, ops, &[stripe]).await?;
-        Ok(Deleted {
+        Ok(Some(Deleted {
             version_id: Some(found.record.version_id()),
             delete_marker: found.record.is_delete_marker(),
-        })
+        }))
     }
 
     /// Changes the lock of one version (the current object when `id` is `None`) under the

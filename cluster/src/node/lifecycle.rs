@@ -3,15 +3,18 @@
 //! has the version evaluated (a write that lands meanwhile is never expired by an older
 //! judgement); a transition is a chain edit of the object's storage class, made on the same
 //! condition (each member's own tier worker then moves its copy to its tier);
-//! AbortIncompleteMultipartUpload is a chain abort.
+//! AbortIncompleteMultipartUpload is a chain abort. NoncurrentVersionExpiration and
+//! ExpiredObjectDeleteMarker remove versions by id (a chain step each, as a client's removal
+//! by id is), judged on the head's copy of each key's history; the head leaves a noncurrent
+//! version alone if it has become the key's latest meanwhile.
 
 use super::uploads::Step;
-use super::{Fail, Node, cv_of, meta_of, now_micros};
+use super::{Fail, Node, cv_of, meta_of, now_micros, with_versions};
 use crate::map::{ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::WireVersioning;
 use packrat_store_api::lifecycle::{self, Action, Rule};
-use packrat_store_api::{StoreError, UploadQuery};
+use packrat_store_api::{StoreError, UploadQuery, VersionQuery, VersionSummary};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +35,8 @@ pub struct LifecyclePass {
     pub expired: usize,
     pub transitioned: usize,
     pub aborted: usize,
+    /// Noncurrent versions and lone delete markers removed.
+    pub versions_removed: usize,
 }
 
 impl Node {
@@ -49,6 +54,7 @@ impl Node {
                     expired = p.expired,
                     transitioned = p.transitioned,
                     uploads_aborted = p.aborted,
+                    versions_removed = p.versions_removed,
                     "lifecycle rules applied"
                 ),
                 Err(e) => tracing::warn!("lifecycle rules: {e}"),
@@ -77,6 +83,12 @@ impl Node {
                 .map_err(|e| format!("bucket {}: {e}", rec.name))?;
             pass.expired += expired;
             pass.transitioned += transitioned;
+            if rec.versioning.is_some() && rules.iter().any(Rule::acts_on_history) {
+                pass.versions_removed += self
+                    .expire_history(&map, rec.id, &rules, &headed, now_ms)
+                    .await
+                    .map_err(|e| format!("bucket {}: {e}", rec.name))?;
+            }
             pass.aborted += self
                 .abort_stale_uploads(&map, rec.id, &rules, &headed, now_ms)
                 .await
@@ -154,6 +166,73 @@ impl Node {
                 return Ok((expired, transitioned));
             }
         }
+    }
+
+    /// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker over the keys of the PGs
+    /// this node heads ([`lifecycle::history_removals`] on this node's copy of each key's
+    /// history): the number of versions removed.
+    async fn expire_history(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        rules: &[Rule],
+        headed: &HashSet<u32>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let objects = self.local_bucket(format!("o-{bid}")).await?;
+        let shown = with_versions(&objects);
+        let mut query = VersionQuery {
+            max_keys: 1000,
+            ..Default::default()
+        };
+        // (key, version id, whether it is the key's latest version: a lone delete marker)
+        let mut doomed: Vec<(String, String, bool)> = Vec::new();
+        let mut history: Vec<VersionSummary> = Vec::new();
+        let mut judge = |history: &mut Vec<VersionSummary>| {
+            if let Some(first) = history.first() {
+                let key = first.object.key.clone();
+                if headed.contains(&pg_of(bid, &key, map.pgs)) {
+                    for id in lifecycle::history_removals(rules, &key, history, now_ms) {
+                        let latest = history[0].version_id == id;
+                        doomed.push((key.clone(), id, latest));
+                    }
+                }
+            }
+            history.clear();
+        };
+        loop {
+            let page = self.store.list_versions(&shown, &query).await?;
+            for v in page.versions {
+                if history
+                    .first()
+                    .is_some_and(|h| h.object.key != v.object.key)
+                {
+                    judge(&mut history);
+                }
+                history.push(v);
+            }
+            if !page.truncated {
+                break;
+            }
+            query.key_marker = page.next_key_marker;
+            query.version_id_marker = page.next_version_id_marker;
+        }
+        judge(&mut history);
+        let mut removed = 0;
+        for (key, id, latest) in doomed {
+            let pg = pg_of(bid, &key, map.pgs);
+            match self
+                .delete_version(map, bid, pg, &key, None, &id, false, !latest)
+                .await
+            {
+                Ok(_) => removed += 1,
+                // Latest now, protected by its lock, or the chain changed: the next pass decides.
+                Err(Fail::Store(StoreError::PreconditionFailed | StoreError::ObjectLocked(_)))
+                | Err(Fail::Refused(_)) => {}
+                Err(Fail::Store(e)) => return Err(e),
+            }
+        }
+        Ok(removed)
     }
 
     async fn abort_stale_uploads(

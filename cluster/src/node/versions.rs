@@ -152,8 +152,32 @@ impl Node {
         cv: Option<u64>,
         id: &str,
         bypass_governance: bool,
+        noncurrent_only: bool,
     ) -> Result<WireDeleted, Fail> {
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
+        if noncurrent_only && step.at_head() {
+            // A lifecycle expiration judged on an older listing: a version that is the key's
+            // latest now (those above it removed meanwhile) stays.
+            let latest = self
+                .store
+                .find_version(&with_versions(&step.objects), key, None)
+                .await;
+            let is_latest = match latest {
+                Ok(Some(FoundVersion::Object(o))) => {
+                    o.version_id.as_deref().unwrap_or("null") == id
+                }
+                Ok(Some(FoundVersion::DeleteMarker { version_id, .. })) => version_id == id,
+                Ok(None) => false,
+                Err(e) => {
+                    self.drop_history_step(step);
+                    return Err(e.into());
+                }
+            };
+            if is_latest {
+                self.drop_history_step(step);
+                return Err(StoreError::PreconditionFailed.into());
+            }
+        }
         let check = lock_check(step.at_head(), bypass_governance);
         let removed = self
             .store

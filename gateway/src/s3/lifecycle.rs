@@ -6,7 +6,7 @@ use super::tagging::TagXml;
 use super::xml::Xml;
 use serde::Deserialize;
 
-pub use packrat_store_api::lifecycle::{RULES_MAX, Rule, Transition, When};
+pub use packrat_store_api::lifecycle::{NoncurrentExpiration, RULES_MAX, Rule, Transition, When};
 
 // ---- XML ----
 
@@ -35,7 +35,15 @@ struct RuleXml {
     #[serde(rename = "NoncurrentVersionTransition", default)]
     noncurrent_transitions: Vec<serde::de::IgnoredAny>,
     #[serde(rename = "NoncurrentVersionExpiration")]
-    noncurrent_expiration: Option<serde::de::IgnoredAny>,
+    noncurrent_expiration: Option<NoncurrentXml>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NoncurrentXml {
+    #[serde(rename = "NoncurrentDays")]
+    days: Option<u32>,
+    #[serde(rename = "NewerNoncurrentVersions")]
+    newer_versions: Option<u32>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -83,7 +91,7 @@ struct ExpirationXml {
     #[serde(rename = "Date")]
     date: Option<String>,
     #[serde(rename = "ExpiredObjectDeleteMarker")]
-    delete_marker: Option<serde::de::IgnoredAny>,
+    delete_marker: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -141,12 +149,29 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
                 ));
             }
         };
-        if !r.noncurrent_transitions.is_empty() || r.noncurrent_expiration.is_some() {
+        if !r.noncurrent_transitions.is_empty() {
             return Err(S3Error::new(
                 S3ErrorCode::NotImplemented,
-                "Noncurrent-version actions need versioning, which packrat does not support.",
+                "NoncurrentVersionTransition is not supported yet (NoncurrentVersionExpiration is).",
             ));
         }
+        let noncurrent_expiration = match r.noncurrent_expiration {
+            None => None,
+            Some(n) => {
+                let days = n.days.filter(|d| *d > 0).ok_or_else(|| {
+                    invalid("'NoncurrentDays' in NoncurrentVersionExpiration must be a positive integer")
+                })?;
+                if n.newer_versions.is_some_and(|v| !(1..=100).contains(&v)) {
+                    return Err(invalid(
+                        "'NewerNoncurrentVersions' must be between 1 and 100",
+                    ));
+                }
+                Some(NoncurrentExpiration {
+                    days,
+                    newer_versions: n.newer_versions,
+                })
+            }
+        };
         let f = r.filter.unwrap_or_default();
         let a = f.and.unwrap_or_default();
         let tags: Vec<(String, String)> = f
@@ -188,15 +213,43 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
                 storage_class: t.storage_class,
             });
         }
-        let expiration = match r.expiration {
-            Some(e) if e.days.is_none() && e.date.is_none() && e.delete_marker.is_some() => None,
-            Some(e) => Some(when(e.days, e.date, "Expiration")?),
-            None => None,
+        let (expiration, expired_delete_markers) = match r.expiration {
+            Some(e) if e.delete_marker.is_some() => {
+                if e.days.is_some() || e.date.is_some() {
+                    return Err(S3Error::new(
+                        S3ErrorCode::MalformedXML,
+                        "ExpiredObjectDeleteMarker cannot be specified with Days or Date in a Lifecycle Expiration Policy.",
+                    ));
+                }
+                let on = match e.delete_marker.as_deref().map(str::trim) {
+                    Some("true") => true,
+                    Some("false") => false,
+                    _ => {
+                        return Err(S3Error::new(
+                            S3ErrorCode::MalformedXML,
+                            "ExpiredObjectDeleteMarker is true or false.",
+                        ));
+                    }
+                };
+                if on && !tags.is_empty() {
+                    return Err(invalid(
+                        "ExpiredObjectDeleteMarker cannot be specified with a Tag filter (delete markers have no tags).",
+                    ));
+                }
+                (None, on)
+            }
+            Some(e) => (Some(when(e.days, e.date, "Expiration")?), false),
+            None => (None, false),
         };
         let abort_incomplete_days = r.abort.map(|a| a.days);
-        if transitions.is_empty() && expiration.is_none() && abort_incomplete_days.is_none() {
+        if transitions.is_empty()
+            && expiration.is_none()
+            && abort_incomplete_days.is_none()
+            && noncurrent_expiration.is_none()
+            && !expired_delete_markers
+        {
             return Err(invalid(
-                "Each rule needs at least one action (Transition, Expiration or AbortIncompleteMultipartUpload).",
+                "Each rule needs at least one action (Transition, Expiration, NoncurrentVersionExpiration or AbortIncompleteMultipartUpload).",
             ));
         }
         let id = r.id.unwrap_or_else(|| format!("rule-{}", n + 1));
@@ -215,6 +268,8 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
             transitions,
             expiration,
             abort_incomplete_days,
+            noncurrent_expiration,
+            expired_delete_markers,
         });
     }
     Ok(rules)
@@ -275,6 +330,18 @@ pub fn to_xml(rules: &[Rule]) -> String {
             x.open("Expiration");
             when(&mut x, e);
             x.close("Expiration");
+        } else if r.expired_delete_markers {
+            x.open("Expiration");
+            x.elem("ExpiredObjectDeleteMarker", "true");
+            x.close("Expiration");
+        }
+        if let Some(n) = &r.noncurrent_expiration {
+            x.open("NoncurrentVersionExpiration");
+            x.elem("NoncurrentDays", &n.days.to_string());
+            if let Some(v) = n.newer_versions {
+                x.elem("NewerNoncurrentVersions", &v.to_string());
+            }
+            x.close("NoncurrentVersionExpiration");
         }
         if let Some(d) = r.abort_incomplete_days {
             x.open("AbortIncompleteMultipartUpload");
@@ -379,6 +446,71 @@ mod tests {
         let again = parse(to_xml(&rules).as_bytes(), &tiers).unwrap();
         assert_eq!(again, rules);
         assert!(to_xml(&rules).contains("<Filter><Tag><Key>stage</Key>"));
+    }
+
+    #[test]
+    fn noncurrent_versions_and_delete_markers() {
+        let body = br#"<LifecycleConfiguration>
+          <Rule><ID>history</ID><Filter><Prefix>ds/</Prefix></Filter><Status>Enabled</Status>
+            <NoncurrentVersionExpiration><NoncurrentDays>30</NoncurrentDays>
+              <NewerNoncurrentVersions>3</NewerNoncurrentVersions></NoncurrentVersionExpiration></Rule>
+          <Rule><ID>markers</ID><Filter/><Status>Enabled</Status>
+            <Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>
+            <NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays></NoncurrentVersionExpiration></Rule>
+        </LifecycleConfiguration>"#;
+        let rules = parse(body, &tiers).unwrap();
+        assert_eq!(
+            rules[0].noncurrent_expiration,
+            Some(NoncurrentExpiration {
+                days: 30,
+                newer_versions: Some(3)
+            })
+        );
+        assert!(!rules[0].expired_delete_markers && rules[1].expired_delete_markers);
+        assert_eq!(rules[1].expiration, None);
+        assert_eq!(parse(to_xml(&rules).as_bytes(), &tiers).unwrap(), rules);
+        let refused = |rule: &str| {
+            let body = format!(
+                "<LifecycleConfiguration><Rule><Status>Enabled</Status>{rule}</Rule></LifecycleConfiguration>"
+            );
+            parse(body.as_bytes(), &tiers).unwrap_err().code
+        };
+        let days = |d: &str| {
+            format!(
+                "<NoncurrentVersionExpiration><NoncurrentDays>{d}</NoncurrentDays></NoncurrentVersionExpiration>"
+            )
+        };
+        assert_eq!(refused(&days("0")), S3ErrorCode::InvalidArgument);
+        assert_eq!(
+            refused(
+                "<NoncurrentVersionExpiration><NewerNoncurrentVersions>2</NewerNoncurrentVersions></NoncurrentVersionExpiration>"
+            ),
+            S3ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            refused(
+                "<NoncurrentVersionExpiration><NoncurrentDays>1</NoncurrentDays><NewerNoncurrentVersions>101</NewerNoncurrentVersions></NoncurrentVersionExpiration>"
+            ),
+            S3ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            refused(
+                "<Expiration><Days>1</Days><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>"
+            ),
+            S3ErrorCode::MalformedXML
+        );
+        assert_eq!(
+            refused(
+                "<Filter><Tag><Key>a</Key><Value>b</Value></Tag></Filter><Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration>"
+            ),
+            S3ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            refused(
+                "<NoncurrentVersionTransition><NoncurrentDays>1</NoncurrentDays><StorageClass>STANDARD_IA</StorageClass></NoncurrentVersionTransition>"
+            ),
+            S3ErrorCode::NotImplemented
+        );
     }
 
     proptest::proptest! {
