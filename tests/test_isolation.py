@@ -91,6 +91,8 @@ def single_request_calls(c, name, own):
         ("GetObjectVersionTagging", lambda: c.get_object_tagging(VersionId="null", **k)),
         ("PutObjectVersionTagging", lambda: c.put_object_tagging(VersionId="null", Tagging={"TagSet": []}, **k)),
         ("DeleteObjectVersionTagging", lambda: c.delete_object_tagging(VersionId="null", **k)),
+        ("GetObjectVersionAcl", lambda: c.get_object_acl(VersionId="null", **k)),
+        ("PutObjectVersionAcl", lambda: c.put_object_acl(VersionId="null", ACL="private", **k)),
         ("CopyObjectVersionFrom", lambda: c.copy_object(
             Bucket=own, Key="stolen", CopySource={"Bucket": name, "Key": "k", "VersionId": "null"})),
         ("GetObjectLockConfiguration", lambda: c.get_object_lock_configuration(**b)),

@@ -203,8 +203,15 @@ def test_listing_pages_delimiters_and_delete_objects_with_versions(s3):
     assert code_of(s3.get_object_tagging, Bucket=bucket, Key="a", VersionId="zz") == "InvalidArgument"
     marker = [v for _, v, _, is_marker, _ in versions_of(s3, bucket, Prefix="b/1") if is_marker]
     assert code_of(s3.get_object_tagging, Bucket=bucket, Key="b/1", VersionId=marker[0]) == "MethodNotAllowed"
-    # Operations that do not name versions refuse a versionId rather than ignore it.
-    assert code_of(s3.get_object_acl, Bucket=bucket, Key="a", VersionId=made["a"][1]) == "NotImplemented"
+    # Object ACLs by version: what holds (ACLs disabled, as S3's default), for the version named.
+    acl = s3.get_object_acl(Bucket=bucket, Key="a", VersionId=made["a"][1])
+    assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
+    assert acl["ResponseMetadata"]["HTTPHeaders"]["x-amz-version-id"] == made["a"][1]
+    s3.put_object_acl(Bucket=bucket, Key="a", VersionId=made["a"][1], ACL="private")
+    assert code_of(s3.put_object_acl, Bucket=bucket, Key="a", VersionId=made["a"][1],
+                   ACL="public-read") == "AccessControlListNotSupported"
+    assert code_of(s3.get_object_acl, Bucket=bucket, Key="a", VersionId=made["a"][0]) == "NoSuchVersion"
+    assert code_of(s3.get_object_acl, Bucket=bucket, Key="b/1", VersionId=marker[0]) == "MethodNotAllowed"
     remove_every_version(s3, bucket)
 
 
@@ -333,6 +340,9 @@ def test_awscli_versioning(server, tmp_path):
         tags = json.loads(aws(server, "s3api", "get-object-tagging", "--bucket", bucket, "--key", "k",
                               "--version-id", vid).stdout)
         assert tags == {"VersionId": vid, "TagSet": want}
+    acl = json.loads(aws(server, "s3api", "get-object-acl", "--bucket", bucket, "--key", "k",
+                         "--version-id", ids[0]).stdout)
+    assert [g["Permission"] for g in acl["Grants"]] == ["FULL_CONTROL"]
     listed = json.loads(aws(server, "s3api", "list-object-versions", "--bucket", bucket).stdout)
     assert sorted(v["VersionId"] for v in listed["Versions"]) == sorted(ids)
     out = tmp_path / "out"

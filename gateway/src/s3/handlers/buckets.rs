@@ -187,25 +187,27 @@ pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request
     acl_answer(&b)
 }
 
-/// GetObjectAcl: objects have no ACLs of their own, so an object's is what holds for it, the
-/// bucket's (the owner's full control, and anyone's READ on a public-read bucket), as S3
-/// answers for a bucket with ACLs disabled.
+/// GetObjectAcl (of the current object or a version by id): objects have no ACLs of their
+/// own, so an object's is what holds for it, the bucket's (the owner's full control, and
+/// anyone's READ on a public-read bucket), as S3 answers for a bucket with ACLs disabled.
 pub(super) async fn handle_get_object_acl(
     state: &Arc<AppState>,
     req: &S3Request,
     name: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Action::GET_OBJECT_ACL).await?;
-    state
-        .store
-        .head_object(&b, key)
-        .await?
-        .ok_or_else(no_such_key)?;
-    acl_answer(&b)
+    let version = versions::version_id(req)?;
+    let action = match version {
+        Some(_) => Action::GET_OBJECT_VERSION_ACL,
+        None => Action::GET_OBJECT_ACL,
+    };
+    let b = load_bucket(state, req, name, action).await?;
+    let target = versions::read_target(state, &b, key, version).await?;
+    versions::with_version_id(acl_answer(&b)?, target.version_id)
 }
 
-/// PutObjectAcl: accepted when it asks for what already holds (a canned `private` or
+/// PutObjectAcl (of the current object or a version by id): accepted when it asks for what
+/// already holds (a canned `private` or
 /// `bucket-owner-full-control`, or a body granting only the bucket's owner FULL_CONTROL);
 /// anything else is 400 AccessControlListNotSupported, as S3 answers with ACLs disabled.
 pub(super) async fn handle_put_object_acl(
@@ -214,7 +216,12 @@ pub(super) async fn handle_put_object_acl(
     name: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, name, Action::PUT_OBJECT_ACL).await?;
+    let version = versions::version_id(req)?.map(str::to_string);
+    let action = match version {
+        Some(_) => Action::PUT_OBJECT_VERSION_ACL,
+        None => Action::PUT_OBJECT_ACL,
+    };
+    let b = load_bucket(state, req, name, action).await?;
     headers::refuse_object_acl(&req.headers)?;
     let body = read_xml_body(req).await?;
     if !body.is_empty() {
@@ -236,12 +243,8 @@ pub(super) async fn handle_put_object_acl(
             )));
         }
     }
-    state
-        .store
-        .head_object(&b, key)
-        .await?
-        .ok_or_else(no_such_key)?;
-    Ok(Response::new(empty()))
+    let target = versions::read_target(state, &b, key, version.as_deref()).await?;
+    versions::with_version_id(Response::new(empty()), target.version_id)
 }
 
 fn acl_answer(b: &Bucket) -> R {

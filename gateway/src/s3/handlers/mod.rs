@@ -156,6 +156,8 @@ impl Action {
         Self::object("s3:GetObjectVersionTagging", Access::Owner);
     pub const GET_OBJECT_ACL: Self = Self::object("s3:GetObjectAcl", Access::Owner);
     pub const PUT_OBJECT_ACL: Self = Self::object("s3:PutObjectAcl", Access::Write);
+    pub const GET_OBJECT_VERSION_ACL: Self = Self::object("s3:GetObjectVersionAcl", Access::Owner);
+    pub const PUT_OBJECT_VERSION_ACL: Self = Self::object("s3:PutObjectVersionAcl", Access::Write);
     pub const PUT_OBJECT_TAGGING: Self = Self::object("s3:PutObjectTagging", Access::Write);
     pub const DELETE_OBJECT_TAGGING: Self = Self::object("s3:DeleteObjectTagging", Access::Write);
     pub const PUT_OBJECT_VERSION_TAGGING: Self =
@@ -863,8 +865,11 @@ fn names_versions(req: &S3Request) -> bool {
     if req.has_q("tagging") {
         return matches!(req.method, Method::GET | Method::PUT | Method::DELETE);
     }
+    if req.has_q("acl") {
+        return matches!(req.method, Method::GET | Method::PUT);
+    }
     matches!(req.method, Method::GET | Method::HEAD | Method::DELETE)
-        && !["acl", "uploadId", "uploads"].iter().any(|q| req.has_q(q))
+        && !["uploadId", "uploads"].iter().any(|q| req.has_q(q))
 }
 
 fn method_not_allowed() -> S3Error {

@@ -16,7 +16,7 @@ pub(super) async fn handle_get_object_tagging(
     };
     let b = load_bucket(state, req, bname, action).await?;
     let obj = versions::read_target(state, &b, key, version).await?;
-    with_version_id(
+    versions::with_version_id(
         xml_ok(crate::s3::tagging::to_xml(&obj.attrs.tags))?,
         obj.version_id,
     )
@@ -37,7 +37,7 @@ pub(super) async fn handle_put_object_tagging(
     let body = read_xml_body(req).await?;
     let tags = crate::s3::tagging::parse_xml(&body)?;
     let id = set_tags(state, &b, key, version.as_deref(), tags).await?;
-    with_version_id(Response::new(empty()), id)
+    versions::with_version_id(Response::new(empty()), id)
 }
 
 pub(super) async fn handle_delete_object_tagging(
@@ -53,7 +53,7 @@ pub(super) async fn handle_delete_object_tagging(
     };
     let b = load_bucket(state, req, bname, action).await?;
     let id = set_tags(state, &b, key, version, Vec::new()).await?;
-    with_version_id(no_content()?, id)
+    versions::with_version_id(no_content()?, id)
 }
 
 /// Gives the key's current object, or the version `version` names, the tag set `tags`;
@@ -86,11 +86,4 @@ async fn set_tags(
         return Err(versions::no_such_version());
     }
     Ok(target.version_id)
-}
-
-fn with_version_id(mut resp: Response<RespBody>, id: Option<String>) -> R {
-    if let Some(v) = id.and_then(|v| v.parse().ok()) {
-        resp.headers_mut().insert("x-amz-version-id", v);
-    }
-    Ok(resp)
 }

@@ -122,6 +122,15 @@ pub(super) async fn read_version(
     }
 }
 
+/// An answer about one version of an object: `x-amz-version-id` names it (none for an object
+/// of a bucket that never had versioning).
+pub(super) fn with_version_id(mut resp: Response<RespBody>, id: Option<String>) -> R {
+    if let Some(v) = id.and_then(|v| v.parse().ok()) {
+        resp.headers_mut().insert("x-amz-version-id", v);
+    }
+    Ok(resp)
+}
+
 pub(super) fn no_such_version() -> S3Error {
     err(
         S3ErrorCode::NoSuchVersion,
