@@ -1514,7 +1514,8 @@ def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
     """Deleting a bucket drops what each node keeps of it (its local buckets of objects and of
     tombstones), on a node that was away while its objects were deleted too, once it is back.
     A resync covers the buckets that exist, so before, that node kept the deleted objects on
-    its disks for good, and every node kept the emptied local buckets."""
+    its disks for good, and every node kept the emptied local buckets. The note of the delete
+    in etcd stays while a node is away, and goes once every node has dropped its copies."""
     etcd, nodes, (gw,) = start_cluster(workdir / "cluster-dropped",
                                        node_args=["--tombstone-keep", "1"])
     try:
@@ -1532,11 +1533,21 @@ def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
         for i in range(30):
             c.delete_object(Bucket="gone", Key=f"g/{i:02d}")
         c.delete_bucket(Bucket="gone")
+        # The nodes up drop their copies; the note of the delete stays in etcd for the one
+        # away.
+        wait_for("the nodes up to drop the deleted bucket's local buckets",
+                 lambda: all(node_counter(n, "packrat_node_buckets_dropped_total") >= 1
+                             for n in nodes[:2]), timeout=30)
+        time.sleep(2.5)  # two more passes of theirs
+        assert status(etcd.url)["deleted_buckets_pending"] == 1
         away.start()
         wait_for("three caught-up nodes", lambda: healthy(etcd.url, 3), timeout=90)
         wait_for("every node to drop the deleted bucket's local buckets",
                  lambda: all(node_counter(n, "packrat_node_buckets_dropped_total") >= 1
                              for n in nodes), timeout=30)
+        # Then, every node having dropped it, the note goes.
+        wait_for("the deleted bucket's note removed",
+                 lambda: status(etcd.url)["deleted_buckets_pending"] == 0, timeout=30)
         for k, v in kept.items():
             assert c.get_object(Bucket="kept", Key=k)["Body"].read() == v
         with pytest.raises(ClientError) as e:

@@ -366,12 +366,7 @@ fn balance_heads(
 /// One round; `Ok(false)` if this node is no longer the leader.
 async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
     let (map, rev) = etcd.map().await?;
-    let registered: Vec<NodeEntry> = etcd
-        .list("nodes/")
-        .await?
-        .iter()
-        .filter_map(|(_, v)| serde_json::from_slice(v).ok())
-        .collect();
+    let registered = etcd.registered_nodes().await?;
     let live: BTreeSet<String> = etcd
         .list("live/")
         .await?

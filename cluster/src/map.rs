@@ -17,9 +17,11 @@
 //!
 //! Object metadata never goes to etcd: it stays in each node's RocksDB index.
 
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp,
+};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 pub const PREFIX: &str = "/packrat/";
@@ -151,9 +153,13 @@ impl ClusterMap {
 }
 
 /// Where deleted cluster buckets are named (`deleted-buckets/<id>`, the time of the delete
-/// in ms): bucket ids are never reused, so the entries stay, a few bytes each, for nodes that
-/// were away when the bucket went.
+/// in ms), for the nodes to drop what they keep of them, those away now too when they come
+/// back: a note stays until every node of the map has ([`DROPPED_BUCKETS`]).
 pub const DELETED_BUCKETS: &str = "deleted-buckets/";
+
+/// Which nodes have dropped what they kept of a deleted bucket
+/// (`deleted-buckets-done/<id>/<node>`); the marks go with the bucket's note.
+pub const DROPPED_BUCKETS: &str = "deleted-buckets-done/";
 
 /// An etcd client with packrat's operations on it.
 #[derive(Clone)]
@@ -351,6 +357,60 @@ impl Etcd {
                 Some((id, at))
             })
             .collect())
+    }
+
+    /// Every node registered (`nodes/<id>`), alive or not, until `packrat cluster
+    /// remove-node` removes it.
+    pub async fn registered_nodes(&self) -> EtcdResult<Vec<NodeEntry>> {
+        Ok(self
+            .list("nodes/")
+            .await?
+            .iter()
+            .filter_map(|(_, v)| serde_json::from_slice(v).ok())
+            .collect())
+    }
+
+    /// Marks that `node` holds nothing of deleted bucket `id` any more.
+    pub async fn mark_bucket_dropped(&self, id: u64, node: &str) -> EtcdResult<()> {
+        self.put(&format!("{DROPPED_BUCKETS}{id}/{node}"), Vec::new())
+            .await
+    }
+
+    /// The nodes that have dropped each deleted bucket, as [`Self::mark_bucket_dropped`]
+    /// marked them.
+    pub async fn dropped_buckets(&self) -> EtcdResult<HashMap<u64, HashSet<String>>> {
+        let mut out: HashMap<u64, HashSet<String>> = HashMap::new();
+        for (k, _) in self.list(DROPPED_BUCKETS).await? {
+            let Some((id, node)) = k
+                .strip_prefix(DROPPED_BUCKETS)
+                .and_then(|rest| rest.split_once('/'))
+            else {
+                continue;
+            };
+            if let Ok(id) = id.parse() {
+                out.entry(id).or_default().insert(node.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes deleted bucket `id`'s note and its drop marks, in one transaction: once every
+    /// node has dropped what it kept of the bucket.
+    pub async fn forget_deleted_bucket(&self, id: u64) -> EtcdResult<()> {
+        let rest = format!("{DELETED_BUCKETS}{id}");
+        let txn = Txn::new().and_then([
+            TxnOp::delete(key(&rest), None),
+            TxnOp::delete(
+                key(&format!("{DROPPED_BUCKETS}{id}/")),
+                Some(DeleteOptions::new().with_prefix()),
+            ),
+        ]);
+        self.client
+            .clone()
+            .txn(txn)
+            .await
+            .map_err(etcd_err(&rest))?;
+        Ok(())
     }
 
     /// The cluster map and its revision; an error if the cluster was never initialised.

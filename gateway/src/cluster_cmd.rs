@@ -259,7 +259,9 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
         }
         ClusterCommand::Status => {
             let (map, _) = etcd.map().await?;
-            let report = packrat_cluster::status_report(&map);
+            let mut report = packrat_cluster::status_report(&map);
+            // Deleted buckets some node has yet to drop its copies of (one away, say).
+            report["deleted_buckets_pending"] = etcd.deleted_buckets().await?.len().into();
             println!(
                 "{}",
                 serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?

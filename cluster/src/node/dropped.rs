@@ -8,6 +8,10 @@
 //! the bucket's record) are dropped, never one merely missing from a listing, and only once
 //! the delete is older than `--tombstone-keep`: writes a gateway sent before it saw the
 //! delete have landed by then (a gateway's bucket cache lasts a second).
+//!
+//! Then the node marks the bucket dropped in etcd (`map::DROPPED_BUCKETS`), and once every
+//! registered node has, the note and its marks go: a node away keeps the note until it is
+//! back and has dropped its copies (or is removed with `packrat cluster remove-node`).
 
 use super::{Node, now_micros, with_versions};
 use crate::map::Etcd;
@@ -71,7 +75,34 @@ impl Node {
             self.buckets_dropped.fetch_add(1, Ordering::Relaxed);
             dropped += 1;
         }
+        self.forget_dropped(etcd, &gone).await?;
         Ok(dropped)
+    }
+
+    /// Marks the deleted buckets `gone` dropped here (this node holds nothing of them now),
+    /// and forgets those every registered node has marked.
+    async fn forget_dropped(&self, etcd: &Etcd, gone: &HashSet<u64>) -> StoreResult<()> {
+        let unavailable = packrat_store_api::StoreError::Unavailable;
+        // Every registered node, those away too: each drops its own copies.
+        let members = etcd.registered_nodes().await.map_err(unavailable)?;
+        let mut marks = etcd.dropped_buckets().await.map_err(unavailable)?;
+        for id in gone {
+            let marked = marks.entry(*id).or_default();
+            if !marked.contains(&self.id) {
+                etcd.mark_bucket_dropped(*id, &self.id)
+                    .await
+                    .map_err(unavailable)?;
+                marked.insert(self.id.clone());
+            }
+            if members.iter().all(|n| marked.contains(&n.id)) {
+                etcd.forget_deleted_bucket(*id).await.map_err(unavailable)?;
+                tracing::info!(
+                    bucket = id,
+                    "every node dropped the deleted bucket: note removed"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Removes everything a local bucket holds: its current objects, the history its keys
