@@ -9,9 +9,11 @@ GetBucketVersioning, and every object listed as its "null" version."""
 
 import datetime
 import hashlib
+import io
 import json
 import os
 import subprocess
+import tarfile
 
 import pytest
 from botocore.exceptions import ClientError
@@ -450,4 +452,52 @@ def test_noncurrent_versions_and_lone_delete_markers_expire(server, s3):
     remove_every_version(s3, bucket)
     for v in versions_of(s3, held):
         s3.delete_object(Bucket=held, Key=v[0], VersionId=v[1], BypassGovernanceRetention=True)
+    s3.delete_bucket(Bucket=held)
+
+
+def tar_of(members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for name, body in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    return buf.getvalue()
+
+
+def test_batch_put_into_a_versioned_bucket_makes_versions(s3):
+    """A batch PUT (TAR auto-extract) into a bucket with versioning makes each member a new
+    version of its key and keeps the one it replaces, as PutObject does; a key named twice
+    in one TAR is its last member (one version); a suspended bucket's members are their keys'
+    null versions. A bucket with Object Lock refuses it (its default retention would not be
+    applied) and stores nothing."""
+    bucket = "versioned-batch"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    old = s3.put_object(Bucket=bucket, Key="d/a", Body=b"old a")["VersionId"]
+
+    def batch(b, members):
+        s3.put_object(Bucket=b, Key="x.tar", Body=tar_of(members), Metadata={"snowball-auto-extract": "true"})
+
+    batch(bucket, [("d/a", b"new a"), ("d/b", b"b one"), ("d/b", b"b two")])
+    listed = versions_of(s3, bucket)
+    assert [(k, latest, size) for k, _, latest, _, size in listed] == [
+        ("d/a", False, 5), ("d/a", True, 5), ("d/b", True, 5)], listed
+    assert s3.get_object(Bucket=bucket, Key="d/a", VersionId=old)["Body"].read() == b"old a"
+    got = s3.get_object(Bucket=bucket, Key="d/a")
+    assert got["Body"].read() == b"new a" and got["VersionId"] not in ("null", old)
+    assert s3.get_object(Bucket=bucket, Key="d/b")["Body"].read() == b"b two"
+    enable(s3, bucket, "Suspended")
+    batch(bucket, [("d/b", b"b null")])
+    got = s3.get_object(Bucket=bucket, Key="d/b")
+    assert (got["VersionId"], got["Body"].read()) == ("null", b"b null")
+    assert len([v for v in versions_of(s3, bucket) if v[0] == "d/b"]) == 2
+    remove_every_version(s3, bucket)
+    held = "versioned-batch-held"
+    s3.create_bucket(Bucket=held, ObjectLockEnabledForBucket=True)
+    with pytest.raises(ClientError) as e:
+        batch(held, [("k", b"v")])
+    assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "Object Lock" in e.value.response["Error"]["Message"]
+    assert "Versions" not in s3.list_object_versions(Bucket=held)
     s3.delete_bucket(Bucket=held)

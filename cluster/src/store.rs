@@ -1860,10 +1860,11 @@ impl ObjectStore for ClusterStore {
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
-        // As on one server (its members would be written one by one here, each a version).
-        if bucket.versioning != Versioning::Unversioned {
+        // As on one server. With versioning, each member written is a version of its key
+        // (the writes carry the bucket's versioning, as any PUT's).
+        if bucket.object_lock.is_some() {
             return Err(StoreError::Invalid(
-                "batch PUT into a bucket with versioning is not supported; use PutObject".into(),
+                "batch PUT into a bucket with Object Lock is not supported (its default retention would not be applied); use PutObject".into(),
             ));
         }
         let store = self

@@ -671,24 +671,43 @@ impl Engine {
 
     /// Publishes many new objects at once, all or none, in one group-commit job (one synced
     /// index batch). `ticket` must cover every record they reference. No write conditions;
-    /// each key's lock is taken, in a fixed order, for the duration of the commit.
+    /// each key's lock is taken, in a fixed order, for the duration of the commit. In a
+    /// bucket with versioning (`mode`), each object is a new version of its key, the one it
+    /// replaces kept as a PutObject keeps it (`Suspended`: the key's null version); a key
+    /// named twice is then written once, as its last object (the ops of one job all read the
+    /// index as it was before it).
     pub async fn commit_objects(
         self: &Arc<Self>,
         bucket_id: u64,
-        objects: Vec<(String, ObjectRecord)>,
+        mut objects: Vec<(String, ObjectRecord)>,
         ticket: Option<WriteTicket>,
+        mode: Versioning,
     ) -> EngineResult<()> {
         let (guards, stripes) = self
             .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
             .await;
-        let ops = objects
-            .into_iter()
-            .map(|(key, rec)| ObjectOp::Put {
+        let mut ops = Vec::with_capacity(objects.len());
+        if mode != Versioning::Unversioned {
+            // The last object of each key, in the order they came.
+            let mut seen = std::collections::HashSet::new();
+            objects.reverse();
+            objects.retain(|(k, _)| seen.insert(k.clone()));
+            objects.reverse();
+            // The history ops read the index: the key's writes before this job are applied.
+            self.quiesce(&stripes).await;
+        }
+        for (key, mut rec) in objects {
+            if mode != Versioning::Unversioned {
+                let (history, _) =
+                    self.placed_version_ops(bucket_id, &key, mode, None, &mut rec)?;
+                ops.extend(history);
+            }
+            ops.push(ObjectOp::Put {
                 bucket_id,
                 key,
                 record: Box::new(rec),
-            })
-            .collect();
+            });
+        }
         self.commit_locked(guards, ticket, ops, &stripes).await
     }
 

@@ -1328,14 +1328,15 @@ impl ObjectStore for LocalStore {
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {
-        if bucket.versioning != Versioning::Unversioned {
+        if bucket.object_lock.is_some() {
             return Err(StoreError::Invalid(
-                "batch PUT into a bucket with versioning is not supported (it would replace versions without keeping them); use PutObject".into(),
+                "batch PUT into a bucket with Object Lock is not supported (its default retention would not be applied); use PutObject".into(),
             ));
         }
         Ok(Box::new(crate::batch::LocalBatchWriter::new(
             self.engine.clone(),
             bucket.id,
+            bucket.versioning,
         )))
     }
 

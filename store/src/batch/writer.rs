@@ -4,7 +4,7 @@ use crate::engine::{Engine, RecordWriter, WritePin};
 use packrat_chunk_store::WriteTicket;
 use packrat_index::ObjectRecord;
 use packrat_store_api::batch::BatchWriter;
-use packrat_store_api::{StoreError, StoreResult};
+use packrat_store_api::{StoreError, StoreResult, Versioning};
 use std::sync::Arc;
 
 /// A batch PUT into one bucket: each object cut into records as its bytes arrive, on the
@@ -13,6 +13,7 @@ use std::sync::Arc;
 pub(crate) struct LocalBatchWriter {
     engine: Arc<Engine>,
     bucket_id: u64,
+    versioning: Versioning,
     /// Keeps the objects' segments from compaction until they are indexed.
     pin: WritePin,
     now_ms: i64,
@@ -22,8 +23,9 @@ pub(crate) struct LocalBatchWriter {
 }
 
 impl LocalBatchWriter {
-    pub(crate) fn new(engine: Arc<Engine>, bucket_id: u64) -> Self {
+    pub(crate) fn new(engine: Arc<Engine>, bucket_id: u64, versioning: Versioning) -> Self {
         Self {
+            versioning,
             pin: engine.pin_write(),
             now_ms: engine.clock.now_ms(),
             engine,
@@ -95,6 +97,7 @@ impl BatchWriter for LocalBatchWriter {
         let Self {
             engine,
             bucket_id,
+            versioning,
             pin,
             objects,
             last_ticket,
@@ -102,7 +105,7 @@ impl BatchWriter for LocalBatchWriter {
         } = *self;
         let count = objects.len();
         engine
-            .commit_objects(bucket_id, objects, last_ticket)
+            .commit_objects(bucket_id, objects, last_ticket, versioning)
             .await?;
         drop(pin);
         Ok(count)

@@ -975,15 +975,15 @@ async fn rust_sdk_versioning() {
         ids.push(put.version_id().expect("a version id").to_string());
     }
     assert_ne!(ids[0], ids[1]);
+    let tags_of = |id: &str| {
+        s3.get_object_tagging()
+            .bucket(b)
+            .key("k")
+            .version_id(id)
+            .send()
+    };
     // The tags of the first version, not the current one's.
-    let tags = s3
-        .get_object_tagging()
-        .bucket(b)
-        .key("k")
-        .version_id(&ids[0])
-        .send()
-        .await
-        .unwrap();
+    let tags = tags_of(&ids[0]).await.unwrap();
     assert_eq!(tags.version_id(), Some(ids[0].as_str()));
     assert_eq!(tags.tag_set().len(), 1);
     assert_eq!(tags.tag_set()[0].value(), "5");
@@ -1001,13 +1001,6 @@ async fn rust_sdk_versioning() {
         .await
         .unwrap();
     assert_eq!(put.version_id(), Some(ids[0].as_str()));
-    let tags_of = |id: &str| {
-        s3.get_object_tagging()
-            .bucket(b)
-            .key("k")
-            .version_id(id)
-            .send()
-    };
     let first = tags_of(&ids[0]).await.unwrap();
     assert_eq!(
         (first.tag_set()[0].key(), first.tag_set()[0].value()),
