@@ -501,3 +501,31 @@ def test_batch_put_into_a_versioned_bucket_makes_versions(s3):
     assert "Object Lock" in e.value.response["Error"]["Message"]
     assert "Versions" not in s3.list_object_versions(Bucket=held)
     s3.delete_bucket(Bucket=held)
+
+
+def test_upload_part_copy_reads_the_version_named(s3):
+    """UploadPartCopy's source may name a version (`?versionId=` in x-amz-copy-source): the
+    part is that version's bytes (a range of them too), and the answer names it in
+    x-amz-copy-source-version-id, as CopyObject's does."""
+    bucket = "versioned-part-copy"
+    s3.create_bucket(Bucket=bucket)
+    enable(s3, bucket)
+    old_body = os.urandom(6 * 1024 * 1024)
+    old = s3.put_object(Bucket=bucket, Key="src", Body=old_body)["VersionId"]
+    s3.put_object(Bucket=bucket, Key="src", Body=b"newer")
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+    source = {"Bucket": bucket, "Key": "src", "VersionId": old}
+    p1 = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=1, CopySource=source)
+    assert p1["CopySourceVersionId"] == old
+    p2 = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=2, CopySource=source,
+                             CopySourceRange="bytes=0-99")
+    s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=uid, MultipartUpload={"Parts": [
+        {"PartNumber": 1, "ETag": p1["CopyPartResult"]["ETag"]},
+        {"PartNumber": 2, "ETag": p2["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == old_body + old_body[:100]
+    s3.delete_object(Bucket=bucket, Key="src", VersionId=old)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="dst2")["UploadId"]
+    assert code_of(s3.upload_part_copy, Bucket=bucket, Key="dst2", UploadId=uid, PartNumber=1,
+                   CopySource=source) == "NoSuchVersion"
+    s3.abort_multipart_upload(Bucket=bucket, Key="dst2", UploadId=uid)
+    remove_every_version(s3, bucket)

@@ -133,8 +133,11 @@ pub(super) async fn handle_upload_part(
         .unwrap_or_default();
     // The checksum of a sealed part's plaintext (the store keeps none of it).
     let mut plain_checksum = None;
+    // The source's version, named in an UploadPartCopy's answer as CopyObject names it.
+    let mut source_version = None;
     let part = if copy {
         let (_, _, src) = objects::load_copy_source(state, req).await?;
+        source_version = src.version_id.clone();
         let src_cipher =
             sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
         let src_size = sse::shown_size(&src);
@@ -236,6 +239,10 @@ pub(super) async fn handle_upload_part(
         x.elem("LastModified", &iso8601(part.last_modified_ms));
         x.elem("ETag", &quoted(&part.etag));
         x.close("CopyPartResult");
+        let mut answer = answer;
+        if let Some(v) = source_version {
+            answer.push(("x-amz-copy-source-version-id", v));
+        }
         return with_headers(xml_ok(x), answer);
     }
     let mut rb = Response::builder().header("etag", quoted(&part.etag));
