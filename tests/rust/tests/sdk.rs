@@ -1067,6 +1067,57 @@ async fn rust_sdk_versioning() {
         back.body.collect().await.unwrap().into_bytes().as_ref(),
         b"second"
     );
+    // An older version's ACL (what holds: the owner's full control).
+    let acl = s3
+        .get_object_acl()
+        .bucket(b)
+        .key("k")
+        .version_id(&ids[0])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(acl.grants().len(), 1);
+    // A lifecycle rule on noncurrent versions, read back as set.
+    use aws_sdk_s3::types::{
+        BucketLifecycleConfiguration, ExpirationStatus, LifecycleRule, LifecycleRuleFilter,
+        NoncurrentVersionExpiration,
+    };
+    let rule = LifecycleRule::builder()
+        .id("history")
+        .status(ExpirationStatus::Enabled)
+        .filter(LifecycleRuleFilter::builder().prefix("").build())
+        .noncurrent_version_expiration(
+            NoncurrentVersionExpiration::builder()
+                .noncurrent_days(30)
+                .newer_noncurrent_versions(2)
+                .build(),
+        )
+        .build()
+        .unwrap();
+    s3.put_bucket_lifecycle_configuration()
+        .bucket(b)
+        .lifecycle_configuration(
+            BucketLifecycleConfiguration::builder()
+                .rules(rule)
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let got = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap();
+    let nc = got.rules()[0]
+        .noncurrent_version_expiration()
+        .expect("the noncurrent-version expiration");
+    assert_eq!(
+        (nc.noncurrent_days(), nc.newer_noncurrent_versions()),
+        (Some(30), Some(2))
+    );
 }
 
 /// Object Lock from the Rust SDK: a bucket created with it, a default retention, a version
