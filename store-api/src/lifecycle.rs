@@ -150,6 +150,69 @@ pub fn history_removals(
     out
 }
 
+/// A version the rules remove: its key, its id, and whether it is the key's latest version (a
+/// delete marker left alone); any other is a noncurrent version, to be left if it has become
+/// the latest by the time it is removed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removal {
+    pub key: String,
+    pub version_id: String,
+    pub latest: bool,
+}
+
+/// Judges a version listing (key order, newest first within a key, as listings give it) one
+/// key's history at a time, as [`history_removals`] does, while it is read page by page.
+pub struct HistoryJudge<'r> {
+    rules: &'r [Rule],
+    now_ms: i64,
+    history: Vec<crate::VersionSummary>,
+    removals: Vec<Removal>,
+}
+
+impl<'r> HistoryJudge<'r> {
+    pub fn new(rules: &'r [Rule], now_ms: i64) -> Self {
+        Self {
+            rules,
+            now_ms,
+            history: Vec::new(),
+            removals: Vec::new(),
+        }
+    }
+
+    /// The next version of the listing.
+    pub fn push(&mut self, v: crate::VersionSummary) {
+        if self
+            .history
+            .first()
+            .is_some_and(|h| h.object.key != v.object.key)
+        {
+            self.judge();
+        }
+        self.history.push(v);
+    }
+
+    /// What the rules remove of the whole listing.
+    pub fn finish(mut self) -> Vec<Removal> {
+        self.judge();
+        self.removals
+    }
+
+    fn judge(&mut self) {
+        let Some(latest) = self.history.first() else {
+            return;
+        };
+        let key = &latest.object.key;
+        for id in history_removals(self.rules, key, &self.history, self.now_ms) {
+            self.removals.push(Removal {
+                key: key.clone(),
+                latest: latest.version_id == id,
+                version_id: id,
+            });
+        }
+        self.history.clear();
+    }
+}
+
 /// The action of the first matching rule that acts, S3-style: expiration wins over
 /// transition; among transitions the latest reached one applies, and only to a colder class.
 pub fn evaluate(
@@ -248,6 +311,40 @@ mod tests {
         let mut off = noncurrent(3, None);
         off.enabled = false;
         assert!(history_removals(&[off], "data/k", &h, 99 * DAY).is_empty());
+    }
+
+    #[test]
+    fn a_listing_is_judged_key_by_key() {
+        let mut listing = history(&[("a2", 10, false), ("a1", 1, false)]);
+        let mut b = history(&[("m1", 10, true)]);
+        b[0].object.key = "data/l".into();
+        listing.extend(b);
+        let rules = [
+            noncurrent(1, None),
+            Rule {
+                id: "m".into(),
+                enabled: true,
+                prefix: "data/".into(),
+                expired_delete_markers: true,
+                ..Default::default()
+            },
+        ];
+        let mut judge = HistoryJudge::new(&rules, 20 * DAY);
+        for v in listing {
+            judge.push(v);
+        }
+        let removal = |key: &str, id: &str, latest| Removal {
+            key: key.into(),
+            version_id: id.into(),
+            latest,
+        };
+        assert_eq!(
+            judge.finish(),
+            [
+                removal("data/k", "a1", false),
+                removal("data/l", "m1", true)
+            ]
+        );
     }
 
     #[test]

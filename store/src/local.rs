@@ -960,7 +960,7 @@ impl ObjectStore for LocalStore {
         let id = VersionId::parse(version_id)?;
         Ok(self
             .engine
-            .set_version_tags(bucket.id, key, Some(id), tags)
+            .set_version_tags(bucket.id, key, id, tags)
             .await?
             .is_some())
     }

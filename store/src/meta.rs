@@ -18,7 +18,11 @@ pub const META_V1: u8 = 1;
 pub const META_V2: u8 = 2;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![META_V1];
+    encode_as(META_V1, value)
+}
+
+fn encode_as<T: Serialize + ?Sized>(version: u8, value: &T) -> Vec<u8> {
+    let mut out = vec![version];
     // Encoding plain structs into a Vec cannot fail.
     out.extend(postcard::to_stdvec(value).expect("postcard encodes plain structs"));
     out
@@ -36,9 +40,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
 
 /// A bucket's lifecycle rules, as version 2.
 pub fn encode_rules(rules: &[Rule]) -> Vec<u8> {
-    let mut out = vec![META_V2];
-    out.extend(postcard::to_stdvec(rules).expect("postcard encodes plain structs"));
-    out
+    encode_as(META_V2, rules)
 }
 
 /// A bucket's lifecycle rules, of any version.

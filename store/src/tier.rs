@@ -705,7 +705,7 @@ impl Throttle {
 }
 
 /// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker in one bucket with versioning:
-/// each key's history is judged as listed ([`lifecycle::history_removals`]), and each version
+/// each key's history is judged as listed ([`lifecycle::HistoryJudge`]), and each version
 /// judged removable is removed by id, under the key's lock, unless it has become the key's
 /// latest version since (a noncurrent one) or its Object Lock protects it.
 async fn expire_history(
@@ -716,44 +716,29 @@ async fn expire_history(
     report: &mut RunReport,
 ) -> EngineResult<()> {
     let (e, rules) = (engine.clone(), rules.to_vec());
-    // (key, version id, whether it is the key's latest version: a lone delete marker)
-    let doomed: Vec<(String, String, bool)> = blocking(move || {
-        let mut out = Vec::new();
-        let mut judge = |key: &str, history: &[packrat_store_api::VersionSummary]| {
-            for id in lifecycle::history_removals(&rules, key, history, now) {
-                let latest = history.first().is_some_and(|v| v.version_id == id);
-                out.push((key.to_string(), id, latest));
-            }
-        };
-        let mut history: Vec<packrat_store_api::VersionSummary> = Vec::new();
+    let doomed = blocking(move || {
+        let mut judge = lifecycle::HistoryJudge::new(&rules, now);
         let mut cursor = None;
         loop {
             let page = e
                 .index
                 .list_versions(bucket_id, "", None, cursor.as_ref(), 1000)?;
             for (key, rec, latest) in page.versions {
-                if history.first().is_some_and(|v| v.object.key != key) {
-                    judge(&history[0].object.key.clone(), &history);
-                    history.clear();
-                }
-                history.push(crate::local::version_summary(key, rec, latest));
+                judge.push(crate::local::version_summary(key, rec, latest));
             }
             match page.next.filter(|_| page.truncated) {
                 Some(next) => cursor = Some(next),
                 None => break,
             }
         }
-        if let Some(first) = history.first() {
-            judge(&first.object.key.clone(), &history);
-        }
-        Ok(out)
+        Ok(judge.finish())
     })
     .await?;
-    for (key, id, latest) in doomed {
-        let vid = crate::versions::VersionId::parse(&id)?;
+    for r in doomed {
+        let vid = crate::versions::VersionId::parse(&r.version_id)?;
         let check = packrat_store_api::lock::LockCheck::rules(false);
         match engine
-            .delete_version(bucket_id, &key, vid, &id, check, !latest)
+            .delete_version(bucket_id, &r.key, vid, &r.version_id, check, !r.latest)
             .await
         {
             Ok(Some(_)) => report.lifecycle_versions_removed += 1,

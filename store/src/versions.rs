@@ -507,16 +507,16 @@ impl Engine {
         .await
     }
 
-    /// Gives one version (the current object when `id` is `None`) the tag set `tags`, under
-    /// the key's lock. `None` if there is no such version.
+    /// Gives one version the tag set `tags`, under the key's lock. `None` if there is no
+    /// such version.
     pub(crate) async fn set_version_tags(
         &self,
         bucket_id: u64,
         key: &str,
-        id: Option<VersionId>,
+        id: VersionId,
         tags: Vec<(String, String)>,
     ) -> EngineResult<Option<()>> {
-        self.edit_version(bucket_id, key, id, "tags", |record| {
+        self.edit_version(bucket_id, key, Some(id), "tags", |record| {
             record.tags = tags;
             Ok(())
         })

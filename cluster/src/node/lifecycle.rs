@@ -14,7 +14,7 @@ use crate::map::{ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::WireVersioning;
 use packrat_store_api::lifecycle::{self, Action, Rule};
-use packrat_store_api::{StoreError, UploadQuery, VersionQuery, VersionSummary};
+use packrat_store_api::{StoreError, UploadQuery, VersionQuery};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -169,7 +169,7 @@ impl Node {
     }
 
     /// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker over the keys of the PGs
-    /// this node heads ([`lifecycle::history_removals`] on this node's copy of each key's
+    /// this node heads ([`lifecycle::HistoryJudge`] on this node's copy of each key's
     /// history): the number of versions removed.
     async fn expire_history(
         &self,
@@ -185,31 +185,14 @@ impl Node {
             max_keys: 1000,
             ..Default::default()
         };
-        // (key, version id, whether it is the key's latest version: a lone delete marker)
-        let mut doomed: Vec<(String, String, bool)> = Vec::new();
-        let mut history: Vec<VersionSummary> = Vec::new();
-        let mut judge = |history: &mut Vec<VersionSummary>| {
-            if let Some(first) = history.first() {
-                let key = first.object.key.clone();
-                if headed.contains(&pg_of(bid, &key, map.pgs)) {
-                    for id in lifecycle::history_removals(rules, &key, history, now_ms) {
-                        let latest = history[0].version_id == id;
-                        doomed.push((key.clone(), id, latest));
-                    }
-                }
-            }
-            history.clear();
-        };
+        let mut judge = lifecycle::HistoryJudge::new(rules, now_ms);
         loop {
             let page = self.store.list_versions(&shown, &query).await?;
+            // Only the keys of the PGs this node heads (a key's versions all come together).
             for v in page.versions {
-                if history
-                    .first()
-                    .is_some_and(|h| h.object.key != v.object.key)
-                {
-                    judge(&mut history);
+                if headed.contains(&pg_of(bid, &v.object.key, map.pgs)) {
+                    judge.push(v);
                 }
-                history.push(v);
             }
             if !page.truncated {
                 break;
@@ -217,12 +200,11 @@ impl Node {
             query.key_marker = page.next_key_marker;
             query.version_id_marker = page.next_version_id_marker;
         }
-        judge(&mut history);
         let mut removed = 0;
-        for (key, id, latest) in doomed {
-            let pg = pg_of(bid, &key, map.pgs);
+        for r in judge.finish() {
+            let pg = pg_of(bid, &r.key, map.pgs);
             match self
-                .delete_version(map, bid, pg, &key, None, &id, false, !latest)
+                .delete_version(map, bid, pg, &r.key, None, &r.version_id, false, !r.latest)
                 .await
             {
                 Ok(_) => removed += 1,
