@@ -1753,6 +1753,38 @@ def test_lifecycle_rules_and_storage_tiers_are_applied_by_the_nodes(workdir):
             assert history_left(s3, "versioned-history", history)
             got = s3.get_object(Bucket="versioned-history", Key="ds/a", VersionId=history["ds/a"][1])
             assert got["Body"].read() == b"ds/a-2"
+
+        # NoncurrentVersionTransition: a chain edit of each noncurrent version's class by id,
+        # then every node's tier worker moves its copy; the current versions stay on NVMe.
+        s3.create_bucket(Bucket="versioned-cold")
+        s3.put_bucket_versioning(Bucket="versioned-cold", VersioningConfiguration={"Status": "Enabled"})
+        bodies = {}
+        for n in range(3):
+            for k in ("ckpt/a", "ckpt/b"):
+                body = os.urandom(30_000 + n)
+                bodies[s3.put_object(Bucket="versioned-cold", Key=k, Body=body)["VersionId"]] = (k, body)
+        s3.put_bucket_lifecycle_configuration(Bucket="versioned-cold", LifecycleConfiguration={"Rules": [
+            {"ID": "old-ckpt", "Filter": {"Prefix": "ckpt/"}, "Status": "Enabled",
+             "NoncurrentVersionTransitions": [{"NoncurrentDays": 2, "StorageClass": "STANDARD_IA"}]}]})
+
+        def version_classes():
+            listed = s3.list_object_versions(Bucket="versioned-cold")["Versions"]
+            return {v["VersionId"]: (v["IsLatest"], v["StorageClass"]) for v in listed}
+
+        def versions_on_tiers():
+            st = admin_json(gw, "tier", "status")
+            ia = [t for t in st["tiers"] if t["class"] == "STANDARD_IA"]
+            return ia and ia[0].get("versions") == 3 * 4 and st["pending_objects"] == 0 and st
+
+        wait_for("the noncurrent versions' class changed", lambda: all(
+            c == ("STANDARD" if latest else "STANDARD_IA") for latest, c in version_classes().values()), timeout=30)
+        st = wait_for("every copy of them moved to its node's tier", versions_on_tiers, timeout=30)
+        assert st["tiers"][0]["version_bytes"] == 3 * 2 * (30_000 + 30_001), st
+        for _ in range(3):  # from each replica in turn
+            assert len(version_classes()) == 6
+            for vid, (k, body) in bodies.items():
+                got = s3.get_object(Bucket="versioned-cold", Key=k, VersionId=vid)
+                assert got["Body"].read() == body
     finally:
         gw.stop()
         for n in nodes:

@@ -401,3 +401,103 @@ def test_an_unreadable_object_is_left_in_place_and_the_move_goes_on(workdir):
         assert "could not be read; it stays where it is" in open(srv.log_path).read()
     finally:
         srv.stop()
+
+
+def test_noncurrent_versions_move_to_the_hdd_tier_and_expire_from_it(workdir):
+    """NoncurrentVersionTransition: in a versioned bucket, versions a given time after they
+    became noncurrent move to the tier (NewerNoncurrentVersions newest ones stay), the current
+    versions stay on NVMe, every moved version reads back by id, and NVMe space comes back.
+    NoncurrentVersionExpiration later removes them from the tier, and a tier segment nothing
+    references any more is deleted."""
+    root = workdir / "tier-versions"
+    root.mkdir()
+    hdd = root / "hdd"
+    srv = Server(root / "data", ["--tier", f"STANDARD_IA=dir:{hdd}", "--tier-interval", "0",
+                                 "--segment-size", str(1 << 20), "--compact-interval", "0"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="datasets")
+        s3.put_bucket_versioning(Bucket="datasets", VersioningConfiguration={"Status": "Enabled"})
+        data = {}  # version id -> bytes
+        ids = {}  # key -> ids, oldest first
+        keys = [f"ds/{i:02d}" for i in range(20)] + ["one/k", "young/k"]
+        for n in range(3):
+            for j, k in enumerate(keys):
+                if k == "young/k" and n == 2:
+                    continue
+                body_ = body(1000 * n + j, 48 << 10)
+                vid = s3.put_object(Bucket="datasets", Key=k, Body=body_)["VersionId"]
+                ids.setdefault(k, []).append(vid)
+                data[vid] = body_
+        for bad, code in ((
+            {"NoncurrentVersionTransitions": [{"NoncurrentDays": 2, "StorageClass": "GLACIER"}]},
+            "InvalidStorageClass"), (
+            {"NoncurrentVersionTransitions": [{"NoncurrentDays": 10, "StorageClass": "STANDARD_IA"}],
+             "NoncurrentVersionExpiration": {"NoncurrentDays": 10}}, "InvalidArgument")):
+            with pytest.raises(ClientError) as e:
+                s3.put_bucket_lifecycle_configuration(Bucket="datasets", LifecycleConfiguration={"Rules": [
+                    {"ID": "bad", "Filter": {"Prefix": ""}, "Status": "Enabled", **bad}]})
+            assert e.value.response["Error"]["Code"] == code, e.value.response
+        rules = [
+            {"ID": "ds", "Filter": {"Prefix": "ds/"}, "Status": "Enabled",
+             "NoncurrentVersionTransitions": [{"NoncurrentDays": 2, "StorageClass": "STANDARD_IA"}],
+             "NoncurrentVersionExpiration": {"NoncurrentDays": 10}},
+            {"ID": "one", "Filter": {"Prefix": "one/"}, "Status": "Enabled",
+             "NoncurrentVersionTransitions": [{"NoncurrentDays": 2, "StorageClass": "STANDARD_IA",
+                                               "NewerNoncurrentVersions": 1}]},
+            {"ID": "young", "Filter": {"Prefix": "young/"}, "Status": "Enabled",
+             "NoncurrentVersionTransitions": [{"NoncurrentDays": 30, "StorageClass": "STANDARD_IA"}]}]
+        s3.put_bucket_lifecycle_configuration(Bucket="datasets", LifecycleConfiguration={"Rules": rules})
+        got = s3.get_bucket_lifecycle_configuration(Bucket="datasets")["Rules"]
+        assert got[1]["NoncurrentVersionTransitions"] == [
+            {"NoncurrentDays": 2, "StorageClass": "STANDARD_IA", "NewerNoncurrentVersions": 1}], got
+
+        out = admin(srv, "tier", "run", "--days-ahead", "1")
+        assert "0 noncurrent versions moved colder" in out.stdout and "moved 0 objects" in out.stdout, out.stdout
+        before = tier_status(srv)
+        out = admin(srv, "tier", "run", "--days-ahead", "3")
+        # ds/: both noncurrent versions of each of 20 keys; one/k: its oldest; young/k: none.
+        assert "41 noncurrent versions moved colder" in out.stdout and "moved 41 objects" in out.stdout, out.stdout
+        moved = [v for k in keys[:20] for v in ids[k][:2]] + [ids["one/k"][0]]
+        st = tier_status(srv)
+        ia = st["tiers"][0]
+        assert (ia["versions"], ia["version_bytes"], ia["objects"], st["pending_objects"]) == (
+            41, 41 * (48 << 10), 0, 0), st
+        assert st["standard_objects"] == 22, st
+        dropped = before["nvme_segment_bytes"] - st["nvme_segment_bytes"]
+        print("NVMe bytes reclaimed:", dropped, "of", ia["version_bytes"], "moved")
+        assert dropped >= 0.9 * ia["version_bytes"], (dropped, before, st)
+
+        classes = {}
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket="datasets"):
+            for v in page.get("Versions", []):
+                classes[v["VersionId"]] = v["StorageClass"]
+        assert {vid for vid, c in classes.items() if c == "STANDARD_IA"} == set(moved), classes
+        for k in keys:
+            head = s3.head_object(Bucket="datasets", Key=k)
+            assert head["VersionId"] == ids[k][-1] and "StorageClass" not in head
+        for vid in moved:
+            key = next(k for k, vs in ids.items() if vid in vs)
+            got = s3.get_object(Bucket="datasets", Key=key, VersionId=vid)
+            assert got["Body"].read() == data[vid] and got["StorageClass"] == "STANDARD_IA"
+        part = s3.get_object(Bucket="datasets", Key="ds/07", VersionId=ids["ds/07"][0], Range="bytes=1000-1999")
+        assert part["Body"].read() == data[ids["ds/07"][0]][1000:2000]
+        out = admin(srv, "tier", "run", "--days-ahead", "3")
+        assert "0 noncurrent versions moved colder" in out.stdout and "moved 0 objects" in out.stdout, out.stdout
+
+        # Ten days on, NoncurrentVersionExpiration removes ds/'s; one/k's oldest keeps the
+        # tier segment in use until it is deleted by id.
+        out = admin(srv, "tier", "run", "--days-ahead", "11")
+        assert "40 noncurrent versions and delete markers removed" in out.stdout, out.stdout
+        assert "0 unused tier segments removed" in out.stdout, out.stdout
+        assert s3.get_object(Bucket="datasets", Key="one/k", VersionId=ids["one/k"][0])["Body"].read() == \
+            data[ids["one/k"][0]]
+        s3.delete_object(Bucket="datasets", Key="one/k", VersionId=ids["one/k"][0])
+        out = admin(srv, "tier", "run")
+        assert "1 unused tier segments removed" in out.stdout, out.stdout
+        assert not [f for f in hdd.rglob("*") if f.is_file()], list(hdd.rglob("*"))
+        assert tier_status(srv)["tiers"][0]["versions"] == 0
+        for k in keys:
+            assert s3.get_object(Bucket="datasets", Key=k)["Body"].read() == data[ids[k][-1]]
+    finally:
+        srv.stop()

@@ -637,6 +637,15 @@ impl Node {
                     .await?;
                 Ok(json(200, &locked))
             }
+            Method::PUT if q.contains_key("class") => {
+                let (Some(class), Some(id)) = (q.get("class"), q.get("version")) else {
+                    return Ok(answer(400, "a class change names its version"));
+                };
+                let noncurrent = q.contains_key("noncurrent");
+                self.change_class(&map, bid, pg, &key, cv, id, class, noncurrent)
+                    .await?;
+                Ok(json(200, &()))
+            }
             Method::PUT if q.contains_key("tags") => {
                 let Some(id) = q.get("version") else {
                     return Ok(answer(400, "a tag change names its version"));

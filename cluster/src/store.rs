@@ -1619,6 +1619,62 @@ impl ObjectStore for ClusterStore {
         }
     }
 
+    async fn set_version_class(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        class: &str,
+        noncurrent_only: bool,
+    ) -> StoreResult<bool> {
+        if version_id != "null" && version_seq(version_id).is_none() {
+            return Err(StoreError::Invalid("Invalid version id specified".into()));
+        }
+        if bucket.versioning == Versioning::Unversioned {
+            // Every object is its key's null version, and current: no other version exists.
+            if version_id != "null" {
+                return Ok(false);
+            }
+            if noncurrent_only {
+                return match self.head_object(bucket, key).await? {
+                    Some(_) => Err(StoreError::PreconditionFailed),
+                    None => Ok(false),
+                };
+            }
+            let class = (class != "STANDARD").then(|| class.to_string());
+            let edit: AttrEdit = Box::new(move |a| a.storage_class = class);
+            return match self
+                .update_object(bucket, key, &WriteCondition::default(), edit)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(StoreError::NoSuchKey) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        // A step of the key's history, as a tag change is.
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let path = format!(
+            "/o/{}/{pg}/{}?class={}&version={}{}",
+            bucket.id,
+            encode(key),
+            encode(class),
+            encode(version_id),
+            if noncurrent_only { "&noncurrent" } else { "" }
+        );
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::new())
+            .await?;
+        match ans.status {
+            200 => Ok(true),
+            404 => match ans.error().await {
+                StoreError::NoSuchKey => Ok(false),
+                e => Err(e),
+            },
+            _ => Err(ans.error().await),
+        }
+    }
+
     async fn list_versions(
         &self,
         bucket: &Bucket,

@@ -31,10 +31,11 @@ pub async fn run_tier(
         return print_json(&r);
     }
     println!(
-        "lifecycle: {} transitions, {} expirations, {} noncurrent versions and delete markers removed, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unreadable (left in place, see the server log); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
+        "lifecycle: {} transitions, {} expirations, {} noncurrent versions and delete markers removed, {} noncurrent versions moved colder, {} incomplete uploads aborted; moved {} objects ({} bytes) in {} segments; {} skipped (changed meanwhile); {} unreadable (left in place, see the server log); {} unused tier segments removed; {} NVMe bytes reclaimed; {:.1} s",
         r.lifecycle_transitions,
         r.lifecycle_expirations,
         r.lifecycle_versions_removed,
+        r.lifecycle_versions_transitioned,
         r.uploads_aborted,
         r.objects_moved,
         r.bytes_moved,

@@ -1318,6 +1318,101 @@ pub async fn version_tags(store: &dyn ObjectStore) {
     store.delete_bucket(&u).await.unwrap();
 }
 
+/// A version's storage class set by id (NoncurrentVersionTransition): in place, only that
+/// version, and refused for the current one when asked for noncurrent versions only.
+pub async fn version_class(store: &dyn ObjectStore) {
+    let created = new_bucket(store, "version-class").await;
+    store
+        .set_versioning(&created, Versioning::Enabled)
+        .await
+        .unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    let v1 = put(store, &b, "k", b"first").await.version_id.unwrap();
+    let v2 = put(store, &b, "k", b"second").await.version_id.unwrap();
+    let class_of = |found: Option<FoundVersion>| match found {
+        Some(FoundVersion::Object(o)) => o.attrs.storage_class,
+        other => panic!("not an object: {other:?}"),
+    };
+    let cold = || Some("STANDARD_IA".to_string());
+    assert!(
+        store
+            .set_version_class(&b, "k", &v1, "STANDARD_IA", true)
+            .await
+            .unwrap()
+    );
+    let old = store.find_version(&b, "k", Some(&v1)).await.unwrap();
+    let Some(FoundVersion::Object(old)) = old else {
+        panic!("version {v1}: {old:?}");
+    };
+    assert_eq!(old.attrs.storage_class, cold());
+    assert_eq!(read(store, &old, 0, old.size).await, b"first");
+    // The current version: left as it is when only noncurrent ones may change.
+    assert!(matches!(
+        store
+            .set_version_class(&b, "k", &v2, "STANDARD_IA", true)
+            .await,
+        Err(StoreError::PreconditionFailed)
+    ));
+    let current = head(store, &b, "k").await.unwrap();
+    assert_eq!(current.version_id.as_deref(), Some(v2.as_str()));
+    assert_eq!(current.attrs.storage_class, None);
+    let all = VersionQuery {
+        max_keys: 100,
+        ..Default::default()
+    };
+    let listed: Vec<_> = store
+        .list_versions(&b, &all)
+        .await
+        .unwrap()
+        .versions
+        .into_iter()
+        .map(|v| (v.version_id, v.object.storage_class))
+        .collect();
+    assert_eq!(listed, vec![(v2.clone(), None), (v1.clone(), cold())]);
+    // Back to STANDARD; a version not there; a malformed id; a delete marker.
+    assert!(
+        store
+            .set_version_class(&b, "k", &v1, "STANDARD", false)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        class_of(store.find_version(&b, "k", Some(&v1)).await.unwrap()),
+        None
+    );
+    assert!(
+        !store
+            .set_version_class(&b, "k", "0000000000000001", "STANDARD_IA", true)
+            .await
+            .unwrap()
+    );
+    assert!(matches!(
+        store
+            .set_version_class(&b, "k", "not-an-id", "STANDARD_IA", true)
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    let marker = store
+        .delete_object(&b, "k")
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    assert!(matches!(
+        store
+            .set_version_class(&b, "k", &marker, "STANDARD_IA", false)
+            .await,
+        Err(StoreError::Invalid(_))
+    ));
+    for id in [&marker, &v2, &v1] {
+        store
+            .delete_version(&b, "k", id, LockCheck::rules(false))
+            .await
+            .unwrap();
+    }
+    store.delete_bucket(&b).await.unwrap();
+}
+
 /// One `#[test]` per check against the store that `$make` (an `async fn() -> Arc<dyn
 /// ObjectStore>`, called once per test) opens.
 #[macro_export]
@@ -1327,7 +1422,8 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads, tar_members, versions, version_tags, object_lock);
+            multipart_uploads, tar_members, versions, version_tags, version_class,
+            object_lock);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

@@ -201,6 +201,19 @@ pub trait ObjectStore: Send + Sync + 'static {
         version_id: &str,
         tags: Vec<(String, String)>,
     ) -> StoreResult<bool>;
+    /// Gives one version of a key (by id) the storage class `class` (`STANDARD`: none), in
+    /// place, atomically with the key's other writes; the store moves its bytes to that
+    /// class's tier in its own time. `false` when there is no such version; a delete marker
+    /// has no class (`Invalid`). With `noncurrent_only` (a NoncurrentVersionTransition), a
+    /// version that is the key's current one is left as it is: `PreconditionFailed`.
+    async fn set_version_class(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        class: &str,
+        noncurrent_only: bool,
+    ) -> StoreResult<bool>;
     /// One page of the bucket's versions and delete markers.
     async fn list_versions(
         &self,

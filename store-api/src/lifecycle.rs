@@ -27,6 +27,9 @@ pub struct Rule {
     /// is removed.
     #[serde(default)]
     pub expired_delete_markers: bool,
+    /// NoncurrentVersionTransition (a bucket with versioning).
+    #[serde(default)]
+    pub noncurrent_transitions: Vec<NoncurrentTransition>,
 }
 
 /// NoncurrentVersionExpiration: a version is removed `days` after it became noncurrent (when
@@ -36,6 +39,15 @@ pub struct Rule {
 pub struct NoncurrentExpiration {
     pub days: u32,
     pub newer_versions: Option<u32>,
+}
+
+/// NoncurrentVersionTransition: a version moves to `storage_class` `days` after it became
+/// noncurrent, except the `newer_versions` newest noncurrent versions of its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NoncurrentTransition {
+    pub days: u32,
+    pub newer_versions: Option<u32>,
+    pub storage_class: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +115,10 @@ impl Rule {
 impl Rule {
     /// Whether the rule acts on a key's history (noncurrent versions, lone delete markers).
     pub fn acts_on_history(&self) -> bool {
-        self.enabled && (self.noncurrent_expiration.is_some() || self.expired_delete_markers)
+        self.enabled
+            && (self.noncurrent_expiration.is_some()
+                || self.expired_delete_markers
+                || !self.noncurrent_transitions.is_empty())
     }
 }
 
@@ -150,6 +165,59 @@ pub fn history_removals(
     out
 }
 
+/// What the rules move of one key's history (as [`history_removals`] takes it), as of
+/// `now_ms`: the id and new storage class of each noncurrent version (not a delete marker,
+/// not among `removed`) that a NoncurrentVersionTransition has reached, when that class is
+/// colder than the version's own. Of several reached, the one with the most days applies, as
+/// among an object's transitions; `newer_versions` and the filters work as for expirations.
+pub fn history_transitions(
+    rules: &[Rule],
+    key: &str,
+    versions: &[crate::VersionSummary],
+    removed: &[String],
+    now_ms: i64,
+) -> Vec<(String, String)> {
+    let day = 86_400_000i64;
+    let mut out = Vec::new();
+    for (rank, pair) in versions.windows(2).enumerate() {
+        let (above, v) = (&pair[0], &pair[1]);
+        if v.delete_marker || removed.contains(&v.version_id) {
+            continue;
+        }
+        let since = above.object.last_modified_ms;
+        let best = rules
+            .iter()
+            .filter(|r| r.matches(key, v.object.size, &v.tags))
+            .flat_map(|r| &r.noncurrent_transitions)
+            .filter(|t| {
+                now_ms - since >= i64::from(t.days) * day
+                    && t.newer_versions
+                        .is_none_or(|keep| rank as u64 >= u64::from(keep))
+            })
+            .max_by_key(|t| t.days);
+        let class = v.object.storage_class.as_deref().unwrap_or("STANDARD");
+        if let Some(t) = best.filter(|t| class_rank(&t.storage_class) > class_rank(class)) {
+            out.push((v.version_id.clone(), t.storage_class.clone()));
+        }
+    }
+    out
+}
+
+/// A noncurrent version the rules move to a colder storage class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionTransition {
+    pub key: String,
+    pub version_id: String,
+    pub storage_class: String,
+}
+
+/// What the rules do to the histories of a listing.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct HistoryVerdict {
+    pub removals: Vec<Removal>,
+    pub transitions: Vec<VersionTransition>,
+}
+
 /// A version the rules remove: its key, its id, and whether it is the key's latest version (a
 /// delete marker left alone); any other is a noncurrent version, to be left if it has become
 /// the latest by the time it is removed.
@@ -161,12 +229,13 @@ pub struct Removal {
 }
 
 /// Judges a version listing (key order, newest first within a key, as listings give it) one
-/// key's history at a time, as [`history_removals`] does, while it is read page by page.
+/// key's history at a time, as [`history_removals`] and [`history_transitions`] do, while
+/// it is read page by page.
 pub struct HistoryJudge<'r> {
     rules: &'r [Rule],
     now_ms: i64,
     history: Vec<crate::VersionSummary>,
-    removals: Vec<Removal>,
+    verdict: HistoryVerdict,
 }
 
 impl<'r> HistoryJudge<'r> {
@@ -175,7 +244,7 @@ impl<'r> HistoryJudge<'r> {
             rules,
             now_ms,
             history: Vec::new(),
-            removals: Vec::new(),
+            verdict: HistoryVerdict::default(),
         }
     }
 
@@ -191,10 +260,10 @@ impl<'r> HistoryJudge<'r> {
         self.history.push(v);
     }
 
-    /// What the rules remove of the whole listing.
-    pub fn finish(mut self) -> Vec<Removal> {
+    /// What the rules do to the whole listing.
+    pub fn finish(mut self) -> HistoryVerdict {
         self.judge();
-        self.removals
+        self.verdict
     }
 
     fn judge(&mut self) {
@@ -202,8 +271,18 @@ impl<'r> HistoryJudge<'r> {
             return;
         };
         let key = &latest.object.key;
-        for id in history_removals(self.rules, key, &self.history, self.now_ms) {
-            self.removals.push(Removal {
+        let removed = history_removals(self.rules, key, &self.history, self.now_ms);
+        for (version_id, storage_class) in
+            history_transitions(self.rules, key, &self.history, &removed, self.now_ms)
+        {
+            self.verdict.transitions.push(VersionTransition {
+                key: key.clone(),
+                version_id,
+                storage_class,
+            });
+        }
+        for id in removed {
+            self.verdict.removals.push(Removal {
                 key: key.clone(),
                 latest: latest.version_id == id,
                 version_id: id,
@@ -339,7 +418,7 @@ mod tests {
             latest,
         };
         assert_eq!(
-            judge.finish(),
+            judge.finish().removals,
             [
                 removal("data/k", "a1", false),
                 removal("data/l", "m1", true)
@@ -376,6 +455,94 @@ mod tests {
         assert_eq!(
             history_removals(&[noncurrent(1, None)], "data/k", &h, 11 * DAY),
             ["m1", "v1"]
+        );
+    }
+
+    fn moving(days: u32, newer_versions: Option<u32>, class: &str) -> NoncurrentTransition {
+        NoncurrentTransition {
+            days,
+            newer_versions,
+            storage_class: class.into(),
+        }
+    }
+
+    #[test]
+    fn noncurrent_versions_move_colder_counted_from_their_successor() {
+        // v3 (current, day 10), v2 (noncurrent since day 10), m1 (a marker), v1 (since day 4).
+        let h = history(&[
+            ("v3", 10, false),
+            ("v2", 6, false),
+            ("m1", 4, true),
+            ("v1", 1, false),
+        ]);
+        let rule = Rule {
+            id: "cold".into(),
+            enabled: true,
+            prefix: "data/".into(),
+            noncurrent_transitions: vec![
+                moving(2, None, "STANDARD_IA"),
+                moving(30, None, "GLACIER_IR"),
+            ],
+            ..Default::default()
+        };
+        let rules = std::slice::from_ref(&rule);
+        let moves = |now: i64, removed: &[String]| {
+            history_transitions(rules, "data/k", &h, removed, now * DAY)
+        };
+        let to = |id: &str, class: &str| (id.to_string(), class.to_string());
+        assert!(moves(5, &[]).is_empty());
+        // The marker never moves; v1 noncurrent since day 4 (m1's time).
+        assert_eq!(moves(6, &[]), [to("v1", "STANDARD_IA")]);
+        assert_eq!(
+            moves(12, &[]),
+            [to("v2", "STANDARD_IA"), to("v1", "STANDARD_IA")]
+        );
+        // The step with the most days reached applies; a version removed in the same pass
+        // does not move.
+        assert_eq!(moves(34, &["v2".into()]), [to("v1", "GLACIER_IR")]);
+        // Never warmer, nor to the class it has.
+        let mut cold = h.clone();
+        cold[1].object.storage_class = Some("GLACIER_IR".into());
+        cold[3].object.storage_class = Some("STANDARD_IA".into());
+        assert_eq!(
+            history_transitions(rules, "data/k", &cold, &[], 12 * DAY),
+            Vec::<(String, String)>::new()
+        );
+        // NewerNoncurrentVersions keeps the newest noncurrent ones where they are (m1 counts).
+        let keep = Rule {
+            noncurrent_transitions: vec![moving(2, Some(2), "STANDARD_IA")],
+            ..rule.clone()
+        };
+        assert_eq!(
+            history_transitions(&[keep], "data/k", &h, &[], 99 * DAY),
+            [to("v1", "STANDARD_IA")]
+        );
+        // The judge gives both: an expiration wins over a transition of the same version.
+        let both = Rule {
+            noncurrent_expiration: Some(NoncurrentExpiration {
+                days: 20,
+                newer_versions: None,
+            }),
+            ..rule
+        };
+        let mut judge = HistoryJudge::new(std::slice::from_ref(&both), 26 * DAY);
+        for v in h.clone() {
+            judge.push(v);
+        }
+        let verdict = judge.finish();
+        let removed: Vec<&str> = verdict
+            .removals
+            .iter()
+            .map(|r| r.version_id.as_str())
+            .collect();
+        assert_eq!(removed, ["m1", "v1"]);
+        assert_eq!(
+            verdict.transitions,
+            [VersionTransition {
+                key: "data/k".into(),
+                version_id: "v2".into(),
+                storage_class: "STANDARD_IA".into(),
+            }]
         );
     }
 }

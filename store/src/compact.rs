@@ -2,7 +2,8 @@
 //!
 //! Segments are append-only, so an overwrite or a delete leaves the old records in place as
 //! dead bytes. Compaction picks sealed segments whose live share has fallen below a threshold,
-//! copies their live records to the active segment (same record identity, so every check on
+//! copies their live records (of current objects and of the noncurrent versions a versioned
+//! bucket keeps) to the active segment (same record identity, so every check on
 //! read still holds), makes the copies durable, points the objects at them with a
 //! compare-and-set under each key's lock (a write or delete that raced the move always wins),
 //! checks that nothing references the old segments any more, and only then removes them.
@@ -14,7 +15,7 @@ use crate::engine::{Engine, Relocation, blocking};
 use crate::error::EngineResult;
 use crate::job::Job;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
-use packrat_index::ChunkRef;
+use packrat_index::{ChunkRef, ObjectRecord};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -57,17 +58,22 @@ pub struct CompactReport {
     pub seconds: f64,
 }
 
-/// An object's chunks in chosen segments: (bucket id, key, [(position, location, record id,
-/// chunk index)]).
-type ToMove = (u64, String, Vec<(usize, ChunkRef, [u8; 16], u32)>);
+/// An object's (or a noncurrent version's) chunks in chosen segments: (bucket id, key,
+/// version sequence of a noncurrent version, [(position, location, record id, chunk index)]).
+type ToMove = (
+    u64,
+    String,
+    Option<u64>,
+    Vec<(usize, ChunkRef, [u8; 16], u32)>,
+);
 
 fn record_bytes(c: &ChunkRef) -> u64 {
     RECORD_HEADER_BYTES as u64 + u64::from(c.len)
 }
 
 /// Bytes referenced per segment, and the segments compaction must leave alone: those holding
-/// in-progress multipart parts or noncurrent versions (compaction relocates current objects
-/// only, so a segment with a version's bytes stays until the version is deleted).
+/// in-progress multipart parts (compaction relocates current objects and noncurrent versions,
+/// not parts, so a segment with a part's bytes stays until its upload ends).
 fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
     let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
     let pinned = std::cell::RefCell::new(HashSet::new());
@@ -88,7 +94,7 @@ fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, 
             Ok(())
         },
         |_, _, version| {
-            count(&version.chunks, true);
+            count(&version.chunks, false);
             Ok(())
         },
         |_, part| {
@@ -171,8 +177,8 @@ pub async fn compact(
     let e = engine.clone();
     let v: HashSet<u64> = victims.keys().copied().collect();
     let to_move: Vec<ToMove> = blocking(move || {
-        let mut out = Vec::new();
-        e.index.for_each_object(|bucket_id, key, obj| {
+        let out = std::cell::RefCell::new(Vec::new());
+        let note = |bucket_id: u64, key: &str, obj: ObjectRecord, version: bool| {
             let moved: Vec<_> = obj
                 .chunks
                 .iter()
@@ -184,11 +190,18 @@ pub async fn compact(
                 })
                 .collect();
             if !moved.is_empty() {
-                out.push((bucket_id, key.to_string(), moved));
+                let seq = version.then_some(obj.version_seq);
+                out.borrow_mut()
+                    .push((bucket_id, key.to_string(), seq, moved));
             }
             Ok(())
-        })?;
-        Ok(out)
+        };
+        e.index.scan_references(
+            |bucket_id, key, obj| note(bucket_id, key, obj, false),
+            |bucket_id, key, obj| note(bucket_id, key, obj, true),
+            |_, _| Ok(()),
+        )?;
+        Ok(out.into_inner())
     })
     .await?;
 
@@ -196,7 +209,7 @@ pub async fn compact(
         p.set_total(
             to_move
                 .iter()
-                .flat_map(|(_, _, chunks)| chunks.iter().map(|(_, c, _, _)| record_bytes(c)))
+                .flat_map(|(_, _, _, chunks)| chunks.iter().map(|(_, c, _, _)| record_bytes(c)))
                 .sum(),
         );
     }
@@ -210,7 +223,7 @@ pub async fn compact(
             pending.next_if(|_| batch.len() < BATCH_OBJECTS && batch_bytes < BATCH_BYTES)
         {
             batch_bytes += next
-                .2
+                .3
                 .iter()
                 .map(|(_, c, _, _)| record_bytes(c))
                 .sum::<u64>();
@@ -223,10 +236,11 @@ pub async fn compact(
             let mut relocations = Vec::with_capacity(work.len());
             let mut ticket: Option<WriteTicket> = None;
             let (mut moved, mut bytes) = (0u64, 0u64);
-            for (bucket_id, key, chunks) in work {
+            for (bucket_id, key, version_seq, chunks) in work {
                 let mut r = Relocation {
                     bucket_id,
                     key,
+                    version_seq,
                     moved: Vec::with_capacity(chunks.len()),
                 };
                 let mut ok = true;

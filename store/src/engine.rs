@@ -176,10 +176,13 @@ impl Drop for WritePin {
     }
 }
 
-/// Chunks of one object moved by compaction: (chunk position, old location, new location).
+/// Chunks of one object moved by compaction or a tier move: (chunk position, old location,
+/// new location). `version_seq` names a noncurrent version (kept in the key's history) rather
+/// than the key's current object.
 pub struct Relocation {
     pub bucket_id: u64,
     pub key: String,
+    pub version_seq: Option<u64>,
     pub moved: Vec<(usize, ChunkRef, ChunkRef)>,
 }
 
@@ -727,7 +730,10 @@ impl Engine {
         let (mut updated, mut changed) = (0u64, 0u64);
         let mut ops = Vec::with_capacity(relocations.len());
         for r in relocations {
-            let current = self.index.get_object(r.bucket_id, &r.key)?;
+            let current = match r.version_seq {
+                None => self.index.get_object(r.bucket_id, &r.key)?,
+                Some(seq) => self.index.get_version(r.bucket_id, &r.key, seq)?,
+            };
             let Some(mut obj) = current else {
                 changed += 1;
                 continue;
@@ -744,10 +750,18 @@ impl Engine {
                 obj.chunks[*i] = *new;
             }
             updated += 1;
-            ops.push(ObjectOp::Put {
-                bucket_id: r.bucket_id,
-                key: r.key,
-                record: Box::new(obj),
+            let (bucket_id, key, record) = (r.bucket_id, r.key, Box::new(obj));
+            ops.push(match r.version_seq {
+                None => ObjectOp::Put {
+                    bucket_id,
+                    key,
+                    record,
+                },
+                Some(_) => ObjectOp::PutVersion {
+                    bucket_id,
+                    key,
+                    record,
+                },
             });
         }
         self.commit_locked(guards, ticket, ops, &stripes).await?;

@@ -965,6 +965,22 @@ impl ObjectStore for LocalStore {
             .is_some())
     }
 
+    async fn set_version_class(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        class: &str,
+        noncurrent_only: bool,
+    ) -> StoreResult<bool> {
+        let id = VersionId::parse(version_id)?;
+        Ok(self
+            .engine
+            .set_version_class(bucket.id, key, id, class, noncurrent_only)
+            .await?
+            .is_some())
+    }
+
     async fn list_versions(
         &self,
         bucket: &Bucket,

@@ -5,17 +5,19 @@
 //! the index's own records (`index/src/records.rs`). Version 1 is the layout pinned by the
 //! golden tests below; a change to `Rule`, `Transition`, `When` or `TierSegment` is a new
 //! version whose decoder still reads the older ones. Version 2 (lifecycle rules only) added
-//! `Rule::noncurrent_expiration` and `Rule::expired_delete_markers`; version-1 rules read as
-//! rules without them. Releases up to 7920cce wrote these values
+//! `Rule::noncurrent_expiration` and `Rule::expired_delete_markers`; version 3 (lifecycle rules
+//! only) added `Rule::noncurrent_transitions`; older rules read as rules without the newer
+//! fields. Releases up to 7920cce wrote these values
 //! as JSON (an array or an object, so the first byte is `[` or `{`, never a version byte):
 //! they are still read, and replaced by version 1 the next time they are written.
 
-use packrat_store_api::lifecycle::{Rule, Transition, When};
+use packrat_store_api::lifecycle::{NoncurrentExpiration, Rule, Transition, When};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub const META_V1: u8 = 1;
 pub const META_V2: u8 = 2;
+pub const META_V3: u8 = 3;
 
 pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     encode_as(META_V1, value)
@@ -38,15 +40,20 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     }
 }
 
-/// A bucket's lifecycle rules, as version 2.
+/// A bucket's lifecycle rules, as version 3.
 pub fn encode_rules(rules: &[Rule]) -> Vec<u8> {
-    encode_as(META_V2, rules)
+    encode_as(META_V3, rules)
 }
 
 /// A bucket's lifecycle rules, of any version.
 pub fn decode_rules(bytes: &[u8]) -> Result<Vec<Rule>, String> {
     match bytes.split_first() {
-        Some((&META_V2, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((&META_V3, rest)) => postcard::from_bytes(rest).map_err(|e| e.to_string()),
+        Some((&META_V2, rest)) => Ok(postcard::from_bytes::<Vec<RuleV2>>(rest)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .map(Rule::from)
+            .collect()),
         Some((&META_V1, _)) => Ok(decode::<Vec<RuleV1>>(bytes)?
             .into_iter()
             .map(Rule::from)
@@ -70,6 +77,41 @@ struct RuleV1 {
     abort_incomplete_days: Option<u32>,
 }
 
+/// `Rule` as version 2 lays it out.
+#[derive(serde::Deserialize)]
+struct RuleV2 {
+    id: String,
+    enabled: bool,
+    prefix: String,
+    size_greater_than: Option<u64>,
+    size_less_than: Option<u64>,
+    tags: Vec<(String, String)>,
+    transitions: Vec<Transition>,
+    expiration: Option<When>,
+    abort_incomplete_days: Option<u32>,
+    noncurrent_expiration: Option<NoncurrentExpiration>,
+    expired_delete_markers: bool,
+}
+
+impl From<RuleV2> for Rule {
+    fn from(r: RuleV2) -> Self {
+        Rule {
+            id: r.id,
+            enabled: r.enabled,
+            prefix: r.prefix,
+            size_greater_than: r.size_greater_than,
+            size_less_than: r.size_less_than,
+            tags: r.tags,
+            transitions: r.transitions,
+            expiration: r.expiration,
+            abort_incomplete_days: r.abort_incomplete_days,
+            noncurrent_expiration: r.noncurrent_expiration,
+            expired_delete_markers: r.expired_delete_markers,
+            noncurrent_transitions: Vec::new(),
+        }
+    }
+}
+
 impl From<RuleV1> for Rule {
     fn from(r: RuleV1) -> Self {
         Rule {
@@ -82,8 +124,7 @@ impl From<RuleV1> for Rule {
             transitions: r.transitions,
             expiration: r.expiration,
             abort_incomplete_days: r.abort_incomplete_days,
-            noncurrent_expiration: None,
-            expired_delete_markers: false,
+            ..Default::default()
         }
     }
 }
@@ -92,7 +133,7 @@ impl From<RuleV1> for Rule {
 mod tests {
     use super::*;
     use crate::tier::TierSegment;
-    use packrat_store_api::lifecycle::NoncurrentExpiration;
+    use packrat_store_api::lifecycle::NoncurrentTransition;
 
     fn rules() -> Vec<Rule> {
         vec![
@@ -160,9 +201,30 @@ mod tests {
             newer_versions: Some(2),
         });
         rules[1].expired_delete_markers = true;
-        assert_eq!(hex::encode(encode_rules(&rules)), GOLDEN_RULES_V2);
+        // Rules are written as version 3 now; version 2's still read.
         assert_eq!(
             decode_rules(&hex::decode(GOLDEN_RULES_V2).unwrap()).unwrap(),
+            rules
+        );
+    }
+
+    /// Version 3's bytes, pinned: version 2's rules and NoncurrentVersionTransition.
+    #[test]
+    fn golden_v3_rules() {
+        let mut rules = rules();
+        rules[0].noncurrent_expiration = Some(NoncurrentExpiration {
+            days: 30,
+            newer_versions: Some(2),
+        });
+        rules[1].expired_delete_markers = true;
+        rules[1].noncurrent_transitions = vec![NoncurrentTransition {
+            days: 7,
+            newer_versions: Some(1),
+            storage_class: "COLD".into(),
+        }];
+        assert_eq!(hex::encode(encode_rules(&rules)), GOLDEN_RULES_V3);
+        assert_eq!(
+            decode_rules(&hex::decode(GOLDEN_RULES_V3).unwrap()).unwrap(),
             rules
         );
     }
@@ -177,5 +239,6 @@ mod tests {
 
     const GOLDEN_RULES: &str = "010207746f2d636f6c6401056c6f67732f0180080001047469657204636f6c6401001e04434f4c44010180a0d5edee6614323032362d30312d30315430303a30303a30305a0107036f66660000000000000000";
     const GOLDEN_RULES_V2: &str = "020207746f2d636f6c6401056c6f67732f0180080001047469657204636f6c6401001e04434f4c44010180a0d5edee6614323032362d30312d30315430303a30303a30305a0107011e010200036f666600000000000000000001";
+    const GOLDEN_RULES_V3: &str = "030207746f2d636f6c6401056c6f67732f0180080001047469657204636f6c6401001e04434f4c44010180a0d5edee6614323032362d30312d30315430303a30303a30305a0107011e01020000036f6666000000000000000000010107010104434f4c44";
     const GOLDEN_SEGMENT: &str = "0104434f4c4480808020effdb6f50d0180a0bfe9d666";
 }

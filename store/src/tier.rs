@@ -3,8 +3,10 @@
 //! object are ranged reads of its segment on the tier, through a bounded block cache.
 //!
 //! - **Placement.** The storage class is an object attribute (PutObject, CopyObject onto itself,
-//!   CreateMultipartUpload, or a lifecycle Transition). New data is always written to the local
-//!   NVMe tier (STANDARD); the tier worker moves it.
+//!   CreateMultipartUpload, or a lifecycle Transition); a noncurrent version's class is its
+//!   own (a NoncurrentVersionTransition sets it). New data is always written to the local
+//!   NVMe tier (STANDARD); the tier worker moves it, current objects and noncurrent versions
+//!   alike.
 //! - **Moves** (`run`): the worker applies lifecycle rules, then finds objects whose chunks are
 //!   not on the tier their class names, reads their records (verified), writes them into a new
 //!   segment file (same format) in `<data-dir>/tiering/`, syncs it, uploads it to the tier,
@@ -33,6 +35,7 @@ use packrat_store_api::admin::{Metric, MetricKind, MetricValue};
 use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
 use serde::{Deserialize, Serialize};
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -75,6 +78,10 @@ pub struct RunReport {
     /// or otherwise removed by ExpiredObjectDeleteMarker.
     #[serde(default)]
     pub lifecycle_versions_removed: u64,
+    /// Noncurrent versions given a colder class by NoncurrentVersionTransition (their bytes
+    /// move with the objects', counted in `objects_moved`).
+    #[serde(default)]
+    pub lifecycle_versions_transitioned: u64,
     pub uploads_aborted: u64,
     pub objects_moved: u64,
     pub bytes_moved: u64,
@@ -429,10 +436,12 @@ fn chunk_tier(tiers: &Tiers, c: &ChunkRef) -> Option<String> {
     }
 }
 
-/// An object some of whose chunks must move, and where to.
+/// An object (or a noncurrent version of one: `version_seq`) some of whose chunks must move,
+/// and where to.
 struct Pending {
     bucket_id: u64,
     key: String,
+    version_seq: Option<u64>,
     obj: ObjectRecord,
     to: Option<String>,
     bytes: u64,
@@ -446,6 +455,8 @@ pub struct TierStatus {
     pub standard_objects: u64,
     pub standard_bytes: u64,
     pub nvme_segment_bytes: u64,
+    /// Objects and noncurrent versions whose data is not where their class says, and their
+    /// bytes.
     pub pending_objects: u64,
     pub pending_bytes: u64,
     pub cache_bytes: u64,
@@ -460,16 +471,25 @@ pub struct TierInfo {
     pub segment_bytes: u64,
     pub objects: u64,
     pub object_bytes: u64,
+    /// Noncurrent versions (of versioned buckets) whose data is on this tier.
+    #[serde(default)]
+    pub versions: u64,
+    #[serde(default)]
+    pub version_bytes: u64,
 }
 
 pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
     let e = engine.clone();
     let (per_tier, std_objects, std_bytes, pending) = blocking(move || {
         let t = &e.tiers;
-        let mut per: HashMap<String, (u64, u64)> = HashMap::new();
-        let (mut so, mut sb) = (0u64, 0u64);
-        let (mut po, mut pb) = (0u64, 0u64);
-        e.index.for_each_object(|_, _, obj| {
+        // Per tier: (objects, their bytes, versions, their bytes).
+        let per: RefCell<HashMap<String, [u64; 4]>> = RefCell::default();
+        let standard = Cell::new((0u64, 0u64));
+        let pending = Cell::new((0u64, 0u64));
+        let count = |obj: ObjectRecord, version: bool| {
+            if version && obj.is_delete_marker() {
+                return Ok(());
+            }
             let want = wanted_tier(t, &obj);
             let mut on_tier: Option<String> = None;
             let mut local = false;
@@ -483,20 +503,30 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
                 }
             }
             if local || obj.chunks.is_empty() {
-                so += 1;
-                sb += obj.size;
+                if !version {
+                    let (n, b) = standard.get();
+                    standard.set((n + 1, b + obj.size));
+                }
             } else if let Some(name) = on_tier {
+                let mut per = per.borrow_mut();
                 let p = per.entry(name).or_default();
-                p.0 += 1;
-                p.1 += obj.size;
+                let at = if version { 2 } else { 0 };
+                p[at] += 1;
+                p[at + 1] += obj.size;
             }
             if misplaced {
-                po += 1;
-                pb += obj.size;
+                let (n, b) = pending.get();
+                pending.set((n + 1, b + obj.size));
             }
             Ok(())
-        })?;
-        Ok((per, so, sb, (po, pb)))
+        };
+        e.index.scan_references(
+            |_, _, obj| count(obj, false),
+            |_, _, obj| count(obj, true),
+            |_, _| Ok(()),
+        )?;
+        let (so, sb) = standard.get();
+        Ok((per.into_inner(), so, sb, pending.get()))
     })
     .await?;
     let catalog = engine
@@ -511,7 +541,8 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
         .iter()
         .map(|(class, t)| {
             let segs: Vec<&TierSegment> = catalog.values().filter(|s| &s.tier == class).collect();
-            let (objects, object_bytes) = per_tier.get(class).copied().unwrap_or_default();
+            let [objects, object_bytes, versions, version_bytes] =
+                per_tier.get(class).copied().unwrap_or_default();
             TierInfo {
                 class: class.clone(),
                 target: t.describe().to_string(),
@@ -519,6 +550,8 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
                 segment_bytes: segs.iter().map(|s| s.len).sum(),
                 objects,
                 object_bytes,
+                versions,
+                version_bytes,
             }
         })
         .collect();
@@ -620,12 +653,13 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
         return Ok(report);
     }
 
-    // What must move, by destination.
+    // What must move, by destination: current objects, and the noncurrent versions kept in
+    // versioned buckets' histories (a NoncurrentVersionTransition gives them their class).
     let e = engine.clone();
     let pending: Vec<Pending> = blocking(move || {
         let t = &e.tiers;
-        let mut out = Vec::new();
-        e.index.for_each_object(|bucket_id, key, obj| {
+        let out = RefCell::new(Vec::new());
+        let note = |bucket_id: u64, key: &str, obj: ObjectRecord, version: bool| {
             let to = wanted_tier(t, &obj);
             let bytes: u64 = obj
                 .chunks
@@ -634,17 +668,23 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
                 .map(|c| u64::from(c.len))
                 .sum();
             if bytes > 0 {
-                out.push(Pending {
+                out.borrow_mut().push(Pending {
                     bucket_id,
                     key: key.to_string(),
+                    version_seq: version.then_some(obj.version_seq),
                     obj,
                     to,
                     bytes,
                 });
             }
             Ok(())
-        })?;
-        Ok(out)
+        };
+        e.index.scan_references(
+            |bucket_id, key, obj| note(bucket_id, key, obj, false),
+            |bucket_id, key, obj| note(bucket_id, key, obj, true),
+            |_, _| Ok(()),
+        )?;
+        Ok(out.into_inner())
     })
     .await?;
     let total: u64 = pending.iter().map(|p| p.bytes).sum();
@@ -704,11 +744,13 @@ impl Throttle {
     }
 }
 
-/// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker in one bucket with versioning:
-/// each key's history is judged as listed ([`lifecycle::HistoryJudge`]), and each version
-/// judged removable is removed by id, under the key's lock, unless it has become the key's
-/// latest version since (a noncurrent one) or its Object Lock protects it.
-async fn expire_history(
+/// NoncurrentVersionExpiration, NoncurrentVersionTransition and ExpiredObjectDeleteMarker in
+/// one bucket with versioning: each key's history is judged as listed
+/// ([`lifecycle::HistoryJudge`]); each version judged removable is removed by id, under the
+/// key's lock, unless it has become the key's latest version since (a noncurrent one) or its
+/// Object Lock protects it; each version judged to move gets its new storage class the same
+/// way (its bytes move with the objects', below), unless it has become current.
+async fn judge_history(
     engine: &Arc<Engine>,
     bucket_id: u64,
     rules: &[Rule],
@@ -734,7 +776,19 @@ async fn expire_history(
         Ok(judge.finish())
     })
     .await?;
-    for r in doomed {
+    for t in doomed.transitions {
+        let vid = crate::versions::VersionId::parse(&t.version_id)?;
+        match engine
+            .set_version_class(bucket_id, &t.key, vid, &t.storage_class, true)
+            .await
+        {
+            Ok(Some(())) => report.lifecycle_versions_transitioned += 1,
+            // Gone, or current now: the next run judges it again.
+            Ok(None) | Err(EngineError(StoreError::PreconditionFailed)) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    for r in doomed.removals {
         let vid = crate::versions::VersionId::parse(&r.version_id)?;
         let check = packrat_store_api::lock::LockCheck::rules(false);
         match engine
@@ -827,7 +881,7 @@ async fn apply_lifecycle(
         if versioning.get(bucket_id).copied().unwrap_or(0) != 0
             && rules.iter().any(Rule::acts_on_history)
         {
-            expire_history(engine, *bucket_id, rules, now, report).await?;
+            judge_history(engine, *bucket_id, rules, now, report).await?;
         }
     }
     // AbortIncompleteMultipartUpload.
@@ -937,6 +991,7 @@ async fn move_to_tier(
             relocations.push(Relocation {
                 bucket_id: p.bucket_id,
                 key: p.key,
+                version_seq: p.version_seq,
                 moved,
             });
         }
@@ -1055,6 +1110,7 @@ async fn move_to_nvme(
                 vec![Relocation {
                     bucket_id: p.bucket_id,
                     key: p.key,
+                    version_seq: p.version_seq,
                     moved,
                 }],
                 ticket,
@@ -1081,7 +1137,7 @@ async fn move_to_nvme(
 async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> EngineResult<()> {
     let e = engine.clone();
     let referenced: HashSet<u64> = blocking(move || {
-        let out = std::cell::RefCell::new(HashSet::new());
+        let out = RefCell::new(HashSet::new());
         let note = |obj: ObjectRecord| {
             out.borrow_mut().extend(
                 obj.chunks

@@ -496,7 +496,7 @@ impl Engine {
         check: LockCheck,
     ) -> EngineResult<Option<ObjectLock>> {
         let now_ms = self.clock.now_ms();
-        self.edit_version(bucket_id, key, id, "Object Lock", |record| {
+        self.edit_version(bucket_id, key, id, "Object Lock", |record, _| {
             let mut lock = ObjectLock::of(&record.headers)
                 .map_err(|e| EngineError(StoreError::internal("object lock", e)))?;
             lock.apply_by(change, now_ms, check)
@@ -516,15 +516,44 @@ impl Engine {
         id: VersionId,
         tags: Vec<(String, String)>,
     ) -> EngineResult<Option<()>> {
-        self.edit_version(bucket_id, key, Some(id), "tags", |record| {
+        self.edit_version(bucket_id, key, Some(id), "tags", |record, _| {
             record.tags = tags;
             Ok(())
         })
         .await
     }
 
+    /// Gives one version the storage class `class` (its bytes move on the tier worker's next
+    /// run), under the key's lock. `None` if there is no such version. With
+    /// `noncurrent_only` (a NoncurrentVersionTransition judged on an older listing), a version
+    /// that has become the key's current one meanwhile is left alone: `PreconditionFailed`.
+    pub(crate) async fn set_version_class(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        id: VersionId,
+        class: &str,
+        noncurrent_only: bool,
+    ) -> EngineResult<Option<()>> {
+        self.edit_version(
+            bucket_id,
+            key,
+            Some(id),
+            "storage class",
+            |record, current| {
+                if noncurrent_only && current {
+                    return Err(EngineError(StoreError::PreconditionFailed));
+                }
+                record.storage_class = (class != "STANDARD").then(|| class.to_string());
+                Ok(())
+            },
+        )
+        .await
+    }
+
     /// Edits the record of one version in place (its bytes and its place in the history
-    /// stay), under the key's lock, committing only if `edit` succeeds. `None` if there is no
+    /// stay), under the key's lock, committing only if `edit` (given the record and whether it
+    /// is the key's current version) succeeds. `None` if there is no
     /// such version (or, without an id, no current object); a delete marker has no `what`
     /// (`Invalid`).
     async fn edit_version<T>(
@@ -533,7 +562,7 @@ impl Engine {
         key: &str,
         id: Option<VersionId>,
         what: &str,
-        edit: impl FnOnce(&mut ObjectRecord) -> EngineResult<T>,
+        edit: impl FnOnce(&mut ObjectRecord, bool) -> EngineResult<T>,
     ) -> EngineResult<Option<T>> {
         let (guard, stripe) = self.lock_key_current(bucket_id, key).await;
         let found = match id {
@@ -558,7 +587,7 @@ impl Engine {
                 "A delete marker has no {what}"
             ))));
         }
-        let out = edit(&mut record)?;
+        let out = edit(&mut record, current)?;
         let (key, record) = (key.to_string(), Box::new(record));
         let op = if current {
             ObjectOp::Put {

@@ -6,7 +6,9 @@
 //! AbortIncompleteMultipartUpload is a chain abort. NoncurrentVersionExpiration and
 //! ExpiredObjectDeleteMarker remove versions by id (a chain step each, as a client's removal
 //! by id is), judged on the head's copy of each key's history; the head leaves a noncurrent
-//! version alone if it has become the key's latest meanwhile.
+//! version alone if it has become the key's latest meanwhile. NoncurrentVersionTransition is
+//! a chain edit of one version's storage class by id (the head leaves it if it has become
+//! current); each member's tier worker moves its copy, as for objects.
 
 use super::uploads::Step;
 use super::{Fail, Node, cv_of, meta_of, now_micros, with_versions};
@@ -37,6 +39,8 @@ pub struct LifecyclePass {
     pub aborted: usize,
     /// Noncurrent versions and lone delete markers removed.
     pub versions_removed: usize,
+    /// Noncurrent versions given a colder storage class.
+    pub versions_transitioned: usize,
 }
 
 impl Node {
@@ -55,6 +59,7 @@ impl Node {
                     transitioned = p.transitioned,
                     uploads_aborted = p.aborted,
                     versions_removed = p.versions_removed,
+                    versions_transitioned = p.versions_transitioned,
                     "lifecycle rules applied"
                 ),
                 Err(e) => tracing::warn!("lifecycle rules: {e}"),
@@ -84,10 +89,12 @@ impl Node {
             pass.expired += expired;
             pass.transitioned += transitioned;
             if rec.versioning.is_some() && rules.iter().any(Rule::acts_on_history) {
-                pass.versions_removed += self
-                    .expire_history(&map, rec.id, &rules, &headed, now_ms)
+                let (removed, moved) = self
+                    .judge_history(&map, rec.id, &rules, &headed, now_ms)
                     .await
                     .map_err(|e| format!("bucket {}: {e}", rec.name))?;
+                pass.versions_removed += removed;
+                pass.versions_transitioned += moved;
             }
             pass.aborted += self
                 .abort_stale_uploads(&map, rec.id, &rules, &headed, now_ms)
@@ -168,17 +175,17 @@ impl Node {
         }
     }
 
-    /// NoncurrentVersionExpiration and ExpiredObjectDeleteMarker over the keys of the PGs
-    /// this node heads ([`lifecycle::HistoryJudge`] on this node's copy of each key's
-    /// history): the number of versions removed.
-    async fn expire_history(
+    /// NoncurrentVersionExpiration, NoncurrentVersionTransition and ExpiredObjectDeleteMarker
+    /// over the keys of the PGs this node heads ([`lifecycle::HistoryJudge`] on this node's
+    /// copy of each key's history): the numbers of versions removed and moved.
+    async fn judge_history(
         &self,
         map: &ClusterMap,
         bid: u64,
         rules: &[Rule],
         headed: &HashSet<u32>,
         now_ms: i64,
-    ) -> Result<usize, StoreError> {
+    ) -> Result<(usize, usize), StoreError> {
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let shown = with_versions(&objects);
         let mut query = VersionQuery {
@@ -200,8 +207,32 @@ impl Node {
             query.key_marker = page.next_key_marker;
             query.version_id_marker = page.next_version_id_marker;
         }
+        let verdict = judge.finish();
+        let mut moved = 0;
+        for t in verdict.transitions {
+            let pg = pg_of(bid, &t.key, map.pgs);
+            match self
+                .change_class(
+                    map,
+                    bid,
+                    pg,
+                    &t.key,
+                    None,
+                    &t.version_id,
+                    &t.storage_class,
+                    true,
+                )
+                .await
+            {
+                Ok(()) => moved += 1,
+                // Gone, current now, or the chain changed: the next pass decides.
+                Err(Fail::Store(StoreError::PreconditionFailed | StoreError::NoSuchKey))
+                | Err(Fail::Refused(_)) => {}
+                Err(Fail::Store(e)) => return Err(e),
+            }
+        }
         let mut removed = 0;
-        for r in judge.finish() {
+        for r in verdict.removals {
             let pg = pg_of(bid, &r.key, map.pgs);
             match self
                 .delete_version(map, bid, pg, &r.key, None, &r.version_id, false, !r.latest)
@@ -214,7 +245,7 @@ impl Node {
                 Err(Fail::Store(e)) => return Err(e),
             }
         }
-        Ok(removed)
+        Ok((removed, moved))
     }
 
     async fn abort_stale_uploads(

@@ -49,12 +49,14 @@ fn entry_of(v: &VersionSummary) -> WireVersionEntry {
     }
 }
 
-/// Whether two listed versions are the same version, with the same Object Lock and tags.
+/// Whether two listed versions are the same version, with the same Object Lock, tags and
+/// storage class.
 fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
     a.version_id == b.version_id
         && a.marker == b.marker
         && a.entry.etag == b.entry.etag
         && a.entry.last_modified_ms == b.entry.last_modified_ms
+        && a.entry.storage_class == b.entry.storage_class
         && a.lock == b.lock
         && a.tags == b.tags
 }
@@ -275,6 +277,59 @@ impl Node {
         }
         let path = format!("/o/{bid}/{pg}/{}?tags&version={}", encode(key), encode(id));
         self.end_history_step(map, step, Method::PUT, &path, body)
+            .await
+    }
+
+    /// `PUT /o/..?class=CLASS&version=ID[&noncurrent]`: gives one version of a key that
+    /// storage class on every member (a NoncurrentVersionTransition; each member's tier
+    /// worker then moves its copy). A chain step, like a tag change: the head checks the
+    /// version is there (`NoSuchKey` if not) and, with `noncurrent`, that it is not the key's
+    /// current version (`PreconditionFailed`); each member edits its copy in place and hands
+    /// the step on (a member that lacks the version skips it: its catching up copies the
+    /// version, class and all).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn change_class(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: Option<u64>,
+        id: &str,
+        class: &str,
+        noncurrent_only: bool,
+    ) -> Result<(), Fail> {
+        let step = self.begin_history_step(map, bid, pg, key, cv).await?;
+        let at_head = step.at_head();
+        let found = self
+            .store
+            .set_version_class(
+                &with_versions(&step.objects),
+                key,
+                id,
+                class,
+                noncurrent_only && at_head,
+            )
+            .await;
+        match found {
+            Ok(true) => {}
+            Ok(false) if !at_head => {}
+            Ok(false) => {
+                self.drop_history_step(step);
+                return Err(StoreError::NoSuchKey.into());
+            }
+            Err(e) => {
+                self.drop_history_step(step);
+                return Err(e.into());
+            }
+        }
+        let path = format!(
+            "/o/{bid}/{pg}/{}?class={}&version={}",
+            encode(key),
+            encode(class),
+            encode(id)
+        );
+        self.end_history_step(map, step, Method::PUT, &path, Bytes::new())
             .await
     }
 

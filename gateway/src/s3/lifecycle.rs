@@ -6,7 +6,9 @@ use super::tagging::TagXml;
 use super::xml::Xml;
 use serde::Deserialize;
 
-pub use packrat_store_api::lifecycle::{NoncurrentExpiration, RULES_MAX, Rule, Transition, When};
+pub use packrat_store_api::lifecycle::{
+    NoncurrentExpiration, NoncurrentTransition, RULES_MAX, Rule, Transition, When,
+};
 
 // ---- XML ----
 
@@ -33,7 +35,7 @@ struct RuleXml {
     #[serde(rename = "AbortIncompleteMultipartUpload")]
     abort: Option<AbortXml>,
     #[serde(rename = "NoncurrentVersionTransition", default)]
-    noncurrent_transitions: Vec<serde::de::IgnoredAny>,
+    noncurrent_transitions: Vec<NoncurrentTransitionXml>,
     #[serde(rename = "NoncurrentVersionExpiration")]
     noncurrent_expiration: Option<NoncurrentXml>,
 }
@@ -44,6 +46,16 @@ struct NoncurrentXml {
     days: Option<u32>,
     #[serde(rename = "NewerNoncurrentVersions")]
     newer_versions: Option<u32>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NoncurrentTransitionXml {
+    #[serde(rename = "NoncurrentDays")]
+    days: Option<u32>,
+    #[serde(rename = "NewerNoncurrentVersions")]
+    newer_versions: Option<u32>,
+    #[serde(rename = "StorageClass")]
+    storage_class: String,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -121,6 +133,36 @@ fn when(days: Option<u32>, date: Option<String>, what: &str) -> S3Result<When> {
     }
 }
 
+/// A transition's class must be a tier this server has (STANDARD is no transition).
+fn refuse_unknown_class(class: &str, what: &str, is_tier: &dyn Fn(&str) -> bool) -> S3Result<()> {
+    if is_tier(class) {
+        return Ok(());
+    }
+    Err(S3Error::new(
+        S3ErrorCode::InvalidStorageClass,
+        format!(
+            "{what} to {class} is not possible: it is not a storage class configured on this server (packrat serve --tier CLASS=...)."
+        ),
+    ))
+}
+
+fn noncurrent_days(days: Option<u32>, what: &str) -> S3Result<u32> {
+    days.filter(|d| *d > 0).ok_or_else(|| {
+        invalid(format!(
+            "'NoncurrentDays' in {what} must be a positive integer"
+        ))
+    })
+}
+
+fn newer_versions(n: Option<u32>) -> S3Result<Option<u32>> {
+    if n.is_some_and(|v| !(1..=100).contains(&v)) {
+        return Err(invalid(
+            "'NewerNoncurrentVersions' must be between 1 and 100",
+        ));
+    }
+    Ok(n)
+}
+
 /// Parses and validates a lifecycle configuration. `is_tier` says whether a storage class is
 /// configured on this server (transitions to any other class are refused).
 pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>> {
@@ -149,29 +191,37 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
                 ));
             }
         };
-        if !r.noncurrent_transitions.is_empty() {
-            return Err(S3Error::new(
-                S3ErrorCode::NotImplemented,
-                "NoncurrentVersionTransition is not supported yet (NoncurrentVersionExpiration is).",
-            ));
-        }
         let noncurrent_expiration = match r.noncurrent_expiration {
             None => None,
-            Some(n) => {
-                let days = n.days.filter(|d| *d > 0).ok_or_else(|| {
-                    invalid("'NoncurrentDays' in NoncurrentVersionExpiration must be a positive integer")
-                })?;
-                if n.newer_versions.is_some_and(|v| !(1..=100).contains(&v)) {
-                    return Err(invalid(
-                        "'NewerNoncurrentVersions' must be between 1 and 100",
-                    ));
-                }
-                Some(NoncurrentExpiration {
-                    days,
-                    newer_versions: n.newer_versions,
-                })
-            }
+            Some(n) => Some(NoncurrentExpiration {
+                days: noncurrent_days(n.days, "NoncurrentVersionExpiration")?,
+                newer_versions: newer_versions(n.newer_versions)?,
+            }),
         };
+        let mut noncurrent_transitions: Vec<NoncurrentTransition> = Vec::new();
+        for t in r.noncurrent_transitions {
+            refuse_unknown_class(&t.storage_class, "NoncurrentVersionTransition", is_tier)?;
+            if noncurrent_transitions
+                .iter()
+                .any(|o| o.storage_class == t.storage_class)
+            {
+                return Err(invalid(
+                    "'StorageClass' must be different for 'NoncurrentVersionTransition' actions in the same 'Rule'.",
+                ));
+            }
+            noncurrent_transitions.push(NoncurrentTransition {
+                days: noncurrent_days(t.days, "NoncurrentVersionTransition")?,
+                newer_versions: newer_versions(t.newer_versions)?,
+                storage_class: t.storage_class,
+            });
+        }
+        if let Some(e) = &noncurrent_expiration
+            && noncurrent_transitions.iter().any(|t| t.days >= e.days)
+        {
+            return Err(invalid(
+                "'NoncurrentDays' in the NoncurrentVersionExpiration action must be greater than 'NoncurrentDays' in the NoncurrentVersionTransition action.",
+            ));
+        }
         let f = r.filter.unwrap_or_default();
         let a = f.and.unwrap_or_default();
         let tags: Vec<(String, String)> = f
@@ -199,15 +249,7 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
         let prefix = r.prefix.or(f.prefix).or(a.prefix).unwrap_or_default();
         let mut transitions = Vec::new();
         for t in r.transitions {
-            if !is_tier(&t.storage_class) {
-                return Err(S3Error::new(
-                    S3ErrorCode::InvalidStorageClass,
-                    format!(
-                        "Transition to {} is not possible: it is not a storage class configured on this server (packrat serve --tier CLASS=...).",
-                        t.storage_class
-                    ),
-                ));
-            }
+            refuse_unknown_class(&t.storage_class, "Transition", is_tier)?;
             transitions.push(Transition {
                 when: when(t.days, t.date, "Transition")?,
                 storage_class: t.storage_class,
@@ -246,10 +288,11 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
             && expiration.is_none()
             && abort_incomplete_days.is_none()
             && noncurrent_expiration.is_none()
+            && noncurrent_transitions.is_empty()
             && !expired_delete_markers
         {
             return Err(invalid(
-                "Each rule needs at least one action (Transition, Expiration, NoncurrentVersionExpiration or AbortIncompleteMultipartUpload).",
+                "Each rule needs at least one action (Transition, Expiration, NoncurrentVersionTransition, NoncurrentVersionExpiration or AbortIncompleteMultipartUpload).",
             ));
         }
         let id = r.id.unwrap_or_else(|| format!("rule-{}", n + 1));
@@ -270,6 +313,7 @@ pub fn parse(body: &[u8], is_tier: &dyn Fn(&str) -> bool) -> S3Result<Vec<Rule>>
             abort_incomplete_days,
             noncurrent_expiration,
             expired_delete_markers,
+            noncurrent_transitions,
         });
     }
     Ok(rules)
@@ -325,6 +369,15 @@ pub fn to_xml(rules: &[Rule]) -> String {
             when(&mut x, &t.when);
             x.elem("StorageClass", &t.storage_class);
             x.close("Transition");
+        }
+        for t in &r.noncurrent_transitions {
+            x.open("NoncurrentVersionTransition");
+            x.elem("NoncurrentDays", &t.days.to_string());
+            x.elem("StorageClass", &t.storage_class);
+            if let Some(v) = t.newer_versions {
+                x.elem("NewerNoncurrentVersions", &v.to_string());
+            }
+            x.close("NoncurrentVersionTransition");
         }
         if let Some(e) = &r.expiration {
             x.open("Expiration");
@@ -505,12 +558,62 @@ mod tests {
             ),
             S3ErrorCode::InvalidArgument
         );
+        let moving = |d: &str, class: &str| {
+            format!(
+                "<NoncurrentVersionTransition><NoncurrentDays>{d}</NoncurrentDays><StorageClass>{class}</StorageClass></NoncurrentVersionTransition>"
+            )
+        };
         assert_eq!(
-            refused(
-                "<NoncurrentVersionTransition><NoncurrentDays>1</NoncurrentDays><StorageClass>STANDARD_IA</StorageClass></NoncurrentVersionTransition>"
-            ),
-            S3ErrorCode::NotImplemented
+            refused(&moving("0", "STANDARD_IA")),
+            S3ErrorCode::InvalidArgument
         );
+        assert_eq!(
+            refused(&moving("1", "GLACIER")),
+            S3ErrorCode::InvalidStorageClass
+        );
+        assert_eq!(
+            refused(&format!(
+                "{}{}",
+                moving("1", "STANDARD_IA"),
+                moving("5", "STANDARD_IA")
+            )),
+            S3ErrorCode::InvalidArgument
+        );
+        // The versions must expire after they move.
+        assert_eq!(
+            refused(&format!("{}{}", moving("30", "STANDARD_IA"), days("30"))),
+            S3ErrorCode::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn noncurrent_versions_move_to_tiers() {
+        let body = br#"<LifecycleConfiguration>
+          <Rule><ID>old-to-cold</ID><Filter><Prefix>ds/</Prefix></Filter><Status>Enabled</Status>
+            <NoncurrentVersionTransition><NoncurrentDays>7</NoncurrentDays><StorageClass>STANDARD_IA</StorageClass></NoncurrentVersionTransition>
+            <NoncurrentVersionTransition><NoncurrentDays>30</NoncurrentDays><StorageClass>GLACIER_IR</StorageClass>
+              <NewerNoncurrentVersions>2</NewerNoncurrentVersions></NoncurrentVersionTransition>
+            <NoncurrentVersionExpiration><NoncurrentDays>365</NoncurrentDays></NoncurrentVersionExpiration></Rule>
+        </LifecycleConfiguration>"#;
+        let rules = parse(body, &tiers).unwrap();
+        assert_eq!(
+            rules[0].noncurrent_transitions,
+            [
+                NoncurrentTransition {
+                    days: 7,
+                    newer_versions: None,
+                    storage_class: "STANDARD_IA".into()
+                },
+                NoncurrentTransition {
+                    days: 30,
+                    newer_versions: Some(2),
+                    storage_class: "GLACIER_IR".into()
+                }
+            ]
+        );
+        assert!(rules[0].acts_on_history());
+        assert!(to_xml(&rules).contains("<NoncurrentVersionTransition><NoncurrentDays>7</NoncurrentDays><StorageClass>STANDARD_IA</StorageClass></NoncurrentVersionTransition>"));
+        assert_eq!(parse(to_xml(&rules).as_bytes(), &tiers).unwrap(), rules);
     }
 
     proptest::proptest! {
