@@ -5,24 +5,12 @@
 mod common;
 
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
-    Bucket, ByteSource, CompleteAs, CompletePart, FoundVersion, NewBucket, NewUpload, ObjectStore,
-    PutObject, PutPart, StoreResult, VersionAs, VersionQuery, Versioning,
+    Bucket, CompleteAs, CompletePart, FoundVersion, NewBucket, NewUpload, ObjectStore, PutObject,
+    PutPart, VersionAs, VersionQuery, Versioning,
 };
 
-struct Once(Option<bytes::Bytes>);
-
-#[async_trait::async_trait]
-impl ByteSource for Once {
-    async fn next_piece(&mut self) -> StoreResult<Option<bytes::Bytes>> {
-        Ok(self.0.take())
-    }
-
-    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
-        Ok(None)
-    }
-}
+use common::Once;
 
 async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, body: &str, v: VersionAs) -> String {
     let info = store

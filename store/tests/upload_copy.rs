@@ -2,24 +2,12 @@
 //! seam's `upload_to_copy` and `read_part`): the upload as begun, under its id, and each
 //! part's bytes, checked as they are read.
 
+mod common;
+
+use common::Once;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::checksum::ChecksumAlgorithm;
-use packrat_store_api::{
-    ByteSource, NewBucket, NewUpload, ObjectAttrs, ObjectStore, PutPart, StoreResult,
-};
-
-struct Once(Option<bytes::Bytes>);
-
-#[async_trait::async_trait]
-impl ByteSource for Once {
-    async fn next_piece(&mut self) -> StoreResult<Option<bytes::Bytes>> {
-        Ok(self.0.take())
-    }
-
-    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
-        Ok(None)
-    }
-}
+use packrat_store_api::{NewBucket, NewUpload, ObjectAttrs, ObjectStore, PutPart};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_and_its_parts_are_read_back_as_begun() {

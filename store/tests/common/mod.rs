@@ -5,7 +5,8 @@
 
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::{JobKind, JobStart};
-use packrat_store_api::{Bucket, NewBucket, ObjectStore, StoreError};
+use packrat_store_api::checksum::ChecksumAlgorithm;
+use packrat_store_api::{Bucket, ByteSource, NewBucket, ObjectStore, StoreError, StoreResult};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -97,4 +98,18 @@ pub async fn run_job(store: &dyn ObjectStore, job: JobStart) -> Result<(), Store
 /// Seals what is due and encodes it into shards (a scrub does that first), and waits for it.
 pub async fn seal(store: &dyn ObjectStore) -> Result<(), StoreError> {
     run_job(store, JobStart::Scrub).await
+}
+
+/// A body given in one piece, with no trailing checksum.
+pub struct Once(pub Option<bytes::Bytes>);
+
+#[async_trait::async_trait]
+impl ByteSource for Once {
+    async fn next_piece(&mut self) -> StoreResult<Option<bytes::Bytes>> {
+        Ok(self.0.take())
+    }
+
+    fn trailing_checksum(&self, _alg: ChecksumAlgorithm) -> StoreResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
 }
