@@ -122,6 +122,25 @@ impl Rule {
     }
 }
 
+/// The prefixes whose keys' histories the rules act on: one per rule that does, none inside
+/// another (so a listing of each visits every such key once), in order; `[""]` when a rule
+/// covers every key. A bucket's history pass lists only these, not every version.
+pub fn history_prefixes(rules: &[Rule]) -> Vec<String> {
+    let mut prefixes: Vec<&str> = rules
+        .iter()
+        .filter(|r| r.acts_on_history())
+        .map(|r| r.prefix.as_str())
+        .collect();
+    prefixes.sort_unstable();
+    let mut out: Vec<String> = Vec::new();
+    for p in prefixes {
+        if !out.last().is_some_and(|q| p.starts_with(q.as_str())) {
+            out.push(p.to_string());
+        }
+    }
+    out
+}
+
 /// What the rules remove of one key's history (`versions`: every version of the key, newest
 /// first, delete markers too, as a listing gives them), as of `now_ms`: the ids of noncurrent
 /// versions a NoncurrentVersionExpiration has reached, and then the key's delete marker if it
@@ -544,5 +563,26 @@ mod tests {
                 storage_class: "STANDARD_IA".into(),
             }]
         );
+    }
+
+    #[test]
+    fn history_is_listed_under_the_acting_rules_prefixes_only() {
+        let rule = |prefix: &str, acting: bool| Rule {
+            id: prefix.into(),
+            enabled: true,
+            prefix: prefix.into(),
+            expired_delete_markers: acting,
+            ..Default::default()
+        };
+        let rules = [
+            rule("logs/2026/", true),
+            rule("data/", true),
+            rule("logs/", true),
+            rule("tmp/", false),
+            rule("datasets/", true),
+        ];
+        assert_eq!(history_prefixes(&rules), ["data/", "datasets/", "logs/"]);
+        assert_eq!(history_prefixes(&[rule("a/", true), rule("", true)]), [""]);
+        assert!(history_prefixes(&[rule("", false)]).is_empty());
     }
 }

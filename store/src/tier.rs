@@ -760,17 +760,19 @@ async fn judge_history(
     let (e, rules) = (engine.clone(), rules.to_vec());
     let doomed = blocking(move || {
         let mut judge = lifecycle::HistoryJudge::new(&rules, now);
-        let mut cursor = None;
-        loop {
-            let page = e
-                .index
-                .list_versions(bucket_id, "", None, cursor.as_ref(), 1000)?;
-            for (key, rec, latest) in page.versions {
-                judge.push(crate::local::version_summary(key, rec, latest));
-            }
-            match page.next.filter(|_| page.truncated) {
-                Some(next) => cursor = Some(next),
-                None => break,
+        for prefix in lifecycle::history_prefixes(&rules) {
+            let mut cursor = None;
+            loop {
+                let page =
+                    e.index
+                        .list_versions(bucket_id, &prefix, None, cursor.as_ref(), 1000)?;
+                for (key, rec, latest) in page.versions {
+                    judge.push(crate::local::version_summary(key, rec, latest));
+                }
+                match page.next.filter(|_| page.truncated) {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
             }
         }
         Ok(judge.finish())

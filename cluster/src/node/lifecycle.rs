@@ -188,24 +188,28 @@ impl Node {
     ) -> Result<(usize, usize), StoreError> {
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let shown = with_versions(&objects);
-        let mut query = VersionQuery {
-            max_keys: 1000,
-            ..Default::default()
-        };
         let mut judge = lifecycle::HistoryJudge::new(rules, now_ms);
-        loop {
-            let page = self.store.list_versions(&shown, &query).await?;
-            // Only the keys of the PGs this node heads (a key's versions all come together).
-            for v in page.versions {
-                if headed.contains(&pg_of(bid, &v.object.key, map.pgs)) {
-                    judge.push(v);
+        for prefix in lifecycle::history_prefixes(rules) {
+            let mut query = VersionQuery {
+                prefix,
+                max_keys: 1000,
+                ..Default::default()
+            };
+            loop {
+                let page = self.store.list_versions(&shown, &query).await?;
+                // Only the keys of the PGs this node heads (a key's versions all come
+                // together).
+                for v in page.versions {
+                    if headed.contains(&pg_of(bid, &v.object.key, map.pgs)) {
+                        judge.push(v);
+                    }
                 }
+                if !page.truncated {
+                    break;
+                }
+                query.key_marker = page.next_key_marker;
+                query.version_id_marker = page.next_version_id_marker;
             }
-            if !page.truncated {
-                break;
-            }
-            query.key_marker = page.next_key_marker;
-            query.version_id_marker = page.next_version_id_marker;
         }
         let verdict = judge.finish();
         let mut moved = 0;
