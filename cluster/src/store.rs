@@ -578,7 +578,6 @@ impl ClusterStore {
         }
     }
 
-    /// One lookup in a request of its own, tried on `first` before the member picked.
     /// Removes a bucket's etcd record, with the note of its id by which the nodes drop its
     /// local buckets (`Etcd::delete_bucket_record`). A configuration change that lands first
     /// is read again; a record of another bucket under the name (this one deleted and made
@@ -614,6 +613,7 @@ impl ClusterStore {
         ))
     }
 
+    /// One lookup in a request of its own, tried on `first` before the member picked.
     async fn lookup_alone(
         &self,
         bucket: &Bucket,
