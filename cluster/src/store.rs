@@ -613,6 +613,56 @@ impl ClusterStore {
         ))
     }
 
+    /// A change of one version's attributes by id: in a bucket with versioning a step of the
+    /// key's history (`PUT /o/..?QUERY&version=ID` with `body`), where the head checks the
+    /// version is there and every member edits its copy in place, as a lock change does; in
+    /// one without, every object is its key's `null` version (no other exists) and the change
+    /// is `edit` of it. `false` when there is no such version.
+    async fn change_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        edit: AttrEdit,
+        query: &str,
+        body: Bytes,
+    ) -> StoreResult<bool> {
+        if version_id != "null" && version_seq(version_id).is_none() {
+            return Err(StoreError::Invalid("Invalid version id specified".into()));
+        }
+        if bucket.versioning == Versioning::Unversioned {
+            if version_id != "null" {
+                return Ok(false);
+            }
+            return match self
+                .update_object(bucket, key, &WriteCondition::default(), edit)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(StoreError::NoSuchKey) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let path = format!(
+            "/o/{}/{pg}/{}?{query}&version={}",
+            bucket.id,
+            encode(key),
+            encode(version_id)
+        );
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::PUT, &path, &[], body)
+            .await?;
+        match ans.status {
+            200 => Ok(true),
+            404 => match ans.error().await {
+                StoreError::NoSuchKey => Ok(false),
+                e => Err(e),
+            },
+            _ => Err(ans.error().await),
+        }
+    }
+
     /// One lookup in a request of its own, tried on `first` before the member picked.
     async fn lookup_alone(
         &self,
@@ -1578,45 +1628,10 @@ impl ObjectStore for ClusterStore {
         version_id: &str,
         tags: Vec<(String, String)>,
     ) -> StoreResult<bool> {
-        if version_id != "null" && version_seq(version_id).is_none() {
-            return Err(StoreError::Invalid("Invalid version id specified".into()));
-        }
-        if bucket.versioning == Versioning::Unversioned {
-            // Every object is its key's null version (an edit of it); no other version exists.
-            if version_id != "null" {
-                return Ok(false);
-            }
-            let edit: AttrEdit = Box::new(move |a| a.tags = tags);
-            return match self
-                .update_object(bucket, key, &WriteCondition::default(), edit)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(StoreError::NoSuchKey) => Ok(false),
-                Err(e) => Err(e),
-            };
-        }
-        // A step of the key's history, as a lock change is: the head checks the version is
-        // there, and every member edits its copy in place.
-        let pg = pg_of(bucket.id, key, self.map().pgs);
-        let path = format!(
-            "/o/{}/{pg}/{}?tags&version={}",
-            bucket.id,
-            encode(key),
-            encode(version_id)
-        );
         let body = serde_json::to_vec(&tags).map_err(|e| StoreError::internal("tags", e))?;
-        let (ans, _) = self
-            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::from(body))
-            .await?;
-        match ans.status {
-            200 => Ok(true),
-            404 => match ans.error().await {
-                StoreError::NoSuchKey => Ok(false),
-                e => Err(e),
-            },
-            _ => Err(ans.error().await),
-        }
+        let edit: AttrEdit = Box::new(move |a| a.tags = tags);
+        self.change_version(bucket, key, version_id, edit, "tags", Bytes::from(body))
+            .await
     }
 
     async fn set_version_class(
@@ -1627,52 +1642,22 @@ impl ObjectStore for ClusterStore {
         class: &str,
         noncurrent_only: bool,
     ) -> StoreResult<bool> {
-        if version_id != "null" && version_seq(version_id).is_none() {
-            return Err(StoreError::Invalid("Invalid version id specified".into()));
-        }
-        if bucket.versioning == Versioning::Unversioned {
-            // Every object is its key's null version, and current: no other version exists.
-            if version_id != "null" {
-                return Ok(false);
-            }
-            if noncurrent_only {
-                return match self.head_object(bucket, key).await? {
-                    Some(_) => Err(StoreError::PreconditionFailed),
-                    None => Ok(false),
-                };
-            }
-            let class = (class != "STANDARD").then(|| class.to_string());
-            let edit: AttrEdit = Box::new(move |a| a.storage_class = class);
-            return match self
-                .update_object(bucket, key, &WriteCondition::default(), edit)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(StoreError::NoSuchKey) => Ok(false),
-                Err(e) => Err(e),
+        if noncurrent_only && bucket.versioning == Versioning::Unversioned && version_id == "null" {
+            // The null version is the key's only one, and current.
+            return match self.head_object(bucket, key).await? {
+                Some(_) => Err(StoreError::PreconditionFailed),
+                None => Ok(false),
             };
         }
-        // A step of the key's history, as a tag change is.
-        let pg = pg_of(bucket.id, key, self.map().pgs);
-        let path = format!(
-            "/o/{}/{pg}/{}?class={}&version={}{}",
-            bucket.id,
-            encode(key),
+        let query = format!(
+            "class={}{}",
             encode(class),
-            encode(version_id),
             if noncurrent_only { "&noncurrent" } else { "" }
         );
-        let (ans, _) = self
-            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::new())
-            .await?;
-        match ans.status {
-            200 => Ok(true),
-            404 => match ans.error().await {
-                StoreError::NoSuchKey => Ok(false),
-                e => Err(e),
-            },
-            _ => Err(ans.error().await),
-        }
+        let class = (class != "STANDARD").then(|| class.to_string());
+        let edit: AttrEdit = Box::new(move |a| a.storage_class = class);
+        self.change_version(bucket, key, version_id, edit, &query, Bytes::new())
+            .await
     }
 
     async fn list_versions(

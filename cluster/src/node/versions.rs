@@ -241,10 +241,7 @@ impl Node {
     }
 
     /// `PUT /o/..?tags&version=ID` with a JSON list of (key, value): gives one version of a
-    /// key that tag set on every member. A chain step, like a lock change: the head gives it
-    /// a `cv` and checks the version is there (`NoSuchKey` if not); each member edits its
-    /// copy in place and hands the step on (a member that lacks the version skips it: its
-    /// catching up copies the version, tags and all).
+    /// key that tag set on every member (see [`Node::version_edit_step`]).
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn change_tags(
         &self,
@@ -258,35 +255,17 @@ impl Node {
     ) -> Result<(), Fail> {
         let tags: Vec<(String, String)> = serde_json::from_slice(&body)
             .map_err(|e| StoreError::Invalid(format!("bad tags: {e}")))?;
-        let step = self.begin_history_step(map, bid, pg, key, cv).await?;
-        let found = self
-            .store
-            .set_version_tags(&with_versions(&step.objects), key, id, tags)
-            .await;
-        match found {
-            Ok(true) => {}
-            Ok(false) if !step.at_head() => {}
-            Ok(false) => {
-                self.drop_history_step(step);
-                return Err(StoreError::NoSuchKey.into());
-            }
-            Err(e) => {
-                self.drop_history_step(step);
-                return Err(e.into());
-            }
-        }
-        let path = format!("/o/{bid}/{pg}/{}?tags&version={}", encode(key), encode(id));
-        self.end_history_step(map, step, Method::PUT, &path, body)
+        let edit = |shown: Bucket, _| async move {
+            self.store.set_version_tags(&shown, key, id, tags).await
+        };
+        self.version_edit_step(map, (bid, pg, key), cv, id, "tags", body, edit)
             .await
     }
 
     /// `PUT /o/..?class=CLASS&version=ID[&noncurrent]`: gives one version of a key that
     /// storage class on every member (a NoncurrentVersionTransition; each member's tier
-    /// worker then moves its copy). A chain step, like a tag change: the head checks the
-    /// version is there (`NoSuchKey` if not) and, with `noncurrent`, that it is not the key's
-    /// current version (`PreconditionFailed`); each member edits its copy in place and hands
-    /// the step on (a member that lacks the version skips it: its catching up copies the
-    /// version, class and all).
+    /// worker then moves its copy). With `noncurrent`, the head also checks the version is not
+    /// the key's current one (`PreconditionFailed`). See [`Node::version_edit_step`].
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn change_class(
         &self,
@@ -299,19 +278,40 @@ impl Node {
         class: &str,
         noncurrent_only: bool,
     ) -> Result<(), Fail> {
+        let edit = |shown: Bucket, at_head: bool| async move {
+            self.store
+                .set_version_class(&shown, key, id, class, noncurrent_only && at_head)
+                .await
+        };
+        let query = format!("class={}", encode(class));
+        self.version_edit_step(map, (bid, pg, key), cv, id, &query, Bytes::new(), edit)
+            .await
+    }
+
+    /// An in-place edit of one version of a key on every member (`edit` of this member's copy,
+    /// given its bucket with versions and whether this member is the head), as a chain step
+    /// like a lock change: the head gives it a `cv` and checks the version is there
+    /// (`NoSuchKey` if not); each member edits its copy and hands the step on as `PUT
+    /// /o/..?QUERY&version=ID` with `body` (a member that lacks the version skips it: its
+    /// catching up copies the version, edit and all).
+    #[allow(clippy::too_many_arguments)]
+    async fn version_edit_step<F, Fut>(
+        &self,
+        map: &ClusterMap,
+        (bid, pg, key): (u64, u32, &str),
+        cv: Option<u64>,
+        id: &str,
+        query: &str,
+        body: Bytes,
+        edit: F,
+    ) -> Result<(), Fail>
+    where
+        F: FnOnce(Bucket, bool) -> Fut,
+        Fut: std::future::Future<Output = StoreResult<bool>>,
+    {
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
         let at_head = step.at_head();
-        let found = self
-            .store
-            .set_version_class(
-                &with_versions(&step.objects),
-                key,
-                id,
-                class,
-                noncurrent_only && at_head,
-            )
-            .await;
-        match found {
+        match edit(with_versions(&step.objects), at_head).await {
             Ok(true) => {}
             Ok(false) if !at_head => {}
             Ok(false) => {
@@ -324,12 +324,11 @@ impl Node {
             }
         }
         let path = format!(
-            "/o/{bid}/{pg}/{}?class={}&version={}",
+            "/o/{bid}/{pg}/{}?{query}&version={}",
             encode(key),
-            encode(class),
             encode(id)
         );
-        self.end_history_step(map, step, Method::PUT, &path, Bytes::new())
+        self.end_history_step(map, step, Method::PUT, &path, body)
             .await
     }
 
