@@ -474,9 +474,9 @@ def tar_of(members):
 def test_batch_put_into_a_versioned_bucket_makes_versions(s3):
     """A batch PUT (TAR auto-extract) into a bucket with versioning makes each member a new
     version of its key and keeps the one it replaces, as PutObject does; a key named twice
-    in one TAR is its last member (one version); a suspended bucket's members are their keys'
-    null versions. A bucket with Object Lock refuses it (its default retention would not be
-    applied) and stores nothing."""
+    in one TAR gets two versions, in TAR order, as two PUTs would make; a suspended bucket's
+    members are their keys' null versions (a key named twice: the last). A bucket with Object
+    Lock refuses it (its default retention would not be applied) and stores nothing."""
     bucket = "versioned-batch"
     s3.create_bucket(Bucket=bucket)
     enable(s3, bucket)
@@ -485,19 +485,21 @@ def test_batch_put_into_a_versioned_bucket_makes_versions(s3):
     def batch(b, members):
         s3.put_object(Bucket=b, Key="x.tar", Body=tar_of(members), Metadata={"snowball-auto-extract": "true"})
 
-    batch(bucket, [("d/a", b"new a"), ("d/b", b"b one"), ("d/b", b"b two")])
+    batch(bucket, [("d/a", b"new a"), ("d/b", b"b one"), ("d/c", b"c"), ("d/b", b"b two")])
     listed = versions_of(s3, bucket)
     assert [(k, latest, size) for k, _, latest, _, size in listed] == [
-        ("d/a", False, 5), ("d/a", True, 5), ("d/b", True, 5)], listed
+        ("d/a", False, 5), ("d/a", True, 5), ("d/b", False, 5), ("d/b", True, 5), ("d/c", True, 1)], listed
     assert s3.get_object(Bucket=bucket, Key="d/a", VersionId=old)["Body"].read() == b"old a"
     got = s3.get_object(Bucket=bucket, Key="d/a")
     assert got["Body"].read() == b"new a" and got["VersionId"] not in ("null", old)
     assert s3.get_object(Bucket=bucket, Key="d/b")["Body"].read() == b"b two"
+    first_b = listed[2][1]
+    assert s3.get_object(Bucket=bucket, Key="d/b", VersionId=first_b)["Body"].read() == b"b one"
     enable(s3, bucket, "Suspended")
-    batch(bucket, [("d/b", b"b null")])
+    batch(bucket, [("d/b", b"null one"), ("d/b", b"b null")])
     got = s3.get_object(Bucket=bucket, Key="d/b")
     assert (got["VersionId"], got["Body"].read()) == ("null", b"b null")
-    assert len([v for v in versions_of(s3, bucket) if v[0] == "d/b"]) == 2
+    assert len([v for v in versions_of(s3, bucket) if v[0] == "d/b"]) == 3
     remove_every_version(s3, bucket)
     held = "versioned-batch-held"
     s3.create_bucket(Bucket=held, ObjectLockEnabledForBucket=True)

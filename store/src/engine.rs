@@ -676,9 +676,8 @@ impl Engine {
     /// index batch). `ticket` must cover every record they reference. No write conditions;
     /// each key's lock is taken, in a fixed order, for the duration of the commit. In a
     /// bucket with versioning (`mode`), each object is a new version of its key, the one it
-    /// replaces kept as a PutObject keeps it (`Suspended`: the key's null version); a key
-    /// named twice is then written once, as its last object (the ops of one job all read the
-    /// index as it was before it).
+    /// replaces kept as a PutObject keeps it, a key named twice getting two versions in the
+    /// order given (`Suspended`: each replaces the key's null version, so the last stays).
     pub async fn commit_objects(
         self: &Arc<Self>,
         bucket_id: u64,
@@ -689,27 +688,51 @@ impl Engine {
         let (guards, stripes) = self
             .lock_keys(objects.iter().map(|(k, _)| (bucket_id, k.as_str())))
             .await;
-        let mut ops = Vec::with_capacity(objects.len());
-        if mode != Versioning::Unversioned {
+        if mode == Versioning::Unversioned {
+            let ops = objects
+                .into_iter()
+                .map(|(key, rec)| ObjectOp::Put {
+                    bucket_id,
+                    key,
+                    record: Box::new(rec),
+                })
+                .collect();
+            return self.commit_locked(guards, ticket, ops, &stripes).await;
+        }
+        if mode == Versioning::Suspended {
             // The last object of each key, in the order they came.
             let mut seen = std::collections::HashSet::new();
             objects.reverse();
             objects.retain(|(k, _)| seen.insert(k.clone()));
             objects.reverse();
-            // The history ops read the index: the key's writes before this job are applied.
-            self.quiesce(&stripes).await;
         }
+        // The history ops read the index: the key's writes before this job are applied.
+        self.quiesce(&stripes).await;
+        let mut ops = Vec::with_capacity(objects.len() * 2);
+        // Each key's newest object of the job so far, by key, and the keys in the order met.
+        let mut newest: HashMap<String, ObjectRecord> = HashMap::new();
+        let mut keys = Vec::new();
         for (key, mut rec) in objects {
-            if mode != Versioning::Unversioned {
-                let (history, _) =
-                    self.placed_version_ops(bucket_id, &key, mode, None, &mut rec)?;
-                ops.extend(history);
+            match newest.remove(&key) {
+                None => {
+                    let (history, _) =
+                        self.placed_version_ops(bucket_id, &key, mode, None, &mut rec)?;
+                    ops.extend(history);
+                    keys.push(key.clone());
+                }
+                // Named again (enabled versioning): the earlier one is kept in the history.
+                Some(prev) => ops.push(self.repeated_version_op(bucket_id, &key, prev, &mut rec)),
             }
-            ops.push(ObjectOp::Put {
-                bucket_id,
-                key,
-                record: Box::new(rec),
-            });
+            newest.insert(key, rec);
+        }
+        for key in keys {
+            if let Some(rec) = newest.remove(&key) {
+                ops.push(ObjectOp::Put {
+                    bucket_id,
+                    key,
+                    record: Box::new(rec),
+                });
+            }
         }
         self.commit_locked(guards, ticket, ops, &stripes).await
     }

@@ -231,6 +231,26 @@ impl Engine {
         Ok((ops, true))
     }
 
+    /// The op that keeps `prev`, a new version of a key placed earlier in the same commit
+    /// job, when `rec` comes after it (a batch PUT naming the key again, into a bucket with
+    /// versioning enabled): `rec` gets the next sequence, and `prev` becomes a noncurrent
+    /// version, as a later PutObject would make it.
+    pub(crate) fn repeated_version_op(
+        &self,
+        bucket_id: u64,
+        key: &str,
+        prev: ObjectRecord,
+        rec: &mut ObjectRecord,
+    ) -> ObjectOp {
+        rec.version_flags &= VERSION_DELETE_MARKER;
+        rec.version_seq = self.next_version_seq(prev.version_seq);
+        ObjectOp::PutVersion {
+            bucket_id,
+            key: key.to_string(),
+            record: Box::new(prev),
+        }
+    }
+
     /// The ops that go with a chosen version `rec` below the key's newest, kept in its
     /// history (see [`Self::placed_version_ops`]): refused if it is the current one, or a
     /// `null` version older than the key's null version (one per key, the newer wins);

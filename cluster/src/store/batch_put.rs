@@ -10,7 +10,7 @@ use crate::wire::WirePut;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 use packrat_store_api::batch::BatchWriter;
-use packrat_store_api::{Bucket, StoreError, StoreResult};
+use packrat_store_api::{Bucket, StoreError, StoreResult, Versioning};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -78,38 +78,54 @@ impl BatchWriter for ClusterBatchWriter {
             ..
         } = *self;
         let count = members.len();
-        // A key named twice: the later member wins, as in one server's commit.
-        let last: HashMap<String, usize> = members
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let unique: Vec<(String, Bytes)> = members
-            .into_iter()
-            .enumerate()
-            .filter(|(i, (k, _))| last.get(k) == Some(i))
-            .map(|(_, m)| m)
-            .collect();
-        let writes = unique.into_iter().map(|(key, body)| {
+        // Each key's members in the order given: with versioning enabled each is a version
+        // of its key, written one after the other; otherwise the last wins, as in one
+        // server's commit (members of different keys go at once, in any order).
+        let mut by_key: HashMap<String, Vec<Bytes>> = HashMap::new();
+        let mut keys = Vec::new();
+        for (key, body) in members {
+            let bodies = by_key.entry(key.clone()).or_default();
+            if bodies.is_empty() {
+                keys.push(key);
+            }
+            bodies.push(body);
+        }
+        if bucket.versioning != Versioning::Enabled {
+            for bodies in by_key.values_mut() {
+                bodies.drain(..bodies.len() - 1);
+            }
+        }
+        let planned: usize = by_key.values().map(Vec::len).sum();
+        let writes = keys.into_iter().map(|key| {
+            let bodies = by_key.remove(&key).unwrap_or_default();
             let (store, bucket) = (store.clone(), bucket.clone());
             async move {
-                let put = WirePut {
-                    last_modified_ms: now_ms,
-                    ..Default::default()
-                };
-                store.put_bytes(&bucket, &key, body, put).await
+                let mut results = Vec::with_capacity(bodies.len());
+                for body in bodies {
+                    let put = WirePut {
+                        last_modified_ms: now_ms,
+                        ..Default::default()
+                    };
+                    let r = store.put_bytes(&bucket, &key, body, put).await;
+                    let failed = r.is_err();
+                    results.push(r);
+                    if failed {
+                        break;
+                    }
+                }
+                futures_util::stream::iter(results)
             }
         });
         let results: Vec<StoreResult<_>> = futures_util::stream::iter(writes)
             .buffer_unordered(MEMBERS_IN_FLIGHT)
+            .flatten()
             .collect()
             .await;
         let written = results.iter().filter(|r| r.is_ok()).count();
         if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
             return Err(match e {
                 StoreError::Unavailable(why) => StoreError::Unavailable(format!(
-                    "{written} of {} members were written before the batch PUT failed: {why}",
-                    last.len()
+                    "{written} of {planned} members were written before the batch PUT failed: {why}"
                 )),
                 e => e,
             });
