@@ -447,7 +447,10 @@ def test_noncurrent_versions_move_to_the_hdd_tier_and_expire_from_it(workdir):
                                                "NewerNoncurrentVersions": 1}]},
             {"ID": "young", "Filter": {"Prefix": "young/"}, "Status": "Enabled",
              "NoncurrentVersionTransitions": [{"NoncurrentDays": 30, "StorageClass": "STANDARD_IA"}]}]
-        s3.put_bucket_lifecycle_configuration(Bucket="datasets", LifecycleConfiguration={"Rules": rules})
+        # Set with aws-cli, read back with boto3.
+        from test_awscli import aws
+        aws(srv, "s3api", "put-bucket-lifecycle-configuration", "--bucket", "datasets",
+            "--lifecycle-configuration", json.dumps({"Rules": rules}))
         got = s3.get_bucket_lifecycle_configuration(Bucket="datasets")["Rules"]
         assert got[1]["NoncurrentVersionTransitions"] == [
             {"NoncurrentDays": 2, "StorageClass": "STANDARD_IA", "NewerNoncurrentVersions": 1}], got

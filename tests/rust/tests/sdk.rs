@@ -42,11 +42,21 @@ fn binary() -> PathBuf {
 }
 
 fn start() -> Server {
+    start_with(false)
+}
+
+/// A server, with (`tier`) a directory tier for STANDARD_IA inside its data directory.
+fn start_with(tier: bool) -> Server {
     let dir = std::env::temp_dir().join(format!("packrat-sdk-{}", rand::random::<u64>()));
     let bin = binary();
-    let mut child = Command::new(&bin)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dir)
+    let mut cmd = Command::new(&bin);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir);
+    if tier {
+        cmd.arg("--tier")
+            .arg(format!("STANDARD_IA=dir:{}", dir.join("hdd").display()));
+    }
+    let mut child = cmd
         .env("PACKRAT_ROOT_ACCESS_KEY", AK)
         .env("PACKRAT_ROOT_SECRET_KEY", SK)
         .env("PACKRAT_LOG", "warn")
@@ -943,7 +953,7 @@ async fn rust_sdk_server_side_encryption() {
 #[tokio::test]
 async fn rust_sdk_versioning() {
     use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
-    let server = start();
+    let server = start_with(true);
     let s3 = client(&server.endpoint);
     let b = "rust-versions";
     s3.create_bucket().bucket(b).send().await.unwrap();
@@ -1077,15 +1087,22 @@ async fn rust_sdk_versioning() {
         .await
         .unwrap();
     assert_eq!(acl.grants().len(), 1);
-    // A lifecycle rule on noncurrent versions, read back as set.
+    // A lifecycle rule on noncurrent versions (moved to the tier, then expired), read back
+    // as set.
     use aws_sdk_s3::types::{
         BucketLifecycleConfiguration, ExpirationStatus, LifecycleRule, LifecycleRuleFilter,
-        NoncurrentVersionExpiration,
+        NoncurrentVersionExpiration, NoncurrentVersionTransition, TransitionStorageClass,
     };
     let rule = LifecycleRule::builder()
         .id("history")
         .status(ExpirationStatus::Enabled)
         .filter(LifecycleRuleFilter::builder().prefix("").build())
+        .noncurrent_version_transitions(
+            NoncurrentVersionTransition::builder()
+                .noncurrent_days(7)
+                .storage_class(TransitionStorageClass::StandardIa)
+                .build(),
+        )
         .noncurrent_version_expiration(
             NoncurrentVersionExpiration::builder()
                 .noncurrent_days(30)
@@ -1117,6 +1134,11 @@ async fn rust_sdk_versioning() {
     assert_eq!(
         (nc.noncurrent_days(), nc.newer_noncurrent_versions()),
         (Some(30), Some(2))
+    );
+    let moving = &got.rules()[0].noncurrent_version_transitions()[0];
+    assert_eq!(
+        (moving.noncurrent_days(), moving.storage_class()),
+        (Some(7), Some(&TransitionStorageClass::StandardIa))
     );
 }
 
