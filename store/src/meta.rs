@@ -114,7 +114,7 @@ impl From<RuleV2> for Rule {
 
 impl From<RuleV1> for Rule {
     fn from(r: RuleV1) -> Self {
-        Rule {
+        RuleV2 {
             id: r.id,
             enabled: r.enabled,
             prefix: r.prefix,
@@ -124,8 +124,10 @@ impl From<RuleV1> for Rule {
             transitions: r.transitions,
             expiration: r.expiration,
             abort_incomplete_days: r.abort_incomplete_days,
-            ..Default::default()
+            noncurrent_expiration: None,
+            expired_delete_markers: false,
         }
+        .into()
     }
 }
 

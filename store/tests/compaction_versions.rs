@@ -6,11 +6,9 @@
 
 mod common;
 
-use packrat_store::local::{LocalOptions, LocalStore};
+use packrat_store::local::LocalOptions;
 use packrat_store_api::lock::LockCheck;
-use packrat_store_api::{
-    Bucket, FoundVersion, NewBucket, ObjectStore, PutObject, VersionQuery, Versioning,
-};
+use packrat_store_api::{Bucket, FoundVersion, ObjectStore, PutObject, VersionQuery, Versioning};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -46,23 +44,12 @@ async fn read_version(store: &dyn ObjectStore, b: &Bucket, key: &str, id: &str) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_moves_versions_while_histories_change() {
     let dir = tempfile::tempdir().unwrap();
-    let opened = LocalStore::open(LocalOptions {
+    let (store, created) = common::open_with_bucket(LocalOptions {
         segment_bytes_max: 256 << 10,
         ..LocalOptions::new(dir.path().to_path_buf())
     })
-    .unwrap();
-    let store: Arc<LocalStore> = Arc::new(opened.store);
-    let created = store
-        .create_bucket(NewBucket {
-            name: "b".into(),
-            owner_id: "o".into(),
-            owner_name: "o".into(),
-            created_ms: 1,
-            public_read: false,
-            object_lock: false,
-        })
-        .await
-        .unwrap();
+    .await;
+    let store = Arc::new(store);
     store
         .set_versioning(&created, Versioning::Enabled)
         .await

@@ -28,9 +28,12 @@ pub fn erasure_coded(o: LocalOptions, dir: &Path) -> LocalOptions {
 
 /// A store in `dir` with default options and one bucket `b`, unversioned and unlocked.
 pub async fn store_with_bucket(dir: &Path) -> (LocalStore, Bucket) {
-    let store = LocalStore::open(LocalOptions::new(dir.to_path_buf()))
-        .unwrap()
-        .store;
+    open_with_bucket(LocalOptions::new(dir.to_path_buf())).await
+}
+
+/// A store opened with `options` and one bucket `b`, unversioned and unlocked.
+pub async fn open_with_bucket(options: LocalOptions) -> (LocalStore, Bucket) {
+    let store = LocalStore::open(options).unwrap().store;
     let b = store
         .create_bucket(NewBucket {
             name: "b".into(),
