@@ -818,7 +818,8 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
     was away (a legal hold, retention lengthened, shortened with the bypass, a version removed
     with the bypass) are caught up too: a lock changes no ETag or date, so only comparing
     the locks themselves finds them. So are tag sets changed by version id (of an older
-    version, of the current one, and one emptied), for the same reason."""
+    version, of the current one, and one emptied), for the same reason: edited in place, no
+    bytes copied again."""
     etcd, nodes, (gw,) = start_cluster(workdir / "cluster-versions")
     try:
         c = gw.client(read_timeout=60)
@@ -882,6 +883,9 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
         tagged[("k03", first["k03"])] = []
         away.start()
         wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
+        # Versions whose tags alone changed are edited in place, not dropped to be copied again.
+        removed = [line for line in open(away.log_path) if "removing a version" in line]
+        assert not [vid for (_, vid) in tagged if f'version="{vid}"' in "".join(removed)], removed
         nodes[0].kill9()
         nodes[1].kill9()
         wait_for("the returned node alone", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)
@@ -1787,6 +1791,10 @@ def test_lifecycle_rules_and_storage_tiers_are_applied_by_the_nodes(workdir):
         wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
         st = wait_for("every copy of them moved to its node's tier", versions_on_tiers, timeout=30)
         assert st["tiers"][0]["version_bytes"] == 3 * 2 * (30_000 + 30_001), st
+        # The classes were edited in place on its return: no version was dropped to be copied
+        # again.
+        recopied = [line for line in open(away.log_path) if "removing a version" in line and "ckpt/" in line]
+        assert not recopied, recopied
         for _ in range(3):  # from each replica in turn
             assert len(version_classes()) == 6
             for vid, (k, body) in bodies.items():

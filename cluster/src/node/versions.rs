@@ -20,7 +20,8 @@
 //! key's whole history: the member makes its list of versions the source's (`sync_history`),
 //! under the key's lock, copying what it lacks into its place by sequence and removing what
 //! the source does not have (a version deleted by id while it was away, or one that never
-//! committed).
+//! committed). A version it has whose tags or storage class alone differ is edited in place
+//! (no bytes copied); one whose lock differs is copied again.
 
 use super::uploads::Staged;
 use super::{Asker, Fail, KeyStep, Node, NodeResp, cv_of, json, meta_of, with_versions};
@@ -52,13 +53,18 @@ fn entry_of(v: &VersionSummary) -> WireVersionEntry {
 /// Whether two listed versions are the same version, with the same Object Lock, tags and
 /// storage class.
 fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
+    same_bytes(a, b)
+        && a.entry.storage_class == b.entry.storage_class
+        && a.lock == b.lock
+        && a.tags == b.tags
+}
+
+/// Whether two listed versions are the same version's bytes (attributes aside).
+fn same_bytes(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
     a.version_id == b.version_id
         && a.marker == b.marker
         && a.entry.etag == b.entry.etag
         && a.entry.last_modified_ms == b.entry.last_modified_ms
-        && a.entry.storage_class == b.entry.storage_class
-        && a.lock == b.lock
-        && a.tags == b.tags
 }
 
 /// Who judges a history step's lock at this member: the head, by S3's rules at its clock
@@ -558,11 +564,14 @@ impl Node {
     ) -> Result<bool, Fail> {
         let path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
         let theirs: Vec<WireVersionEntry> = self.fetch_json(addr, &path, map.epoch).await?;
-        let mine = self.key_versions(bid, key).await?;
+        let mut mine = self.key_versions(bid, key).await?;
         if theirs.len() == mine.len() && theirs.iter().zip(&mine).all(|(a, b)| same(a, b)) {
             return Ok(false);
         }
         let shown = with_versions(objects);
+        if self.edit_attributes(&shown, key, &theirs, &mine).await? {
+            mine = self.key_versions(bid, key).await?;
+        }
         for m in mine.iter().filter(|m| !theirs.iter().any(|t| same(t, m))) {
             tracing::info!(
                 bucket = bid,
@@ -628,6 +637,41 @@ impl Node {
             self.store.delete_object(&tombs, key).await?;
         }
         Ok(true)
+    }
+
+    /// Versions this member has with the source's bytes but other tags or storage class (a
+    /// change made while it was away; its lock the same): their attributes are edited in
+    /// place, so catching up copies no bytes for them. True if any was.
+    async fn edit_attributes(
+        &self,
+        shown: &Bucket,
+        key: &str,
+        theirs: &[WireVersionEntry],
+        mine: &[WireVersionEntry],
+    ) -> Result<bool, Fail> {
+        let mut edited = false;
+        for m in mine.iter().filter(|m| !m.marker) {
+            let Some(t) = theirs
+                .iter()
+                .find(|t| same_bytes(t, m) && t.lock == m.lock && !same(t, m))
+            else {
+                continue;
+            };
+            let id = &m.version_id;
+            if t.tags != m.tags {
+                self.store
+                    .set_version_tags(shown, key, id, t.tags.clone())
+                    .await?;
+            }
+            if t.entry.storage_class != m.entry.storage_class {
+                let class = t.entry.storage_class.as_deref().unwrap_or("STANDARD");
+                self.store
+                    .set_version_class(shown, key, id, class, false)
+                    .await?;
+            }
+            edited = true;
+        }
+        Ok(edited)
     }
 
     /// The metadata of the source's version `t` of a key.
