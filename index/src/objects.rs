@@ -280,6 +280,20 @@ impl RocksIndex {
         self.scan_references(object, |_, _, _| Ok(()), |_, _| Ok(()))
     }
 
+    /// Visits every object's current version, then every noncurrent version and delete
+    /// marker (`noncurrent` true), as [`scan_references`](Self::scan_references) does.
+    pub fn for_each_record(
+        &self,
+        visit: impl FnMut(u64, &str, ObjectRecord, bool) -> Result<()>,
+    ) -> Result<()> {
+        let visit = std::cell::RefCell::new(visit);
+        self.scan_references(
+            |bucket_id, key, obj| visit.borrow_mut()(bucket_id, key, obj, false),
+            |bucket_id, key, obj| visit.borrow_mut()(bucket_id, key, obj, true),
+            |_, _| Ok(()),
+        )
+    }
+
     pub fn delete_object(&self, bucket_id: u64, key: &str) -> Result<()> {
         self.apply_object_ops(&[&ObjectOp::Delete {
             bucket_id,

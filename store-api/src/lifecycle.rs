@@ -141,6 +141,20 @@ pub fn history_prefixes(rules: &[Rule]) -> Vec<String> {
     out
 }
 
+/// Whether a noncurrent-version action of `days` (keeping the `newer_versions` newest) has
+/// reached a version noncurrent since `since_ms` and of `rank` among its key's noncurrent
+/// versions (0 the newest), as of `now_ms`.
+fn noncurrent_due(
+    days: u32,
+    newer_versions: Option<u32>,
+    since_ms: i64,
+    rank: usize,
+    now_ms: i64,
+) -> bool {
+    now_ms - since_ms >= i64::from(days) * 86_400_000
+        && newer_versions.is_none_or(|keep| rank as u64 >= u64::from(keep))
+}
+
 /// What the rules remove of one key's history (`versions`: every version of the key, newest
 /// first, delete markers too, as a listing gives them), as of `now_ms`: the ids of noncurrent
 /// versions a NoncurrentVersionExpiration has reached, and then the key's delete marker if it
@@ -155,18 +169,15 @@ pub fn history_removals(
     versions: &[crate::VersionSummary],
     now_ms: i64,
 ) -> Vec<String> {
-    let day = 86_400_000i64;
     let mut out = Vec::new();
     for (rank, pair) in versions.windows(2).enumerate() {
         let (above, v) = (&pair[0], &pair[1]);
         let since = above.object.last_modified_ms;
         let due = rules.iter().any(|r| {
             r.matches(key, v.object.size, &v.tags)
-                && r.noncurrent_expiration.as_ref().is_some_and(|n| {
-                    now_ms - since >= i64::from(n.days) * day
-                        && n.newer_versions
-                            .is_none_or(|keep| rank as u64 >= u64::from(keep))
-                })
+                && r.noncurrent_expiration
+                    .as_ref()
+                    .is_some_and(|n| noncurrent_due(n.days, n.newer_versions, since, rank, now_ms))
         });
         if due {
             out.push(v.version_id.clone());
@@ -196,7 +207,6 @@ pub fn history_transitions(
     removed: &[String],
     now_ms: i64,
 ) -> Vec<(String, String)> {
-    let day = 86_400_000i64;
     let mut out = Vec::new();
     for (rank, pair) in versions.windows(2).enumerate() {
         let (above, v) = (&pair[0], &pair[1]);
@@ -208,11 +218,7 @@ pub fn history_transitions(
             .iter()
             .filter(|r| r.matches(key, v.object.size, &v.tags))
             .flat_map(|r| &r.noncurrent_transitions)
-            .filter(|t| {
-                now_ms - since >= i64::from(t.days) * day
-                    && t.newer_versions
-                        .is_none_or(|keep| rank as u64 >= u64::from(keep))
-            })
+            .filter(|t| noncurrent_due(t.days, t.newer_versions, since, rank, now_ms))
             .max_by_key(|t| t.days);
         let class = v.object.storage_class.as_deref().unwrap_or("STANDARD");
         if let Some(t) = best.filter(|t| class_rank(&t.storage_class) > class_rank(class)) {

@@ -15,7 +15,7 @@ use crate::engine::{Engine, Relocation, blocking};
 use crate::error::EngineResult;
 use crate::job::Job;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
-use packrat_index::{ChunkRef, ObjectRecord};
+use packrat_index::ChunkRef;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -177,8 +177,8 @@ pub async fn compact(
     let e = engine.clone();
     let v: HashSet<u64> = victims.keys().copied().collect();
     let to_move: Vec<ToMove> = blocking(move || {
-        let out = std::cell::RefCell::new(Vec::new());
-        let note = |bucket_id: u64, key: &str, obj: ObjectRecord, version: bool| {
+        let mut out = Vec::new();
+        e.index.for_each_record(|bucket_id, key, obj, version| {
             let moved: Vec<_> = obj
                 .chunks
                 .iter()
@@ -191,17 +191,11 @@ pub async fn compact(
                 .collect();
             if !moved.is_empty() {
                 let seq = version.then_some(obj.version_seq);
-                out.borrow_mut()
-                    .push((bucket_id, key.to_string(), seq, moved));
+                out.push((bucket_id, key.to_string(), seq, moved));
             }
             Ok(())
-        };
-        e.index.scan_references(
-            |bucket_id, key, obj| note(bucket_id, key, obj, false),
-            |bucket_id, key, obj| note(bucket_id, key, obj, true),
-            |_, _| Ok(()),
-        )?;
-        Ok(out.into_inner())
+        })?;
+        Ok(out)
     })
     .await?;
 

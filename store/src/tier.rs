@@ -35,7 +35,6 @@ use packrat_store_api::admin::{Metric, MetricKind, MetricValue};
 use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_tiering::{BlockCache, S3Credentials, Tier, TierSpec};
 use serde::{Deserialize, Serialize};
-use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -483,10 +482,10 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
     let (per_tier, std_objects, std_bytes, pending) = blocking(move || {
         let t = &e.tiers;
         // Per tier: (objects, their bytes, versions, their bytes).
-        let per: RefCell<HashMap<String, [u64; 4]>> = RefCell::default();
-        let standard = Cell::new((0u64, 0u64));
-        let pending = Cell::new((0u64, 0u64));
-        let count = |obj: ObjectRecord, version: bool| {
+        let mut per: HashMap<String, [u64; 4]> = HashMap::new();
+        let (mut so, mut sb) = (0u64, 0u64);
+        let (mut po, mut pb) = (0u64, 0u64);
+        e.index.for_each_record(|_, _, obj, version| {
             if version && obj.is_delete_marker() {
                 return Ok(());
             }
@@ -504,29 +503,22 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
             }
             if local || obj.chunks.is_empty() {
                 if !version {
-                    let (n, b) = standard.get();
-                    standard.set((n + 1, b + obj.size));
+                    so += 1;
+                    sb += obj.size;
                 }
             } else if let Some(name) = on_tier {
-                let mut per = per.borrow_mut();
                 let p = per.entry(name).or_default();
                 let at = if version { 2 } else { 0 };
                 p[at] += 1;
                 p[at + 1] += obj.size;
             }
             if misplaced {
-                let (n, b) = pending.get();
-                pending.set((n + 1, b + obj.size));
+                po += 1;
+                pb += obj.size;
             }
             Ok(())
-        };
-        e.index.scan_references(
-            |_, _, obj| count(obj, false),
-            |_, _, obj| count(obj, true),
-            |_, _| Ok(()),
-        )?;
-        let (so, sb) = standard.get();
-        Ok((per.into_inner(), so, sb, pending.get()))
+        })?;
+        Ok((per, so, sb, (po, pb)))
     })
     .await?;
     let catalog = engine
@@ -658,8 +650,8 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
     let e = engine.clone();
     let pending: Vec<Pending> = blocking(move || {
         let t = &e.tiers;
-        let out = RefCell::new(Vec::new());
-        let note = |bucket_id: u64, key: &str, obj: ObjectRecord, version: bool| {
+        let mut out = Vec::new();
+        e.index.for_each_record(|bucket_id, key, obj, version| {
             let to = wanted_tier(t, &obj);
             let bytes: u64 = obj
                 .chunks
@@ -668,7 +660,7 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
                 .map(|c| u64::from(c.len))
                 .sum();
             if bytes > 0 {
-                out.borrow_mut().push(Pending {
+                out.push(Pending {
                     bucket_id,
                     key: key.to_string(),
                     version_seq: version.then_some(obj.version_seq),
@@ -678,13 +670,8 @@ pub async fn run(engine: &Arc<Engine>, days_ahead: u32) -> EngineResult<RunRepor
                 });
             }
             Ok(())
-        };
-        e.index.scan_references(
-            |bucket_id, key, obj| note(bucket_id, key, obj, false),
-            |bucket_id, key, obj| note(bucket_id, key, obj, true),
-            |_, _| Ok(()),
-        )?;
-        Ok(out.into_inner())
+        })?;
+        Ok(out)
     })
     .await?;
     let total: u64 = pending.iter().map(|p| p.bytes).sum();
@@ -1139,19 +1126,17 @@ async fn move_to_nvme(
 async fn collect_garbage(engine: &Arc<Engine>, report: &mut RunReport) -> EngineResult<()> {
     let e = engine.clone();
     let referenced: HashSet<u64> = blocking(move || {
-        let out = RefCell::new(HashSet::new());
-        let note = |obj: ObjectRecord| {
-            out.borrow_mut().extend(
+        let mut out = HashSet::new();
+        e.index.for_each_record(|_, _, obj, _| {
+            out.extend(
                 obj.chunks
                     .iter()
                     .filter(|c| is_tier_segment(c.segment_id))
                     .map(|c| c.segment_id),
             );
             Ok(())
-        };
-        e.index
-            .scan_references(|_, _, obj| note(obj), |_, _, obj| note(obj), |_, _| Ok(()))?;
-        Ok(out.into_inner())
+        })?;
+        Ok(out)
     })
     .await?;
     let unused: Vec<(u64, TierSegment)> = engine
