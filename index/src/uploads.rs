@@ -38,6 +38,49 @@ impl RocksIndex {
         self.put_encoded(CF_PARTS, &part_key(upload_id, rec.part_number), rec)
     }
 
+    /// One part of an upload in progress.
+    pub fn get_part(&self, upload_id: &str, part_number: u32) -> Result<Option<PartRecord>> {
+        self.get_decoded(CF_PARTS, &part_key(upload_id, part_number))
+    }
+
+    /// Rewrites parts of uploads in progress in one synced batch (compaction, which moves
+    /// their records; the caller holds the keys' locks and has checked each part is the one
+    /// it moved).
+    pub fn replace_parts(&self, parts: &[(String, PartRecord)]) -> Result<()> {
+        let mut batch = WriteBatch::default();
+        for (upload_id, rec) in parts {
+            batch.put_cf(
+                self.cf(CF_PARTS),
+                part_key(upload_id, rec.part_number),
+                records::encode(rec),
+            );
+        }
+        self.write_gate(IndexWrite::Put)?;
+        self.db.write_opt(batch, &Self::sync_opts())?;
+        Ok(())
+    }
+
+    /// Visits every upload in progress, in key order, with each of its parts in number
+    /// order (each upload's parts as they are when it is reached).
+    pub fn for_each_upload_part(
+        &self,
+        mut visit: impl FnMut(&UploadRecord, PartRecord) -> Result<()>,
+    ) -> Result<()> {
+        let mut uploads = Vec::new();
+        let snapshot = self.db.snapshot();
+        self.for_each_decoded(&snapshot, CF_UPLOADS, |_, rec: UploadRecord| {
+            uploads.push(rec);
+            Ok(())
+        })?;
+        drop(snapshot);
+        for upload in &uploads {
+            for part in self.list_parts(&upload.upload_id, 0, usize::MAX)? {
+                visit(upload, part)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Parts of an upload with a number greater than `after`, in order, at most `max`.
     pub fn list_parts(&self, upload_id: &str, after: u32, max: usize) -> Result<Vec<PartRecord>> {
         let mut prefix = upload_id.as_bytes().to_vec();

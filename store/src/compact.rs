@@ -2,16 +2,16 @@
 //!
 //! Segments are append-only, so an overwrite or a delete leaves the old records in place as
 //! dead bytes. Compaction picks sealed segments whose live share has fallen below a threshold,
-//! copies their live records (of current objects and of the noncurrent versions a versioned
-//! bucket keeps) to the active segment (same record identity, so every check on
-//! read still holds), makes the copies durable, points the objects at them with a
+//! copies their live records (of current objects, of the noncurrent versions a versioned
+//! bucket keeps and of the parts of uploads in progress) to the active segment (same record identity, so every check on
+//! read still holds), makes the copies durable, points the entries at them with a
 //! compare-and-set under each key's lock (a write or delete that raced the move always wins),
 //! checks that nothing references the old segments any more, and only then removes them.
 //!
 //! A crash at any point leaves either the old references (the copies are garbage) or the new
 //! ones (the old segment is garbage until the next run): nothing is lost either way.
 
-use crate::engine::{Engine, Relocation, blocking};
+use crate::engine::{Engine, Held, Relocation, blocking};
 use crate::error::EngineResult;
 use crate::job::Job;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
@@ -44,9 +44,8 @@ pub struct CompactReport {
     pub segments_chosen: u64,
     /// Segments removed.
     pub segments_removed: u64,
-    /// Chosen segments kept because an in-progress multipart upload's parts or a noncurrent
-    /// version live there, or something still referenced them after the move (a failed
-    /// read, say).
+    /// Chosen segments kept because something still referenced them after the move (a
+    /// record that could not be read), or a write in flight might still reach them.
     pub segments_kept: u64,
     pub records_moved: u64,
     pub bytes_moved: u64,
@@ -58,51 +57,41 @@ pub struct CompactReport {
     pub seconds: f64,
 }
 
-/// An object's (or a noncurrent version's) chunks in chosen segments: (bucket id, key,
-/// version sequence of a noncurrent version, [(position, location, record id, chunk index)]).
-type ToMove = (
-    u64,
-    String,
-    Option<u64>,
-    Vec<(usize, ChunkRef, [u8; 16], u32)>,
-);
+/// An entry's chunks in chosen segments: (bucket id, key, which entry of the key,
+/// [(position, location, record id, chunk index)]).
+type ToMove = (u64, String, Held, Vec<(usize, ChunkRef, [u8; 16], u32)>);
 
 fn record_bytes(c: &ChunkRef) -> u64 {
     RECORD_HEADER_BYTES as u64 + u64::from(c.len)
 }
 
-/// Bytes referenced per segment, and the segments compaction must leave alone: those holding
-/// in-progress multipart parts (compaction relocates current objects and noncurrent versions,
-/// not parts, so a segment with a part's bytes stays until its upload ends).
-fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, HashSet<u64>, u64)> {
+/// Bytes referenced per segment (by current objects, noncurrent versions and the parts of
+/// uploads in progress, as of one snapshot of the index), and the number of objects.
+fn scan_live(engine: &Engine) -> EngineResult<(HashMap<u64, u64>, u64)> {
     let live = std::cell::RefCell::new(HashMap::<u64, u64>::new());
-    let pinned = std::cell::RefCell::new(HashSet::new());
     let mut objects = 0u64;
-    let count = |chunks: &[ChunkRef], pin: bool| {
+    let count = |chunks: &[ChunkRef]| {
         let mut live = live.borrow_mut();
         for c in chunks {
             *live.entry(c.segment_id).or_default() += record_bytes(c);
-            if pin {
-                pinned.borrow_mut().insert(c.segment_id);
-            }
         }
     };
     engine.index.scan_references(
         |_, _, obj| {
             objects += 1;
-            count(&obj.chunks, false);
+            count(&obj.chunks);
             Ok(())
         },
         |_, _, version| {
-            count(&version.chunks, false);
+            count(&version.chunks);
             Ok(())
         },
         |_, part| {
-            count(&part.chunks, true);
+            count(&part.chunks);
             Ok(())
         },
     )?;
-    Ok((live.into_inner(), pinned.into_inner(), objects))
+    Ok((live.into_inner(), objects))
 }
 
 /// Starts a compaction as the admin job `JobKind::Compact` (followed with a progress bar:
@@ -133,10 +122,10 @@ pub async fn compact(
     let started = Instant::now();
     let mut report = CompactReport::default();
     let e = engine.clone();
-    let (sealed, live, part_segments, objects) = blocking(move || {
+    let (sealed, live, objects) = blocking(move || {
         let sealed = e.chunks.sealed_segments()?;
-        let (live, parts, objects) = scan_live(&e)?;
-        Ok((sealed, live, parts, objects))
+        let (live, objects) = scan_live(&e)?;
+        Ok((sealed, live, objects))
     })
     .await?;
     report.objects_scanned = objects;
@@ -161,11 +150,7 @@ pub async fn compact(
         let l = live.get(id).copied().unwrap_or(0);
         if (l as f64) < threshold * records as f64 {
             report.segments_chosen += 1;
-            if part_segments.contains(id) {
-                report.segments_kept += 1;
-            } else {
-                victims.insert(*id, *size);
-            }
+            victims.insert(*id, *size);
         }
     }
     if victims.is_empty() {
@@ -173,25 +158,38 @@ pub async fn compact(
         return Ok(report);
     }
 
-    // Every object with a chunk in a victim, and which chunks.
+    // Every entry with a chunk in a victim, and which chunks.
     let e = engine.clone();
     let v: HashSet<u64> = victims.keys().copied().collect();
     let to_move: Vec<ToMove> = blocking(move || {
         let mut out = Vec::new();
-        e.index.for_each_record(|bucket_id, key, obj, version| {
-            let moved: Vec<_> = obj
-                .chunks
+        let in_victims = |chunks: &[ChunkRef], identity: &dyn Fn(usize) -> ([u8; 16], u32)| {
+            chunks
                 .iter()
                 .enumerate()
                 .filter(|(_, c)| v.contains(&c.segment_id))
                 .map(|(i, c)| {
-                    let (rid, idx) = obj.chunk_identity(i);
+                    let (rid, idx) = identity(i);
                     (i, *c, rid, idx)
                 })
-                .collect();
+                .collect::<Vec<_>>()
+        };
+        e.index.for_each_record(|bucket_id, key, obj, version| {
+            let moved = in_victims(&obj.chunks, &|i| obj.chunk_identity(i));
             if !moved.is_empty() {
-                let seq = version.then_some(obj.version_seq);
-                out.push((bucket_id, key.to_string(), seq, moved));
+                let held = Held::object(version.then_some(obj.version_seq));
+                out.push((bucket_id, key.to_string(), held, moved));
+            }
+            Ok(())
+        })?;
+        e.index.for_each_upload_part(|upload, part| {
+            let moved = in_victims(&part.chunks, &|i| (part.record_id, i as u32));
+            if !moved.is_empty() {
+                let held = Held::Part {
+                    upload_id: upload.upload_id.clone(),
+                    number: part.part_number,
+                };
+                out.push((upload.bucket_id, upload.key.clone(), held, moved));
             }
             Ok(())
         })?;
@@ -230,11 +228,11 @@ pub async fn compact(
             let mut relocations = Vec::with_capacity(work.len());
             let mut ticket: Option<WriteTicket> = None;
             let (mut moved, mut bytes) = (0u64, 0u64);
-            for (bucket_id, key, version_seq, chunks) in work {
+            for (bucket_id, key, held, chunks) in work {
                 let mut r = Relocation {
                     bucket_id,
                     key,
-                    version_seq,
+                    held,
                     moved: Vec::with_capacity(chunks.len()),
                 };
                 let mut ok = true;
@@ -288,11 +286,10 @@ pub async fn compact(
     // Nothing may reference a segment that is about to go: checked against the index as it
     // is now, after every move committed.
     let e = engine.clone();
-    let (live_after, parts_after, _) = blocking(move || scan_live(&e)).await?;
+    let (live_after, _) = blocking(move || scan_live(&e)).await?;
     let floor = engine.inflight_floor();
     for (id, size) in victims {
-        if live_after.get(&id).copied().unwrap_or(0) > 0 || parts_after.contains(&id) || id >= floor
-        {
+        if live_after.get(&id).copied().unwrap_or(0) > 0 || id >= floor {
             report.segments_kept += 1;
             continue;
         }

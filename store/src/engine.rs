@@ -177,13 +177,36 @@ impl Drop for WritePin {
 }
 
 /// Chunks of one object moved by compaction or a tier move: (chunk position, old location,
-/// new location). `version_seq` names a noncurrent version (kept in the key's history) rather
-/// than the key's current object.
+/// new location). `held` says which entry of the key holds them.
 pub struct Relocation {
     pub bucket_id: u64,
     pub key: String,
-    pub version_seq: Option<u64>,
+    pub held: Held,
     pub moved: Vec<(usize, ChunkRef, ChunkRef)>,
+}
+
+/// Whether `chunks` still holds every old location of `moved` at its position (nothing
+/// rewrote the entry since its chunks were read for a move).
+fn moved_from(moved: &[(usize, ChunkRef, ChunkRef)], chunks: &[ChunkRef]) -> bool {
+    moved.iter().all(|(i, old, _)| chunks.get(*i) == Some(old))
+}
+
+/// The index entry whose chunks a [`Relocation`] moves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// The key's current object.
+    Current,
+    /// A noncurrent version (kept in the key's history), by sequence.
+    Version(u64),
+    /// A part of an upload of the key still in progress.
+    Part { upload_id: String, number: u32 },
+}
+
+impl Held {
+    /// The current object, or the noncurrent version of sequence `seq`.
+    pub fn object(version_seq: Option<u64>) -> Held {
+        version_seq.map_or(Held::Current, Held::Version)
+    }
 }
 
 /// A cache map with a generation count: a value read from the index is only inserted if no
@@ -746,26 +769,31 @@ impl Engine {
         relocations: Vec<Relocation>,
         ticket: Option<WriteTicket>,
     ) -> EngineResult<(u64, u64)> {
+        let (parts, relocations): (Vec<_>, Vec<_>) = relocations
+            .into_iter()
+            .partition(|r| matches!(r.held, Held::Part { .. }));
+        let (mut updated, mut changed) = (0u64, 0u64);
+        if !parts.is_empty() {
+            (updated, changed) = self.commit_part_relocations(parts, ticket).await?;
+        }
+        if relocations.is_empty() {
+            return Ok((updated, changed));
+        }
         let (guards, stripes) = self
             .lock_keys(relocations.iter().map(|r| (r.bucket_id, r.key.as_str())))
             .await;
         self.quiesce(&stripes).await;
-        let (mut updated, mut changed) = (0u64, 0u64);
         let mut ops = Vec::with_capacity(relocations.len());
         for r in relocations {
-            let current = match r.version_seq {
-                None => self.index.get_object(r.bucket_id, &r.key)?,
-                Some(seq) => self.index.get_version(r.bucket_id, &r.key, seq)?,
+            let current = match r.held {
+                Held::Version(seq) => self.index.get_version(r.bucket_id, &r.key, seq)?,
+                _ => self.index.get_object(r.bucket_id, &r.key)?,
             };
             let Some(mut obj) = current else {
                 changed += 1;
                 continue;
             };
-            if !r
-                .moved
-                .iter()
-                .all(|(i, old, _)| obj.chunks.get(*i) == Some(old))
-            {
+            if !moved_from(&r.moved, &obj.chunks) {
                 changed += 1;
                 continue;
             }
@@ -774,13 +802,13 @@ impl Engine {
             }
             updated += 1;
             let (bucket_id, key, record) = (r.bucket_id, r.key, Box::new(obj));
-            ops.push(match r.version_seq {
-                None => ObjectOp::Put {
+            ops.push(match r.held {
+                Held::Version(_) => ObjectOp::PutVersion {
                     bucket_id,
                     key,
                     record,
                 },
-                Some(_) => ObjectOp::PutVersion {
+                _ => ObjectOp::Put {
                     bucket_id,
                     key,
                     record,
@@ -788,6 +816,41 @@ impl Engine {
             });
         }
         self.commit_locked(guards, ticket, ops, &stripes).await?;
+        Ok((updated, changed))
+    }
+
+    /// The parts among [`Self::commit_relocations`]'s: once the copies are durable, each part
+    /// still as it was when read (not uploaded again, its upload neither completed nor
+    /// aborted: all three write the part's entry under the key's lock, held here) points at
+    /// them, in one synced index write.
+    async fn commit_part_relocations(
+        self: &Arc<Self>,
+        parts: Vec<Relocation>,
+        ticket: Option<WriteTicket>,
+    ) -> EngineResult<(u64, u64)> {
+        self.make_durable(ticket).await?;
+        let (_guards, _) = self
+            .lock_keys(parts.iter().map(|r| (r.bucket_id, r.key.as_str())))
+            .await;
+        let mut changed = 0u64;
+        let mut rewrite = Vec::with_capacity(parts.len());
+        for r in parts {
+            let Held::Part { upload_id, number } = r.held else {
+                continue;
+            };
+            match self.index.get_part(&upload_id, number)? {
+                Some(mut part) if moved_from(&r.moved, &part.chunks) => {
+                    for (i, _, new) in &r.moved {
+                        part.chunks[*i] = *new;
+                    }
+                    rewrite.push((upload_id, part));
+                }
+                _ => changed += 1,
+            }
+        }
+        let engine = self.clone();
+        let updated = rewrite.len() as u64;
+        blocking(move || Ok(engine.index.replace_parts(&rewrite)?)).await?;
         Ok((updated, changed))
     }
 

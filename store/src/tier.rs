@@ -23,7 +23,7 @@
 //!   object readable, and the next run picks up what was not moved (leftover staging files are
 //!   removed at start, unreferenced tier segments by the next run).
 
-use crate::engine::{Engine, Relocation, blocking};
+use crate::engine::{Engine, Held, Relocation, blocking};
 use crate::error::{EngineError, EngineResult};
 use bytes::Bytes;
 use packrat_chunk_store::{
@@ -980,7 +980,7 @@ async fn move_to_tier(
             relocations.push(Relocation {
                 bucket_id: p.bucket_id,
                 key: p.key,
-                version_seq: p.version_seq,
+                held: Held::object(p.version_seq),
                 moved,
             });
         }
@@ -1099,7 +1099,7 @@ async fn move_to_nvme(
                 vec![Relocation {
                     bucket_id: p.bucket_id,
                     key: p.key,
-                    version_seq: p.version_seq,
+                    held: Held::object(p.version_seq),
                     moved,
                 }],
                 ticket,
