@@ -817,9 +817,9 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
     marker and the listing exactly as the full cluster did. Object Lock changes made while it
     was away (a legal hold, retention lengthened, shortened with the bypass, a version removed
     with the bypass) are caught up too: a lock changes no ETag or date, so only comparing
-    the locks themselves finds them. So are tag sets changed by version id (of an older
-    version, of the current one, and one emptied), for the same reason: edited in place, no
-    bytes copied again."""
+    the locks themselves finds them; edited in place, no bytes copied again. So are tag sets
+    changed by version id (of an older version, of the current one, and one emptied), for the
+    same reason."""
     etcd, nodes, (gw,) = start_cluster(workdir / "cluster-versions")
     try:
         c = gw.client(read_timeout=60)
@@ -883,9 +883,12 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
         tagged[("k03", first["k03"])] = []
         away.start()
         wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
-        # Versions whose tags alone changed are edited in place, not dropped to be copied again.
-        removed = [line for line in open(away.log_path) if "removing a version" in line]
-        assert not [vid for (_, vid) in tagged if f'version="{vid}"' in "".join(removed)], removed
+        # Versions whose tags or lock alone changed are edited in place, not dropped to be
+        # copied again (the one removed by id with the bypass, L3, is dropped).
+        removed = "".join(line for line in open(away.log_path) if "removing a version" in line)
+        edited = [vid for (_, vid) in tagged] + [held[k] for k in ("L0", "L1", "L2")]
+        assert not [vid for vid in edited if f'version="{vid}"' in removed], removed
+        assert f'version="{held["L3"]}"' in removed, removed
         nodes[0].kill9()
         nodes[1].kill9()
         wait_for("the returned node alone", lambda: len(status(etcd.url)["nodes"]) == 1, timeout=30)

@@ -33,7 +33,7 @@ use crate::wire::{
 };
 use bytes::Bytes;
 use http::Method;
-use packrat_store_api::lock::{LockCheck, ObjectLock};
+use packrat_store_api::lock::{LockChange, LockCheck, ObjectLock};
 use packrat_store_api::{
     Bucket, FoundVersion, StoreError, StoreResult, VersionAs, VersionQuery, VersionSummary,
 };
@@ -65,6 +65,32 @@ fn same_bytes(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
         && a.marker == b.marker
         && a.entry.etag == b.entry.etag
         && a.entry.last_modified_ms == b.entry.last_modified_ms
+}
+
+/// Whether this member's version `mine` becomes the source's `theirs` by edits of its
+/// attributes alone (tags, storage class, lock), its bytes kept: the same version's bytes, and
+/// a lock the edits can reach (see [`lock_changes`]).
+fn editable(mine: &WireVersionEntry, theirs: &WireVersionEntry) -> bool {
+    !mine.marker
+        && same_bytes(mine, theirs)
+        && lock_changes(mine.lock.as_deref(), theirs.lock.as_deref()).is_some()
+}
+
+/// The lock changes that turn a version's stored lock `mine` into the source's `theirs` (each
+/// as [`ObjectLock::stored_value`] writes it), applied as decided (the source's head judged
+/// them); `None` when none can (an unreadable value, or a legal hold set here that the source
+/// never had).
+fn lock_changes(mine: Option<&str>, theirs: Option<&str>) -> Option<Vec<LockChange>> {
+    let read = |v: Option<&str>| v.map_or(Ok(ObjectLock::default()), ObjectLock::from_stored);
+    let (mine, theirs) = (read(mine).ok()?, read(theirs).ok()?);
+    let mut changes = Vec::new();
+    if mine.retention != theirs.retention {
+        changes.push(LockChange::Retention(theirs.retention));
+    }
+    if mine.legal_hold != theirs.legal_hold {
+        changes.push(LockChange::LegalHold(theirs.legal_hold?));
+    }
+    Some(changes)
 }
 
 /// Who judges a history step's lock at this member: the head, by S3's rules at its clock
@@ -639,9 +665,9 @@ impl Node {
         Ok(true)
     }
 
-    /// Versions this member has with the source's bytes but other tags or storage class (a
-    /// change made while it was away; its lock the same): their attributes are edited in
-    /// place, so catching up copies no bytes for them. True if any was.
+    /// Versions this member has with the source's bytes but other tags, storage class or
+    /// Object Lock (a change made while it was away): their attributes are edited in place, so
+    /// catching up copies no bytes for them. True if any was.
     async fn edit_attributes(
         &self,
         shown: &Bucket,
@@ -650,14 +676,20 @@ impl Node {
         mine: &[WireVersionEntry],
     ) -> Result<bool, Fail> {
         let mut edited = false;
-        for m in mine.iter().filter(|m| !m.marker) {
-            let Some(t) = theirs
-                .iter()
-                .find(|t| same_bytes(t, m) && t.lock == m.lock && !same(t, m))
-            else {
+        for m in mine {
+            let Some(t) = theirs.iter().find(|t| editable(m, t) && !same(t, m)) else {
                 continue;
             };
             let id = &m.version_id;
+            if t.lock != m.lock {
+                let changes =
+                    lock_changes(m.lock.as_deref(), t.lock.as_deref()).unwrap_or_default();
+                for change in changes {
+                    self.store
+                        .update_lock(shown, key, Some(id), change, LockCheck::Decided)
+                        .await?;
+                }
+            }
             if t.tags != m.tags {
                 self.store
                     .set_version_tags(shown, key, id, t.tags.clone())
@@ -712,7 +744,8 @@ impl Node {
         let mut out = Prestaged::new();
         let mut held = 0u64;
         for t in theirs {
-            if t.marker || mine.iter().any(|m| same(m, t)) {
+            // Not for a version whose attributes alone differ: `sync_history` edits those.
+            if t.marker || mine.iter().any(|m| same(m, t) || editable(m, t)) {
                 continue;
             }
             let copy = async {
@@ -904,5 +937,59 @@ impl Node {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use packrat_store_api::lock::{LockMode, Retention};
+
+    fn stored(retention: Option<(LockMode, i64)>, legal_hold: Option<bool>) -> Option<String> {
+        ObjectLock {
+            retention: retention.map(|(mode, until_ms)| Retention { mode, until_ms }),
+            legal_hold,
+        }
+        .stored_value()
+    }
+
+    /// Every change a client can make to a version's lock while a member is away is reached
+    /// by edits, and applying them gives the source's stored value exactly.
+    #[test]
+    fn lock_changes_reach_the_sources_lock() {
+        let (gov, comp) = (LockMode::Governance, LockMode::Compliance);
+        let cases = [
+            (None, stored(None, Some(true))),
+            (stored(None, Some(true)), stored(None, Some(false))),
+            (
+                stored(Some((gov, 10)), None),
+                stored(Some((comp, 20)), None),
+            ),
+            (
+                stored(Some((gov, 10)), Some(true)),
+                stored(None, Some(true)),
+            ),
+            (
+                stored(Some((comp, 10)), None),
+                stored(Some((comp, 30)), Some(true)),
+            ),
+            (None, stored(Some((gov, 5)), None)),
+        ];
+        for (mine, theirs) in cases {
+            let changes = lock_changes(mine.as_deref(), theirs.as_deref())
+                .unwrap_or_else(|| panic!("{mine:?} -> {theirs:?}"));
+            let mut lock = mine.as_deref().map_or(ObjectLock::default(), |v| {
+                ObjectLock::from_stored(v).unwrap()
+            });
+            for c in changes {
+                lock.apply_by(c, 0, LockCheck::Decided).unwrap();
+            }
+            assert_eq!(lock.stored_value(), theirs, "{mine:?}");
+        }
+        // A legal hold here that the source never had, or a value this code cannot read: no
+        // edit, the version is copied again.
+        assert!(lock_changes(stored(None, Some(false)).as_deref(), None).is_none());
+        assert!(lock_changes(Some("??"), None).is_none());
+        assert_eq!(lock_changes(None, None), Some(Vec::new()));
     }
 }
