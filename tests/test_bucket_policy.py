@@ -180,6 +180,51 @@ def test_tagging_a_version_is_its_own_action(server, two_users):
     alice.delete_object(Bucket=name, Key="k", VersionId=vid)
 
 
+def test_tags_on_a_write_need_put_object_tagging(server, two_users):
+    """A write that sets tags (PutObject's x-amz-tagging, CreateMultipartUpload's, CopyObject's
+    REPLACE tagging directive) also needs s3:PutObjectTagging, as in S3: bob, allowed
+    s3:PutObject alone, writes untagged objects but no tagged ones, and nothing is stored
+    for a refused one; allowed tagging too, he writes both. A Deny of tagging binds the owner."""
+    alice, bob, name, _, tag, _ = two_users
+    alice.put_object(Bucket=name, Key="src", Body=b"source")
+
+    def allow(*actions):
+        alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},
+             "Action": ["s3:PutObject", "s3:GetObject", *actions], "Resource": f"arn:aws:s3:::{name}/*"}]}))
+
+    def writes(key):
+        return {
+            "put": lambda: bob.put_object(Bucket=name, Key=key, Body=b"b", Tagging="by=bob"),
+            "multipart": lambda: bob.create_multipart_upload(Bucket=name, Key=key, Tagging="by=bob"),
+            "copy": lambda: bob.copy_object(Bucket=name, Key=key, CopySource={"Bucket": name, "Key": "src"},
+                                            TaggingDirective="REPLACE", Tagging="by=bob"),
+        }
+
+    allow()
+    bob.put_object(Bucket=name, Key="plain", Body=b"b")
+    for what, write in writes("refused").items():
+        with pytest.raises(ClientError) as e:
+            write()
+        assert e.value.response["Error"]["Code"] == "AccessDenied", what
+    with pytest.raises(ClientError):
+        alice.head_object(Bucket=name, Key="refused")
+    assert alice.list_multipart_uploads(Bucket=name).get("Uploads", []) == []
+    allow("s3:PutObjectTagging")
+    for what, write in writes("tagged").items():
+        write()
+        if what != "multipart":
+            assert alice.get_object_tagging(Bucket=name, Key="tagged")["TagSet"] == [{"Key": "by", "Value": "bob"}]
+    for u in alice.list_multipart_uploads(Bucket=name).get("Uploads", []):
+        alice.abort_multipart_upload(Bucket=name, Key=u["Key"], UploadId=u["UploadId"])
+    # An explicit Deny of tagging binds the bucket's owner too; an untagged write still goes.
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [
+        {"Effect": "Deny", "Principal": "*", "Action": "s3:PutObjectTagging", "Resource": f"arn:aws:s3:::{name}/*"}]}))
+    assert code_of(alice.put_object, Bucket=name, Key="owner", Body=b"o", Tagging="a=1") == "AccessDenied"
+    alice.put_object(Bucket=name, Key="owner", Body=b"o")
+    alice.delete_bucket_policy(Bucket=name)
+
+
 def test_conditions_source_ip_and_secure_transport(server, two_users):
     alice, bob, name, _, tag, _ = two_users
     alice.put_object(Bucket=name, Key="k", Body=b"v")

@@ -64,6 +64,34 @@ def test_presigned_post_stores_the_file(s3v4, bucket):
     assert post(p["url"], p["fields"]).status == 200
 
 
+TAGGING = ("<Tagging><TagSet><Tag><Key>split</Key><Value>train</Value></Tag>"
+           "<Tag><Key>label</Key><Value>cat photo</Value></Tag></TagSet></Tagging>")
+
+
+def test_presigned_post_with_a_tagging_field(s3v4, bucket):
+    """The form field `tagging` (a Tagging document) gives the object its tags; the policy must
+    name it as any field; a malformed document or a bad tag stores nothing."""
+    s3 = s3v4
+    p = s3.generate_presigned_post(bucket, "tagged", Fields={"tagging": TAGGING},
+                                   Conditions=[{"tagging": TAGGING}])
+    r = post(p["url"], p["fields"])
+    assert r.status == 204, r.data
+    tags = s3.get_object_tagging(Bucket=bucket, Key="tagged")["TagSet"]
+    assert sorted((t["Key"], t["Value"]) for t in tags) == [("label", "cat photo"), ("split", "train")]
+    assert s3.head_object(Bucket=bucket, Key="tagged")["ResponseMetadata"]["HTTPHeaders"]["x-amz-tagging-count"] == "2"
+    # A tagging field the policy does not name, or a broken document, stores nothing.
+    plain = s3.generate_presigned_post(bucket, "untagged")
+    r = post(plain["url"], {**plain["fields"], "tagging": TAGGING})
+    assert (r.status, error_code(r)) == (403, "AccessDenied"), r.data
+    for doc, code in (("<Tagging><TagSet>", "MalformedXML"),
+                      ("<Tagging><TagSet><Tag><Key>aws:x</Key><Value>1</Value></Tag></TagSet></Tagging>",
+                       "InvalidTag")):
+        p = s3.generate_presigned_post(bucket, "broken", Fields={"tagging": doc}, Conditions=[{"tagging": doc}])
+        r = post(p["url"], p["fields"])
+        assert (r.status, error_code(r)) == (400, code), (doc, r.data)
+    assert missing(s3, bucket, "untagged") and missing(s3, bucket, "broken")
+
+
 def test_sigv2_presigned_post_boto3_default(server, s3, bucket):
     """boto3's default presigned POST is SigV2 (AWSAccessKeyId, signature): accepted, since it
     signs the whole policy; a changed policy or signature is refused."""

@@ -79,7 +79,13 @@ impl<'a> Caller<'a> {
     }
 
     /// Whether the caller may act on `key` as `action` asks (the root key always may).
-    async fn may(&self, state: &AppState, b: &Bucket, action: Action, key: &str) -> S3Result<bool> {
+    pub async fn may(
+        &self,
+        state: &AppState,
+        b: &Bucket,
+        action: Action,
+        key: &str,
+    ) -> S3Result<bool> {
         if self.identity.is_some_and(|i| i.is_root) {
             return Ok(true);
         }

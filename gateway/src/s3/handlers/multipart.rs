@@ -60,6 +60,7 @@ pub(super) async fn handle_create_multipart_upload(
     // The object's lock (asked, or the bucket's default, counted from now) goes with the
     // upload's other attributes to the object that completes it.
     let caller = lock::Caller::of(req);
+    tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
     lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     // An encrypted upload's parts are sealed here, part by part, under keys derived from the
     // object's (its envelope goes with the upload's attributes to the object). The store sees

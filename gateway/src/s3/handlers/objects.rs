@@ -52,6 +52,10 @@ pub(super) async fn handle_put_object(
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
+    if !attrs.tags.is_empty() {
+        let caller = lock::Caller::of(req);
+        tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
+    }
     if b.object_lock.is_some() || headers::asks_object_lock(&req.headers) {
         let caller = lock::Caller::of(req);
         lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
@@ -207,6 +211,9 @@ pub(super) async fn handle_copy_object(
     let mut attrs = ObjectMeta { tags, ..meta }.into_attrs(state.clock.now_ms());
     // The copy's lock is the request's (or the bucket's default), never the source's.
     let caller = lock::Caller::of(req);
+    if replace_tags {
+        tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
+    }
     lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {

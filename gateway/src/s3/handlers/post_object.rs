@@ -219,7 +219,7 @@ fn refuse_unsupported(form: &Form) -> S3Result<()> {
                 "the form field acl={value}"
             )));
         }
-        let unsupported = name.starts_with("x-amz-copy-source-") || name == "tagging";
+        let unsupported = name.starts_with("x-amz-copy-source-");
         if unsupported {
             return Err(err(
                 S3ErrorCode::NotImplemented,
@@ -309,6 +309,10 @@ pub(super) async fn handle_post_object(
     let meta = object_meta(&meta_headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&meta_headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
+    // The `tagging` field: a Tagging document, as PutObjectTagging takes.
+    if let Some(doc) = form.get("tagging") {
+        attrs.tags = crate::s3::tagging::parse_xml(doc.as_bytes())?;
+    }
     let caller = lock::Caller {
         facts: Facts {
             peer: req.peer,
@@ -318,6 +322,7 @@ pub(super) async fn handle_post_object(
         },
         identity: Some(&id),
     };
+    tagging::may_tag_on_write(state, &caller, &b, &key, &attrs.tags).await?;
     lock::lock_new_version(state, &caller, &meta_headers, &b, &key, &mut attrs.headers).await?;
     let put = PutObject {
         attrs,

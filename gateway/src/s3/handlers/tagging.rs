@@ -3,6 +3,27 @@
 
 use super::*;
 
+/// A write that gives its new object tags (`x-amz-tagging` on PutObject or
+/// CreateMultipartUpload, a form upload's `tagging` field, CopyObject's `REPLACE` tagging
+/// directive) also needs `s3:PutObjectTagging`, as in S3: a policy that allows PutObject but
+/// not tagging lets no tags in through the write.
+pub(super) async fn may_tag_on_write(
+    state: &AppState,
+    caller: &lock::Caller<'_>,
+    b: &Bucket,
+    key: &str,
+    tags: &crate::s3::tagging::Tags,
+) -> S3Result<()> {
+    if tags.is_empty()
+        || caller
+            .may(state, b, Action::PUT_OBJECT_TAGGING, key)
+            .await?
+    {
+        return Ok(());
+    }
+    Err(access_denied())
+}
+
 pub(super) async fn handle_get_object_tagging(
     state: &Arc<AppState>,
     req: &S3Request,
