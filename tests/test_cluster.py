@@ -717,8 +717,15 @@ def test_a_hung_node_and_an_etcd_restart_do_not_stop_the_cluster(cluster):
         assert d.get_object(Bucket="hang", Key=key)["Body"].read() == body, key
 
 
-def test_add_a_node_and_drain_one_under_load(cluster, workdir, request):
-    etcd, nodes, (gw_a, gw_b) = cluster
+def test_add_a_node_and_drain_one_under_load(workdir):
+    """A fourth node takes its share of the PGs under load, and the three old nodes then drop
+    their copies of the PGs they left (adding a node frees space on the others); one of them
+    is drained, the PGs it held go back to the others (some to nodes that had dropped them,
+    which copy them again), and every object reads back. Offline, each node left holds every
+    object once. Tombstones are kept 2 s here: a PG's copies go that long after it was left."""
+    keep = ["--tombstone-keep", "2"]
+    base = workdir / "cluster-add-drain"
+    etcd, nodes, (gw_a, gw_b) = start_cluster(base, gateways=2, node_args=keep)
     c = gw_a.client(read_timeout=60)
     c.create_bucket(Bucket="move")
     bodies = {f"k/{i:04d}": os.urandom(200 + (i * 53) % 3000) for i in range(300)}
@@ -744,12 +751,20 @@ def test_add_a_node_and_drain_one_under_load(cluster, workdir, request):
 
     t = threading.Thread(target=load)
     t.start()
+    fourth = None
     try:
-        fourth = Node(workdir / f"cluster-{request.node.name}" / "node3", etcd.url).start()
+        fourth = Node(base / "node3", etcd.url, keep).start()
         s = wait_for("four caught-up nodes", lambda: healthy(etcd.url, 4), timeout=90)
         # 64 PGs x 3 replicas over 4 nodes: 48 each, so the new node took exactly its share
         # (a quarter of the replicas moved, the least possible).
         assert sorted(n["pgs"] for n in s["nodes"]) == [48, 48, 48, 48], s
+        # Each old node drops its copies of the 16 PGs it left.
+        wait_for("the old nodes to drop the PGs they left",
+                 lambda: all(node_counter(n, "packrat_node_pgs_dropped_total") == 16 for n in nodes), timeout=60)
+        dropped = [node_counter(n, "packrat_node_copies_dropped_total") for n in nodes]
+        assert all(d > 0 for d in dropped), dropped
+        # The new node swept the PGs it never held (nothing there), nothing of those it holds.
+        assert node_counter(fourth, "packrat_node_copies_dropped_total") == 0
         drained = s["nodes"][0]["id"]
         # --wait follows the drain to its end (a progress bar on a terminal).
         r = cluster_cmd(etcd.url, "drain", drained, "--wait", "--timeout", "90", timeout=120)
@@ -763,13 +778,21 @@ def test_add_a_node_and_drain_one_under_load(cluster, workdir, request):
     assert not errors, errors[:3]
     r = cluster_cmd(etcd.url, "remove-node", drained)
     assert r.returncode == 0, r.stderr
-    for n in nodes + [fourth]:
-        if n.proc is not None and drained in open(n.data_dir + "/node-id").read():
-            n.stop()
+    left = [n for n in nodes + [fourth] if drained not in open(n.data_dir + "/node-id").read()]
     d = gw_a.client()
     for k, v in bodies.items():
         assert d.get_object(Bucket="move", Key=k)["Body"].read() == v, k
-    fourth.stop()
+    for p in [gw_a, gw_b, *nodes, fourth]:
+        p.stop()
+    etcd.stop()
+    # Each node left holds every PG (three nodes, R=3): every object once, those of PGs it
+    # had dropped copied back.
+    for n in left:
+        out = subprocess.run([BIN, "admin", "--data-dir", n.data_dir, "verify", "--json"],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        report = json.loads(out.stdout)
+        assert report["objects"] == len(bodies), (n.data_dir, report)
 
 
 def test_a_delete_is_not_undone_by_a_node_away_longer_than_its_tombstone(workdir):

@@ -100,6 +100,13 @@ pub struct Node {
     hop_flips: AtomicU64,
     /// Local buckets dropped because their cluster bucket was deleted.
     buckets_dropped: AtomicU64,
+    /// Held while the copies of PGs this node left are dropped, and while it catches up on
+    /// PGs: a PG given back to it mid-drop is caught up on after the drop, never during it
+    /// (see `dropped`).
+    sweep: tokio::sync::Mutex<()>,
+    /// PGs whose copies this node dropped after it left their chains, and the copies.
+    pgs_dropped: AtomicU64,
+    copies_dropped: AtomicU64,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -458,6 +465,9 @@ impl Node {
             damaged: AtomicU64::new(0),
             hop_flips: AtomicU64::new(0),
             buckets_dropped: AtomicU64::new(0),
+            sweep: tokio::sync::Mutex::new(()),
+            pgs_dropped: AtomicU64::new(0),
+            copies_dropped: AtomicU64::new(0),
         })
     }
 
@@ -839,6 +849,16 @@ impl Node {
                 "packrat_node_buckets_dropped_total",
                 "Local buckets (a cluster bucket's objects, or its tombstones) this node emptied and removed because their cluster bucket was deleted.",
                 self.buckets_dropped.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_pgs_dropped_total",
+                "Placement groups this node holds no replica of whose copies it swept away once their chains were whole elsewhere (a node added, a rebalance, a return after re-replication; a PG it never held counts too, with nothing to drop).",
+                self.pgs_dropped.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_copies_dropped_total",
+                "Objects, versions, tombstones and uploads in progress this node dropped with the placement groups it left.",
+                self.copies_dropped.load(Ordering::Relaxed),
             ),
             Metric::gauge(
                 "packrat_node_pgs",
@@ -1904,7 +1924,10 @@ impl Node {
                     }
                 };
                 let pgs: Vec<u32> = batch.iter().map(|(pg, _)| *pg).collect();
-                let copied = match self.resync_pgs(&map, &pgs, &bids).await {
+                let sweep = self.sweep.lock().await;
+                let copied = self.resync_pgs(&map, &pgs, &bids).await;
+                drop(sweep);
+                let copied = match copied {
                     Ok(c) => c,
                     Err(e) => {
                         tracing::debug!(?pgs, "resync: {e}");

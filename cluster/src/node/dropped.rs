@@ -12,15 +12,51 @@
 //! Then the node marks the bucket dropped in etcd (`map::DROPPED_BUCKETS`), and once every
 //! registered node has, the note and its marks go: a node away keeps the note until it is
 //! back and has dropped its copies (or is removed with `packrat cluster remove-node`).
+//!
+//! The same pass drops the copies of PGs the node no longer holds a replica of: a node added
+//! takes a share of every old node's PGs, a rebalance moves replicas, a node back after its
+//! replicas were made elsewhere is given other PGs. Without this their copies stayed on the
+//! old node's disks for good (adding a node freed no space). A PG's copies go only when, by
+//! the map as etcd has it now (and this node serves by that map): the node is not in the PG's
+//! chain, not catching up on it, not away with its place kept; the chain is whole (as many
+//! members as the cluster can give it) and every member is caught up; and all of that has
+//! held for `--tombstone-keep` (writes routed by an older map have landed by then). Only the
+//! buckets etcd lists are swept (a deleted one goes by its note, above), and the drop holds
+//! the node's sweep lock, which catching up takes too: a PG given back to this node mid-drop
+//! is caught up on once the drop has stopped (it stops at the first key after the map
+//! changes), so it copies back whatever the drop removed.
 
 use super::{Node, now_micros, with_versions};
-use crate::map::Etcd;
+use crate::map::{ClusterMap, Etcd};
+use crate::placement::pg_of;
 use packrat_store_api::lock::LockCheck;
-use packrat_store_api::{Bucket, ListQuery, StoreResult, UploadQuery, VersionQuery};
-use std::collections::HashSet;
+use packrat_store_api::{Bucket, ListQuery, StoreError, StoreResult, UploadQuery, VersionQuery};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The PGs a node has left, as its drop passes follow them.
+#[derive(Default)]
+pub(super) struct LeftPgs {
+    /// Since when each PG has been left (and its chain whole and caught up).
+    since: HashMap<u32, Instant>,
+    /// PGs whose copies were dropped since they were left (not swept again).
+    dropped: HashSet<u32>,
+}
+
+/// Whether `node` has left `pg` by `map`, and the PG's copies are safe elsewhere: not a
+/// member of its chain, not catching up on it, not away with a place kept in it; the chain as
+/// long as the other nodes allow, every member caught up.
+fn left_safely(map: &ClusterMap, node: &str, pg: u32) -> bool {
+    let chain = map.chain(pg);
+    let kept_for = map.away.get(node).is_some_and(|a| a.pgs.contains(&pg));
+    if chain.is_empty() || chain.iter().any(|n| n == node) || map.is_syncing(node, pg) || kept_for {
+        return false;
+    }
+    let others = map.nodes.keys().filter(|n| *n != node).count();
+    chain.len() >= map.replicas.min(others) && chain.iter().all(|n| !map.is_syncing(n, pg))
+}
 
 /// The cluster bucket a local bucket belongs to (`o-<id>` or `t-<id>`).
 fn cluster_bucket_of(local: &str) -> Option<u64> {
@@ -37,6 +73,7 @@ impl Node {
         let every = self
             .tombstone_keep
             .clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let mut left = LeftPgs::default();
         loop {
             tokio::time::sleep(every).await;
             match self.drop_deleted_buckets_once(&etcd).await {
@@ -44,7 +81,78 @@ impl Node {
                 Ok(n) => tracing::info!(local_buckets = n, "dropped what deleted buckets left"),
                 Err(e) => tracing::warn!("dropping deleted buckets: {e}"),
             }
+            match self.drop_left_pgs_once(&etcd, &mut left).await {
+                Ok((_, 0)) => {}
+                Ok((pgs, copies)) => tracing::info!(
+                    pgs,
+                    copies,
+                    "dropped the copies of placement groups this node no longer holds"
+                ),
+                Err(e) => tracing::warn!("dropping the copies of PGs left: {e}"),
+            }
         }
+    }
+
+    /// One pass over the PGs this node has left (see the module's notes); answers how many
+    /// PGs' copies it dropped, and how many copies.
+    pub(super) async fn drop_left_pgs_once(
+        &self,
+        etcd: &Etcd,
+        left: &mut LeftPgs,
+    ) -> StoreResult<(usize, u64)> {
+        let (map, _) = etcd.map().await.map_err(StoreError::Unavailable)?;
+        if self.map.borrow().epoch != map.epoch {
+            return Ok((0, 0)); // this node is not serving by that map yet (or etcd's moved on)
+        }
+        let now = Instant::now();
+        let mut due = BTreeSet::new();
+        for pg in 0..map.pgs {
+            if !left_safely(&map, &self.id, pg) {
+                left.since.remove(&pg);
+                left.dropped.remove(&pg);
+                continue;
+            }
+            if left.dropped.contains(&pg) {
+                continue;
+            }
+            let since = *left.since.entry(pg).or_insert(now);
+            if now.duration_since(since) >= self.tombstone_keep {
+                due.insert(pg);
+            }
+        }
+        if due.is_empty() {
+            return Ok((0, 0));
+        }
+        let existing: HashSet<u64> = crate::map::bucket_records(etcd)
+            .await
+            .map_err(StoreError::Unavailable)?
+            .iter()
+            .map(|b| b.id)
+            .collect();
+        let _sweep = self.sweep.lock().await;
+        let unchanged = || self.map.borrow().epoch == map.epoch;
+        let mut copies = 0;
+        for local in self.store.list_buckets().await? {
+            let Some(bid) = cluster_bucket_of(&local.name).filter(|b| existing.contains(b)) else {
+                continue;
+            };
+            let drop = |key: &str| due.contains(&pg_of(bid, key, map.pgs));
+            let (n, finished) = self.empty_where(&local, &drop, &unchanged).await?;
+            copies += n;
+            self.copies_dropped.fetch_add(n, Ordering::Relaxed);
+            if !finished {
+                tracing::info!(
+                    copies,
+                    "the cluster map changed: dropping the copies of PGs left stops here"
+                );
+                return Ok((0, copies));
+            }
+        }
+        self.pgs_dropped
+            .fetch_add(due.len() as u64, Ordering::Relaxed);
+        let pgs = due.len();
+        left.dropped.extend(due);
+        Ok((pgs, copies))
     }
 
     /// One pass; answers how many local buckets it dropped.
@@ -108,14 +216,32 @@ impl Node {
     /// Removes everything a local bucket holds: its current objects, the history its keys
     /// kept, its uploads in progress.
     async fn empty(&self, local: &Bucket) -> StoreResult<()> {
+        self.empty_where(local, &|_| true, &|| true).await?;
+        Ok(())
+    }
+
+    /// Removes what a local bucket holds of the keys `drop` names: their current objects, the
+    /// history they kept, their uploads in progress. Stops before the next removal once
+    /// `go_on` says no. Answers how many it removed, and whether it went to the end.
+    async fn empty_where(
+        &self,
+        local: &Bucket,
+        drop: &(dyn Fn(&str) -> bool + Sync),
+        go_on: &(dyn Fn() -> bool + Sync),
+    ) -> StoreResult<(u64, bool)> {
+        let mut removed = 0u64;
         let mut query = ListQuery {
             max_keys: 1000,
             ..Default::default()
         };
         loop {
             let page = self.store.list_objects(local, &query).await?;
-            for o in &page.objects {
+            for o in page.objects.iter().filter(|o| drop(&o.key)) {
+                if !go_on() {
+                    return Ok((removed, false));
+                }
                 self.store.delete_object(local, &o.key).await?;
+                removed += 1;
             }
             if !page.truncated || page.objects.is_empty() {
                 break;
@@ -123,7 +249,8 @@ impl Node {
             query.after = page.objects.last().map(|o| o.key.clone());
         }
         // A deleted bucket held no versions; a node away then may still, and none is kept
-        // for a bucket that is gone, whatever its lock said.
+        // for a bucket that is gone, whatever its lock said (nor for a PG this node left:
+        // the chain's members keep theirs).
         let history = with_versions(local);
         let mut query = VersionQuery {
             max_keys: 1000,
@@ -131,10 +258,14 @@ impl Node {
         };
         loop {
             let page = self.store.list_versions(&history, &query).await?;
-            for v in &page.versions {
+            for v in page.versions.iter().filter(|v| drop(&v.object.key)) {
+                if !go_on() {
+                    return Ok((removed, false));
+                }
                 self.store
                     .delete_version(&history, &v.object.key, &v.version_id, LockCheck::Decided)
                     .await?;
+                removed += 1;
             }
             if !page.truncated || page.versions.is_empty() {
                 break;
@@ -148,8 +279,12 @@ impl Node {
         };
         loop {
             let page = self.store.list_uploads(local, &query).await?;
-            for u in &page.uploads {
+            for u in page.uploads.iter().filter(|u| drop(&u.key)) {
+                if !go_on() {
+                    return Ok((removed, false));
+                }
                 self.store.abort_upload(local, &u.key, &u.upload_id).await?;
+                removed += 1;
             }
             let Some(last) = page.uploads.last().filter(|_| page.truncated) else {
                 break;
@@ -157,13 +292,67 @@ impl Node {
             query.key_marker = Some(last.key.clone());
             query.upload_id_marker = Some(last.upload_id.clone());
         }
-        Ok(())
+        Ok((removed, true))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::cluster_bucket_of;
+    use super::{cluster_bucket_of, left_safely};
+    use crate::map::{Away, ClusterMap, NodeEntry, NodeState};
+
+    fn map_of(nodes: &[&str], chains: &[&[&str]]) -> ClusterMap {
+        let mut map = ClusterMap::new(chains.len() as u32, 3);
+        for n in nodes {
+            let entry = NodeEntry {
+                id: n.to_string(),
+                addr: String::new(),
+                zone: None,
+                weight: 1.0,
+                state: NodeState::Active,
+                incarnation: 0,
+                classes: Vec::new(),
+            };
+            map.nodes.insert(n.to_string(), entry);
+        }
+        map.chains = chains
+            .iter()
+            .map(|c| c.iter().map(|n| n.to_string()).collect())
+            .collect();
+        map
+    }
+
+    /// A node's copies of a PG go only once it is out of the PG's chain and the chain is
+    /// whole and caught up without it.
+    #[test]
+    fn a_pg_is_left_safely_only_when_whole_elsewhere() {
+        let nodes = ["a", "b", "c", "d"];
+        let mut map = map_of(
+            &nodes,
+            &[&["b", "c", "d"], &["a", "b", "c"], &["b", "c"], &[]],
+        );
+        assert!(left_safely(&map, "a", 0));
+        assert!(!left_safely(&map, "a", 1), "a member");
+        assert!(!left_safely(&map, "a", 2), "a chain a member short");
+        assert!(!left_safely(&map, "a", 3), "no chain at all");
+        // A member of the chain still catching up: not yet.
+        map.syncing.entry("d".into()).or_default().insert(0, 1);
+        assert!(!left_safely(&map, "a", 0));
+        map.syncing.clear();
+        // Catching up on it itself, or away with its place kept: its own.
+        map.syncing.entry("a".into()).or_default().insert(0, 1);
+        assert!(!left_safely(&map, "a", 0));
+        map.syncing.clear();
+        let away = Away {
+            since_ms: 0,
+            pgs: vec![0],
+        };
+        map.away.insert("a".into(), away);
+        assert!(!left_safely(&map, "a", 0));
+        // With fewer other nodes than replicas, a chain of all of them is whole.
+        let small = map_of(&["a", "b", "c"], &[&["b", "c"]]);
+        assert!(left_safely(&small, "a", 0));
+    }
 
     #[test]
     fn only_local_buckets_of_cluster_buckets_are_named() {
