@@ -13,7 +13,6 @@ use packrat_store_api::{Bucket, CompletePart, NewUpload, ObjectStore, PutObject,
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// An upload in progress: its id and its parts' bytes and ETags by number.
@@ -39,6 +38,28 @@ async fn part_bytes(store: &dyn ObjectStore, b: &Bucket, key: &str, id: &str, n:
     read_all(reader).await
 }
 
+/// Completes an upload with its last part alone (the others become dead bytes); answers the
+/// object's bytes, or `None` for an upload without parts (left as it is).
+async fn complete_with_last(
+    store: &dyn ObjectStore,
+    b: &Bucket,
+    key: &str,
+    up: &InProgress,
+) -> Option<Vec<u8>> {
+    let (&n, (bytes, etag)) = up.parts.last_key_value()?;
+    let named = vec![CompletePart {
+        part_number: n,
+        etag: etag.clone(),
+        checksums: Vec::new(),
+    }];
+    let (cond, stamp) = (Default::default(), Default::default());
+    store
+        .complete_upload(b, key, &up.id, named, &cond, &stamp)
+        .await
+        .unwrap();
+    Some(bytes.clone())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_moves_parts_while_uploads_change() {
     let dir = tempfile::tempdir().unwrap();
@@ -50,19 +71,7 @@ async fn compaction_moves_parts_while_uploads_change() {
     let store = Arc::new(store);
     let b = store.bucket("b").unwrap().unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let compactor = {
-        let (store, stop) = (store.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut moved = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let r = store.compact(1.0, Duration::ZERO).await.unwrap();
-                moved += r["objects_moved"].as_u64().unwrap_or(0);
-                tokio::task::yield_now().await;
-            }
-            moved
-        })
-    };
+    let compactor = common::Compactor::start(store.clone());
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(31);
     let mut uploads: BTreeMap<String, InProgress> = BTreeMap::new();
@@ -105,22 +114,15 @@ async fn compaction_moves_parts_while_uploads_change() {
             (5, true) => {
                 // Completed with its last part alone: the others become dead bytes.
                 let up = uploads.remove(&key).unwrap();
-                let Some((&n, (bytes, etag))) = up.parts.last_key_value() else {
-                    uploads.insert(key, up);
-                    continue;
-                };
-                let named = vec![CompletePart {
-                    part_number: n,
-                    etag: etag.clone(),
-                    checksums: Vec::new(),
-                }];
-                let (cond, stamp) = (Default::default(), Default::default());
-                store
-                    .complete_upload(&b, &key, &up.id, named, &cond, &stamp)
-                    .await
-                    .unwrap();
-                completed.insert(key, bytes.clone());
-                completions += 1;
+                match complete_with_last(store.as_ref(), &b, &key, &up).await {
+                    Some(bytes) => {
+                        completed.insert(key, bytes);
+                        completions += 1;
+                    }
+                    None => {
+                        uploads.insert(key, up);
+                    }
+                }
             }
             (6, true) => {
                 let up = uploads.remove(&key).unwrap();
@@ -140,8 +142,7 @@ async fn compaction_moves_parts_while_uploads_change() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let moved = compactor.await.unwrap();
+    let moved = compactor.stop().await;
     // Dead bytes beside every part still in progress: each is overwritten once more.
     for i in 0..6 {
         let mut src = Once(Some(vec![i as u8; 1000].into()));
@@ -172,27 +173,11 @@ async fn compaction_moves_parts_while_uploads_change() {
     }
     // Parts in progress can still be completed into the object they hold.
     for (key, up) in &uploads {
-        let Some((&n, (bytes, etag))) = up.parts.last_key_value() else {
-            continue;
-        };
-        let named = vec![CompletePart {
-            part_number: n,
-            etag: etag.clone(),
-            checksums: Vec::new(),
-        }];
-        let (cond, stamp) = (Default::default(), Default::default());
-        store
-            .complete_upload(&b, key, &up.id, named, &cond, &stamp)
-            .await
-            .unwrap();
-        let read = common::get(store.as_ref(), &b, key).await.unwrap().unwrap();
-        assert_eq!(&read, bytes, "{key}");
+        if let Some(bytes) = complete_with_last(store.as_ref(), &b, key, up).await {
+            let read = common::get(store.as_ref(), &b, key).await.unwrap().unwrap();
+            assert_eq!(read, bytes, "{key}");
+        }
     }
     drop(store);
-    let logs = tempfile::tempdir().unwrap();
-    let index =
-        packrat_index::RocksIndex::open_read_only(&dir.path().join("index"), logs.path()).unwrap();
-    let report =
-        packrat_store::verify::run(&index, &dir.path().join("segments"), &[], None, true).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    common::verify_offline(dir.path());
 }

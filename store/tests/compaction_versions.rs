@@ -12,7 +12,6 @@ use packrat_store_api::{Bucket, FoundVersion, ObjectStore, PutObject, VersionQue
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// A key's history in write order: (version id, bytes; `None` for a delete marker).
@@ -56,19 +55,7 @@ async fn compaction_moves_versions_while_histories_change() {
         .unwrap();
     let b = store.bucket("b").unwrap().unwrap();
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let compactor = {
-        let (store, stop) = (store.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut moved = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let r = store.compact(1.0, Duration::ZERO).await.unwrap();
-                moved += r["objects_moved"].as_u64().unwrap_or(0);
-                tokio::task::yield_now().await;
-            }
-            moved
-        })
-    };
+    let compactor = common::Compactor::start(store.clone());
 
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
     let mut model = Model::new();
@@ -110,8 +97,7 @@ async fn compaction_moves_versions_while_histories_change() {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let moved = compactor.await.unwrap();
+    let moved = compactor.stop().await;
     let last = store.compact(1.0, Duration::ZERO).await.unwrap();
     println!("moved while the histories changed: {moved}; at the end: {last}");
     assert!(
@@ -155,10 +141,5 @@ async fn compaction_moves_versions_while_histories_change() {
         }
     }
     assert!(versions > 100, "{versions} versions");
-    let logs = tempfile::tempdir().unwrap();
-    let index =
-        packrat_index::RocksIndex::open_read_only(&dir.path().join("index"), logs.path()).unwrap();
-    let report =
-        packrat_store::verify::run(&index, &dir.path().join("segments"), &[], None, true).unwrap();
-    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    common::verify_offline(dir.path());
 }

@@ -116,3 +116,44 @@ impl ByteSource for Once {
         Ok(None)
     }
 }
+
+/// Compaction run in a loop (threshold 1.0, no grace) until [`Compactor::stop`]: a store's
+/// entries change under it in the churn tests.
+pub struct Compactor {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl Compactor {
+    pub fn start(store: std::sync::Arc<LocalStore>) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut moved = 0u64;
+            while !flag.load(Ordering::Relaxed) {
+                let r = store.compact(1.0, Duration::ZERO).await.unwrap();
+                moved += r["objects_moved"].as_u64().unwrap_or(0);
+                tokio::task::yield_now().await;
+            }
+            moved
+        });
+        Compactor { stop, task }
+    }
+
+    /// Stops the loop after its current run; answers the entries it moved in all.
+    pub async fn stop(self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// The offline verifier over a closed store's data directory: every record every entry
+/// references is found and checks.
+pub fn verify_offline(dir: &Path) {
+    let logs = tempfile::tempdir().unwrap();
+    let index = packrat_index::RocksIndex::open_read_only(&dir.join("index"), logs.path()).unwrap();
+    let report =
+        packrat_store::verify::run(&index, &dir.join("segments"), &[], None, true).unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+}
