@@ -25,7 +25,7 @@ from botocore.exceptions import (ClientError, ConnectionClosedError, EndpointCon
 from urllib3.exceptions import ProtocolError
 
 import conftest
-from cluster import BIN, PGS, Gateway, Node, cluster_cmd, healthy, start_cluster, status, wait_for
+from cluster import BIN, PGS, Etcd, Gateway, Node, cluster_cmd, free_port, healthy, start_cluster, status, wait_for
 from test_versioning import history_left, make_history
 
 
@@ -1599,6 +1599,63 @@ def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
         report = verify_offline(n)
         got = (report["buckets"], report["objects"], report["object_bytes"])
         assert got == (2, 5, 500), (n.data_dir, report)
+
+
+def test_a_removed_node_added_back_drops_what_was_deleted_meanwhile(workdir):
+    """A node killed, its replicas made elsewhere and `remove-node`d, misses the delete of a
+    bucket: the note of the delete goes once the registered nodes have dropped their copies.
+    Added back with its old data directory, it drops that bucket's copies by itself (the
+    bucket's id was handed out and has no record). Meanwhile its data directory, which
+    belongs to its cluster, is refused by another cluster's etcd, untouched."""
+    base = workdir / "cluster-readded"
+    etcd, nodes, (gw,) = start_cluster(base, nodes=4, node_args=["--tombstone-keep", "1"])
+    other = None
+    try:
+        c = gw.client()
+        c.create_bucket(Bucket="gone")
+        c.create_bucket(Bucket="kept")
+        for i in range(20):
+            c.put_object(Bucket="gone", Key=f"g/{i:02d}", Body=os.urandom(1000))
+        kept = {f"k/{i}": os.urandom(100) for i in range(8)}
+        for k, v in kept.items():
+            c.put_object(Bucket="kept", Key=k, Body=v)
+        out = nodes[3]
+        out_id = open(out.data_dir + "/node-id").read().strip()
+        cluster_id = status(etcd.url)["cluster_id"]
+        assert cluster_id.startswith("cluster-")
+        assert all(open(n.data_dir + "/cluster-id").read() == cluster_id for n in nodes)
+        assert cluster_cmd(etcd.url, "set", "--rereplicate-after", "0").returncode == 0
+        out.kill9()
+        wait_for("the node's replicas made elsewhere", lambda: healthy(etcd.url, 3), timeout=90)
+        r = cluster_cmd(etcd.url, "remove-node", out_id)
+        assert r.returncode == 0, r.stderr
+        # Another cluster's etcd: the node does not start, and says why.
+        other = Etcd(base / "other-etcd").start()
+        assert cluster_cmd(other.url, "init", "--pgs", "8", "--replicas", "1").returncode == 0
+        r = subprocess.run([BIN, "node", "--etcd", other.url, "--data-dir", out.data_dir,
+                            "--listen", f"127.0.0.1:{free_port()}"], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0 and f"belongs to cluster {cluster_id}" in r.stderr, r.stdout + r.stderr
+        assert status(other.url)["nodes"] == []
+        for i in range(20):
+            c.delete_object(Bucket="gone", Key=f"g/{i:02d}")
+        c.delete_bucket(Bucket="gone")
+        wait_for("the deleted bucket's note removed by the registered nodes",
+                 lambda: status(etcd.url)["deleted_buckets_pending"] == 0, timeout=30)
+        out.start()
+        wait_for("four caught-up nodes", lambda: healthy(etcd.url, 4), timeout=90)
+        wait_for("the node back to drop the deleted bucket's local buckets",
+                 lambda: node_counter(out, "packrat_node_buckets_dropped_total") >= 1, timeout=30)
+        for k, v in kept.items():
+            assert c.get_object(Bucket="kept", Key=k)["Body"].read() == v
+    finally:
+        for p in [gw, *nodes]:
+            p.stop()
+        etcd.stop()
+        if other is not None:
+            other.stop()
+    # Nothing of the deleted bucket (objects of 1,000 bytes) is left on the node back.
+    report = verify_offline(out)
+    assert report["objects"] > 0 and report["object_bytes"] == 100 * report["objects"], report
 
 
 def etcd_value(etcd_url, key):

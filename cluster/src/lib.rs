@@ -157,6 +157,7 @@ pub async fn init(
         );
     }
     etcd.put("secret", map::new_secret()).await?;
+    etcd.cluster_id().await?;
     store::put_key(etcd, &root)
         .await
         .map_err(|e| e.to_string())?;

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `map` | [`ClusterMap`] (JSON): epoch, PG count, R, nodes, chains | `cluster init`, the manager |
 //! | `secret` | the cluster secret nodes and gateways authenticate with | `cluster init` |
+//! | `cluster-id` | the cluster's identity, kept in each node's data directory too | `cluster init` (or the first node of an older cluster) |
 //! | `master-key` | the key SSE-S3 data keys are sealed with (hex of 32 bytes) | the first gateway that needs it |
 //! | `nodes/<id>` | [`NodeEntry`] (JSON): address, zone, weight, state | the node, `cluster drain` |
 //! | `live/<id>` | the node's address, under the node's lease (liveness) | the node |
@@ -430,6 +431,27 @@ impl Etcd {
             .await?
             .ok_or("no cluster secret in etcd: run `packrat cluster init` first")?;
         String::from_utf8(value).map_err(|_| "etcd: the cluster secret is not text".into())
+    }
+
+    /// The cluster's identity (`cluster-<32 hex digits>`), made by `cluster init`, or by the
+    /// first node to start in a cluster made before identities (a transaction: nodes starting
+    /// at once agree on one). A node keeps it in its data directory and refuses to serve
+    /// another cluster's etcd with that directory.
+    pub async fn cluster_id(&self) -> EtcdResult<String> {
+        for _ in 0..8 {
+            if let Some((value, _)) = self.get("cluster-id").await? {
+                return String::from_utf8(value)
+                    .map_err(|_| "etcd: the cluster id is not text".into());
+            }
+            let fresh = format!("cluster-{}", hex::encode(rand::random::<[u8; 16]>()));
+            if self
+                .put_if("cluster-id", 0, fresh.clone().into_bytes())
+                .await?
+            {
+                return Ok(fresh);
+            }
+        }
+        Err("etcd: the cluster id keeps changing".into())
     }
 
     /// The cluster's master key: SSE-S3 data keys are sealed with it by every gateway. Made

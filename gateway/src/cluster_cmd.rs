@@ -130,9 +130,32 @@ fn node_id(data_dir: &Path) -> Result<String, String> {
     }
 }
 
+/// Ties the data directory to the cluster whose etcd it is started with: the first start
+/// writes the cluster's id into it; a later start against another cluster's etcd is refused.
+/// A node in a cluster that is not its own would be given that cluster's PGs and, catching up
+/// on them, give up its copies as unknown there.
+fn check_cluster(data_dir: &Path, cluster: &str, etcd: &str) -> Result<(), String> {
+    let path = data_dir.join("cluster-id");
+    match std::fs::read_to_string(&path) {
+        Ok(kept) if kept.trim() == cluster => Ok(()),
+        Ok(kept) if !kept.trim().is_empty() => Err(format!(
+            "{}: this data directory belongs to cluster {}, and the etcd at {etcd} is cluster              {cluster}: not starting (joining another cluster would give up this node's              copies). Give the --etcd of its cluster, or an empty --data-dir to join this one.",
+            data_dir.display(),
+            kept.trim()
+        )),
+        _ => {
+            std::fs::create_dir_all(data_dir)
+                .map_err(|e| format!("{}: {e}", data_dir.display()))?;
+            std::fs::write(&path, cluster).map_err(|e| format!("{}: {e}", path.display()))
+        }
+    }
+}
+
 pub async fn node(args: NodeArgs) -> Result<(), String> {
     let stop = start_process(&args.logging)?;
     let etcd = Etcd::connect(&args.etcd).await?;
+    let cluster = etcd.cluster_id().await?;
+    check_cluster(&args.storage.data_dir, &cluster, &args.etcd)?;
     let id = node_id(&args.storage.data_dir)?;
     // The node's own store keeps a root key of its own that nobody uses: S3 requests never
     // reach a node (its internal API takes only the cluster secret).
@@ -260,6 +283,11 @@ pub async fn cluster(args: ClusterArgs) -> Result<(), String> {
         ClusterCommand::Status => {
             let (map, _) = etcd.map().await?;
             let mut report = packrat_cluster::status_report(&map);
+            // Read only: a cluster made before identities gets one from its first node.
+            let id = etcd.get("cluster-id").await?;
+            report["cluster_id"] = id
+                .map(|(v, _)| String::from_utf8_lossy(&v).into_owned())
+                .into();
             // Deleted buckets some node has yet to drop its copies of (one away, say).
             report["deleted_buckets_pending"] = etcd.deleted_buckets().await?.len().into();
             println!(

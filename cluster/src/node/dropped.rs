@@ -58,6 +58,33 @@ fn left_safely(map: &ClusterMap, node: &str, pg: u32) -> bool {
     chain.len() >= map.replicas.min(others) && chain.iter().all(|n| !map.is_syncing(n, pg))
 }
 
+/// The cluster buckets among `local` (ids of this node's local buckets) deleted without a
+/// note this node could see: handed out once (`handed_out`, etcd's `bucket-seq`: ids are
+/// never reused), no record in etcd now (`existing`) and no note of the delete (`noted`: those
+/// go by their note), and so for `keep` (followed in `seen`: first seen, by id). A node that
+/// was removed from the cluster while a bucket was deleted (`cluster remove-node` forgets the
+/// notes it had not marked) and is added back with its old data directory has such buckets.
+/// The data directory's cluster id (checked at start) makes sure those ids are this
+/// cluster's.
+fn orphans_due(
+    local: impl Iterator<Item = u64>,
+    existing: &HashSet<u64>,
+    noted: &HashSet<u64>,
+    handed_out: u64,
+    seen: &mut HashMap<u64, Instant>,
+    now: Instant,
+    keep: Duration,
+) -> HashSet<u64> {
+    let orphans: HashSet<u64> = local
+        .filter(|id| *id <= handed_out && !existing.contains(id) && !noted.contains(id))
+        .collect();
+    seen.retain(|id, _| orphans.contains(id));
+    orphans
+        .into_iter()
+        .filter(|id| now.duration_since(*seen.entry(*id).or_insert(now)) >= keep)
+        .collect()
+}
+
 /// The cluster bucket a local bucket belongs to (`o-<id>` or `t-<id>`).
 fn cluster_bucket_of(local: &str) -> Option<u64> {
     let id = local
@@ -74,9 +101,10 @@ impl Node {
             .tombstone_keep
             .clamp(Duration::from_secs(1), Duration::from_secs(60));
         let mut left = LeftPgs::default();
+        let mut orphans = HashMap::new();
         loop {
             tokio::time::sleep(every).await;
-            match self.drop_deleted_buckets_once(&etcd).await {
+            match self.drop_deleted_buckets_once(&etcd, &mut orphans).await {
                 Ok(0) => {}
                 Ok(n) => tracing::info!(local_buckets = n, "dropped what deleted buckets left"),
                 Err(e) => tracing::warn!("dropping deleted buckets: {e}"),
@@ -155,24 +183,62 @@ impl Node {
         Ok((pgs, copies))
     }
 
-    /// One pass; answers how many local buckets it dropped.
-    pub(super) async fn drop_deleted_buckets_once(&self, etcd: &Etcd) -> StoreResult<usize> {
+    /// One pass; answers how many local buckets it dropped. `orphans` follows the local
+    /// buckets of cluster buckets gone without a note (see [`orphans_due`]).
+    pub(super) async fn drop_deleted_buckets_once(
+        &self,
+        etcd: &Etcd,
+        orphans: &mut HashMap<u64, Instant>,
+    ) -> StoreResult<usize> {
+        let unavailable = StoreError::Unavailable;
         let cutoff = (now_micros() / 1000) as i64 - self.tombstone_keep.as_millis() as i64;
-        let gone: HashSet<u64> = etcd
-            .deleted_buckets()
-            .await
-            .map_err(packrat_store_api::StoreError::Unavailable)?
-            .into_iter()
+        let notes = etcd.deleted_buckets().await.map_err(unavailable)?;
+        let gone: HashSet<u64> = notes
+            .iter()
             .filter(|(_, at)| *at < cutoff)
-            .map(|(id, _)| id)
+            .map(|(id, _)| *id)
             .collect();
-        if gone.is_empty() {
+        // The local buckets are listed before etcd's records are read: one whose record is
+        // missing then was deleted (a local bucket is made by a write, after its record).
+        let locals = self.store.list_buckets().await?;
+        let existing: HashSet<u64> = crate::map::bucket_records(etcd)
+            .await
+            .map_err(unavailable)?
+            .iter()
+            .map(|b| b.id)
+            .collect();
+        let handed_out = match etcd.get("bucket-seq").await.map_err(unavailable)? {
+            Some((v, _)) => String::from_utf8_lossy(&v).parse::<u64>().unwrap_or(0),
+            None => 0,
+        };
+        let noted: HashSet<u64> = notes.iter().map(|(id, _)| *id).collect();
+        let ids = locals.iter().filter_map(|l| cluster_bucket_of(&l.name));
+        let orphaned = orphans_due(
+            ids,
+            &existing,
+            &noted,
+            handed_out,
+            orphans,
+            Instant::now(),
+            self.tombstone_keep,
+        );
+        if gone.is_empty() && orphaned.is_empty() {
             return Ok(0);
         }
         let mut dropped = 0;
-        for local in self.store.list_buckets().await? {
-            if !cluster_bucket_of(&local.name).is_some_and(|id| gone.contains(&id)) {
+        for local in locals {
+            let Some(id) = cluster_bucket_of(&local.name) else {
                 continue;
+            };
+            if !gone.contains(&id) && !orphaned.contains(&id) {
+                continue;
+            }
+            if orphaned.contains(&id) {
+                tracing::info!(
+                    bucket = id,
+                    local = local.name,
+                    "dropping the copies of a bucket deleted while this node was out of the cluster"
+                );
             }
             if let Ok(mut cached) = self.buckets.lock() {
                 cached.remove(&local.name);
@@ -183,7 +249,9 @@ impl Node {
             self.buckets_dropped.fetch_add(1, Ordering::Relaxed);
             dropped += 1;
         }
-        self.forget_dropped(etcd, &gone).await?;
+        if !gone.is_empty() {
+            self.forget_dropped(etcd, &gone).await?;
+        }
         Ok(dropped)
     }
 
@@ -298,7 +366,32 @@ impl Node {
 
 #[cfg(test)]
 mod tests {
-    use super::{cluster_bucket_of, left_safely};
+    use super::{cluster_bucket_of, left_safely, orphans_due};
+    use std::collections::{HashMap, HashSet};
+    use std::time::{Duration, Instant};
+
+    /// A local bucket goes without a note only when its id was handed out, has no record and
+    /// no note, and has been so for the keeping time.
+    #[test]
+    fn orphans_are_due_after_the_keeping_time() {
+        let existing: HashSet<u64> = [1, 3].into();
+        let noted: HashSet<u64> = [4].into();
+        let keep = Duration::from_secs(5);
+        let mut seen = HashMap::new();
+        let t0 = Instant::now();
+        let local = || [1, 2, 2, 3, 4, 9].into_iter();
+        // 2: deleted, no note; 9: above the last id handed out (not this cluster's, or not yet).
+        assert!(orphans_due(local(), &existing, &noted, 5, &mut seen, t0, keep).is_empty());
+        assert_eq!(seen.keys().copied().collect::<Vec<_>>(), vec![2]);
+        let later = t0 + keep;
+        let due = orphans_due(local(), &existing, &noted, 5, &mut seen, later, keep);
+        assert_eq!(due, [2].into());
+        // Seen with a record again (a flicker of the listing): the clock starts over.
+        let with_2: HashSet<u64> = [1, 2, 3].into();
+        assert!(orphans_due(local(), &with_2, &noted, 5, &mut seen, later, keep).is_empty());
+        assert!(seen.is_empty());
+        assert!(orphans_due(local(), &existing, &noted, 5, &mut seen, later, keep).is_empty());
+    }
     use crate::map::{Away, ClusterMap, NodeEntry, NodeState};
 
     fn map_of(nodes: &[&str], chains: &[&[&str]]) -> ClusterMap {

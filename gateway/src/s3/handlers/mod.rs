@@ -526,7 +526,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             "unsupported",
             Err(err(
                 S3ErrorCode::NotImplemented,
-                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, GetObjectTagging, CopyObject's source, DeleteObject and a version's retention and legal hold only",
+                "packrat names object versions on GetObject, HeadObject, GetObjectAttributes, DeleteObject, Get/Put/DeleteObjectTagging, Get/PutObjectAcl, a version's retention and legal hold, and CopyObject's and UploadPartCopy's source (x-amz-copy-source ?versionId=), not on this request",
             )),
         );
     }
