@@ -82,6 +82,8 @@ def single_request_calls(c, name, own):
         ("GetObjectAcl", lambda: c.get_object_acl(**k)),
         ("PutObjectAcl", lambda: c.put_object_acl(ACL="private", **k)),
         ("GetBucketOwnershipControls", lambda: c.get_bucket_ownership_controls(**b)),
+        ("PutBucketOwnershipControls", lambda: c.put_bucket_ownership_controls(
+            OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}, **b)),
         ("ListMultipartUploads", lambda: c.list_multipart_uploads(**b)),
         ("PutBucketVersioning", lambda: c.put_bucket_versioning(VersioningConfiguration={"Status": "Enabled"}, **b)),
         ("ListObjectVersions", lambda: c.list_object_versions(**b)),

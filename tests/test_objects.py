@@ -360,6 +360,18 @@ def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
     # Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
     rules = s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"]
     assert rules == [{"ObjectOwnership": "BucketOwnerEnforced"}]
+    # Setting what holds is accepted (tools set it on every bucket they make); asking for
+    # object ACLs is refused, not stored and ignored.
+    enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
+    s3.put_bucket_ownership_controls(Bucket=bucket, OwnershipControls=enforced)
+    for other in ("ObjectWriter", "BucketOwnerPreferred"):
+        with pytest.raises(ClientError) as e:
+            s3.put_bucket_ownership_controls(Bucket=bucket, OwnershipControls={"Rules": [{"ObjectOwnership": other}]})
+        assert (code(e), status(e)) == ("NotImplemented", 501), other
+    with pytest.raises(ClientError) as e:
+        s3.put_bucket_ownership_controls(Bucket=bucket, OwnershipControls={"Rules": []})
+    assert code(e) == "MalformedXML"
+    assert s3.get_bucket_ownership_controls(Bucket=bucket)["OwnershipControls"]["Rules"] == enforced["Rules"]
     for delete in [s3.delete_bucket_cors, s3.delete_bucket_policy, s3.delete_bucket_tagging,
                    s3.delete_bucket_encryption, s3.delete_bucket_website]:
         assert delete(Bucket=bucket)["ResponseMetadata"]["HTTPStatusCode"] == 204

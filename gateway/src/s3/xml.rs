@@ -227,6 +227,19 @@ pub struct DeleteObject {
     pub version_id: Option<String>,
 }
 
+/// A PutBucketOwnershipControls body: one rule naming the bucket's Object Ownership.
+#[derive(Debug, serde::Deserialize)]
+pub struct OwnershipControls {
+    #[serde(rename = "Rule", default)]
+    pub rules: Vec<OwnershipRule>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+pub struct OwnershipRule {
+    #[serde(rename = "ObjectOwnership")]
+    pub object_ownership: String,
+}
+
 /// A PutObjectAcl body: only its grants are read (the owner is the bucket's, whatever it says).
 #[derive(Debug, serde::Deserialize)]
 pub struct AccessControlPolicy {

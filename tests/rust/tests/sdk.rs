@@ -768,6 +768,43 @@ async fn rust_sdk_bucket_policy() {
         Some("AccessControlListNotSupported")
     );
     assert_eq!(anonymous("acl"), 403, "nothing was stored");
+    // Object Ownership: setting what holds is accepted, asking for object ACLs is not.
+    use aws_sdk_s3::types::{ObjectOwnership, OwnershipControls, OwnershipControlsRule};
+    let controls = |o: ObjectOwnership| {
+        let rule = OwnershipControlsRule::builder()
+            .object_ownership(o)
+            .build()
+            .unwrap();
+        OwnershipControls::builder().rules(rule).build().unwrap()
+    };
+    s3.put_bucket_ownership_controls()
+        .bucket(b)
+        .ownership_controls(controls(ObjectOwnership::BucketOwnerEnforced))
+        .send()
+        .await
+        .unwrap();
+    let refused = s3
+        .put_bucket_ownership_controls()
+        .bucket(b)
+        .ownership_controls(controls(ObjectOwnership::ObjectWriter))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.into_service_error().meta().code(),
+        Some("NotImplemented")
+    );
+    let got = s3
+        .get_bucket_ownership_controls()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap();
+    let rules = got.ownership_controls().map(|c| c.rules().to_vec());
+    assert_eq!(
+        rules.unwrap_or_default()[0].object_ownership(),
+        &ObjectOwnership::BucketOwnerEnforced
+    );
 }
 
 /// SSE-S3 from the Rust SDK: a round trip, ranges across the 64 KiB blocks, the header on

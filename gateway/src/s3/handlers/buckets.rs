@@ -309,6 +309,41 @@ pub(super) async fn handle_delete_lifecycle(
         .map_err(|e| S3Error::internal("response", e))
 }
 
+/// PutBucketOwnershipControls: packrat's buckets have S3's "bucket owner enforced" Object
+/// Ownership (ACLs disabled) and no other, so a rule asking for it is accepted (it is what
+/// holds: Terraform and other tools set it on every bucket they make) and one asking for
+/// object ACLs (`ObjectWriter`, `BucketOwnerPreferred`) is refused with 501 rather than
+/// stored and ignored.
+pub(super) async fn handle_put_ownership_controls(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    load_bucket(state, req, name, Action::PUT_BUCKET_OWNERSHIP_CONTROLS).await?;
+    let body = read_xml_body(req).await?;
+    let controls: xml::OwnershipControls = xml::parse(&body)?;
+    let [rule] = controls.rules.as_slice() else {
+        return Err(err(
+            S3ErrorCode::MalformedXML,
+            "OwnershipControls takes exactly one Rule",
+        ));
+    };
+    match rule.object_ownership.as_str() {
+        "BucketOwnerEnforced" => Ok(Response::new(empty())),
+        "ObjectWriter" | "BucketOwnerPreferred" => Err(err(
+            S3ErrorCode::NotImplemented,
+            format!(
+                "packrat's buckets keep ACLs disabled (BucketOwnerEnforced); {} would give objects ACLs of their own, which packrat does not implement: grant access with a bucket policy",
+                rule.object_ownership
+            ),
+        )),
+        other => Err(err(
+            S3ErrorCode::MalformedXML,
+            format!("Unknown ObjectOwnership '{other}'"),
+        )),
+    }
+}
+
 /// Bucket configurations packrat does not implement, read or deleted: what S3 answers for a
 /// bucket that never had one, since none of packrat's buckets can. Tools that probe every
 /// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.

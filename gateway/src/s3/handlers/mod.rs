@@ -195,6 +195,8 @@ impl Action {
     pub const GET_OBJECT_LEGAL_HOLD: Self = Self::object("s3:GetObjectLegalHold", Access::Owner);
     pub const BYPASS_GOVERNANCE_RETENTION: Self =
         Self::object("s3:BypassGovernanceRetention", Access::Write);
+    pub const PUT_BUCKET_OWNERSHIP_CONTROLS: Self =
+        Self::bucket("s3:PutBucketOwnershipControls", Access::Write);
     /// Configurations packrat does not have (their "not configured" answers): the owner's.
     pub const GET_BUCKET_CONFIGURATION: Self =
         Self::bucket("s3:GetBucketConfiguration", Access::Owner);
@@ -490,6 +492,15 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
         return (
             "NotConfigured",
             buckets::handle_not_configured(state, req, bucket, sub).await,
+        );
+    }
+    if let (true, Some(bucket), None) = (req.method == Method::PUT, &req.bucket, &req.key)
+        && req.has_q("ownershipControls")
+    {
+        let bucket = bucket.clone();
+        return (
+            "PutBucketOwnershipControls",
+            buckets::handle_put_ownership_controls(state, req, &bucket).await,
         );
     }
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
