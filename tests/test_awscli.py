@@ -96,6 +96,18 @@ def test_s3api_calls(server, tmp_path):
     aws(server, "s3api", "delete-bucket-cors", "--bucket", name)
     missing = aws(server, "s3api", "get-bucket-cors", "--bucket", name, check=False)
     assert missing.returncode != 0 and "NoSuchCORSConfiguration" in missing.stderr
+    # Block Public Access: set, read back, in force (a public ACL refused), removed.
+    pab = {"BlockPublicAcls": True, "IgnorePublicAcls": False, "BlockPublicPolicy": True,
+           "RestrictPublicBuckets": False}
+    aws(server, "s3api", "put-public-access-block", "--bucket", name,
+        "--public-access-block-configuration", json.dumps(pab))
+    got = json.loads(aws(server, "s3api", "get-public-access-block", "--bucket", name).stdout)
+    assert got["PublicAccessBlockConfiguration"] == pab
+    public = aws(server, "s3api", "put-bucket-acl", "--bucket", name, "--acl", "public-read", check=False)
+    assert public.returncode != 0 and "AccessDenied" in public.stderr
+    aws(server, "s3api", "delete-public-access-block", "--bucket", name)
+    missing = aws(server, "s3api", "get-public-access-block", "--bucket", name, check=False)
+    assert missing.returncode != 0 and "NoSuchPublicAccessBlockConfiguration" in missing.stderr
     # Object Ownership: what holds is accepted, object ACLs are refused.
     enforced = {"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}
     aws(server, "s3api", "put-bucket-ownership-controls", "--bucket", name,

@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 import conftest
 from packrat_client import AccessDenied
+from sigv4_client import signed_request
 from test_auth_checksums import admin, parse_key
 from test_awscli import aws
 
@@ -156,6 +157,65 @@ def test_a_policy_can_open_objects_to_anonymous_readers(server, two_users):
     assert code_of(anon.put_object, Bucket=name, Key="pub/w", Body=b"w") == "AccessDenied"
     alice.delete_bucket_policy(Bucket=name)
     assert anonymous_get(server, f"/{name}/pub/hello.txt")[0] == 403
+
+
+def test_public_access_block(server, two_users):
+    """Put/Get/DeletePublicAccessBlock and what each setting does: IgnorePublicAcls takes
+    anonymous reads away from a public-read ACL, BlockPublicAcls refuses a public ACL,
+    BlockPublicPolicy refuses a public policy (one open to "*" from anywhere) and takes a
+    policy for named users or fixed networks, RestrictPublicBuckets takes anonymous reads away
+    from a public policy while the server's users keep them; deleting the settings gives all
+    back."""
+    alice, bob, name, _, tag, _ = two_users
+    alice.put_object(Bucket=name, Key="pub/x", Body=b"x")
+    assert code_of(alice.get_public_access_block, Bucket=name) == "NoSuchPublicAccessBlockConfiguration"
+
+    def block(**settings):
+        alice.put_public_access_block(Bucket=name, PublicAccessBlockConfiguration=settings)
+        return alice.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]
+
+    alice.put_bucket_acl(Bucket=name, ACL="public-read")
+    assert anonymous_get(server, f"/{name}/pub/x") == (200, b"x")
+    got = block(IgnorePublicAcls=True)
+    assert got == {"BlockPublicAcls": False, "IgnorePublicAcls": True, "BlockPublicPolicy": False,
+                   "RestrictPublicBuckets": False}, got
+    assert anonymous_get(server, f"/{name}/pub/x")[0] == 403
+    assert anonymous_get(server, f"/{name}?list-type=2")[0] == 403
+    block(BlockPublicAcls=True)
+    assert anonymous_get(server, f"/{name}/pub/x") == (200, b"x"), "the ACL counts again"
+    assert code_of(alice.put_bucket_acl, Bucket=name, ACL="public-read") == "AccessDenied"
+    alice.put_bucket_acl(Bucket=name, ACL="private")
+    assert code_of(alice.put_bucket_acl, Bucket=name, ACL="public-read") == "AccessDenied"
+    # BlockPublicPolicy: a policy open to anyone is refused; one for a named user, or for "*"
+    # from fixed networks only, is not public.
+    public = {"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+                             "Resource": f"arn:aws:s3:::{name}/pub/*"}]}
+    block(BlockPublicPolicy=True)
+    assert code_of(alice.put_bucket_policy, Bucket=name, Policy=json.dumps(public)) == "AccessDenied"
+    assert code_of(alice.get_bucket_policy, Bucket=name) == "NoSuchBucketPolicy"
+    fenced = {"Statement": [{**public["Statement"][0],
+                             "Condition": {"IpAddress": {"aws:SourceIp": "127.0.0.0/8"}}}]}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps(fenced))
+    named = {"Statement": [{**public["Statement"][0], "Principal": {"AWS": arn_user(f"bob-{tag}")}}]}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps(named))
+    # RestrictPublicBuckets: a public policy stays, but anonymous callers get nothing of it.
+    alice.delete_public_access_block(Bucket=name)
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps(public))
+    assert anonymous_get(server, f"/{name}/pub/x") == (200, b"x")
+    block(RestrictPublicBuckets=True)
+    assert anonymous_get(server, f"/{name}/pub/x")[0] == 403
+    assert bob.get_object(Bucket=name, Key="pub/x")["Body"].read() == b"x", "a user of this server keeps it"
+    # Bad settings are refused and the stored ones kept; nobody but the owner reaches them.
+    doc = b"<PublicAccessBlockConfiguration><BlockPublicAcls>yes</BlockPublicAcls></PublicAccessBlockConfiguration>"
+    st, _, body = signed_request(server.endpoint, "PUT", f"/{name}", "publicAccessBlock=", body=doc)
+    assert st == 400 and b"<Code>MalformedXML</Code>" in body, body
+    assert code_of(bob.get_public_access_block, Bucket=name) == "AccessDenied"
+    assert code_of(bob.delete_public_access_block, Bucket=name) == "AccessDenied"
+    assert alice.get_public_access_block(Bucket=name)["PublicAccessBlockConfiguration"]["RestrictPublicBuckets"]
+    alice.delete_public_access_block(Bucket=name)
+    assert code_of(alice.get_public_access_block, Bucket=name) == "NoSuchPublicAccessBlockConfiguration"
+    assert anonymous_get(server, f"/{name}/pub/x") == (200, b"x")
+    alice.delete_bucket_policy(Bucket=name)
 
 
 def test_tagging_a_version_is_its_own_action(server, two_users):

@@ -82,6 +82,10 @@ def single_request_calls(c, name, own):
         ("GetObjectAcl", lambda: c.get_object_acl(**k)),
         ("PutObjectAcl", lambda: c.put_object_acl(ACL="private", **k)),
         ("GetBucketOwnershipControls", lambda: c.get_bucket_ownership_controls(**b)),
+        ("PutPublicAccessBlock", lambda: c.put_public_access_block(
+            PublicAccessBlockConfiguration={"BlockPublicAcls": False}, **b)),
+        ("GetPublicAccessBlock", lambda: c.get_public_access_block(**b)),
+        ("DeletePublicAccessBlock", lambda: c.delete_public_access_block(**b)),
         ("PutBucketOwnershipControls", lambda: c.put_bucket_ownership_controls(
             OwnershipControls={"Rules": [{"ObjectOwnership": "BucketOwnerEnforced"}]}, **b)),
         ("ListMultipartUploads", lambda: c.list_multipart_uploads(**b)),

@@ -326,8 +326,8 @@ def test_copy_object(s3, bucket):
 def test_unsupported_operations_say_not_implemented(s3, bucket):
     for attempt in [
         lambda: s3.put_bucket_website(Bucket=bucket, WebsiteConfiguration={"IndexDocument": {"Suffix": "index.html"}}),
-        lambda: s3.put_public_access_block(Bucket=bucket, PublicAccessBlockConfiguration={
-            "BlockPublicAcls": True}),
+        lambda: s3.put_bucket_replication(Bucket=bucket, ReplicationConfiguration={
+            "Role": "arn:aws:iam::1:role/r", "Rules": [{"Status": "Enabled", "Destination": {"Bucket": "arn:aws:s3:::x"}}]}),
     ]:
         with pytest.raises(ClientError) as e:
             attempt()

@@ -104,14 +104,17 @@ pub enum BucketConfig {
     Policy,
     /// Default encryption (PutBucketEncryption).
     Encryption,
+    /// The Block Public Access settings (PutPublicAccessBlock).
+    PublicAccessBlock,
 }
 
 impl BucketConfig {
-    pub const ALL: [BucketConfig; 4] = [
+    pub const ALL: [BucketConfig; 5] = [
         BucketConfig::Tagging,
         BucketConfig::Cors,
         BucketConfig::Policy,
         BucketConfig::Encryption,
+        BucketConfig::PublicAccessBlock,
     ];
 
     /// The configuration's stable name (a storage key; the S3 sub-resource).
@@ -121,6 +124,7 @@ impl BucketConfig {
             BucketConfig::Cors => "cors",
             BucketConfig::Policy => "policy",
             BucketConfig::Encryption => "encryption",
+            BucketConfig::PublicAccessBlock => "publicAccessBlock",
         }
     }
 }

@@ -317,13 +317,52 @@ impl Statement {
     }
 }
 
-/// A parsed, checked bucket policy.
+/// A bucket's Block Public Access settings (PutPublicAccessBlock), as S3 has them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublicAccessBlock {
+    /// PutBucketAcl with a public ACL is refused.
+    pub block_public_acls: bool,
+    /// A public-read ACL grants anonymous callers nothing.
+    pub ignore_public_acls: bool,
+    /// PutBucketPolicy with a public policy is refused.
+    pub block_public_policy: bool,
+    /// While the bucket's policy is public, it grants anonymous callers nothing.
+    pub restrict_public_buckets: bool,
+}
+
+/// A parsed, checked bucket policy, with the bucket's Block Public Access settings (a bucket
+/// with settings and no policy has one of no statements).
 #[derive(Debug, Clone)]
 pub struct Policy {
     statements: Vec<Statement>,
+    pub block: PublicAccessBlock,
 }
 
 impl Policy {
+    /// No statements: what holds is the bucket's ACL, as `block` lets it.
+    pub fn blocking(block: PublicAccessBlock) -> Policy {
+        Policy {
+            statements: Vec::new(),
+            block,
+        }
+    }
+
+    /// Whether the policy is public as S3 judges it: a statement allows anyone (`"*"`)
+    /// without holding them to fixed source networks (an `IpAddress` condition on
+    /// `aws:SourceIp` none of whose networks is everything).
+    pub fn is_public(&self) -> bool {
+        self.statements.iter().any(|s| {
+            s.effect == Effect::Allow
+                && s.principals.iter().any(|p| matches!(p, Principal::Anyone))
+                && !s.conditions.iter().any(|c| {
+                    c.op == Op::IpAddress
+                        && c.key == CondKey::SourceIp
+                        && !c.nets.is_empty()
+                        && c.nets.iter().all(|n| n.prefix_len() > 0)
+                })
+        })
+    }
+
     /// Explicit deny wins, then allow; [`Decision::Silent`] when no statement applies.
     pub fn evaluate(&self, ctx: &RequestContext<'_>) -> Decision {
         let mut allowed = false;
@@ -581,7 +620,10 @@ pub fn parse(doc: &[u8], bucket: &str) -> S3Result<Policy> {
             conditions,
         });
     }
-    Ok(Policy { statements })
+    Ok(Policy {
+        statements,
+        block: PublicAccessBlock::default(),
+    })
 }
 
 /// How long a gateway trusts the policy it read for a bucket. A policy put or deleted through

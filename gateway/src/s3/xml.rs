@@ -227,6 +227,19 @@ pub struct DeleteObject {
     pub version_id: Option<String>,
 }
 
+/// A PutPublicAccessBlock body: four settings, each false when absent.
+#[derive(Debug, serde::Deserialize)]
+pub struct PublicAccessBlockConfiguration {
+    #[serde(rename = "BlockPublicAcls", default)]
+    pub block_public_acls: Option<String>,
+    #[serde(rename = "IgnorePublicAcls", default)]
+    pub ignore_public_acls: Option<String>,
+    #[serde(rename = "BlockPublicPolicy", default)]
+    pub block_public_policy: Option<String>,
+    #[serde(rename = "RestrictPublicBuckets", default)]
+    pub restrict_public_buckets: Option<String>,
+}
+
 /// A PutBucketOwnershipControls body: one rule naming the bucket's Object Ownership.
 #[derive(Debug, serde::Deserialize)]
 pub struct OwnershipControls {

@@ -768,6 +768,44 @@ async fn rust_sdk_bucket_policy() {
         Some("AccessControlListNotSupported")
     );
     assert_eq!(anonymous("acl"), 403, "nothing was stored");
+    // Block Public Access: IgnorePublicAcls takes anonymous reads away from a public-read
+    // bucket; BlockPublicPolicy refuses the public policy above.
+    use aws_sdk_s3::types::PublicAccessBlockConfiguration;
+    s3.put_bucket_acl()
+        .bucket(b)
+        .acl(aws_sdk_s3::types::BucketCannedAcl::PublicRead)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous("pub/a"), 200);
+    let settings = PublicAccessBlockConfiguration::builder()
+        .ignore_public_acls(true)
+        .block_public_policy(true)
+        .build();
+    s3.put_public_access_block()
+        .bucket(b)
+        .public_access_block_configuration(settings)
+        .send()
+        .await
+        .unwrap();
+    let got = s3.get_public_access_block().bucket(b).send().await.unwrap();
+    let got = got.public_access_block_configuration().unwrap();
+    assert_eq!(
+        (got.ignore_public_acls(), got.block_public_acls()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(anonymous("pub/a"), 403);
+    let refused = s3.put_bucket_policy().bucket(b).policy(&doc).send().await;
+    assert_eq!(
+        refused.unwrap_err().into_service_error().meta().code(),
+        Some("AccessDenied")
+    );
+    s3.delete_public_access_block()
+        .bucket(b)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous("pub/a"), 200);
     // Object Ownership: setting what holds is accepted, asking for object ACLs is not.
     use aws_sdk_s3::types::{ObjectOwnership, OwnershipControls, OwnershipControlsRule};
     let controls = |o: ObjectOwnership| {

@@ -6,6 +6,7 @@
 
 use super::*;
 use crate::s3::cors;
+use crate::s3::policy::PublicAccessBlock;
 use packrat_store_api::BucketConfig;
 
 pub(super) async fn handle_put_bucket_tagging(
@@ -41,7 +42,8 @@ pub(super) async fn handle_put_bucket_cors(
 }
 
 /// PutBucketPolicy: checked (`s3::policy::parse`) and kept as sent; it applies to the next
-/// request through this gateway (and within `POLICY_CACHE_TTL` through others).
+/// request through this gateway (and within `POLICY_CACHE_TTL` through others). A public
+/// policy is refused while the bucket's BlockPublicPolicy is on.
 pub(super) async fn handle_put_bucket_policy(
     state: &Arc<AppState>,
     req: &mut S3Request,
@@ -49,13 +51,90 @@ pub(super) async fn handle_put_bucket_policy(
 ) -> R {
     let b = load_bucket(state, req, name, Action::PUT_BUCKET_POLICY).await?;
     let body = read_xml_body(req).await?;
-    crate::s3::policy::parse(&body, &b.name)?;
+    let policy = crate::s3::policy::parse(&body, &b.name)?;
+    if policy.is_public()
+        && public_access_block_of(state, &b)
+            .await?
+            .is_some_and(|p| p.block_public_policy)
+    {
+        return Err(err(
+            S3ErrorCode::AccessDenied,
+            "Access Denied: the bucket's BlockPublicPolicy setting refuses a public policy",
+        ));
+    }
     state
         .store
         .put_bucket_config(&b, BucketConfig::Policy, Some(body))
         .await?;
     state.policies.forget(b.id);
     no_content()
+}
+
+/// The bucket's Block Public Access settings, `None` if it has none.
+pub(crate) async fn public_access_block_of(
+    state: &AppState,
+    b: &Bucket,
+) -> S3Result<Option<PublicAccessBlock>> {
+    let Some(doc) = state
+        .store
+        .get_bucket_config(b, BucketConfig::PublicAccessBlock)
+        .await?
+    else {
+        return Ok(None);
+    };
+    parse_public_access_block(&doc)
+        .map(Some)
+        .map_err(|e| S3Error::internal("stored public access block", e.message))
+}
+
+fn parse_public_access_block(body: &[u8]) -> S3Result<PublicAccessBlock> {
+    let c: xml::PublicAccessBlockConfiguration = xml::parse(body)?;
+    let flag = |v: Option<String>| match v.as_deref().map(str::trim) {
+        None | Some("false") => Ok(false),
+        Some("true") => Ok(true),
+        Some(_) => Err(err(
+            S3ErrorCode::MalformedXML,
+            "A public access block setting must be true or false",
+        )),
+    };
+    Ok(PublicAccessBlock {
+        block_public_acls: flag(c.block_public_acls)?,
+        ignore_public_acls: flag(c.ignore_public_acls)?,
+        block_public_policy: flag(c.block_public_policy)?,
+        restrict_public_buckets: flag(c.restrict_public_buckets)?,
+    })
+}
+
+/// PutPublicAccessBlock: the four settings, kept as S3 answers them; they apply to the next
+/// request through this gateway (and within `POLICY_CACHE_TTL` through others).
+pub(super) async fn handle_put_public_access_block(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::PUT_PUBLIC_ACCESS_BLOCK).await?;
+    let body = read_xml_body(req).await?;
+    let block = parse_public_access_block(&body)?;
+    let mut x = Xml::new();
+    x.root("PublicAccessBlockConfiguration");
+    x.elem("BlockPublicAcls", &block.block_public_acls.to_string());
+    x.elem("IgnorePublicAcls", &block.ignore_public_acls.to_string());
+    x.elem("BlockPublicPolicy", &block.block_public_policy.to_string());
+    x.elem(
+        "RestrictPublicBuckets",
+        &block.restrict_public_buckets.to_string(),
+    );
+    x.close("PublicAccessBlockConfiguration");
+    state
+        .store
+        .put_bucket_config(
+            &b,
+            BucketConfig::PublicAccessBlock,
+            Some(x.finish().into_bytes()),
+        )
+        .await?;
+    state.policies.forget(b.id);
+    Ok(Response::new(empty()))
 }
 
 /// PutBucketEncryption: SSE-S3 as the default of writes that ask for no encryption (PutObject,
@@ -89,6 +168,8 @@ fn config_action(kind: BucketConfig, change: bool) -> Action {
         (BucketConfig::Policy, true) => Action::DELETE_BUCKET_POLICY,
         (BucketConfig::Encryption, false) => Action::GET_ENCRYPTION,
         (BucketConfig::Encryption, true) => Action::PUT_ENCRYPTION,
+        (BucketConfig::PublicAccessBlock, false) => Action::GET_PUBLIC_ACCESS_BLOCK,
+        (BucketConfig::PublicAccessBlock, true) => Action::PUT_PUBLIC_ACCESS_BLOCK,
     }
 }
 
@@ -111,6 +192,10 @@ pub(super) async fn handle_get_bucket_config(
         BucketConfig::Encryption => (
             "ServerSideEncryptionConfigurationNotFoundError",
             "The server side encryption configuration was not found",
+        ),
+        BucketConfig::PublicAccessBlock => (
+            "NoSuchPublicAccessBlockConfiguration",
+            "The public access block configuration was not found",
         ),
     };
     let doc = state
@@ -139,7 +224,7 @@ pub(super) async fn handle_delete_bucket_config(
     let b = load_bucket(state, req, name, config_action(kind, true)).await?;
     state.store.put_bucket_config(&b, kind, None).await?;
     match kind {
-        BucketConfig::Policy => state.policies.forget(b.id),
+        BucketConfig::Policy | BucketConfig::PublicAccessBlock => state.policies.forget(b.id),
         BucketConfig::Encryption => state.bucket_encryption.forget(b.id),
         _ => {}
     }

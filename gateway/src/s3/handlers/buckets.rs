@@ -178,6 +178,16 @@ pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request
             "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
         ));
     };
+    if public
+        && bucket_config::public_access_block_of(state, &b)
+            .await?
+            .is_some_and(|p| p.block_public_acls)
+    {
+        return Err(err(
+            S3ErrorCode::AccessDenied,
+            "Access Denied: the bucket's BlockPublicAcls setting refuses a public ACL",
+        ));
+    }
     state.store.set_bucket_public(&b, public).await?;
     Ok(Response::new(empty()))
 }
@@ -351,10 +361,6 @@ pub(super) async fn handle_put_ownership_controls(
 const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
     ("website", Err("NoSuchWebsiteConfiguration")),
     ("replication", Err("ReplicationConfigurationNotFoundError")),
-    (
-        "publicAccessBlock",
-        Err("NoSuchPublicAccessBlockConfiguration"),
-    ),
     // Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
     ("ownershipControls", Ok("OwnershipControls")),
     ("logging", Ok("BucketLoggingStatus")),

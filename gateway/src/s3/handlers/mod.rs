@@ -46,7 +46,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "accelerate",
     "requestPayment",
     "ownershipControls",
-    "publicAccessBlock",
     "analytics",
     "metrics",
     "inventory",
@@ -195,6 +194,10 @@ impl Action {
     pub const GET_OBJECT_LEGAL_HOLD: Self = Self::object("s3:GetObjectLegalHold", Access::Owner);
     pub const BYPASS_GOVERNANCE_RETENTION: Self =
         Self::object("s3:BypassGovernanceRetention", Access::Write);
+    pub const PUT_PUBLIC_ACCESS_BLOCK: Self =
+        Self::bucket("s3:PutBucketPublicAccessBlock", Access::Write);
+    pub const GET_PUBLIC_ACCESS_BLOCK: Self =
+        Self::bucket("s3:GetBucketPublicAccessBlock", Access::Owner);
     pub const PUT_BUCKET_OWNERSHIP_CONTROLS: Self =
         Self::bucket("s3:PutBucketOwnershipControls", Access::Write);
     /// Configurations packrat does not have (their "not configured" answers): the owner's.
@@ -367,10 +370,22 @@ pub(crate) async fn policy_of(
     // (a 500), rather than letting them through with its denials forgotten.
     let policy = match doc {
         None => None,
-        Some(d) => Some(Arc::new(
+        Some(d) => Some(
             crate::s3::policy::parse(&d, &b.name)
                 .map_err(|e| S3Error::internal("stored bucket policy", e.message))?,
-        )),
+        ),
+    };
+    // The bucket's Block Public Access settings travel with its policy (one cache, one
+    // lookup per request); settings without a policy make a policy of no statements.
+    let block = bucket_config::public_access_block_of(state, b).await?;
+    let policy = match (policy, block) {
+        (Some(mut p), Some(block)) => {
+            p.block = block;
+            Some(Arc::new(p))
+        }
+        (Some(p), None) => Some(Arc::new(p)),
+        (None, Some(block)) => Some(Arc::new(crate::s3::policy::Policy::blocking(block))),
+        (None, None) => None,
     };
     state.policies.store(b.id, policy.clone(), generation);
     Ok(policy)
@@ -387,7 +402,10 @@ pub(crate) fn permits(
 ) -> bool {
     use crate::s3::policy::{Decision, RequestContext};
     let owner = identity.is_some_and(|i| i.owner_id == b.owner_id);
-    let by_acl = owner || (identity.is_none() && b.public_read && action.access == Access::Read);
+    // IgnorePublicAcls: a public-read ACL grants anonymous callers nothing.
+    let acl_counts = !policy.is_some_and(|p| p.block.ignore_public_acls);
+    let by_acl = owner
+        || (identity.is_none() && b.public_read && acl_counts && action.access == Access::Read);
     let Some(policy) = policy else {
         return by_acl;
     };
@@ -410,7 +428,11 @@ pub(crate) fn permits(
     };
     match policy.evaluate(&ctx) {
         Decision::Deny => owner && action.manages_policy(),
-        Decision::Allow => true,
+        // RestrictPublicBuckets: while the policy is public, it grants anonymous callers
+        // nothing (the server's own users, S3's "within the account", keep what it gives).
+        Decision::Allow => {
+            !(identity.is_none() && policy.block.restrict_public_buckets && policy.is_public())
+        }
         Decision::Silent => by_acl,
     }
 }
@@ -644,6 +666,30 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                     req,
                     b,
                     packrat_store_api::BucketConfig::Policy,
+                )
+                .await,
+            ),
+            Method::PUT if req.has_q("publicAccessBlock") => (
+                "PutPublicAccessBlock",
+                bucket_config::handle_put_public_access_block(state, req, b).await,
+            ),
+            Method::GET if req.has_q("publicAccessBlock") => (
+                "GetPublicAccessBlock",
+                bucket_config::handle_get_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::PublicAccessBlock,
+                )
+                .await,
+            ),
+            Method::DELETE if req.has_q("publicAccessBlock") => (
+                "DeletePublicAccessBlock",
+                bucket_config::handle_delete_bucket_config(
+                    state,
+                    req,
+                    b,
+                    packrat_store_api::BucketConfig::PublicAccessBlock,
                 )
                 .await,
             ),
