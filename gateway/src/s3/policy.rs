@@ -753,6 +753,29 @@ mod tests {
         }
     }
 
+    /// A policy is public when a statement allows anyone from anywhere; a named principal, a
+    /// Deny, or networks that are not everything make it not public (Block Public Access).
+    #[test]
+    fn public_policies_are_told_apart() {
+        let statement = |effect: &str, principal: &str, condition: &str| {
+            format!(
+                r#"{{"Statement":[{{"Effect":"{effect}","Principal":{principal},"Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*"{condition}}}]}}"#
+            )
+        };
+        let public = |doc: String| parse(doc.as_bytes(), "b").unwrap().is_public();
+        assert!(public(statement("Allow", r#""*""#, "")));
+        assert!(public(statement("Allow", r#"{"AWS":"*"}"#, "")));
+        let anywhere = r#","Condition":{"IpAddress":{"aws:SourceIp":["10.0.0.0/8","0.0.0.0/0"]}}"#;
+        assert!(public(statement("Allow", r#""*""#, anywhere)));
+        let agent = r#","Condition":{"StringLike":{"aws:UserAgent":"x*"}}"#;
+        assert!(public(statement("Allow", r#""*""#, agent)));
+        let fenced = r#","Condition":{"IpAddress":{"aws:SourceIp":"10.0.0.0/8"}}"#;
+        assert!(!public(statement("Allow", r#""*""#, fenced)));
+        assert!(!public(statement("Deny", r#""*""#, "")));
+        let named = r#"{"AWS":"arn:aws:iam:::user/bob"}"#;
+        assert!(!public(statement("Allow", named, "")));
+    }
+
     #[test]
     fn every_condition_key_resolves_to_its_own_variant() {
         let keys: Vec<CondKey> = CONDITION_KEYS
