@@ -1546,6 +1546,19 @@ def test_a_read_answer_damaged_on_its_way_is_never_served(workdir):
         etcd.stop()
 
 
+def gone_and_kept(c, gone, gone_size, kept):
+    """Buckets `gone` (`gone` objects g/NN of `gone_size` bytes, to be deleted) and `kept`
+    (`kept` objects k/N of 100 bytes); answers the kept objects' bytes by key."""
+    c.create_bucket(Bucket="gone")
+    c.create_bucket(Bucket="kept")
+    for i in range(gone):
+        c.put_object(Bucket="gone", Key=f"g/{i:02d}", Body=os.urandom(gone_size))
+    bodies = {f"k/{i}": os.urandom(100) for i in range(kept)}
+    for k, v in bodies.items():
+        c.put_object(Bucket="kept", Key=k, Body=v)
+    return bodies
+
+
 def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
     """Deleting a bucket drops what each node keeps of it (its local buckets of objects and of
     tombstones), on a node that was away while its objects were deleted too, once it is back.
@@ -1556,13 +1569,7 @@ def test_a_deleted_bucket_leaves_nothing_on_the_nodes(workdir):
                                        node_args=["--tombstone-keep", "1"])
     try:
         c = gw.client()
-        c.create_bucket(Bucket="gone")
-        c.create_bucket(Bucket="kept")
-        for i in range(30):
-            c.put_object(Bucket="gone", Key=f"g/{i:02d}", Body=os.urandom(2000))
-        kept = {f"k/{i}": os.urandom(100) for i in range(5)}
-        for k, v in kept.items():
-            c.put_object(Bucket="kept", Key=k, Body=v)
+        kept = gone_and_kept(c, gone=30, gone_size=2000, kept=5)
         away = nodes[2]
         away.kill9()
         wait_for("the node away", lambda: status(etcd.url)["away"], timeout=30)
@@ -1612,13 +1619,7 @@ def test_a_removed_node_added_back_drops_what_was_deleted_meanwhile(workdir):
     other = None
     try:
         c = gw.client()
-        c.create_bucket(Bucket="gone")
-        c.create_bucket(Bucket="kept")
-        for i in range(20):
-            c.put_object(Bucket="gone", Key=f"g/{i:02d}", Body=os.urandom(1000))
-        kept = {f"k/{i}": os.urandom(100) for i in range(8)}
-        for k, v in kept.items():
-            c.put_object(Bucket="kept", Key=k, Body=v)
+        kept = gone_and_kept(c, gone=20, gone_size=1000, kept=8)
         out = nodes[3]
         out_id = open(out.data_dir + "/node-id").read().strip()
         cluster_id = status(etcd.url)["cluster_id"]
