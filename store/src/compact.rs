@@ -3,8 +3,9 @@
 //! Segments are append-only, so an overwrite or a delete leaves the old records in place as
 //! dead bytes. Compaction picks sealed segments whose live share has fallen below a threshold,
 //! copies their live records (of current objects, of the noncurrent versions a versioned
-//! bucket keeps and of the parts of uploads in progress) to the active segment (same record identity, so every check on
-//! read still holds), makes the copies durable, points the entries at them with a
+//! bucket keeps and of the parts of uploads in progress) to the active segment (same record
+//! identity, so every check on read still holds), makes the copies durable, points the
+//! entries at them with a
 //! compare-and-set under each key's lock (a write or delete that raced the move always wins),
 //! checks that nothing references the old segments any more, and only then removes them.
 //!

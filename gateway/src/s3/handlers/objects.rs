@@ -52,12 +52,9 @@ pub(super) async fn handle_put_object(
     let md5 = content_md5(&req.headers)?;
     let cond = write_condition(&req.headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
-    if !attrs.tags.is_empty() {
-        let caller = lock::Caller::of(req);
-        tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
-    }
+    let caller = lock::Caller::of(req);
+    tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
     if b.object_lock.is_some() || headers::asks_object_lock(&req.headers) {
-        let caller = lock::Caller::of(req);
         lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     }
     let put = PutObject {
