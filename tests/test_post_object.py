@@ -92,6 +92,26 @@ def test_presigned_post_with_a_tagging_field(s3v4, bucket):
     assert missing(s3, bucket, "untagged") and missing(s3, bucket, "broken")
 
 
+def test_presigned_post_with_an_acl_field(server, s3v4, bucket):
+    """The form field `acl`: refused (AccessControlListNotSupported, nothing stored) while the
+    bucket's objects have no ACLs, a canned ACL of the object once they do (ObjectWriter)."""
+    s3 = s3v4
+    p = s3.generate_presigned_post(bucket, "pub", Fields={"acl": "public-read"}, Conditions=[{"acl": "public-read"}])
+    r = post(p["url"], p["fields"], ("f", b"open", "text/plain"))
+    assert (r.status, error_code(r)) == (400, "AccessControlListNotSupported"), r.data
+    assert missing(s3, bucket, "pub")
+    s3.put_bucket_ownership_controls(Bucket=bucket, OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]})
+    try:
+        r = post(p["url"], p["fields"], ("f", b"open", "text/plain"))
+        assert r.status == 204, r.data
+        anonymous = urllib3.request("GET", f"{server.endpoint}/{bucket}/pub", timeout=30)
+        assert (anonymous.status, anonymous.data) == (200, b"open")
+        grants = s3.get_object_acl(Bucket=bucket, Key="pub")["Grants"]
+        assert "http://acs.amazonaws.com/groups/global/AllUsers" in [g["Grantee"].get("URI") for g in grants]
+    finally:
+        s3.delete_bucket_ownership_controls(Bucket=bucket)
+
+
 def test_sigv2_presigned_post_boto3_default(server, s3, bucket):
     """boto3's default presigned POST is SigV2 (AWSAccessKeyId, signature): accepted, since it
     signs the whole policy; a changed policy or signature is refused."""

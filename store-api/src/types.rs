@@ -106,15 +106,18 @@ pub enum BucketConfig {
     Encryption,
     /// The Block Public Access settings (PutPublicAccessBlock).
     PublicAccessBlock,
+    /// Object Ownership (PutBucketOwnershipControls): whether objects carry ACLs of their own.
+    OwnershipControls,
 }
 
 impl BucketConfig {
-    pub const ALL: [BucketConfig; 5] = [
+    pub const ALL: [BucketConfig; 6] = [
         BucketConfig::Tagging,
         BucketConfig::Cors,
         BucketConfig::Policy,
         BucketConfig::Encryption,
         BucketConfig::PublicAccessBlock,
+        BucketConfig::OwnershipControls,
     ];
 
     /// The configuration's stable name (a storage key; the S3 sub-resource).
@@ -125,6 +128,7 @@ impl BucketConfig {
             BucketConfig::Policy => "policy",
             BucketConfig::Encryption => "encryption",
             BucketConfig::PublicAccessBlock => "publicAccessBlock",
+            BucketConfig::OwnershipControls => "ownershipControls",
         }
     }
 }

@@ -38,6 +38,9 @@ pub enum S3ErrorCode {
     InsufficientStorage,
     KeyTooLongError,
     MalformedXML,
+    /// An ACL (a PutObjectAcl body or a grant header) that names no valid grantee or
+    /// permission.
+    MalformedACLError,
     MalformedJSON,
     /// A bucket policy that does not parse or names what packrat cannot evaluate.
     MalformedPolicy,
@@ -61,6 +64,8 @@ pub enum S3ErrorCode {
     ServiceUnavailable,
     SignatureDoesNotMatch,
     SlowDown,
+    /// A grant to an e-mail address: packrat's users have none.
+    UnresolvableGrantByEmailAddress,
     XAmzContentSHA256Mismatch,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
@@ -106,6 +111,7 @@ impl S3ErrorCode {
             InsufficientStorage => ("InsufficientStorage", StatusCode::INSUFFICIENT_STORAGE),
             KeyTooLongError => ("KeyTooLongError", StatusCode::BAD_REQUEST),
             MalformedXML => ("MalformedXML", StatusCode::BAD_REQUEST),
+            MalformedACLError => ("MalformedACLError", StatusCode::BAD_REQUEST),
             MalformedJSON => ("MalformedJSON", StatusCode::BAD_REQUEST),
             MalformedPolicy => ("MalformedPolicy", StatusCode::BAD_REQUEST),
             MalformedPOSTRequest => ("MalformedPOSTRequest", StatusCode::BAD_REQUEST),
@@ -126,6 +132,9 @@ impl S3ErrorCode {
             RequestTimeTooSkewed => ("RequestTimeTooSkewed", StatusCode::FORBIDDEN),
             RequestTimeout => ("RequestTimeout", StatusCode::BAD_REQUEST),
             SlowDown => ("SlowDown", StatusCode::SERVICE_UNAVAILABLE),
+            UnresolvableGrantByEmailAddress => {
+                ("UnresolvableGrantByEmailAddress", StatusCode::BAD_REQUEST)
+            }
             ServiceUnavailable => ("ServiceUnavailable", StatusCode::SERVICE_UNAVAILABLE),
             SignatureDoesNotMatch => ("SignatureDoesNotMatch", StatusCode::FORBIDDEN),
             XAmzContentSHA256Mismatch => ("XAmzContentSHA256Mismatch", StatusCode::BAD_REQUEST),
@@ -329,6 +338,12 @@ mod tests {
             (S3ErrorCode::NotImplemented, "NotImplemented", 501),
             (S3ErrorCode::InsufficientStorage, "InsufficientStorage", 507),
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
+            (S3ErrorCode::MalformedACLError, "MalformedACLError", 400),
+            (
+                S3ErrorCode::UnresolvableGrantByEmailAddress,
+                "UnresolvableGrantByEmailAddress",
+                400,
+            ),
             (S3ErrorCode::MalformedPolicy, "MalformedPolicy", 400),
             (S3ErrorCode::InvalidStorageClass, "InvalidStorageClass", 400),
             (S3ErrorCode::InvalidTag, "InvalidTag", 400),

@@ -2,6 +2,7 @@
 //! storage only through the `ObjectStore` trait (`packrat_store_api`) and never names RocksDB,
 //! the engine or a file.
 
+pub mod acl;
 pub mod auth;
 pub mod batch;
 pub mod batch_request;

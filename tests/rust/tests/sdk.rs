@@ -753,7 +753,7 @@ async fn rust_sdk_bucket_policy() {
         gone.into_service_error().meta().code(),
         Some("NoSuchBucketPolicy")
     );
-    // Object ACLs are disabled (S3's "bucket owner enforced"): access comes from policies.
+    // Object ACLs are disabled by default (S3's "bucket owner enforced").
     let refused = s3
         .put_object()
         .bucket(b)
@@ -806,8 +806,11 @@ async fn rust_sdk_bucket_policy() {
         .await
         .unwrap();
     assert_eq!(anonymous("pub/a"), 200);
-    // Object Ownership: setting what holds is accepted, asking for object ACLs is not.
-    use aws_sdk_s3::types::{ObjectOwnership, OwnershipControls, OwnershipControlsRule};
+    // Object Ownership: ObjectWriter turns object ACLs on; a public-read object opens to
+    // anonymous readers, PutObjectAcl closes it; BucketOwnerEnforced turns them off again.
+    use aws_sdk_s3::types::{
+        ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
+    };
     let controls = |o: ObjectOwnership| {
         let rule = OwnershipControlsRule::builder()
             .object_ownership(o)
@@ -815,34 +818,68 @@ async fn rust_sdk_bucket_policy() {
             .unwrap();
         OwnershipControls::builder().rules(rule).build().unwrap()
     };
+    let ownership = || async {
+        let got = s3
+            .get_bucket_ownership_controls()
+            .bucket(b)
+            .send()
+            .await
+            .unwrap();
+        let rules = got.ownership_controls().map(|c| c.rules().to_vec());
+        rules.unwrap_or_default()[0].object_ownership().clone()
+    };
+    assert_eq!(ownership().await, ObjectOwnership::BucketOwnerEnforced);
+    s3.put_bucket_acl()
+        .bucket(b)
+        .acl(aws_sdk_s3::types::BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous("pub/a"), 403);
+    s3.put_bucket_ownership_controls()
+        .bucket(b)
+        .ownership_controls(controls(ObjectOwnership::ObjectWriter))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ownership().await, ObjectOwnership::ObjectWriter);
+    s3.put_object()
+        .bucket(b)
+        .key("acl")
+        .acl(ObjectCannedAcl::PublicRead)
+        .body(ByteStream::from_static(b"x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous("acl"), 200);
+    let acl = s3
+        .get_object_acl()
+        .bucket(b)
+        .key("acl")
+        .send()
+        .await
+        .unwrap();
+    let permissions: Vec<_> = acl
+        .grants()
+        .iter()
+        .map(|g| g.permission().unwrap().as_str().to_string())
+        .collect();
+    assert_eq!(permissions, ["FULL_CONTROL", "READ"]);
+    s3.put_object_acl()
+        .bucket(b)
+        .key("acl")
+        .acl(ObjectCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous("acl"), 403);
     s3.put_bucket_ownership_controls()
         .bucket(b)
         .ownership_controls(controls(ObjectOwnership::BucketOwnerEnforced))
         .send()
         .await
         .unwrap();
-    let refused = s3
-        .put_bucket_ownership_controls()
-        .bucket(b)
-        .ownership_controls(controls(ObjectOwnership::ObjectWriter))
-        .send()
-        .await
-        .unwrap_err();
-    assert_eq!(
-        refused.into_service_error().meta().code(),
-        Some("NotImplemented")
-    );
-    let got = s3
-        .get_bucket_ownership_controls()
-        .bucket(b)
-        .send()
-        .await
-        .unwrap();
-    let rules = got.ownership_controls().map(|c| c.rules().to_vec());
-    assert_eq!(
-        rules.unwrap_or_default()[0].object_ownership(),
-        &ObjectOwnership::BucketOwnerEnforced
-    );
+    assert_eq!(ownership().await, ObjectOwnership::BucketOwnerEnforced);
 }
 
 /// SSE-S3 from the Rust SDK: a round trip, ranges across the 64 KiB blocks, the header on

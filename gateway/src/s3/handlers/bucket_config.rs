@@ -170,6 +170,8 @@ fn config_action(kind: BucketConfig, change: bool) -> Action {
         (BucketConfig::Encryption, true) => Action::PUT_ENCRYPTION,
         (BucketConfig::PublicAccessBlock, false) => Action::GET_PUBLIC_ACCESS_BLOCK,
         (BucketConfig::PublicAccessBlock, true) => Action::PUT_PUBLIC_ACCESS_BLOCK,
+        (BucketConfig::OwnershipControls, false) => Action::GET_BUCKET_OWNERSHIP_CONTROLS,
+        (BucketConfig::OwnershipControls, true) => Action::PUT_BUCKET_OWNERSHIP_CONTROLS,
     }
 }
 
@@ -196,6 +198,10 @@ pub(super) async fn handle_get_bucket_config(
         BucketConfig::PublicAccessBlock => (
             "NoSuchPublicAccessBlockConfiguration",
             "The public access block configuration was not found",
+        ),
+        BucketConfig::OwnershipControls => (
+            "OwnershipControlsNotFoundError",
+            "The bucket ownership controls were not found",
         ),
     };
     let doc = state

@@ -200,64 +200,9 @@ pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request
 /// GetObjectAcl (of the current object or a version by id): objects have no ACLs of their
 /// own, so an object's is what holds for it, the bucket's (the owner's full control, and
 /// anyone's READ on a public-read bucket), as S3 answers for a bucket with ACLs disabled.
-pub(super) async fn handle_get_object_acl(
-    state: &Arc<AppState>,
-    req: &S3Request,
-    name: &str,
-    key: &str,
-) -> R {
-    let version = versions::version_id(req)?;
-    let action = match version {
-        Some(_) => Action::GET_OBJECT_VERSION_ACL,
-        None => Action::GET_OBJECT_ACL,
-    };
-    let b = load_bucket(state, req, name, action).await?;
-    let target = versions::read_target(state, &b, key, version).await?;
-    versions::with_version_id(acl_answer(&b)?, target.version_id)
-}
-
-/// PutObjectAcl (of the current object or a version by id): accepted when it asks for what
-/// already holds (a canned `private` or
-/// `bucket-owner-full-control`, or a body granting only the bucket's owner FULL_CONTROL);
-/// anything else is 400 AccessControlListNotSupported, as S3 answers with ACLs disabled.
-pub(super) async fn handle_put_object_acl(
-    state: &Arc<AppState>,
-    req: &mut S3Request,
-    name: &str,
-    key: &str,
-) -> R {
-    let version = versions::version_id(req)?.map(str::to_string);
-    let action = match version {
-        Some(_) => Action::PUT_OBJECT_VERSION_ACL,
-        None => Action::PUT_OBJECT_ACL,
-    };
-    let b = load_bucket(state, req, name, action).await?;
-    headers::refuse_object_acl(&req.headers)?;
-    let body = read_xml_body(req).await?;
-    if !body.is_empty() {
-        let policy: xml::AccessControlPolicy = xml::parse(&body)?;
-        let grants = policy.list.map(|l| l.grants).unwrap_or_default();
-        if let Some(g) = grants.iter().find(|g| {
-            g.permission != "FULL_CONTROL" || g.grantee.id.as_deref() != Some(b.owner_id.as_str())
-        }) {
-            let who = g
-                .grantee
-                .id
-                .as_deref()
-                .or(g.grantee.uri.as_deref())
-                .or(g.grantee.email.as_deref())
-                .unwrap_or("?");
-            return Err(headers::acl_not_supported(&format!(
-                "a {} grant to {who}",
-                g.permission
-            )));
-        }
-    }
-    let target = versions::read_target(state, &b, key, version.as_deref()).await?;
-    versions::with_version_id(Response::new(empty()), target.version_id)
-}
-
-fn acl_answer(b: &Bucket) -> R {
+/// The ACL answer of a bucket, and of an object in a bucket with ACLs disabled: the owner's
+/// full control, and anonymous READ on a public-read bucket.
+pub(super) fn acl_answer(b: &Bucket) -> R {
     let mut x = Xml::new();
     x.root("AccessControlPolicy");
     x.open("Owner");
@@ -319,41 +264,6 @@ pub(super) async fn handle_delete_lifecycle(
         .map_err(|e| S3Error::internal("response", e))
 }
 
-/// PutBucketOwnershipControls: packrat's buckets have S3's "bucket owner enforced" Object
-/// Ownership (ACLs disabled) and no other, so a rule asking for it is accepted (it is what
-/// holds: Terraform and other tools set it on every bucket they make) and one asking for
-/// object ACLs (`ObjectWriter`, `BucketOwnerPreferred`) is refused with 501 rather than
-/// stored and ignored.
-pub(super) async fn handle_put_ownership_controls(
-    state: &Arc<AppState>,
-    req: &mut S3Request,
-    name: &str,
-) -> R {
-    load_bucket(state, req, name, Action::PUT_BUCKET_OWNERSHIP_CONTROLS).await?;
-    let body = read_xml_body(req).await?;
-    let controls: xml::OwnershipControls = xml::parse(&body)?;
-    let [rule] = controls.rules.as_slice() else {
-        return Err(err(
-            S3ErrorCode::MalformedXML,
-            "OwnershipControls takes exactly one Rule",
-        ));
-    };
-    match rule.object_ownership.as_str() {
-        "BucketOwnerEnforced" => Ok(Response::new(empty())),
-        "ObjectWriter" | "BucketOwnerPreferred" => Err(err(
-            S3ErrorCode::NotImplemented,
-            format!(
-                "packrat's buckets keep ACLs disabled (BucketOwnerEnforced); {} would give objects ACLs of their own, which packrat does not implement: grant access with a bucket policy",
-                rule.object_ownership
-            ),
-        )),
-        other => Err(err(
-            S3ErrorCode::MalformedXML,
-            format!("Unknown ObjectOwnership '{other}'"),
-        )),
-    }
-}
-
 /// Bucket configurations packrat does not implement, read or deleted: what S3 answers for a
 /// bucket that never had one, since none of packrat's buckets can. Tools that probe every
 /// configuration (Terraform, backup tools) get S3's answers; setting one stays 501.
@@ -361,8 +271,6 @@ pub(super) async fn handle_put_ownership_controls(
 const NOT_CONFIGURED: &[(&str, Result<&str, &str>)] = &[
     ("website", Err("NoSuchWebsiteConfiguration")),
     ("replication", Err("ReplicationConfigurationNotFoundError")),
-    // Objects have no ACLs of their own: S3's "bucket owner enforced" Object Ownership.
-    ("ownershipControls", Ok("OwnershipControls")),
     ("logging", Ok("BucketLoggingStatus")),
     ("notification", Ok("NotificationConfiguration")),
     ("accelerate", Ok("AccelerateConfiguration")),
@@ -407,11 +315,6 @@ pub(super) async fn handle_not_configured(
             x.root(root);
             if sub == "requestPayment" {
                 x.elem("Payer", "BucketOwner");
-            }
-            if sub == "ownershipControls" {
-                x.open("Rule");
-                x.elem("ObjectOwnership", "BucketOwnerEnforced");
-                x.close("Rule");
             }
             x.close(root);
             xml_ok(x)

@@ -1,5 +1,6 @@
 //! S3 operations: one `handle_<op>` per operation, and `dispatch` choosing among them.
 
+use super::acl;
 use super::checksum::{self, ChecksumAlgorithm, ChecksumWire};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::headers::{
@@ -29,6 +30,7 @@ mod buckets;
 mod listing;
 mod lock;
 mod multipart;
+mod object_acl;
 mod objects;
 mod post_object;
 mod tagging;
@@ -45,7 +47,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "notification",
     "accelerate",
     "requestPayment",
-    "ownershipControls",
     "analytics",
     "metrics",
     "inventory",
@@ -200,6 +201,8 @@ impl Action {
         Self::bucket("s3:GetBucketPublicAccessBlock", Access::Owner);
     pub const PUT_BUCKET_OWNERSHIP_CONTROLS: Self =
         Self::bucket("s3:PutBucketOwnershipControls", Access::Write);
+    pub const GET_BUCKET_OWNERSHIP_CONTROLS: Self =
+        Self::bucket("s3:GetBucketOwnershipControls", Access::Owner);
     /// Configurations packrat does not have (their "not configured" answers): the owner's.
     pub const GET_BUCKET_CONFIGURATION: Self =
         Self::bucket("s3:GetBucketConfiguration", Access::Owner);
@@ -212,6 +215,127 @@ impl Action {
             "s3:GetBucketPolicy" | "s3:PutBucketPolicy" | "s3:DeleteBucketPolicy"
         )
     }
+
+    /// What an object's ACL must grant for this action, for the actions one can grant.
+    fn acl_permission(self) -> Option<acl::Permission> {
+        match self.iam {
+            "s3:GetObject" | "s3:GetObjectVersion" | "s3:GetObjectAttributes" => {
+                Some(acl::Permission::Read)
+            }
+            "s3:GetObjectAcl" | "s3:GetObjectVersionAcl" => Some(acl::Permission::ReadAcp),
+            "s3:PutObjectAcl" | "s3:PutObjectVersionAcl" => Some(acl::Permission::WriteAcp),
+            _ => None,
+        }
+    }
+}
+
+/// Whether a caller reached an object through its bucket, or may only through the object's
+/// own ACL (in a bucket with ACLs enabled, where the bucket said neither yes nor an explicit
+/// no): the handler then checks the object it loads with [`Gate::check`].
+#[derive(Clone, Copy)]
+pub(crate) enum Gate {
+    Open,
+    ObjectAcl {
+        wanted: acl::Permission,
+        /// The bucket's IgnorePublicAcls.
+        ignore_public: bool,
+    },
+}
+
+impl Gate {
+    /// Whether `caller` may act on `obj` (loaded through this gate).
+    pub fn check(self, caller: Option<&Identity>, obj: &ObjectInfo) -> S3Result<()> {
+        let Gate::ObjectAcl {
+            wanted,
+            ignore_public,
+        } = self
+        else {
+            return Ok(());
+        };
+        match acl::Acl::of(&obj.attrs.headers)? {
+            Some(a) if a.allows(caller, wanted, ignore_public) => Ok(()),
+            _ => Err(access_denied()),
+        }
+    }
+
+    /// What a lookup of the object answers: through an ACL gate, every failure (no such
+    /// key, a delete marker, ...) is Access Denied, so a caller the bucket does not admit
+    /// learns nothing of which keys exist.
+    pub fn hide(self, e: S3Error) -> S3Error {
+        match self {
+            Gate::Open => e,
+            Gate::ObjectAcl { .. } => access_denied(),
+        }
+    }
+}
+
+/// [`load_bucket`] for an action an object's ACL can grant: where the bucket denies the
+/// caller (but not by an explicit Deny) and its Object Ownership enables ACLs, the answer is
+/// a gate that the object's ACL must then open.
+pub(crate) async fn load_bucket_gated(
+    state: &AppState,
+    req: &S3Request,
+    name: &str,
+    action: Action,
+) -> S3Result<(Bucket, Gate)> {
+    let key = req.key.as_deref().filter(|_| action.on_object);
+    bucket_gated(
+        state,
+        &Facts::of(req),
+        req.identity.as_ref(),
+        name,
+        action,
+        key,
+    )
+    .await
+}
+
+/// [`bucket_for`] with an object ACL's gate: see [`load_bucket_gated`].
+pub(crate) async fn bucket_gated(
+    state: &AppState,
+    facts: &Facts<'_>,
+    identity: Option<&Identity>,
+    name: &str,
+    action: Action,
+    key: Option<&str>,
+) -> S3Result<(Bucket, Gate)> {
+    let b = lookup_bucket(state, identity, name)?;
+    if identity.is_some_and(|i| i.is_root) {
+        return Ok((b, Gate::Open));
+    }
+    let policy = policy_of(state, &b).await?;
+    match verdict(facts, identity, &b, policy.as_deref(), action, key) {
+        Verdict::Allow => Ok((b, Gate::Open)),
+        Verdict::Deny => Err(access_denied()),
+        Verdict::NotGranted => {
+            let ignore_public = policy.is_some_and(|p| p.block.ignore_public_acls);
+            // Boxed: the common caller, admitted above, keeps a small future.
+            Box::pin(acl_gate(state, b, action, ignore_public)).await
+        }
+    }
+}
+
+/// The gate of a caller the bucket does not admit: an object ACL's, where the action is one
+/// an ACL grants and the bucket has ACLs enabled; else Access Denied.
+async fn acl_gate(
+    state: &AppState,
+    b: Bucket,
+    action: Action,
+    ignore_public: bool,
+) -> S3Result<(Bucket, Gate)> {
+    let Some(wanted) = action.acl_permission() else {
+        return Err(access_denied());
+    };
+    if !object_acl::ownership_of(state, &b).await?.acls_enabled() {
+        return Err(access_denied());
+    }
+    Ok((
+        b,
+        Gate::ObjectAcl {
+            wanted,
+            ignore_public,
+        },
+    ))
 }
 
 /// Loads a bucket and checks that the caller may do `action` to it (to the request's key, for
@@ -400,12 +524,37 @@ pub(crate) fn permits(
     action: Action,
     key: Option<&str>,
 ) -> bool {
+    verdict(req, identity, b, policy, action, key) == Verdict::Allow
+}
+
+/// What the bucket says of a caller's action: yes, an explicit no (a policy's Deny), or not
+/// yes (which an object's ACL may still turn into yes: [`load_bucket_gated`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Allow,
+    Deny,
+    NotGranted,
+}
+
+fn verdict(
+    req: &Facts<'_>,
+    identity: Option<&Identity>,
+    b: &Bucket,
+    policy: Option<&crate::s3::policy::Policy>,
+    action: Action,
+    key: Option<&str>,
+) -> Verdict {
     use crate::s3::policy::{Decision, RequestContext};
     let owner = identity.is_some_and(|i| i.owner_id == b.owner_id);
     // IgnorePublicAcls: a public-read ACL grants anonymous callers nothing.
     let acl_counts = !policy.is_some_and(|p| p.block.ignore_public_acls);
-    let by_acl = owner
-        || (identity.is_none() && b.public_read && acl_counts && action.access == Access::Read);
+    let by_acl = if owner
+        || (identity.is_none() && b.public_read && acl_counts && action.access == Access::Read)
+    {
+        Verdict::Allow
+    } else {
+        Verdict::NotGranted
+    };
     let Some(policy) = policy else {
         return by_acl;
     };
@@ -427,12 +576,16 @@ pub(crate) fn permits(
         max_keys: req.q("max-keys").filter(|_| listing),
     };
     match policy.evaluate(&ctx) {
-        Decision::Deny => owner && action.manages_policy(),
+        Decision::Deny if owner && action.manages_policy() => Verdict::Allow,
+        Decision::Deny => Verdict::Deny,
         // RestrictPublicBuckets: while the policy is public, it grants anonymous callers
         // nothing (the server's own users, S3's "within the account", keep what it gives).
-        Decision::Allow => {
-            !(identity.is_none() && policy.block.restrict_public_buckets && policy.is_public())
+        Decision::Allow
+            if identity.is_none() && policy.block.restrict_public_buckets && policy.is_public() =>
+        {
+            Verdict::NotGranted
         }
+        Decision::Allow => Verdict::Allow,
         Decision::Silent => by_acl,
     }
 }
@@ -514,15 +667,6 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
         return (
             "NotConfigured",
             buckets::handle_not_configured(state, req, bucket, sub).await,
-        );
-    }
-    if let (true, Some(bucket), None) = (req.method == Method::PUT, &req.bucket, &req.key)
-        && req.has_q("ownershipControls")
-    {
-        let bucket = bucket.clone();
-        return (
-            "PutBucketOwnershipControls",
-            buckets::handle_put_ownership_controls(state, req, &bucket).await,
         );
     }
     if let Some(sub) = UNSUPPORTED_SUBRESOURCES.iter().find(|s| req.has_q(s)) {
@@ -668,6 +812,18 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                     packrat_store_api::BucketConfig::Policy,
                 )
                 .await,
+            ),
+            Method::PUT if req.has_q("ownershipControls") => (
+                "PutBucketOwnershipControls",
+                object_acl::handle_put_ownership_controls(state, req, b).await,
+            ),
+            Method::GET if req.has_q("ownershipControls") => (
+                "GetBucketOwnershipControls",
+                object_acl::handle_get_ownership_controls(state, req, b).await,
+            ),
+            Method::DELETE if req.has_q("ownershipControls") => (
+                "DeleteBucketOwnershipControls",
+                object_acl::handle_delete_ownership_controls(state, req, b).await,
             ),
             Method::PUT if req.has_q("publicAccessBlock") => (
                 "PutPublicAccessBlock",
@@ -838,7 +994,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::PUT if req.has_q("acl") => (
                 "PutObjectAcl",
-                buckets::handle_put_object_acl(state, req, b, k).await,
+                object_acl::handle_put_object_acl(state, req, b, k).await,
             ),
             Method::PUT if req.headers.contains_key(&headers::X_AMZ_COPY_SOURCE) => (
                 "CopyObject",
@@ -858,7 +1014,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::GET if req.has_q("acl") => (
                 "GetObjectAcl",
-                buckets::handle_get_object_acl(state, req, b, k).await,
+                object_acl::handle_get_object_acl(state, req, b, k).await,
             ),
             Method::GET => (
                 "GetObject",

@@ -23,7 +23,6 @@ pub(super) async fn handle_create_multipart_upload(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
-    headers::refuse_object_acl(&req.headers)?;
     let id = need_identity(req)?;
     let encryption = sse::for_write(state, req, &b).await?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
@@ -62,6 +61,7 @@ pub(super) async fn handle_create_multipart_upload(
     let caller = lock::Caller::of(req);
     tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
     lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
+    object_acl::acl_for_write(state, caller.identity, &b, &req.headers, &mut attrs.headers).await?;
     // An encrypted upload's parts are sealed here, part by part, under keys derived from the
     // object's (its envelope goes with the upload's attributes to the object). The store sees
     // only ciphertext, so it keeps no checksum of it: each part's checksum is checked on its

@@ -22,7 +22,6 @@ pub(super) async fn handle_put_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
-    headers::refuse_object_acl(&req.headers)?;
     let encryption = sse::for_write(state, req, &b).await?;
     if req.headers.has(headers::Kind::UserMeta)
         && req
@@ -35,6 +34,8 @@ pub(super) async fn handle_put_object(
                 "packrat does not encrypt the members of an extracted TAR (snowball-auto-extract with server-side encryption, asked for or the bucket's default)",
             ));
         }
+        // The members of an extracted TAR carry no ACLs of their own.
+        headers::refuse_object_acl(&req.headers)?;
         return crate::s3::batch::handle_snowball_put(state, req, &b, key).await;
     }
     if !req.headers.contains_key(http::header::CONTENT_LENGTH)
@@ -57,6 +58,7 @@ pub(super) async fn handle_put_object(
     if b.object_lock.is_some() || headers::asks_object_lock(&req.headers) {
         lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
     }
+    object_acl::acl_for_write(state, caller.identity, &b, &req.headers, &mut attrs.headers).await?;
     let put = PutObject {
         attrs,
         checksum: alg,
@@ -115,7 +117,7 @@ pub(super) async fn load_copy_source(
     req: &S3Request,
 ) -> S3Result<(String, String, ObjectInfo)> {
     let (sb, sk, version) = headers::copy_source(req.header("x-amz-copy-source").unwrap_or(""))?;
-    let sbucket = bucket_for(
+    let (sbucket, gate) = bucket_gated(
         state,
         &Facts::of(req),
         req.identity.as_ref(),
@@ -128,7 +130,10 @@ pub(super) async fn load_copy_source(
         Some(&sk),
     )
     .await?;
-    let src = versions::read_target(state, &sbucket, &sk, version.as_deref()).await?;
+    let src = versions::read_target(state, &sbucket, &sk, version.as_deref())
+        .await
+        .map_err(|e| gate.hide(e))?;
+    gate.check(req.identity.as_ref(), &src)?;
     if !headers::copy_source_conditions_hold(
         &req.headers,
         &src.etag,
@@ -149,7 +154,6 @@ pub(super) async fn handle_copy_object(
     key: &str,
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
-    headers::refuse_object_acl(&req.headers)?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
     let src_cipher =
         sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
@@ -212,6 +216,8 @@ pub(super) async fn handle_copy_object(
         tagging::may_tag_on_write(state, &caller, &b, key, &attrs.tags).await?;
     }
     lock::lock_new_version(state, &caller, &req.headers, &b, key, &mut attrs.headers).await?;
+    // The copy's ACL is the request's (or none), never the source's.
+    object_acl::acl_for_write(state, caller.identity, &b, &req.headers, &mut attrs.headers).await?;
     let cond = write_condition(&req.headers)?;
     let alg = match req.header("x-amz-checksum-algorithm") {
         Some(a) => Some(ChecksumAlgorithm::parse(a)?),
@@ -449,16 +455,19 @@ pub(super) async fn handle_get_object(
         Some(_) => Action::GET_OBJECT_VERSION,
         None => Action::GET_OBJECT,
     };
-    let b = load_bucket(state, req, bname, action).await?;
+    let (b, gate) = load_bucket_gated(state, req, bname, action).await?;
     // The current version straight from the store; what else may answer (a version by id, a
     // delete marker's 404) is boxed, so the common GET's future stays as small as it was.
     let obj = match version {
         None => match state.store.head_object(&b, key).await? {
             Some(o) => o,
-            None => return Err(Box::pin(versions::missing(state, &b, key)).await),
+            None => return Err(gate.hide(Box::pin(versions::missing(state, &b, key)).await)),
         },
-        Some(v) => Box::pin(versions::read_version(state, &b, key, v)).await?,
+        Some(v) => Box::pin(versions::read_version(state, &b, key, v))
+            .await
+            .map_err(|e| gate.hide(e))?,
     };
+    gate.check(req.identity.as_ref(), &obj)?;
     let cipher = sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
@@ -730,7 +739,7 @@ pub(super) async fn handle_get_object_attributes(
     bname: &str,
     key: &str,
 ) -> R {
-    let b = load_bucket(state, req, bname, Action::GET_OBJECT_ATTRIBUTES).await?;
+    let (b, gate) = load_bucket_gated(state, req, bname, Action::GET_OBJECT_ATTRIBUTES).await?;
     let wanted: Vec<&str> = req
         .headers
         .get_all("x-amz-object-attributes")
@@ -764,7 +773,10 @@ pub(super) async fn handle_get_object_attributes(
     };
     let max_parts = number("x-amz-max-parts", 1000)?;
     let marker = number("x-amz-part-number-marker", 0)?;
-    let obj = versions::read_target(state, &b, key, versions::version_id(req)?).await?;
+    let obj = versions::read_target(state, &b, key, versions::version_id(req)?)
+        .await
+        .map_err(|e| gate.hide(e))?;
+    gate.check(req.identity.as_ref(), &obj)?;
     // An SSE-C object's attributes need its key, as its HEAD does.
     sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
     let has = |a: &str| wanted.contains(&a);

@@ -214,11 +214,6 @@ fn signer(state: &AppState, form: &Form) -> S3Result<Identity> {
 /// Fields packrat cannot honour: refused rather than ignored.
 fn refuse_unsupported(form: &Form) -> S3Result<()> {
     for (name, value) in &form.fields {
-        if name == "acl" && !headers::OBJECT_CANNED_ACLS_ACCEPTED.contains(&value.as_str()) {
-            return Err(headers::acl_not_supported(&format!(
-                "the form field acl={value}"
-            )));
-        }
         let unsupported = name.starts_with("x-amz-copy-source-");
         if unsupported {
             return Err(err(
@@ -324,6 +319,9 @@ pub(super) async fn handle_post_object(
     };
     tagging::may_tag_on_write(state, &caller, &b, &key, &attrs.tags).await?;
     lock::lock_new_version(state, &caller, &meta_headers, &b, &key, &mut attrs.headers).await?;
+    // The `acl` field: a canned ACL, as `x-amz-acl` gives one.
+    let acl_asked = object_acl::form_acl_headers(form.get("acl"))?;
+    object_acl::acl_for_write(state, Some(&id), &b, &acl_asked, &mut attrs.headers).await?;
     let put = PutObject {
         attrs,
         checksum: alg,
