@@ -848,7 +848,8 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
     with the bypass) are caught up too: a lock changes no ETag or date, so only comparing
     the locks themselves finds them; edited in place, no bytes copied again. So are tag sets
     changed by version id (of an older version, of the current one, and one emptied), for the
-    same reason."""
+    same reason. And object ACLs changed while it was away on a version then superseded: the
+    version it copies again carries the ACL as changed (a grant taken back stays taken back)."""
     etcd, nodes, (gw,) = start_cluster(workdir / "cluster-versions")
     try:
         c = gw.client(read_timeout=60)
@@ -875,6 +876,21 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
         first = dict(latest)
         c.put_object_tagging(Bucket="hist", Key="k03", VersionId=first["k03"],
                              Tagging={"TagSet": [{"Key": "before", "Value": "1"}]})
+        c.put_bucket_ownership_controls(Bucket="hist", OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]})
+        acl_first = {}
+        for key, acl in (("acl-shut", "public-read"), ("acl-open", "private")):
+            acl_first[key] = c.put_object(Bucket="hist", Key=key, Body=key.encode(), ACL=acl)["VersionId"]
+            versions[key] = {acl_first[key]: key.encode()}
+            latest[key] = acl_first[key]
+
+        def anonymous(key, vid):
+            try:
+                with urllib.request.urlopen(f"{gw.endpoint}/hist/{key}?versionId={vid}", timeout=30) as r:
+                    return r.status
+            except urllib.error.HTTPError as e:
+                return e.code
+
+        assert (anonymous("acl-shut", acl_first["acl-shut"]), anonymous("acl-open", acl_first["acl-open"])) == (200, 403)
         away = nodes[2]
         away.kill9()
         wait_for("the map without the node", lambda: len(status(etcd.url)["nodes"]) == 2, timeout=30)
@@ -910,6 +926,10 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
             c.put_object_tagging(Bucket="hist", Key=key, VersionId=vid, Tagging={"TagSet": tags})
         c.delete_object_tagging(Bucket="hist", Key="k03", VersionId=first["k03"])
         tagged[("k03", first["k03"])] = []
+        c.put_object_acl(Bucket="hist", Key="acl-shut", ACL="private")
+        c.put_object_acl(Bucket="hist", Key="acl-open", ACL="public-read")
+        for key in ("acl-shut", "acl-open"):
+            put(key, b"superseding " + key.encode())
         away.start()
         wait_for("three caught-up replicas of every PG", lambda: healthy(etcd.url, 3), timeout=90)
         # Versions whose tags or lock alone changed are edited in place, not dropped to be
@@ -963,6 +983,7 @@ def test_versions_made_while_a_node_was_away_are_served_by_it_alone(workdir):
         for (key, vid), tags in tagged.items():
             got = c.get_object_tagging(Bucket="hist", Key=key, VersionId=vid)
             assert (got["TagSet"], got["VersionId"]) == (tags, vid), key
+        assert (anonymous("acl-shut", acl_first["acl-shut"]), anonymous("acl-open", acl_first["acl-open"])) == (403, 200)
     finally:
         for p in [gw, *nodes]:
             p.stop()

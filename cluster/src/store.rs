@@ -1699,6 +1699,7 @@ impl ObjectStore for ClusterStore {
                     // Only copies between members compare them; a client's listing never
                     // shows them.
                     tags: Vec::new(),
+                    acl: None,
                 })
                 .collect(),
             common_prefixes: page.common_prefixes,

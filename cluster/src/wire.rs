@@ -508,6 +508,10 @@ pub struct WireVersionEntry {
     /// tags can be changed by id while a member is away.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<(String, String)>,
+    /// The version's object ACL as stored (`VersionSummary::acl`), compared for the same
+    /// reason: PutObjectAcl edits a version in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acl: Option<String>,
 }
 
 /// A bucket's Object Lock configuration in its etcd record: enabled (for good), with the

@@ -1182,6 +1182,62 @@ pub async fn object_lock(store: &dyn ObjectStore) {
 
 /// Tags changed on one version by id: that version's alone (an older one, the current one,
 /// the `null` object of an unversioned bucket), bytes and place kept; listings carry them.
+/// A version's stored object ACL ([`crate::ACL_HEADER`]) shows in the version listing (copies
+/// of a key's history compare it), set on a write and by an attribute edit of the current
+/// version, which leaves the older version's as it was.
+pub async fn version_acl(store: &dyn ObjectStore) {
+    use crate::ACL_HEADER;
+    let created = new_bucket(store, "version-acl").await;
+    store
+        .set_versioning(&created, Versioning::Enabled)
+        .await
+        .unwrap();
+    let b = store.bucket(&created.name).unwrap().unwrap();
+    let mut first = PutObject::default();
+    first
+        .attrs
+        .headers
+        .push((ACL_HEADER.to_string(), "acl-1".to_string()));
+    let v1 = put_with(store, &b, "k", b"first", first)
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let v2 = put(store, &b, "k", b"second").await.version_id.unwrap();
+    let all = VersionQuery {
+        max_keys: 1000,
+        ..Default::default()
+    };
+    let acls = |page: VersionPage| -> Vec<(String, Option<String>)> {
+        page.versions
+            .into_iter()
+            .map(|v| (v.version_id, v.acl))
+            .collect()
+    };
+    let listed = acls(store.list_versions(&b, &all).await.unwrap());
+    assert_eq!(
+        listed,
+        [(v2.clone(), None), (v1.clone(), Some("acl-1".into()))]
+    );
+    store
+        .update_object(
+            &b,
+            "k",
+            &WriteCondition::default(),
+            Box::new(|a| {
+                a.headers
+                    .push((ACL_HEADER.to_string(), "acl-2".to_string()))
+            }),
+        )
+        .await
+        .unwrap();
+    let listed = acls(store.list_versions(&b, &all).await.unwrap());
+    assert_eq!(
+        listed,
+        [(v2, Some("acl-2".into())), (v1, Some("acl-1".into()))]
+    );
+}
+
 pub async fn version_tags(store: &dyn ObjectStore) {
     let created = new_bucket(store, "version-tags").await;
     store
@@ -1422,8 +1478,8 @@ macro_rules! conformance_suite {
             buckets, read_after_write, overwrite_and_delete, conditional_writes,
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
-            multipart_uploads, tar_members, versions, version_tags, version_class,
-            object_lock);
+            multipart_uploads, tar_members, versions, version_tags, version_acl,
+            version_class, object_lock);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

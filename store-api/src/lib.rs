@@ -26,11 +26,11 @@ pub use source::ByteSource;
 pub mod types;
 
 pub use types::{
-    Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity, ListQuery,
-    NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectSummary,
-    ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart, Upload, UploadPage,
-    UploadQuery, VersionAs, VersionPage, VersionQuery, VersionSummary, Versioning, WriteCondition,
-    etag_matches,
+    ACL_HEADER, Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity,
+    ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage,
+    ObjectSummary, ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart, Upload,
+    UploadPage, UploadQuery, VersionAs, VersionPage, VersionQuery, VersionSummary, Versioning,
+    WriteCondition, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that

@@ -378,6 +378,7 @@ mod tests {
                 is_latest: i == 0,
                 delete_marker: *marker,
                 lock: None,
+                acl: None,
                 tags: Vec::new(),
             })
             .collect()

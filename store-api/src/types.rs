@@ -79,7 +79,15 @@ pub struct VersionSummary {
     /// The version's tags, for the same comparison (a version's tags can change after it
     /// was written); never shown in a listing.
     pub tags: Vec<(String, String)>,
+    /// The version's object ACL as stored (the value of [`ACL_HEADER`]), for the same
+    /// comparison (PutObjectAcl edits a version in place); never shown in a listing.
+    pub acl: Option<String>,
 }
+
+/// The stored header holding an object's ACL (the S3 layer's, JSON; never shown to clients).
+/// A store keeps it as any stored header; copies of a key's history compare it
+/// ([`VersionSummary::acl`]).
+pub const ACL_HEADER: &str = "x-packrat-acl";
 
 #[derive(Debug, Clone, Default)]
 pub struct VersionPage {

@@ -389,6 +389,11 @@ pub(crate) fn version_summary(key: String, rec: ObjectRecord, is_latest: bool) -
             .iter()
             .find(|(k, _)| k == LOCK_HEADER)
             .map(|(_, v)| v.clone()),
+        acl: rec
+            .headers
+            .iter()
+            .find(|(k, _)| k == packrat_store_api::ACL_HEADER)
+            .map(|(_, v)| v.clone()),
         tags: rec.tags,
     }
 }

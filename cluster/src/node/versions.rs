@@ -47,16 +47,18 @@ fn entry_of(v: &VersionSummary) -> WireVersionEntry {
         marker: v.delete_marker,
         lock: v.lock.clone(),
         tags: v.tags.clone(),
+        acl: v.acl.clone(),
     }
 }
 
-/// Whether two listed versions are the same version, with the same Object Lock, tags and
-/// storage class.
+/// Whether two listed versions are the same version, with the same Object Lock, tags,
+/// storage class and object ACL.
 fn same(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
     same_bytes(a, b)
         && a.entry.storage_class == b.entry.storage_class
         && a.lock == b.lock
         && a.tags == b.tags
+        && a.acl == b.acl
 }
 
 /// Whether two listed versions are the same version's bytes (attributes aside).
@@ -71,7 +73,11 @@ fn same_bytes(a: &WireVersionEntry, b: &WireVersionEntry) -> bool {
 /// attributes alone (tags, storage class, lock), its bytes kept: the same version's bytes, and
 /// a lock the edits can reach (see [`lock_changes`]).
 fn editable(mine: &WireVersionEntry, theirs: &WireVersionEntry) -> bool {
+    // An object ACL has no edit of a version by id: a version whose ACL changed while this
+    // member was away is copied again (rare: an edit of the current version, superseded
+    // before the member came back; the current one catches up by its newer `cv`).
     !mine.marker
+        && mine.acl == theirs.acl
         && same_bytes(mine, theirs)
         && lock_changes(mine.lock.as_deref(), theirs.lock.as_deref()).is_some()
 }
@@ -555,6 +561,7 @@ impl Node {
                         marker: false,
                         lock: None,
                         tags: Vec::new(),
+                        acl: None,
                     });
                     // Skip the rest of the common prefix.
                     query.key_marker = Some(format!("{cp}{}", char::MAX));

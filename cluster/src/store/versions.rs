@@ -60,6 +60,7 @@ impl ClusterStore {
                     delete_marker: e.marker,
                     lock: e.lock.clone(),
                     tags: e.tags.clone(),
+                    acl: e.acl.clone(),
                 });
             }
             last = Some(e);

@@ -18,8 +18,7 @@ use super::headers::{Kind, RequestHeaders};
 use super::xml::{self, Xml};
 use packrat_store_api::Identity;
 
-/// The stored header holding an object's ACL.
-pub const ACL_HEADER: &str = "x-packrat-acl";
+pub use packrat_store_api::ACL_HEADER;
 
 const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
