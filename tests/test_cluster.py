@@ -155,6 +155,7 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     etcd, nodes, (gw_a, gw_b) = cluster
     setup = gw_a.client()
     setup.create_bucket(Bucket="load")
+    setup.put_bucket_ownership_controls(Bucket="load", OwnershipControls={"Rules": [{"ObjectOwnership": "ObjectWriter"}]})
     acked = {}  # key -> bytes, or None once a delete was acknowledged
     lock = threading.Lock()
     stop = threading.Event()
@@ -228,10 +229,12 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     away = [os.urandom(5 * MiB), os.urandom(2000)]
     uid = begin("mp-away")
     complete("mp-away", uid, [part("mp-away", uid, i + 1, p) for i, p in enumerate(away)], away)
-    # An SSE-S3 object and a tag edit while the victim is away: it copies both as it catches up.
+    # An SSE-S3 object, a tag edit and an object ACL edit while the victim is away: it copies
+    # them as it catches up.
     sse_body = os.urandom(100_000)
     mp.put_object(Bucket="load", Key="sse-away", Body=sse_body, ServerSideEncryption="AES256")
     mp.put_object_tagging(Bucket="load", Key="mp-before", Tagging={"TagSet": [{"Key": "t", "Value": "away"}]})
+    mp.put_object_acl(Bucket="load", Key="mp-before", ACL="public-read")
     time.sleep(2)
     stop.set()
     for f in futures:
@@ -267,6 +270,11 @@ def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     assert (got["Body"].read() == sse_body, got["ServerSideEncryption"]) == (True, "AES256")
     for key, tag in [("mp-before", "away"), ("mp-away", "back")]:
         assert alone.get_object_tagging(Bucket="load", Key=key)["TagSet"] == [{"Key": "t", "Value": tag}], key
+    with urllib.request.urlopen(f"{gw_a.endpoint}/load/mp-before", timeout=30) as r:
+        assert r.status == 200 and r.read() == multipart["mp-before"][0]
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{gw_a.endpoint}/load/mp-away", timeout=30)
+    assert e.value.code == 403
     # One replica of three is too few to take writes: refused cleanly, not acknowledged.
     with pytest.raises(ClientError) as e:
         gw_a.client().put_object(Bucket="load", Key="late", Body=b"x")
