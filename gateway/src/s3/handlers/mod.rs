@@ -346,20 +346,10 @@ pub(crate) async fn load_bucket(
     name: &str,
     action: Action,
 ) -> S3Result<Bucket> {
-    let key = if action.on_object {
-        req.key.as_deref()
-    } else {
-        None
-    };
-    bucket_for(
-        state,
-        &Facts::of(req),
-        req.identity.as_ref(),
-        name,
-        action,
-        key,
-    )
-    .await
+    match load_bucket_gated(state, req, name, action).await? {
+        (b, Gate::Open) => Ok(b),
+        (_, Gate::ObjectAcl { .. }) => Err(access_denied()),
+    }
 }
 
 /// What a bucket policy's conditions read of a request, borrowed field by field (a handler
@@ -405,15 +395,9 @@ pub(crate) async fn bucket_for(
     action: Action,
     key: Option<&str>,
 ) -> S3Result<Bucket> {
-    let b = lookup_bucket(state, identity, name)?;
-    if identity.is_some_and(|i| i.is_root) {
-        return Ok(b);
-    }
-    let policy = policy_of(state, &b).await?;
-    if permits(req, identity, &b, policy.as_deref(), action, key) {
-        Ok(b)
-    } else {
-        Err(access_denied())
+    match bucket_gated(state, req, identity, name, action, key).await? {
+        (b, Gate::Open) => Ok(b),
+        (_, Gate::ObjectAcl { .. }) => Err(access_denied()),
     }
 }
 
