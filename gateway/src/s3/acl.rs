@@ -178,8 +178,8 @@ impl Acl {
                 ));
             }
         };
+        // A grant to the owner adds nothing to its full control.
         if let Some(g) = extra
-            && !acl.grants.contains(&g)
             && !matches!(&g.0, Grantee::User(p) if *p == acl.owner)
         {
             acl.grants.push(g);

@@ -237,6 +237,22 @@ pub(super) async fn handle_delete_bucket_config(
     no_content()
 }
 
+/// Refuses a public ACL (`public`: a bucket's public-read, an object's public grant) in a
+/// bucket whose Block Public Access says BlockPublicAcls.
+pub(super) async fn refuse_public_acl(state: &AppState, b: &Bucket, public: bool) -> S3Result<()> {
+    if public
+        && public_access_block_of(state, b)
+            .await?
+            .is_some_and(|p| p.block_public_acls)
+    {
+        return Err(err(
+            S3ErrorCode::AccessDenied,
+            "Access Denied: the bucket's BlockPublicAcls setting refuses a public ACL",
+        ));
+    }
+    Ok(())
+}
+
 fn xml_doc(doc: Vec<u8>) -> R {
     Response::builder()
         .status(StatusCode::OK)

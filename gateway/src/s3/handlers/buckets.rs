@@ -178,16 +178,7 @@ pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request
             "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
         ));
     };
-    if public
-        && bucket_config::public_access_block_of(state, &b)
-            .await?
-            .is_some_and(|p| p.block_public_acls)
-    {
-        return Err(err(
-            S3ErrorCode::AccessDenied,
-            "Access Denied: the bucket's BlockPublicAcls setting refuses a public ACL",
-        ));
-    }
+    bucket_config::refuse_public_acl(state, &b, public).await?;
     state.store.set_bucket_public(&b, public).await?;
     Ok(Response::new(empty()))
 }

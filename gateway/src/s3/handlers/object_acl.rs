@@ -30,9 +30,17 @@ fn bucket_owner(b: &Bucket) -> Person {
     }
 }
 
-/// The server's users by canonical id (their display names), read only when a grant names
-/// one.
-async fn users(state: &AppState) -> S3Result<HashMap<String, String>> {
+/// The server's users by canonical id (their display names), read only when an ACL may name
+/// one: grant headers in `asked`, or an ACL document `body`.
+async fn users(
+    state: &AppState,
+    asked: &RequestHeaders,
+    body: &[u8],
+) -> S3Result<HashMap<String, String>> {
+    let grants = asked.keys().any(|h| h.as_str().starts_with("x-amz-grant-"));
+    if !grants && body.is_empty() {
+        return Ok(HashMap::new());
+    }
     Ok(state
         .store
         .list_keys()
@@ -40,21 +48,6 @@ async fn users(state: &AppState) -> S3Result<HashMap<String, String>> {
         .into_iter()
         .map(|k| (k.owner_id, k.name))
         .collect())
-}
-
-/// Refuses a public ACL in a bucket whose Block Public Access says BlockPublicAcls.
-async fn may_be_public(state: &AppState, b: &Bucket, acl: &Acl) -> S3Result<()> {
-    if acl.is_public()
-        && bucket_config::public_access_block_of(state, b)
-            .await?
-            .is_some_and(|p| p.block_public_acls)
-    {
-        return Err(err(
-            S3ErrorCode::AccessDenied,
-            "Access Denied: the bucket's BlockPublicAcls setting refuses a public ACL",
-        ));
-    }
-    Ok(())
 }
 
 /// The ACL a new object gets from its write (PutObject, CopyObject, CreateMultipartUpload, a
@@ -105,15 +98,11 @@ async fn acl_asked(
         (_, Some(w)) => w,
         (_, None) => bucket_owner.clone(),
     };
-    let names = if asked.keys().any(|h| h.as_str().starts_with("x-amz-grant-")) {
-        users(state).await?
-    } else {
-        HashMap::new()
-    };
+    let names = users(state, asked, &[]).await?;
     let lookup = |id: &str| names.get(id).cloned();
     let acl = Acl::from_headers(asked, owner.clone(), &bucket_owner, &lookup)?
         .unwrap_or_else(|| Acl::private(owner));
-    may_be_public(state, b, &acl).await?;
+    bucket_config::refuse_public_acl(state, b, acl.is_public()).await?;
     // The bucket owner's private object is what an object without an ACL is.
     if acl != Acl::private(bucket_owner) {
         acl.store_in(stored)?;
@@ -195,7 +184,7 @@ pub(super) async fn handle_put_object_acl(
     let owner = Acl::of(&target.attrs.headers)?
         .map(|a| a.owner)
         .unwrap_or_else(|| bucket_owner(&b));
-    let names = users(state).await?;
+    let names = users(state, &req.headers, &body).await?;
     let lookup = |id: &str| names.get(id).cloned();
     let acl = match (req.headers.has(Kind::Acl), body.is_empty()) {
         (true, false) => {
@@ -214,7 +203,7 @@ pub(super) async fn handle_put_object_acl(
             ));
         }
     };
-    may_be_public(state, &b, &acl).await?;
+    bucket_config::refuse_public_acl(state, &b, acl.is_public()).await?;
     // An edit in place reaches a key's current version only: a noncurrent one keeps its ACL.
     if let Some(v) = &version {
         let current = state.store.head_object(&b, key).await?;
