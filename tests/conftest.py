@@ -1,6 +1,7 @@
 """Test harness: starts the real `packrat` binary on a free loopback port and hands out
 boto3 clients. Nothing here mocks S3 or storage."""
 
+import http.client
 import os
 import pathlib
 import select
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import uuid
 
 import boto3
@@ -243,3 +245,15 @@ def bucket(s3):
     s3.create_bucket(Bucket=name)
     yield name
     empty_bucket(s3, name)
+
+
+def console_request(srv, method, path, headers=None, body=None):
+    """One plain HTTP request to a server, as the web console's page makes them: (status,
+    lower-cased headers, body)."""
+    u = urllib.parse.urlparse(srv.endpoint)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+    c.request(method, path, body=body, headers=headers or {})
+    r = c.getresponse()
+    out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+    c.close()
+    return out

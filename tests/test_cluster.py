@@ -151,6 +151,38 @@ def test_s3_through_two_gateways(cluster):
     assert all(n["pgs"] == PGS and n["heads"] > 0 for n in s["nodes"])
 
 
+def test_a_console_session_is_known_to_every_gateway(cluster):
+    """A browser behind a load balancer meets a different gateway on each request: a console
+    session made at one gateway acts at the other and survives a gateway's restart; etcd
+    holds only the token's digest; a sign-out at one gateway ends it at all of them."""
+    etcd, nodes, (gw_a, gw_b) = cluster
+    gw_a.client().create_bucket(Bucket="console-seen")
+    st, hdrs, _ = conftest.console_request(
+        gw_a, "POST", "/console/session", {"x-packrat-console": "1", "content-type": "application/json"},
+        json.dumps({"access_key": conftest.ROOT_AK, "secret_key": conftest.ROOT_SK}))
+    assert st == 200
+    cookie = hdrs["set-cookie"].split(";")[0]
+    token = cookie.split("=", 1)[1]
+    as_console = {"x-packrat-console": "1", "cookie": cookie}
+    st, _, body = conftest.console_request(gw_b, "GET", "/console/session", as_console)
+    assert (st, json.loads(body)["access_key"]) == (200, conftest.ROOT_AK)
+    st, _, body = conftest.console_request(gw_b, "GET", "/", as_console)
+    assert st == 200 and b"console-seen" in body
+    stored = etcd_value(etcd.url, "/packrat/console-sessions/" + hashlib.sha256(token.encode()).hexdigest())
+    assert stored == conftest.ROOT_AK
+    gw_a.stop()
+    gw_a.start()
+    st, _, _ = conftest.console_request(gw_a, "GET", "/console/session", as_console)
+    assert st == 200, "a gateway's restart does not end the sessions it made"
+    st, _, _ = conftest.console_request(gw_b, "DELETE", "/console/session", as_console)
+    assert st == 200
+    for gw in (gw_a, gw_b):
+        st, _, body = conftest.console_request(gw, "GET", "/", as_console)
+        assert st == 403 and b"No live console session" in body, (gw.endpoint, body)
+        st, _, _ = conftest.console_request(gw, "GET", "/console/session", as_console)
+        assert st == 401
+
+
 def test_node_killed_under_load_loses_nothing_and_catches_up(cluster):
     etcd, nodes, (gw_a, gw_b) = cluster
     setup = gw_a.client()

@@ -3,7 +3,6 @@ Debian's chromedriver (no browser or driver download at test time). Every step i
 against the server with boto3, not only on the page. Screenshots of each page are kept under
 target/test-artifacts/console/ (PACKRAT_TEST_ARTIFACTS moves them)."""
 
-import http.client
 import http.server
 import json
 import os
@@ -12,7 +11,6 @@ import shutil
 import tempfile
 import threading
 import time
-import urllib.parse
 import urllib.request
 
 import boto3
@@ -20,7 +18,7 @@ import botocore.exceptions
 import pytest
 from botocore.config import Config
 
-from conftest import REGION, ROOT, ROOT_AK, ROOT_SK, Server
+from conftest import REGION, ROOT, ROOT_AK, ROOT_SK, Server, console_request
 
 # Nothing may try to fetch a driver or a browser.
 os.environ["SE_OFFLINE"] = "true"
@@ -273,16 +271,6 @@ def test_console_end_to_end_in_chromium(workdir, browser):
     assert not d.find_element(By.ID, "nav-keys").is_displayed()
     assert not d.find_elements(By.CSS_SELECTOR, 'tr[data-bucket="photos"]')
     srv.stop()
-
-
-def console_request(srv, method, path, headers=None, body=None):
-    u = urllib.parse.urlparse(srv.endpoint)
-    c = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
-    c.request(method, path, body=body, headers=headers or {})
-    r = c.getresponse()
-    out = (r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
-    c.close()
-    return out
 
 
 def test_console_sessions_cannot_be_forged_or_used_cross_site(workdir):

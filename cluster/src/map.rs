@@ -15,6 +15,7 @@
 //! | `buckets/<name>` | a bucket (JSON) | gateways |
 //! | `bucket-seq` | the last bucket id handed out | gateways |
 //! | `keys/<access key>` | an access key (JSON) | gateways, `cluster init` |
+//! | `console-sessions/<digest>` | the access key a web console session acts as, under a lease of the session's length; the digest is SHA-256 of the browser's token | gateways |
 //!
 //! Object metadata never goes to etcd: it stays in each node's RocksDB index.
 

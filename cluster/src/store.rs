@@ -1972,6 +1972,40 @@ impl ObjectStore for ClusterStore {
         Ok(Some(k))
     }
 
+    async fn put_session(
+        &self,
+        token_id: &str,
+        access_key: &str,
+        ttl: Duration,
+    ) -> StoreResult<()> {
+        // Under a lease of its own: etcd drops the session when it runs out.
+        self.etcd
+            .put_leased(
+                &format!("console-sessions/{token_id}"),
+                access_key,
+                ttl.as_secs().max(1),
+            )
+            .await
+            .map_err(StoreError::Unavailable)
+    }
+
+    async fn session(&self, token_id: &str) -> StoreResult<Option<String>> {
+        let found = self
+            .etcd
+            .get(&format!("console-sessions/{token_id}"))
+            .await
+            .map_err(StoreError::Unavailable)?;
+        Ok(found.and_then(|(v, _)| String::from_utf8(v).ok()))
+    }
+
+    async fn end_session(&self, token_id: &str) -> StoreResult<()> {
+        self.etcd
+            .delete(&format!("console-sessions/{token_id}"))
+            .await
+            .map_err(StoreError::Unavailable)?;
+        Ok(())
+    }
+
     async fn status(&self, _flush: bool) -> StoreResult<Report> {
         Ok(crate::status_report(&self.map()))
     }

@@ -190,7 +190,7 @@ packrat_store_api::conformance_suite!(@checks cluster_store;
     buckets, read_after_write, overwrite_and_delete, conditional_writes,
     digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
     lifecycle_configuration, bucket_configuration, listing_summaries, multipart_uploads, tar_members,
-    versions, version_tags, version_acl, version_class, object_lock);
+    versions, version_tags, version_acl, version_class, object_lock, console_sessions);
 
 #[test]
 fn listing_matches_model() {

@@ -3,7 +3,10 @@
 //!
 //! Signing in exchanges an access key and its secret for a session (`POST /console/session`):
 //! the server checks the pair once and sets an HttpOnly, SameSite=Strict cookie holding a
-//! random token; the page never keeps the secret. From then on the page calls the ordinary S3
+//! random token; the page never keeps the secret. The store keeps the session under the
+//! token's SHA-256 (`ObjectStore::put_session`): one process in memory, a cluster in etcd,
+//! so a browser behind several gateways is signed in at each of them, and a sign-out at one
+//! ends the session at all. From then on the page calls the ordinary S3
 //! API and the admin API with that cookie and the `x-packrat-console` header, and such a
 //! request acts as the session's key, looked up again on every request (a deleted key ends its
 //! sessions at once). A request without the header is not a console request whatever cookies
@@ -18,9 +21,7 @@ use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use packrat_store_api::Identity;
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "packrat_console";
@@ -28,8 +29,6 @@ pub const COOKIE: &str = "packrat_console";
 pub const HEADER: &str = "x-packrat-console";
 /// How long a session lasts.
 const SESSION_TTL: Duration = Duration::from_secs(12 * 3600);
-/// Most live sessions; past it the oldest is ended.
-const SESSIONS_MAX: usize = 10_000;
 /// Largest sign-in request body.
 const SIGN_IN_BYTES_MAX: usize = 8 * 1024;
 
@@ -37,54 +36,11 @@ const INDEX_HTML: &str = include_str!("../console/index.html");
 const APP_JS: &str = include_str!("../console/app.js");
 const APP_CSS: &str = include_str!("../console/app.css");
 
-struct Session {
-    access_key: String,
-    expires: Instant,
-}
-
-/// Live console sessions, by token. Touched by console requests only, never by S3 clients.
-#[derive(Default)]
-pub struct Sessions {
-    map: Mutex<HashMap<String, Session>>,
-}
-
-impl Sessions {
-    fn create(&self, access_key: &str) -> String {
-        let token = hex::encode(rand::random::<[u8; 32]>());
-        let now = Instant::now();
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, s| s.expires > now);
-        if map.len() >= SESSIONS_MAX
-            && let Some(oldest) = map
-                .iter()
-                .min_by_key(|(_, s)| s.expires)
-                .map(|(t, _)| t.clone())
-        {
-            map.remove(&oldest);
-        }
-        map.insert(
-            token.clone(),
-            Session {
-                access_key: access_key.to_string(),
-                expires: now + SESSION_TTL,
-            },
-        );
-        token
-    }
-
-    fn access_key(&self, token: &str) -> Option<String> {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(token)
-            .filter(|s| s.expires > Instant::now())
-            .map(|s| s.access_key.clone())
-    }
-
-    fn end(&self, token: &str) {
-        self.map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(token);
-    }
+/// What the store keeps a session under: the SHA-256 of its token, so that whoever reads
+/// the store (etcd, a memory dump) holds no usable token.
+fn token_id(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
 }
 
 /// The console's own routes, answered before authentication: the page and its files, and the
@@ -118,7 +74,7 @@ fn token(headers: &HeaderMap) -> Option<&str> {
 /// Who an unsigned request acts as: `Ok(None)` when it is not a console request (no
 /// `x-packrat-console` header), the session's key when it is and the session is live, and
 /// AccessDenied otherwise.
-pub fn identity(state: &AppState, headers: &HeaderMap) -> S3Result<Option<Identity>> {
+pub async fn identity(state: &AppState, headers: &HeaderMap) -> S3Result<Option<Identity>> {
     if !headers.contains_key(HEADER) {
         return Ok(None);
     }
@@ -128,8 +84,13 @@ pub fn identity(state: &AppState, headers: &HeaderMap) -> S3Result<Option<Identi
             "No live console session: sign in again",
         )
     };
-    let access_key = token(headers)
-        .and_then(|t| state.console_sessions.access_key(t))
+    let Some(token) = token(headers) else {
+        return Err(expired());
+    };
+    let access_key = state
+        .store
+        .session(&token_id(token))
+        .await?
         .ok_or_else(expired)?;
     match state.store.access_key(&access_key)? {
         Some(id) => Ok(Some(id)),
@@ -156,14 +117,20 @@ pub async fn handle(
         _ => match *method {
             Method::POST => sign_in(state, body).await,
             Method::DELETE => {
-                if let Some(t) = token(headers) {
-                    state.console_sessions.end(t);
+                if let Some(t) = token(headers)
+                    && let Err(e) = state.store.end_session(&token_id(t)).await
+                {
+                    tracing::warn!(error = %e, "console sign-out: the session store failed");
+                    return json(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &serde_json::json!({ "error": "the session store is unavailable: the session was not ended" }),
+                    );
                 }
                 let mut r = json(StatusCode::OK, &serde_json::json!({ "signed_out": true }));
                 set_cookie(&mut r, state, "", 0);
                 r
             }
-            _ => match identity(state, headers) {
+            _ => match identity(state, headers).await {
                 Ok(Some(id)) => json(StatusCode::OK, &whoami(&id)),
                 Ok(None) | Err(_) => json(
                     StatusCode::UNAUTHORIZED,
@@ -222,7 +189,18 @@ async fn sign_in(state: &AppState, body: Incoming) -> Response<RespBody> {
             "The access key or the secret key is wrong",
         );
     };
-    let token = state.console_sessions.create(&id.access_key);
+    let token = hex::encode(rand::random::<[u8; 32]>());
+    if let Err(e) = state
+        .store
+        .put_session(&token_id(&token), &id.access_key, SESSION_TTL)
+        .await
+    {
+        tracing::warn!(error = %e, "console sign-in: the session store failed");
+        return refused(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the session store is unavailable",
+        );
+    }
     let mut r = json(StatusCode::OK, &whoami(&id));
     set_cookie(&mut r, state, &token, SESSION_TTL.as_secs());
     r
@@ -306,15 +284,5 @@ mod tests {
             HeaderValue::from_static("xpackrat_console=abc"),
         );
         assert_eq!(token(&h), None);
-    }
-
-    #[test]
-    fn sessions_end_and_expire() {
-        let s = Sessions::default();
-        let t = s.create("AK");
-        assert_eq!(s.access_key(&t).as_deref(), Some("AK"));
-        assert_eq!(s.access_key("forged"), None);
-        s.end(&t);
-        assert_eq!(s.access_key(&t), None);
     }
 }

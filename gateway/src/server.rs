@@ -50,7 +50,6 @@ pub struct AppState {
     /// lets its target through; otherwise no request spends anything on it.
     access_log: Option<crate::access_log::AccessLog>,
     /// Web console sessions (`console.rs`).
-    pub console_sessions: crate::console::Sessions,
     /// Buckets' parsed policies (`s3::policy`).
     pub policies: crate::s3::policy::PolicyCache,
     /// Buckets' default encryption (`s3::sse`).
@@ -143,7 +142,6 @@ impl AppState {
         };
         Self {
             access_log,
-            console_sessions: Default::default(),
             policies: Default::default(),
             bucket_encryption: Default::default(),
             clock: store.clock(),
@@ -584,7 +582,7 @@ async fn route_and_run(
     // An unsigned request from a signed-in web console acts as the session's key.
     let identity = match identity {
         Some(id) => Some(id),
-        None if !signed => match crate::console::identity(state, &parts.headers) {
+        None if !signed => match crate::console::identity(state, &parts.headers).await {
             Ok(id) => id,
             Err(e) => return ("auth", Err(e)),
         },

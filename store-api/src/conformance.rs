@@ -1180,6 +1180,30 @@ pub async fn object_lock(store: &dyn ObjectStore) {
     store.delete_bucket(&b).await.unwrap();
 }
 
+/// Web console sessions: one recorded is found by its token digest until it is ended; an
+/// unknown digest finds nothing; ending it twice is no error; two sessions of one key are
+/// apart.
+pub async fn console_sessions(store: &dyn ObjectStore) {
+    let ttl = std::time::Duration::from_secs(600);
+    let (a, b) = ("a".repeat(64), "b".repeat(64));
+    assert_eq!(store.session(&a).await.unwrap(), None);
+    store.put_session(&a, "AKCONSOLE1", ttl).await.unwrap();
+    store.put_session(&b, "AKCONSOLE1", ttl).await.unwrap();
+    assert_eq!(
+        store.session(&a).await.unwrap().as_deref(),
+        Some("AKCONSOLE1")
+    );
+    store.end_session(&a).await.unwrap();
+    assert_eq!(store.session(&a).await.unwrap(), None);
+    store.end_session(&a).await.unwrap();
+    assert_eq!(
+        store.session(&b).await.unwrap().as_deref(),
+        Some("AKCONSOLE1"),
+        "ending one session leaves the key's other one"
+    );
+    store.end_session(&b).await.unwrap();
+}
+
 /// Tags changed on one version by id: that version's alone (an older one, the current one,
 /// the `null` object of an unversioned bucket), bytes and place kept; listings carry them.
 /// A version's stored object ACL ([`crate::ACL_HEADER`]) shows in the version listing (copies
@@ -1479,7 +1503,7 @@ macro_rules! conformance_suite {
             digests_and_checksums, failed_body_stores_nothing, copies_and_attribute_edits,
             lifecycle_configuration, bucket_configuration, listing_summaries,
             multipart_uploads, tar_members, versions, version_tags, version_acl,
-            version_class, object_lock);
+            version_class, object_lock, console_sessions);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

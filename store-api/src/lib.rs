@@ -17,6 +17,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod lock;
 pub mod sealed;
+pub mod sessions;
 pub mod source;
 pub mod stream;
 
@@ -374,6 +375,18 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey>;
     /// Deletes a key, answering it; `None` if there is none. `Invalid` for the last root key.
     async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>>;
+    /// Records a web console session of `access_key` under `token_id` (a digest of the
+    /// session's token) for `ttl`, where every gateway of the store finds it ([`sessions`]).
+    async fn put_session(
+        &self,
+        token_id: &str,
+        access_key: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<()>;
+    /// The access key of a live console session, `None` if it ended, expired or never was.
+    async fn session(&self, token_id: &str) -> StoreResult<Option<String>>;
+    /// Ends a console session (signing out); nothing if there is none.
+    async fn end_session(&self, token_id: &str) -> StoreResult<()>;
     /// The store's state: objects, segments, space, disks, erasure coding. With `flush`, the
     /// index first writes out and compacts what it holds in memory (exact figures, slower).
     async fn status(&self, flush: bool) -> StoreResult<Report>;

@@ -43,6 +43,8 @@ pub struct LocalStore {
     engine: Arc<Engine>,
     /// The fault rules under the store, with `fault_injection` (tests only).
     faults: Option<Arc<FaultyIo>>,
+    /// Web console sessions: in memory, one process serves them all (a restart ends them).
+    sessions: packrat_store_api::sessions::MemorySessions,
 }
 
 /// How `packrat serve` opens its store.
@@ -128,7 +130,11 @@ pub struct Opened {
 
 impl LocalStore {
     fn new(engine: Arc<Engine>, faults: Option<Arc<FaultyIo>>) -> Self {
-        Self { engine, faults }
+        Self {
+            engine,
+            faults,
+            sessions: Default::default(),
+        }
     }
 
     /// Opens (or creates) a data directory: the index, the segments, the tiers; makes sure a
@@ -1381,6 +1387,25 @@ impl ObjectStore for LocalStore {
             .await?;
         self.engine.forget_access_key(access_key);
         Ok(gone.map(crate::keys::access_key_of))
+    }
+
+    async fn put_session(
+        &self,
+        token_id: &str,
+        access_key: &str,
+        ttl: std::time::Duration,
+    ) -> StoreResult<()> {
+        self.sessions.put(token_id, access_key, ttl);
+        Ok(())
+    }
+
+    async fn session(&self, token_id: &str) -> StoreResult<Option<String>> {
+        Ok(self.sessions.get(token_id))
+    }
+
+    async fn end_session(&self, token_id: &str) -> StoreResult<()> {
+        self.sessions.end(token_id);
+        Ok(())
     }
 
     async fn status(&self, flush: bool) -> StoreResult<Report> {
