@@ -200,6 +200,32 @@ def test_console_end_to_end_in_chromium(workdir, browser):
         s3.put_object(Bucket="photos", Key="notes/v.txt", Body=body)
     kept = s3.list_object_versions(Bucket="photos", Prefix="notes/v.txt")["Versions"]
     assert sorted(v["IsLatest"] for v in kept) == [False, True]
+    # The versions browser: a delete leaves a marker; the older version downloads by id; the
+    # marker removed makes the last version current again; a version deleted for good goes.
+    first, second = sorted(kept, key=lambda v: v["IsLatest"])
+    marker = s3.delete_object(Bucket="photos", Key="notes/v.txt")["VersionId"]
+    d.get(srv.endpoint + "/console#/b/photos/notes/")
+    find(d, "#show-versions").click()
+    find(d, f'tr[data-version="{marker}"]')
+    rows = d.find_elements(By.CSS_SELECTOR, "#versions tr[data-key='notes/v.txt']")
+    assert [r.get_attribute("data-version") for r in rows] == [marker, second["VersionId"], first["VersionId"]]
+    assert "delete marker" in rows[0].text and "current" in rows[0].text
+    shot(d, "versions")
+    find(d, f'tr[data-version="{first["VersionId"]}"]').find_element(By.XPATH, ".//button[text()='Download']").click()
+    target = d.downloads / "v.txt"
+    wait(d, lambda: target.exists() and target.read_bytes() == b"one", "the older version downloads")
+    find(d, f'tr[data-version="{marker}"]').find_element(By.XPATH, ".//button[text()='Remove marker']").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda: not d.find_elements(By.CSS_SELECTOR, f'tr[data-version="{marker}"]'), "the marker goes")
+    assert s3.get_object(Bucket="photos", Key="notes/v.txt")["Body"].read() == b"two"
+    find(d, f'tr[data-version="{first["VersionId"]}"]').find_element(By.XPATH, ".//button[text()='Delete version']").click()
+    d.switch_to.alert.accept()
+    wait(d, lambda: not d.find_elements(By.CSS_SELECTOR, f'tr[data-version="{first["VersionId"]}"]'), "the version goes")
+    left = s3.list_object_versions(Bucket="photos", Prefix="notes/v.txt")
+    assert [v["VersionId"] for v in left["Versions"]] == [second["VersionId"]] and "DeleteMarkers" not in left
+    # An object's page lists its versions too.
+    d.get(srv.endpoint + "/console#/o/photos/notes/v.txt")
+    find(d, f'#object-versions tr[data-version="{second["VersionId"]}"]')
     d.get(srv.endpoint + "/console#/s/photos")
     assert find(d, "#versioning-state").text == "Enabled"
     d.find_element(By.ID, "versioning-suspend").click()

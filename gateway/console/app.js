@@ -272,12 +272,64 @@ async function objectsPage(bucket, prefix, token) {
   const bar = el('div', {});
   const status = el('span', { id: 'upload-status', class: 'muted' });
   show(el('h1', { class: 'crumbs' }, crumbs),
+    el('div', { class: 'row' }, el('a', { id: 'show-versions', href: '#/v/' + encodeURIComponent(bucket) + '/' + enc(prefix) }, 'Show versions (deleted objects and older versions)')),
     el('div', { class: 'card row' }, 'Upload to ' + (prefix || '/') + ':', file,
       el('button', { class: 'primary', id: 'upload-go', onclick: () => upload(bucket, prefix, file.files, bar, status) }, 'Upload'),
       el('span', { class: 'progress' }, bar), status),
     el('table', { id: 'objects' }, el('tr', {}, el('th', {}, 'Name'), el('th', {}, 'Size'), el('th', {}, 'Last modified'), el('th', {}, '')), rows),
     rows.length ? '' : el('p', { class: 'muted' }, 'Nothing here yet.'),
     next ? el('div', { class: 'row' }, el('button', { id: 'more', onclick: () => objectsPage(bucket, prefix, next) }, 'Next page')) : '');
+}
+
+// One row of a version listing: a version (download, delete for good) or a delete marker
+// (delete it, and the version before it is current again).
+function versionRow(bucket, v, marker, prefix, redraw) {
+  const key = text(v, 'Key');
+  const id = text(v, 'VersionId');
+  const latest = text(v, 'IsLatest') === 'true';
+  const path = '/' + encodeURIComponent(bucket) + '/' + enc(key) + '?versionId=' + encodeURIComponent(id);
+  const remove = async () => {
+    const what = marker ? 'the delete marker of ' + key : 'version ' + id + ' of ' + key + ' for good';
+    if (!confirm('Delete ' + what + '?')) return;
+    try {
+      await call('DELETE', path);
+      flash('Deleted ' + what, true);
+      redraw();
+    } catch (e) { flash(e.message); }
+  };
+  return el('tr', { 'data-key': key, 'data-version': id, class: marker ? 'marker' : '' },
+    el('td', {}, key.slice(prefix.length)),
+    el('td', { class: 'mono' }, id),
+    el('td', {}, latest ? 'current' : ''),
+    el('td', { class: 'num' }, marker ? 'delete marker' : bytes(text(v, 'Size'))),
+    el('td', {}, text(v, 'LastModified')),
+    el('td', {},
+      marker ? '' : el('button', { onclick: () => download(bucket, key, id) }, 'Download'), ' ',
+      el('button', { class: 'danger', onclick: remove }, marker ? 'Remove marker' : 'Delete version')));
+}
+
+// Versions and delete markers under a prefix (ListObjectVersions, 200 a page).
+async function versionsPage(bucket, prefix, keyMarker, versionMarker) {
+  const q = new URLSearchParams({ versions: '', delimiter: '/', prefix, 'max-keys': '200' });
+  if (keyMarker) q.set('key-marker', keyMarker);
+  if (versionMarker) q.set('version-id-marker', versionMarker);
+  const d = await s3xml('GET', '/' + encodeURIComponent(bucket) + '?' + q);
+  const redraw = () => versionsPage(bucket, prefix, keyMarker, versionMarker);
+  const rows = [];
+  for (const p of kids(d, 'CommonPrefixes')) {
+    const pre = text(p, 'Prefix');
+    rows.push(el('tr', { class: 'folder' }, el('td', {}, el('a', { href: '#/v/' + encodeURIComponent(bucket) + '/' + enc(pre) }, pre.slice(prefix.length))), el('td', {}, ''), el('td', {}, ''), el('td', {}, ''), el('td', {}, ''), el('td', {}, '')));
+  }
+  // Versions and markers come in key order, newest first within a key, in two lists.
+  const all = kids(d.documentElement, '*').filter((n) => n.tagName === 'Version' || n.tagName === 'DeleteMarker');
+  for (const v of all) rows.push(versionRow(bucket, v, v.tagName === 'DeleteMarker', prefix, redraw));
+  const nextKey = text(d, 'NextKeyMarker');
+  const nextVersion = text(d, 'NextVersionIdMarker');
+  show(el('h1', { class: 'crumbs' }, el('a', { href: '#/buckets' }, 'Buckets'), ' / ',
+    el('a', { href: '#/b/' + encodeURIComponent(bucket) + '/' + enc(prefix) }, bucket + '/' + prefix), ' (versions)'),
+    el('table', { id: 'versions' }, el('tr', {}, el('th', {}, 'Name'), el('th', {}, 'Version'), el('th', {}, ''), el('th', {}, 'Size'), el('th', {}, 'Last modified'), el('th', {}, '')), rows),
+    rows.length ? '' : el('p', { class: 'muted' }, 'No versions here.'),
+    text(d, 'IsTruncated') === 'true' ? el('div', { class: 'row' }, el('button', { id: 'more-versions', onclick: () => versionsPage(bucket, prefix, nextKey, nextVersion) }, 'Next page')) : '');
 }
 
 function putWithProgress(url, body, headers, onProgress) {
@@ -336,9 +388,10 @@ async function upload(bucket, prefix, files, bar, status) {
   }
 }
 
-async function download(bucket, key) {
+async function download(bucket, key, versionId) {
   try {
-    const r = await call('GET', '/' + encodeURIComponent(bucket) + '/' + enc(key));
+    const version = versionId ? '?versionId=' + encodeURIComponent(versionId) : '';
+    const r = await call('GET', '/' + encodeURIComponent(bucket) + '/' + enc(key) + version);
     const url = URL.createObjectURL(await r.blob());
     const a = el('a', { href: url, download: key.split('/').pop() });
     document.body.append(a);
@@ -371,11 +424,16 @@ async function objectPage(bucket, key) {
   const ta = el('textarea', { id: 'tags', placeholder: 'key=value, one per line' });
   ta.value = tagText;
   const dir = key.includes('/') ? key.slice(0, key.lastIndexOf('/') + 1) : '';
+  const listed = await s3xml('GET', '/' + encodeURIComponent(bucket) + '?' + new URLSearchParams({ versions: '', prefix: key, 'max-keys': '100' }));
+  const versions = kids(listed.documentElement, '*')
+    .filter((n) => (n.tagName === 'Version' || n.tagName === 'DeleteMarker') && text(n, 'Key') === key)
+    .map((v) => versionRow(bucket, v, v.tagName === 'DeleteMarker', dir, () => objectPage(bucket, key)));
   show(el('h1', { class: 'crumbs' }, el('a', { href: '#/b/' + encodeURIComponent(bucket) + '/' + enc(dir) }, bucket + '/' + dir), key.slice(dir.length)),
     el('div', { class: 'row' },
       el('button', { class: 'primary', onclick: () => download(bucket, key) }, 'Download'),
       el('button', { class: 'danger', onclick: () => deleteObject(bucket, key, dir) }, 'Delete')),
     el('h2', {}, 'Metadata'), el('table', { id: 'metadata' }, rows),
+    el('h2', {}, 'Versions'), el('table', { id: 'object-versions' }, versions),
     el('h2', {}, 'Tags'), ta,
     el('div', { class: 'row' }, el('button', {
       id: 'save-tags', onclick: async () => {
@@ -525,6 +583,7 @@ async function route() {
   try {
     if (parts[0] === 'b') await objectsPage(decodeURIComponent(parts[1]), rest());
     else if (parts[0] === 'o') await objectPage(decodeURIComponent(parts[1]), rest());
+    else if (parts[0] === 'v') await versionsPage(decodeURIComponent(parts[1]), rest());
     else if (parts[0] === 's') await settingsPage(decodeURIComponent(parts[1]));
     else if (parts[0] === 'keys') await keysPage();
     else if (parts[0] === 'storage') await storagePage();
