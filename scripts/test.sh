@@ -71,8 +71,14 @@ PACKRAT_TEST_TARGET=cluster "$venv/bin/python" -m pytest -q -rs \
 step "pytest (boto3, aws-cli, restart and kill -9 tests against the real binary)"
 pytest_log=$(mktemp)
 set +e
+# Two test files at a time (pytest-xdist; a file's tests stay together on one worker, so its
+# module fixtures are made once): most tests wait on servers, restarts and leases rather than
+# compute, and this step was half of a warm run. PACKRAT_TEST_JOBS=1 runs them one by one.
 # --durations: the slowest tests, so the suite's growth is seen test by test.
-"$venv/bin/python" -m pytest -q --durations=15 tests "$@" 2>&1 | tee "$pytest_log"
+jobs=${PACKRAT_TEST_JOBS:-2}
+parallel=()
+[ "$jobs" -gt 1 ] && parallel=(-n "$jobs" --dist loadfile)
+"$venv/bin/python" -m pytest -q "${parallel[@]}" --durations=15 tests "$@" 2>&1 | tee "$pytest_log"
 pytest_status=${PIPESTATUS[0]}
 set -e
 trap - EXIT
