@@ -281,6 +281,10 @@ async function objectsPage(bucket, prefix, token) {
     next ? el('div', { class: 'row' }, el('button', { id: 'more', onclick: () => objectsPage(bucket, prefix, next) }, 'Next page')) : '');
 }
 
+// The versions and delete markers of a ListObjectVersions answer, in the answer's order (by
+// key, newest first within a key).
+const versionEntries = (d) => kids(d.documentElement, '*').filter((n) => n.tagName === 'Version' || n.tagName === 'DeleteMarker');
+
 // One row of a version listing: a version (download, delete for good) or a delete marker
 // (delete it, and the version before it is current again).
 function versionRow(bucket, v, marker, prefix, redraw) {
@@ -320,9 +324,7 @@ async function versionsPage(bucket, prefix, keyMarker, versionMarker) {
     const pre = text(p, 'Prefix');
     rows.push(el('tr', { class: 'folder' }, el('td', {}, el('a', { href: '#/v/' + encodeURIComponent(bucket) + '/' + enc(pre) }, pre.slice(prefix.length))), el('td', {}, ''), el('td', {}, ''), el('td', {}, ''), el('td', {}, ''), el('td', {}, '')));
   }
-  // Versions and markers come in key order, newest first within a key, in two lists.
-  const all = kids(d.documentElement, '*').filter((n) => n.tagName === 'Version' || n.tagName === 'DeleteMarker');
-  for (const v of all) rows.push(versionRow(bucket, v, v.tagName === 'DeleteMarker', prefix, redraw));
+  for (const v of versionEntries(d)) rows.push(versionRow(bucket, v, v.tagName === 'DeleteMarker', prefix, redraw));
   const nextKey = text(d, 'NextKeyMarker');
   const nextVersion = text(d, 'NextVersionIdMarker');
   show(el('h1', { class: 'crumbs' }, el('a', { href: '#/buckets' }, 'Buckets'), ' / ',
@@ -425,8 +427,8 @@ async function objectPage(bucket, key) {
   ta.value = tagText;
   const dir = key.includes('/') ? key.slice(0, key.lastIndexOf('/') + 1) : '';
   const listed = await s3xml('GET', '/' + encodeURIComponent(bucket) + '?' + new URLSearchParams({ versions: '', prefix: key, 'max-keys': '100' }));
-  const versions = kids(listed.documentElement, '*')
-    .filter((n) => (n.tagName === 'Version' || n.tagName === 'DeleteMarker') && text(n, 'Key') === key)
+  const versions = versionEntries(listed)
+    .filter((n) => text(n, 'Key') === key)
     .map((v) => versionRow(bucket, v, v.tagName === 'DeleteMarker', dir, () => objectPage(bucket, key)));
   show(el('h1', { class: 'crumbs' }, el('a', { href: '#/b/' + encodeURIComponent(bucket) + '/' + enc(dir) }, bucket + '/' + dir), key.slice(dir.length)),
     el('div', { class: 'row' },

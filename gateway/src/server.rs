@@ -49,7 +49,6 @@ pub struct AppState {
     /// The access log, when it is wanted (`--no-access-log` not given) and the log filter
     /// lets its target through; otherwise no request spends anything on it.
     access_log: Option<crate::access_log::AccessLog>,
-    /// Web console sessions (`console.rs`).
     /// Buckets' parsed policies (`s3::policy`).
     pub policies: crate::s3::policy::PolicyCache,
     /// Buckets' default encryption (`s3::sse`).
