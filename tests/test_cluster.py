@@ -812,8 +812,18 @@ def test_add_a_node_and_drain_one_under_load(workdir):
                  lambda: all(node_counter(n, "packrat_node_pgs_dropped_total") == 16 for n in nodes), timeout=60)
         dropped = [node_counter(n, "packrat_node_copies_dropped_total") for n in nodes]
         assert all(d > 0 for d in dropped), dropped
-        # The new node swept the PGs it never held (nothing there), nothing of those it holds.
+        # An old node restarted knows from its data directory that it dropped those 16 PGs,
+        # and the new node that it never held its other 16: after the time a PG left waits
+        # before its sweep (2 s, passes every 2 s), neither has swept anything (both used to
+        # sweep 16 PGs, finding nothing). The old nodes, their drops done, hold 48 each too.
+        nodes[1].stop()
+        nodes[1].start()
+        wait_for("four caught-up nodes again", lambda: healthy(etcd.url, 4), timeout=90)
+        time.sleep(6)
+        assert node_counter(fourth, "packrat_node_pgs_dropped_total") == 0
         assert node_counter(fourth, "packrat_node_copies_dropped_total") == 0
+        assert node_counter(nodes[1], "packrat_node_pgs_dropped_total") == 0
+        assert [node_counter(n, "packrat_node_pgs_held") for n in nodes + [fourth]] == [48] * 4
         drained = s["nodes"][0]["id"]
         # --wait follows the drain to its end (a progress bar on a terminal).
         r = cluster_cmd(etcd.url, "drain", drained, "--wait", "--timeout", "90", timeout=120)

@@ -280,10 +280,25 @@ pub async fn run_node(
     tombstone_keep: Duration,
     lifecycle: node::LifecycleSchedule,
     metrics: Option<MetricsPage>,
+    data_dir: Option<&std::path::Path>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let secret = etcd.secret().await?;
-    let map = etcd.follow_map().await?;
+    // The PGs this node may hold copies of, from `data_dir` (see `node::held`); a store with
+    // no cluster bucket yet holds none.
+    let fresh = store
+        .list_buckets()
+        .await
+        .map_err(|e| format!("listing the local buckets: {e}"))?
+        .iter()
+        .all(|b| node::cluster_bucket_of(&b.name).is_none());
+    let held = Arc::new(node::held::HeldPgs::load(data_dir, fresh));
+    let map = etcd
+        .follow_map_noting({
+            let (held, id) = (held.clone(), entry.id.clone());
+            move |map| held.note_map(map, &id)
+        })
+        .await?;
     let node = node::Node::new(
         entry.id.clone(),
         store,
@@ -291,6 +306,7 @@ pub async fn run_node(
         secret,
         tombstone_keep,
         metrics,
+        held,
     );
     let lease = register(&etcd, &entry).await?;
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));

@@ -486,7 +486,17 @@ impl Etcd {
     pub async fn follow_map(
         &self,
     ) -> EtcdResult<tokio::sync::watch::Receiver<std::sync::Arc<ClusterMap>>> {
+        self.follow_map_noting(|_| {}).await
+    }
+
+    /// [`Etcd::follow_map`], with `note` called with each new map before it is sent (a node
+    /// records the PGs it is given before it serves by them; see `node::held`).
+    pub async fn follow_map_noting(
+        &self,
+        note: impl Fn(&ClusterMap) + Send + Sync + 'static,
+    ) -> EtcdResult<tokio::sync::watch::Receiver<std::sync::Arc<ClusterMap>>> {
         let (map, _) = self.map().await?;
+        note(&map);
         let (tx, rx) = tokio::sync::watch::channel(std::sync::Arc::new(map));
         let etcd = self.clone();
         tokio::spawn(async move {
@@ -498,7 +508,7 @@ impl Etcd {
                 // pause (etcd restarting, a compaction) and watch anew.
                 let watched = async {
                     let (map, rev) = etcd.map().await?;
-                    publish(&tx, map);
+                    publish(&tx, map, &note);
                     let mut stream = etcd
                         .client
                         .clone()
@@ -513,7 +523,7 @@ impl Etcd {
                             if let Some(kv) = ev.kv()
                                 && let Ok(map) = serde_json::from_slice::<ClusterMap>(kv.value())
                             {
-                                publish(&tx, map);
+                                publish(&tx, map, &note);
                             }
                         }
                         if tx.is_closed() {
@@ -532,16 +542,17 @@ impl Etcd {
     }
 }
 
-/// Sends `map` unless what the channel holds is as new.
-fn publish(tx: &tokio::sync::watch::Sender<std::sync::Arc<ClusterMap>>, map: ClusterMap) {
-    tx.send_if_modified(|cur| {
-        if map.epoch > cur.epoch {
-            *cur = std::sync::Arc::new(map);
-            true
-        } else {
-            false
-        }
-    });
+/// Sends `map`, noted first, unless what the channel holds is as new (this task is the
+/// channel's only sender, so the check holds until the send).
+fn publish(
+    tx: &tokio::sync::watch::Sender<std::sync::Arc<ClusterMap>>,
+    map: ClusterMap,
+    note: &impl Fn(&ClusterMap),
+) {
+    if map.epoch > tx.borrow().epoch {
+        note(&map);
+        tx.send_replace(std::sync::Arc::new(map));
+    }
 }
 
 /// A bucket as etcd keeps it.

@@ -44,7 +44,9 @@ use tokio::sync::watch;
 mod admin;
 mod batch;
 mod dropped;
+pub(crate) use dropped::cluster_bucket_of;
 mod edit;
+pub mod held;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
 mod unsettled;
@@ -107,6 +109,9 @@ pub struct Node {
     /// PGs whose copies this node dropped after it left their chains, and the copies.
     pgs_dropped: AtomicU64,
     copies_dropped: AtomicU64,
+    /// The PGs this node may hold copies of, kept in its data directory: a drop pass skips
+    /// the others (see `held`).
+    held: Arc<held::HeldPgs>,
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -443,6 +448,7 @@ impl Node {
         secret: String,
         tombstone_keep: Duration,
         metrics: Option<crate::MetricsPage>,
+        held: Arc<held::HeldPgs>,
     ) -> Arc<Node> {
         let stripes = crate::placement::slots_within_pgs(map.borrow().pgs, LOCK_STRIPES);
         let client = NodeClient::new(secret.clone());
@@ -468,6 +474,7 @@ impl Node {
             sweep: tokio::sync::Mutex::new(()),
             pgs_dropped: AtomicU64::new(0),
             copies_dropped: AtomicU64::new(0),
+            held,
         })
     }
 
@@ -879,6 +886,11 @@ impl Node {
                 "packrat_node_writes_unsettled",
                 "Keys whose newest write here the rest of the chain has not acknowledged yet: writes under way, and ones re-sent after a break.",
                 unsettled,
+            ),
+            Metric::gauge(
+                "packrat_node_pgs_held",
+                "Placement groups this node may hold copies of (those of its chains, and those it left whose copies are not dropped yet); every PG when that is not known.",
+                self.held.count() as u64,
             ),
             Metric::gauge(
                 "packrat_node_map_epoch",

@@ -143,7 +143,8 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
     .await
     .unwrap();
     for i in 0..3 {
-        let store = LocalStore::open(LocalOptions::new(dir.join(format!("node{i}")))).unwrap();
+        let data_dir = dir.join(format!("node{i}"));
+        let store = LocalStore::open(LocalOptions::new(data_dir.clone())).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let entry = NodeEntry {
             id: format!("node{i}"),
@@ -164,6 +165,7 @@ async fn cluster_store() -> Arc<dyn ObjectStore> {
                 Duration::from_secs(600),
                 Default::default(),
                 None,
+                Some(&data_dir),
                 std::future::pending(),
             )
             .await

@@ -211,6 +211,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         keep,
         lifecycle,
         Some(page),
+        Some(&args.storage.data_dir),
         stop,
     )
     .await?;

@@ -86,7 +86,7 @@ fn orphans_due(
 }
 
 /// The cluster bucket a local bucket belongs to (`o-<id>` or `t-<id>`).
-fn cluster_bucket_of(local: &str) -> Option<u64> {
+pub(crate) fn cluster_bucket_of(local: &str) -> Option<u64> {
     let id = local
         .strip_prefix("o-")
         .or_else(|| local.strip_prefix("t-"))?;
@@ -140,7 +140,7 @@ impl Node {
                 left.dropped.remove(&pg);
                 continue;
             }
-            if left.dropped.contains(&pg) {
+            if left.dropped.contains(&pg) || !self.held.may_hold(pg) {
                 continue;
             }
             let since = *left.since.entry(pg).or_insert(now);
@@ -178,6 +178,7 @@ impl Node {
         }
         self.pgs_dropped
             .fetch_add(due.len() as u64, Ordering::Relaxed);
+        self.held.dropped(&due, map.epoch);
         let pgs = due.len();
         left.dropped.extend(due);
         Ok((pgs, copies))
