@@ -79,6 +79,9 @@ pub struct Node {
     /// Keys whose newest write here is not yet acknowledged by the rest of the chain, with
     /// that write's version.
     dirty: Mutex<HashMap<(u64, String), u64>>,
+    /// When this node first found each version it marked lost (staged here, not made durable;
+    /// see `unsettled`), so it settles only once a forward can no longer land after it.
+    lost_since: Mutex<HashMap<(u64, String, u64), std::time::Instant>>,
     last_cv: AtomicU64,
     buckets: Mutex<HashMap<String, Bucket>>,
     /// Object versions handed out by metadata requests, so that the read that follows gets
@@ -461,6 +464,7 @@ impl Node {
             secret,
             locks: (0..stripes).map(|_| tokio::sync::Mutex::new(())).collect(),
             dirty: Mutex::new(HashMap::new()),
+            lost_since: Mutex::new(HashMap::new()),
             last_cv: AtomicU64::new(0),
             buckets: Mutex::new(HashMap::new()),
             recent: Mutex::new(HashMap::new()),

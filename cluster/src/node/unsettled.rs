@@ -13,7 +13,8 @@
 //! A PUT is handed on once staged, before its own sync (see `Node::write`), so a member whose
 //! sync then fails may lack a version the members after it hold: it keeps the key marked
 //! (its reads of the key go to the tail) and copies the version back from the next member
-//! (`Node::recover_lost`).
+//! (`Node::recover_lost`), or settles once the next member holds no more of it than this
+//! one, and has for longer than a request handed on can still be on its way there.
 //!
 //! The marks are in memory: a node that restarts with such a version, which only it holds,
 //! no longer knows it is unsettled. It learns it as it catches up: a copy newer than its
@@ -29,6 +30,28 @@ use http::Method;
 use packrat_store_api::{Bucket, ObjectInfo, StoreError};
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What a re-send round did with a key.
+#[derive(Debug, PartialEq)]
+pub(super) enum Resent {
+    /// The rest of the chain holds this member's version of the key (or both lack it).
+    Settled,
+    /// Not yet decided: asked again in a later round.
+    Later,
+}
+
+/// How long after this member first found a version of a key lost (staged, then not made
+/// durable) it may settle on "the next member lacks it too": longer than a request it handed
+/// on can take to reach the next member and start there. That request's sender gives up
+/// after a hop's time per member after it (for the largest body, `hop_timeout`), and a next
+/// member hung for longer than its lease is out of the chain (a new map, so the round that
+/// would settle ends) before it can start it; 10 s more for the manager's round and margin.
+/// Measured on this node's clock from when it first looked, which is after the write.
+pub(super) fn settle_after(members_after: usize) -> Duration {
+    crate::wire::hop_timeout(crate::store::CLUSTER_PUT_MAX as usize) * members_after as u32
+        + Duration::from_secs(crate::LEASE_SECS as u64 + 10)
+}
 
 impl Node {
     /// Re-sends the steps this node applied and could not hand on, every [`RESEND_EVERY`],
@@ -57,6 +80,17 @@ impl Node {
             Ok(d) => d.iter().map(|(k, cv)| (k.clone(), *cv)).collect(),
             Err(_) => return (0, 0),
         };
+        // Versions found lost (see `recover_lost`) are followed while their marks last.
+        {
+            let marked: HashSet<(u64, &str, u64)> = pending
+                .iter()
+                .map(|((bid, key), cv)| (*bid, key.as_str(), *cv))
+                .collect();
+            self.lost_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .retain(|(bid, key, cv), _| marked.contains(&(*bid, key.as_str(), *cv)));
+        }
         let map = self.map.borrow().clone();
         let mut failed: HashSet<String> = HashSet::new();
         let (mut settled, mut left) = (0, 0);
@@ -87,13 +121,14 @@ impl Node {
             // one).
             let sent = match (pos, next) {
                 (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv).await,
-                _ => Ok(()),
+                _ => Ok(Resent::Settled),
             };
             match sent {
-                Ok(()) => {
+                Ok(Resent::Settled) => {
                     self.clear_dirty(*bid, key, *cv);
                     settled += 1;
                 }
+                Ok(Resent::Later) => left += 1,
                 Err(why) => {
                     tracing::debug!(bid, key, cv, "re-sending: {why}");
                     failed.extend(next.cloned());
@@ -115,7 +150,7 @@ impl Node {
         bid: u64,
         key: &str,
         cv: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Resent, String> {
         let chain = map.chain(pg);
         let e = |e: StoreError| e.to_string();
         let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
@@ -135,7 +170,7 @@ impl Node {
             }
             (o, _) if o == cv => (Method::POST, format!("{path}?resend")),
             (_, t) if t == cv => (Method::DELETE, path),
-            (o, t) if o.max(t) > cv => return Ok(()),
+            (o, t) if o.max(t) > cv => return Ok(Resent::Settled),
             _ => {
                 return self
                     .recover_lost(
@@ -161,7 +196,7 @@ impl Node {
                 Fail::Store(e) => e.to_string(),
             })?;
         self.history_step_done(bid, key, cv);
-        Ok(())
+        Ok(Resent::Settled)
     }
 
     /// A version `cv` this member staged and failed to make durable while the rest of the
@@ -169,11 +204,11 @@ impl Node {
     /// by the caller under the key's lock): copied back from the next member if that has it.
     /// Settled as well when the next member answers a read
     /// (so it holds no unsettled step of the key) with the version this one has: the write
-    /// then reached neither. Else left for the next round, the key still marked, so reads of
-    /// it here go to the tail. One gap is left: a request handed on that reaches the next
-    /// member only after this settles (delayed past the hop's timeout, the forward having
-    /// failed here too) leaves this member a version behind, unmarked, until the key's next
-    /// write or this member's restart (it then catches up in place).
+    /// then reached neither, unless a request this member handed on is still on its way there
+    /// (delayed past the hop's timeout, the forward having failed here too), so that settle
+    /// waits until [`settle_after`] has passed since this member first found the version
+    /// lost. Else left for the next round, the key still marked, so reads of it here go to
+    /// the tail.
     #[allow(clippy::too_many_arguments)]
     async fn recover_lost(
         &self,
@@ -187,10 +222,16 @@ impl Node {
         cv: u64,
         obj: Option<&ObjectInfo>,
         tomb: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Resent, String> {
         let Some(next) = map.chain(pg).get(pos + 1) else {
-            return Ok(());
+            return Ok(Resent::Settled);
         };
+        let found = *self
+            .lost_since
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((bid, key.to_string(), cv))
+            .or_insert_with(Instant::now);
         let pulled = self
             .pull_version(map, next, objects, bid, pg, key, cv)
             .await;
@@ -202,7 +243,7 @@ impl Node {
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            return Ok(());
+            return Ok(Resent::Settled);
         }
         let addr = map
             .addr(next)
@@ -216,7 +257,11 @@ impl Node {
         };
         let mine = obj.map_or(0, cv_of).max(tomb);
         if theirs == mine || (theirs == 0 && obj.is_none()) {
-            return Ok(());
+            let members_after = map.chain(pg).len() - pos - 1;
+            if found.elapsed() < settle_after(members_after) {
+                return Ok(Resent::Later); // a request handed on may still reach `next`
+            }
+            return Ok(Resent::Settled);
         }
         Err(format!(
             "{next} has version {theirs} of {key}, this member {mine}, the lost one {cv}"
@@ -314,5 +359,26 @@ impl Node {
                 Ok(true)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_version_settles_only_after_a_forward_can_no_longer_land() {
+        // Two members after this one: each may take a hop's time for the largest body.
+        let two = settle_after(2);
+        let hop = crate::wire::hop_timeout(crate::store::CLUSTER_PUT_MAX as usize);
+        assert!(
+            two >= hop * 2 + Duration::from_secs(crate::LEASE_SECS as u64),
+            "{two:?}"
+        );
+        assert!(settle_after(1) < two);
+        assert!(
+            two < Duration::from_secs(60),
+            "{two:?}: keys would stay marked for long"
+        );
     }
 }
