@@ -40,9 +40,12 @@ if ! $bin cluster --etcd $etcd_url status >/dev/null 2>&1; then
   $bin cluster --etcd $etcd_url init --pgs 256 --replicas 3
 fi
 
+# Three nodes share this machine: each takes a third of its cores for its runtime (at least
+# one thread), rather than one thread per core each.
+node_threads=$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))
 for i in 0 1 2; do
   $bin node --etcd $etcd_url --data-dir "$dir/node$i" --listen 127.0.0.1:$((9100 + i)) \
-    >"$dir/node$i.log" 2>&1 &
+    --worker-threads "$node_threads" >"$dir/node$i.log" 2>&1 &
   pids+=($!)
 done
 for i in 0 1; do

@@ -36,6 +36,10 @@ pub struct NodeArgs {
     /// Apply lifecycle rules as if this many days had passed (tests and previews only).
     #[arg(long, default_value_t = 0, hide = true)]
     lifecycle_days_ahead: u32,
+    /// Async runtime threads (default: one per core). Several nodes on one machine each
+    /// take their share of its cores.
+    #[arg(long, env = "PACKRAT_WORKER_THREADS")]
+    pub worker_threads: Option<usize>,
     #[command(flatten)]
     logging: LogArgs,
     #[command(flatten)]

@@ -434,6 +434,7 @@ fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Serve(a) => a.http.worker_threads,
         Command::Gateway(a) => a.http.worker_threads,
+        Command::Node(a) => a.worker_threads,
         _ => None,
     };
     if let Some(n) = threads {
