@@ -25,6 +25,7 @@ pub mod compact;
 pub mod ec;
 pub(crate) mod engine;
 pub mod error;
+pub mod files;
 pub mod job;
 pub mod keys;
 pub mod local;

@@ -17,8 +17,6 @@
 
 use aes_gcm::aead::{Aead, KeyInit, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
-use std::io::Write as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 pub const MASTER_KEY_FILE: &str = "master.key";
@@ -89,21 +87,8 @@ impl MasterKey {
             Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
         }
         let key: [u8; 32] = rand::random();
-        let tmp = dir.join(format!("{MASTER_KEY_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&encode_file(&key))?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            // The rename is durable only once the directory is.
-            std::fs::File::open(dir)?.sync_all()
-        };
-        write().map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        crate::files::replace_durably(&path, &encode_file(&key), 0o600)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
         tracing::info!(path = %path.display(), "created the master key");
         Ok(Self::from_bytes(&key))
     }

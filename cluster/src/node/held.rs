@@ -13,7 +13,6 @@
 use crate::map::ClusterMap;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -127,8 +126,7 @@ impl HeldPgs {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the set durably (a file written aside, synced, renamed over, the directory
-    /// synced). This runs on the map's publishing task, once per map that adds PGs here and
+    /// Writes the set durably (`replace_durably`). This runs on the map's publishing task, once per map that adds PGs here and
     /// once per drop pass: a few KiB and an fsync, rarely. If it fails, the set becomes
     /// unknown and the file goes, so the disk never says less than the node holds.
     fn save(&self, st: &mut State) {
@@ -142,18 +140,10 @@ impl HeldPgs {
             pgs: st.pgs,
             held: held.clone(),
         };
-        let tmp = path.with_extension("json.tmp");
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&serde_json::to_vec(&body)?)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            match path.parent() {
-                Some(dir) => std::fs::File::open(dir)?.sync_all(),
-                None => Ok(()),
-            }
-        };
-        if let Err(e) = write() {
+        let written = serde_json::to_vec(&body)
+            .map_err(std::io::Error::from)
+            .and_then(|bytes| packrat_store::files::replace_durably(path, &bytes, 0o644));
+        if let Err(e) = written {
             tracing::error!(
                 "cannot write {}: {e}; every PG now counts as held (a start sweeps them all)",
                 path.display()

@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// What a re-send round did with a key.
-#[derive(Debug, PartialEq)]
 pub(super) enum Resent {
     /// The rest of the chain holds this member's version of the key (or both lack it).
     Settled,
@@ -82,14 +81,14 @@ impl Node {
         };
         // Versions found lost (see `recover_lost`) are followed while their marks last.
         {
-            let marked: HashSet<(u64, &str, u64)> = pending
-                .iter()
-                .map(|((bid, key), cv)| (*bid, key.as_str(), *cv))
-                .collect();
-            self.lost_since
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|(bid, key, cv), _| marked.contains(&(*bid, key.as_str(), *cv)));
+            let mut lost = self.lost_since.lock().unwrap_or_else(|e| e.into_inner());
+            if !lost.is_empty() {
+                let marked: HashSet<(u64, &str, u64)> = pending
+                    .iter()
+                    .map(|((bid, key), cv)| (*bid, key.as_str(), *cv))
+                    .collect();
+                lost.retain(|(bid, key, cv), _| marked.contains(&(*bid, key.as_str(), *cv)));
+            }
         }
         let map = self.map.borrow().clone();
         let mut failed: HashSet<String> = HashSet::new();
