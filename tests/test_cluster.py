@@ -1474,13 +1474,15 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
                 assert got["Body"].read() == body, k
 
         # A multipart upload's parts are checked the same way: a part damaged on a hop is
-        # refused, sent again, and the object completes from the bytes the client sent.
+        # refused, sent again, and the object completes from the bytes the client sent. The
+        # parts are above 256 KiB, which a node hashes off its runtime threads (the PUTs above
+        # are hashed on them).
         uploads = {}
 
         def part_writes():
             for i in range(40):
                 k = f"mp/{i:02d}"
-                part = os.urandom(64 * 1024) + k.encode()
+                part = os.urandom(320 * 1024) + k.encode()
                 uid = c.create_multipart_upload(Bucket="hop", Key=k)["UploadId"]
                 uploads[k] = (uid, part)
                 yield k, functools.partial(c.upload_part, Bucket="hop", Key=k, UploadId=uid,

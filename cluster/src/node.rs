@@ -310,6 +310,19 @@ fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
 }
 
 /// A Content-MD5 the gateway sent in base64.
+/// Chain-write bodies above this are hashed on the blocking pool. An 8 MiB part's MD5 takes
+/// about 16 ms here; on a runtime thread it holds up every other request that thread serves
+/// (with one runtime thread per node, a multipart upload ran at half the rate and twice the
+/// CPU per MiB: docs/benchmarks.md).
+const HASH_INLINE_BYTES_MAX: usize = 256 * 1024;
+
+/// A chain-write body's CRC32C, and its MD5 when `md5` asks for it.
+fn hash_body(body: &[u8], md5: bool) -> (u32, Option<[u8; 16]>) {
+    use md5::Digest;
+    let crc = crate::wire::body_crc32c(body);
+    (crc, md5.then(|| md5::Md5::digest(body).into()))
+}
+
 fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
     digest_of(v)?
         .map(|v| <[u8; 16]>::try_from(v.as_slice()))
@@ -1080,13 +1093,15 @@ impl Node {
         // The body is checked before the key is locked.
         let (put, md5) = match put {
             Some((mut wput, body)) => {
-                let md5 = self.check_body(
-                    &mut wput.body_crc32c,
-                    &mut wput.body_md5,
-                    &body,
-                    cv.is_none(),
-                    key,
-                )?;
+                let md5 = self
+                    .check_body(
+                        &mut wput.body_crc32c,
+                        &mut wput.body_md5,
+                        &body,
+                        cv.is_none(),
+                        key,
+                    )
+                    .await?;
                 (Some((wput, body)), md5)
             }
             None => (None, [0; 16]),
@@ -1272,7 +1287,7 @@ impl Node {
     /// nothing compared it with the head's, so bytes damaged between two members were stored
     /// as a different object under the same version. A step whose sender sends no CRC (an
     /// older node or gateway) is hashed here. Returns the body's MD5.
-    fn check_body(
+    async fn check_body(
         &self,
         crc_sent: &mut Option<u32>,
         md5_sent: &mut Option<String>,
@@ -1280,7 +1295,19 @@ impl Node {
         at_head: bool,
         key: &str,
     ) -> Result<[u8; 16], Fail> {
-        let crc = crate::wire::body_crc32c(body);
+        let given = match (at_head, *crc_sent) {
+            (false, Some(_)) => md5_of(md5_sent),
+            _ => Ok(None),
+        };
+        let hash_md5 = !matches!(given, Ok(Some(_)));
+        let (crc, hashed) = if body.len() > HASH_INLINE_BYTES_MAX {
+            let b = body.clone();
+            tokio::task::spawn_blocking(move || hash_body(&b, hash_md5))
+                .await
+                .map_err(|e| StoreError::internal("chain write", format!("hashing: {e}")))?
+        } else {
+            hash_body(body, hash_md5)
+        };
         if let Some(sent) = *crc_sent
             && sent != crc
         {
@@ -1299,14 +1326,10 @@ impl Node {
             )
             .into());
         }
-        let given = match (at_head, *crc_sent) {
-            (false, Some(_)) => md5_of(md5_sent)?,
-            _ => None,
+        let md5 = match given? {
+            Some(m) => m,
+            None => hashed.ok_or_else(|| StoreError::internal("chain write", "no MD5"))?,
         };
-        let md5 = given.unwrap_or_else(|| {
-            use md5::Digest;
-            md5::Md5::digest(body).into()
-        });
         *crc_sent = Some(crc);
         *md5_sent = Some(base64::engine::general_purpose::STANDARD.encode(md5));
         Ok(md5)

@@ -227,8 +227,9 @@ impl Node {
                 mut put,
                 body,
             } => {
-                let known =
-                    self.check_body(&mut put.body_crc32c, &mut put.body_md5, &body, at_head, key)?;
+                let known = self
+                    .check_body(&mut put.body_crc32c, &mut put.body_md5, &body, at_head, key)
+                    .await?;
                 let md5 = md5_of(&put.content_md5)?;
                 let stored = self
                     .store
