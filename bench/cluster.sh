@@ -5,6 +5,9 @@
 # is cost: CPU per operation (gateway + nodes, etcd shown apart), and the latency at 64
 # connections; a batch GET of 1,000 random keys per request (4 connections) counted per sample;
 # multipart uploads of 32 MiB in 8 MiB parts (2 connections), counted per MiB.
+# Each node runs NODE_THREADS runtime threads (a third of the machine's cores by default, at
+# least one, as scripts/cluster-local.sh gives them: three nodes share the machine); the
+# gateway and the embedded server take the default, one per core.
 # Prints a table (and the JSON lines in $work/results.jsonl with KEEP=1).
 #
 #   bench/cluster.sh
@@ -15,6 +18,7 @@ cd "$(dirname "$0")/.."
 KEYS=${KEYS:-20000}
 DURATION=${DURATION:-15s}
 CONC=${CONC:-64}
+NODE_THREADS=${NODE_THREADS:-$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))}
 AK=clusterbenchkey
 SK=clusterbench-secret-0123456789
 command -v etcd >/dev/null || { echo "needs etcd (apt-get install etcd-server)" >&2; exit 2; }
@@ -94,7 +98,7 @@ ready $etcd_url/health
 node_pids=()
 for i in 0 1 2; do
   "$BIN" node --etcd $etcd_url --data-dir "$work/node$i" --listen 127.0.0.1:$((19410 + i)) \
-    --log warn --compact-interval 0 >"$work/node$i.log" 2>&1 &
+    --log warn --compact-interval 0 --worker-threads "$NODE_THREADS" >"$work/node$i.log" 2>&1 &
   node_pids+=($!)
   pids+=($!)
 done
@@ -109,6 +113,7 @@ ready http://127.0.0.1:19420/health/ready
 etcd_before=$(cpu $etcd_pid)
 loads cluster http://127.0.0.1:19420 "$gw_pid ${node_pids[*]}"
 etcd_after=$(cpu $etcd_pid)
+echo "each node ran $NODE_THREADS runtime thread(s); the gateway and the embedded server one per core ($(nproc))"
 
 python3 - "$results" "$etcd_before" "$etcd_after" <<'EOF'
 import json, sys
