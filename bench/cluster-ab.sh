@@ -4,7 +4,10 @@
 # at $CONC connections: PUTs of $SIZE (4 KiB), (WORKLOAD=get) GETs of the keys the round wrote
 # first, (WORKLOAD=batch) batch GETs of 1,000 of those keys (counted per sample: ops/s are
 # samples/s), or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts. Odd rounds run A first, even
-# rounds B first: whichever runs first in a pair tends to do better.
+# rounds B first: whichever runs first in a pair tends to do better. On the 2-core machine
+# of docs/benchmarks.md, multipart loads cost up to twice the CPU per MiB in the second and
+# third runs of four, whatever the binary (its page-cache writes swing so): compare runs in
+# the same places, or swap A and B and run again.
 # Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per
 # operation (and per MiB, and per process), the writes per group commit on the first node,
 # and the gathered lookups and relayed writes the gateway and nodes count.
