@@ -309,11 +309,11 @@ fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
         .map_err(|_| StoreError::Invalid("bad base64 digest".into()))
 }
 
-/// A Content-MD5 the gateway sent in base64.
 /// Chain-write bodies above this are hashed on the blocking pool. An 8 MiB part's MD5 takes
 /// about 16 ms here; on a runtime thread it holds up every other request that thread serves
-/// (with one runtime thread per node, a multipart upload ran at half the rate and twice the
-/// CPU per MiB: docs/benchmarks.md).
+/// (with one runtime thread per node, GETs beside multipart uploads waited 26-28 ms at p99
+/// instead of 10-11: docs/benchmarks.md). Below it, the trip to the pool costs more than the
+/// hash.
 const HASH_INLINE_BYTES_MAX: usize = 256 * 1024;
 
 /// A chain-write body's CRC32C, and its MD5 when `md5` asks for it.
@@ -323,6 +323,7 @@ fn hash_body(body: &[u8], md5: bool) -> (u32, Option<[u8; 16]>) {
     (crc, md5.then(|| md5::Md5::digest(body).into()))
 }
 
+/// A Content-MD5 the gateway sent in base64.
 fn md5_of(v: &Option<String>) -> StoreResult<Option<[u8; 16]>> {
     digest_of(v)?
         .map(|v| <[u8; 16]>::try_from(v.as_slice()))
@@ -1286,7 +1287,8 @@ impl Node {
     /// hop that they are the bytes the head hashed. Before, each member hashed what it got and
     /// nothing compared it with the head's, so bytes damaged between two members were stored
     /// as a different object under the same version. A step whose sender sends no CRC (an
-    /// older node or gateway) is hashed here. Returns the body's MD5.
+    /// older node or gateway) is hashed here. A body above [`HASH_INLINE_BYTES_MAX`] is
+    /// hashed on the blocking pool. Returns the body's MD5.
     async fn check_body(
         &self,
         crc_sent: &mut Option<u32>,
