@@ -316,11 +316,11 @@ fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
 /// hash.
 const HASH_INLINE_BYTES_MAX: usize = 256 * 1024;
 
-/// A chain-write body's CRC32C, and its MD5 when `md5` asks for it.
-fn hash_body(body: &[u8], md5: bool) -> (u32, Option<[u8; 16]>) {
+/// A chain-write body's CRC32C and MD5: `known` if given, else hashed.
+fn hash_body(body: &[u8], known: Option<[u8; 16]>) -> (u32, [u8; 16]) {
     use md5::Digest;
     let crc = crate::wire::body_crc32c(body);
-    (crc, md5.then(|| md5::Md5::digest(body).into()))
+    (crc, known.unwrap_or_else(|| md5::Md5::digest(body).into()))
 }
 
 /// A Content-MD5 the gateway sent in base64.
@@ -1301,14 +1301,14 @@ impl Node {
             (false, Some(_)) => md5_of(md5_sent),
             _ => Ok(None),
         };
-        let hash_md5 = !matches!(given, Ok(Some(_)));
-        let (crc, hashed) = if body.len() > HASH_INLINE_BYTES_MAX {
+        let known = given.as_ref().ok().copied().flatten();
+        let (crc, md5) = if body.len() > HASH_INLINE_BYTES_MAX {
             let b = body.clone();
-            tokio::task::spawn_blocking(move || hash_body(&b, hash_md5))
+            tokio::task::spawn_blocking(move || hash_body(&b, known))
                 .await
                 .map_err(|e| StoreError::internal("chain write", format!("hashing: {e}")))?
         } else {
-            hash_body(body, hash_md5)
+            hash_body(body, known)
         };
         if let Some(sent) = *crc_sent
             && sent != crc
@@ -1328,10 +1328,8 @@ impl Node {
             )
             .into());
         }
-        let md5 = match given? {
-            Some(m) => m,
-            None => hashed.ok_or_else(|| StoreError::internal("chain write", "no MD5"))?,
-        };
+        // A malformed MD5 from the member before is refused once the bytes are known good.
+        given?;
         *crc_sent = Some(crc);
         *md5_sent = Some(base64::engine::general_purpose::STANDARD.encode(md5));
         Ok(md5)

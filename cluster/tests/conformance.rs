@@ -97,20 +97,34 @@ fn which(name: &str) -> Option<std::path::PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Removes this process's cluster directories as the test binary exits. By then each test's
-/// nodes have stopped with its runtime, and its etcd was killed when its thread ended
-/// (`PR_SET_PDEATHSIG`); a file still open goes when its process does.
-extern "C" fn remove_own_cluster_dirs() {
-    let prefix = format!("packrat-conformance-{}-", std::process::id());
+/// Removes the test clusters' directories (`packrat-conformance-<pid>-*` in the temp
+/// directory) of the test processes `gone` names.
+fn remove_cluster_dirs(gone: impl Fn(u32) -> bool) {
     for entry in std::fs::read_dir(std::env::temp_dir())
         .into_iter()
         .flatten()
         .flatten()
     {
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("packrat-conformance-")
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if gone(pid) {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
+}
+
+/// Removes this process's cluster directories as the test binary exits. By then each test's
+/// nodes have stopped with its runtime, and its etcd was killed when its thread ended
+/// (`PR_SET_PDEATHSIG`); a file still open goes when its process does.
+extern "C" fn remove_own_cluster_dirs() {
+    let me = std::process::id();
+    remove_cluster_dirs(|pid| pid == me);
 }
 
 /// A new directory for one test's cluster, under `packrat-conformance-<pid>-*` in the temp
@@ -122,20 +136,8 @@ fn cluster_dir() -> std::path::PathBuf {
         // SAFETY: registers a plain function with no arguments, as `atexit` requires.
         unsafe { libc::atexit(remove_own_cluster_dirs) };
     });
+    remove_cluster_dirs(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists());
     let tmp = std::env::temp_dir();
-    for entry in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix("packrat-conformance-")
-            .and_then(|rest| rest.split('-').next())
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
     tempfile::Builder::new()
         .prefix(&format!("packrat-conformance-{}-", std::process::id()))
         .tempdir_in(&tmp)

@@ -126,8 +126,8 @@ impl HeldPgs {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Writes the set durably (`replace_durably`). This runs on the map's publishing task, once per map that adds PGs here and
-    /// once per drop pass: a few KiB and an fsync, rarely. If it fails, the set becomes
+    /// Writes the set durably (`replace_durably`). This runs on the map's publishing task,
+    /// once per map that adds PGs here and once per drop pass: a few KiB and an fsync, rarely. If it fails, the set becomes
     /// unknown and the file goes, so the disk never says less than the node holds.
     fn save(&self, st: &mut State) {
         let Some(path) = &self.path else {
