@@ -316,6 +316,10 @@ fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
 /// hash.
 const HASH_INLINE_BYTES_MAX: usize = 256 * 1024;
 
+/// Room for one gathered answer besides the object's bytes: its 13-byte head and the JSON of
+/// a plain object's metadata (about 300 bytes; more only grows the buffer).
+const GATHERED_META_ROOM: usize = 512;
+
 /// A chain-write body's CRC32C and MD5: `known` if given, else hashed.
 fn hash_body(body: &[u8], known: Option<[u8; 16]>) -> (u32, [u8; 16]) {
     use md5::Digest;
@@ -1773,7 +1777,16 @@ impl Node {
                 .await
         }))
         .await;
-        let mut out = BytesMut::new();
+        // Sized up front: growing it copied every answer already in it again (about 3% of a
+        // node's CPU under 4 KiB GETs at 64 connections).
+        let room = answers
+            .iter()
+            .map(|a| match a {
+                Ok((_, bytes)) => GATHERED_META_ROOM + bytes.as_ref().map_or(0, Bytes::len),
+                Err(_) => GATHERED_META_ROOM,
+            })
+            .sum();
+        let mut out = BytesMut::with_capacity(room);
         for a in answers {
             match a {
                 Ok((info, bytes)) => match serde_json::to_vec(&meta_of(&info)) {
@@ -2189,11 +2202,15 @@ impl Node {
     }
 }
 
-/// Every piece of a read of `size` bytes, in one buffer.
+/// Every piece of a read of `size` bytes, in one buffer (a read in one piece as it came, not
+/// copied).
 async fn read_whole(
     mut reader: Box<dyn packrat_store_api::ObjectRead>,
     size: u64,
 ) -> StoreResult<Bytes> {
+    if reader.is_single_piece() {
+        return Ok(reader.next().await?.unwrap_or_default());
+    }
     let mut body = bytes::BytesMut::with_capacity(size as usize);
     while let Some(piece) = reader.next().await? {
         body.extend_from_slice(&piece);
