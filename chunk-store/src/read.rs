@@ -613,8 +613,8 @@ mod tests {
             chunk_index: 0,
             dst: 0,
         }];
-        assert_eq!(s.read_cached_records_into(&one, &mut buf), [0]);
-        assert_eq!(s.read_mapped_records_into(&one, &mut buf), [0]);
+        assert_eq!(s.read_cached_records_into(&one, &mut buf, &mut [0]), [0]);
+        assert_eq!(s.read_mapped_records_into(&one, &mut buf, &mut [0]), [0]);
         assert!(s.read_cached(&locs[0], &[8; 16], 0).is_none());
         io.set_rules(Vec::new());
         for (i, loc) in locs.iter().enumerate() {

@@ -111,14 +111,23 @@ impl ChunkStore {
     /// checked as [`read`](Self::read) checks it. Returns the positions in `reads` of the
     /// records not in place (not cached, not directly readable such as a shard piece, an I/O
     /// error, a failed check), in increasing order: the caller reads those another way. Empty
-    /// when every record is in place and verified.
+    /// when every record is in place and verified. For each record in place, `crcs[i]` is set
+    /// to its payload's CRC32C (the one its header holds, which the check found the bytes in
+    /// `buf` to have), so a caller that sends the bytes on need not hash them again.
     ///
-    /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
-    pub fn read_cached_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
+    /// Panics if two slots overlap, a slot is outside `buf` or `crcs` is not as long as
+    /// `reads` (a caller's bug).
+    pub fn read_cached_records_into(
+        &self,
+        reads: &[RecordRead],
+        buf: &mut [u8],
+        crcs: &mut [u32],
+    ) -> Vec<usize> {
         if !self.io.raw_reads() {
             return (0..reads.len()).collect();
         }
         check_slots(reads, buf.len());
+        assert_eq!(crcs.len(), reads.len(), "one CRC slot per record");
         let mut missed = Vec::new();
         // Where each record is: (record, file, offset of its header in the file).
         let mut placed: Vec<(usize, Arc<File>, u64)> = Vec::with_capacity(reads.len());
@@ -183,8 +192,9 @@ impl ChunkStore {
             let got = unsafe { preadv_cached(file, &mut iov, *start) };
             let whole = matches!(got, Ok(n) if n == wanted);
             for (i, _, _) in &placed[run..end] {
-                if !whole || self.check_scattered(&reads[*i], &headers[*i], buf).is_err() {
-                    missed.push(*i);
+                match whole.then(|| self.check_scattered(&reads[*i], &headers[*i], buf)) {
+                    Some(Ok(crc)) => crcs[*i] = crc,
+                    _ => missed.push(*i),
                 }
             }
             run = end;
@@ -211,15 +221,23 @@ impl ChunkStore {
     /// this waits for at most one disk read per pause. Records of erasure-coded segments are
     /// not mapped. Returns, like [`read_cached_records_into`](Self::read_cached_records_into),
     /// the positions of the records not in place (from the first that could not be read on);
-    /// empty when every record is in place and verified.
+    /// empty when every record is in place and verified; and sets `crcs[i]` of each record in
+    /// place as it does.
     ///
-    /// Panics if two slots overlap or a slot is outside `buf` (a caller's bug).
-    pub fn read_mapped_records_into(&self, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
+    /// Panics if two slots overlap, a slot is outside `buf` or `crcs` is not as long as
+    /// `reads` (a caller's bug).
+    pub fn read_mapped_records_into(
+        &self,
+        reads: &[RecordRead],
+        buf: &mut [u8],
+        crcs: &mut [u32],
+    ) -> Vec<usize> {
         use std::sync::atomic::Ordering::Relaxed;
         if !self.mapped_reads_enabled() {
             return (0..reads.len()).collect();
         }
         check_slots(reads, buf.len());
+        assert_eq!(crcs.len(), reads.len(), "one CRC slot per record");
         // One getrusage per call (not per record): the count to compare a slow copy against.
         let waits_before = mapped::thread_waits();
         let mut last: Option<(u64, Arc<Handle>)> = None;
@@ -274,8 +292,10 @@ impl ChunkStore {
                 self.mapped_paused_until_ms
                     .store(until.as_millis() as u64, Relaxed);
             }
-            let ok = copied && self.check_scattered(r, &header, buf).is_ok();
-            if !ok {
+            let checked = copied.then(|| self.check_scattered(r, &header, buf));
+            if let Some(Ok(crc)) = checked {
+                crcs[i] = crc;
+            } else {
                 // A fault or a failed check: this mapping may now hold a zero page where the
                 // file had an unreadable one. Forget the handle (and with it the mapping) so
                 // later reads open the file afresh; this frame is read the other way, which
@@ -296,12 +316,13 @@ impl ChunkStore {
         Vec::new()
     }
 
+    /// Checks a record read into `buf` against its header; answers its payload's CRC32C.
     fn check_scattered(
         &self,
         r: &RecordRead,
         header: &[u8; RECORD_HEADER_BYTES],
         buf: &[u8],
-    ) -> std::result::Result<(), String> {
+    ) -> std::result::Result<u32, String> {
         let h = decode_record_header(header)?;
         if h.object_id != r.object_id || h.chunk_index != r.chunk_index {
             return Err("record belongs to another object".into());
@@ -312,7 +333,7 @@ impl ChunkStore {
         if crc32c(&buf[r.dst..r.dst + r.loc.len as usize]) != h.payload_crc32c {
             return Err("payload crc32c mismatch".into());
         }
-        Ok(())
+        Ok(h.payload_crc32c)
     }
 }
 
@@ -327,12 +348,12 @@ mod tests {
     /// Writes 60 records of 0 to 9 KiB (some neighbours more than a gap apart) across a
     /// sealed and the active segment, and has `read` place them (every other one skipped
     /// between 10 and 20, so runs have gaps) into slots laid out in reverse order with 3
-    /// sentinel bytes between them; checks every slot, then that a flipped payload byte on
-    /// disk fails the read of that record (and, with `stops`, of those after it) and of no
-    /// record before it. Returns the store for more checks.
+    /// sentinel bytes between them; checks every slot and the CRC32C answered for it, then
+    /// that a flipped payload byte on disk fails the read of that record (and, with `stops`,
+    /// of those after it) and of no record before it. Returns the store for more checks.
     fn check_record_reads(
         stops: bool,
-        read: impl Fn(&ChunkStore, &[RecordRead], &mut [u8]) -> Vec<usize>,
+        read: impl Fn(&ChunkStore, &[RecordRead], &mut [u8], &mut [u32]) -> Vec<usize>,
     ) -> (tempfile::TempDir, ChunkStore) {
         let dir = tempfile::tempdir().unwrap();
         let s = store(dir.path(), 1 << 30);
@@ -362,11 +383,13 @@ mod tests {
         }
         // Just written, so in the page cache.
         let mut buf = vec![0xeeu8; at];
-        assert_eq!(read(&s, &reads, &mut buf), Vec::<usize>::new());
-        for r in &reads {
+        let mut crcs = vec![0u32; reads.len()];
+        assert_eq!(read(&s, &reads, &mut buf, &mut crcs), Vec::<usize>::new());
+        for (r, crc) in reads.iter().zip(&crcs) {
             let data = &recs[r.chunk_index as usize].1;
             assert_eq!(&buf[r.dst..r.dst + data.len()], &data[..]);
             assert_eq!(&buf[r.dst + data.len()..r.dst + data.len() + 3], &[0xee; 3]);
+            assert_eq!(*crc, crc32c(data), "record {}", r.chunk_index);
         }
         let (bad, _) = recs[12];
         let file = OpenOptions::new()
@@ -380,20 +403,21 @@ mod tests {
             true => (bad_at..reads.len()).collect(),
             false => vec![bad_at],
         };
-        assert_eq!(read(&s, &reads, &mut buf), want);
+        assert_eq!(read(&s, &reads, &mut buf, &mut crcs), want);
         let without: Vec<RecordRead> = reads
             .iter()
             .copied()
             .filter(|r| r.chunk_index != 12)
             .collect();
-        assert_eq!(read(&s, &without, &mut buf), Vec::<usize>::new());
+        let mut crcs = vec![0u32; without.len()];
+        assert_eq!(read(&s, &without, &mut buf, &mut crcs), Vec::<usize>::new());
         (dir, s)
     }
 
     #[test]
     fn scattered_reads_place_and_verify_each_record() {
-        check_record_reads(false, |s, reads, buf| {
-            s.read_cached_records_into(reads, buf)
+        check_record_reads(false, |s, reads, buf, crcs| {
+            s.read_cached_records_into(reads, buf, crcs)
         });
     }
 
@@ -401,14 +425,19 @@ mod tests {
     /// tests run beside others, on two cores in CI) pauses mapped reads by design, and the read
     /// answers false without a fault: that pause is waited out and the read tried once more,
     /// so only records missed without a pause fail the caller's assertion.
-    fn mapped_read(s: &ChunkStore, reads: &[RecordRead], buf: &mut [u8]) -> Vec<usize> {
+    fn mapped_read(
+        s: &ChunkStore,
+        reads: &[RecordRead],
+        buf: &mut [u8],
+        crcs: &mut [u32],
+    ) -> Vec<usize> {
         assert_eq!(s.options.io_backend, IoBackend::Auto);
-        let missed = s.read_mapped_records_into(reads, buf);
+        let missed = s.read_mapped_records_into(reads, buf, crcs);
         if missed.is_empty() || s.mapped_reads_enabled() {
             return missed;
         }
         std::thread::sleep(MAPPED_PAUSE + std::time::Duration::from_millis(100));
-        s.read_mapped_records_into(reads, buf)
+        s.read_mapped_records_into(reads, buf, crcs)
     }
 
     #[test]
@@ -425,14 +454,17 @@ mod tests {
             dst: 0,
         }];
         let mut small = vec![0u8; late.len()];
-        assert!(mapped_read(&s, &one, &mut small).is_empty());
+        assert!(mapped_read(&s, &one, &mut small, &mut [0]).is_empty());
         assert_eq!(small, late);
         // Another object's identity fails the read.
         let wrong = [RecordRead {
             object_id: [8; 16],
             ..one[0]
         }];
-        assert_eq!(s.read_mapped_records_into(&wrong, &mut small), [0]);
+        assert_eq!(
+            s.read_mapped_records_into(&wrong, &mut small, &mut [0]),
+            [0]
+        );
     }
 
     /// A record the file no longer holds (the page behind it raises SIGBUS, as a page with an
@@ -455,7 +487,7 @@ mod tests {
             dst: 0,
         };
         let mut buf = vec![0u8; 20_000];
-        assert!(mapped_read(&s, &[read(7)], &mut buf).is_empty());
+        assert!(mapped_read(&s, &[read(7)], &mut buf, &mut [0]).is_empty());
         // Cut the file in the middle of record 6 (a fault, not a checksum: the pages past
         // the new end are gone).
         let file = OpenOptions::new()
@@ -463,11 +495,17 @@ mod tests {
             .open(s.seg_path(locs[6].segment_id))
             .unwrap();
         file.set_len(locs[6].offset + 100).unwrap();
-        assert_eq!(s.read_mapped_records_into(&[read(7)], &mut buf), [0]);
-        assert_eq!(s.read_mapped_records_into(&[read(6)], &mut buf), [0]);
+        assert_eq!(
+            s.read_mapped_records_into(&[read(7)], &mut buf, &mut [0]),
+            [0]
+        );
+        assert_eq!(
+            s.read_mapped_records_into(&[read(6)], &mut buf, &mut [0]),
+            [0]
+        );
         assert!(s.read(&locs[7], &[7; 16], 7).is_err());
         // Records before the cut still read, mapped and not.
-        assert!(mapped_read(&s, &[read(5)], &mut buf).is_empty());
+        assert!(mapped_read(&s, &[read(5)], &mut buf, &mut [0]).is_empty());
         assert_eq!(buf, vec![5u8; 20_000]);
         assert_eq!(s.read(&locs[5], &[7; 16], 5).unwrap(), vec![5u8; 20_000]);
     }
@@ -513,7 +551,7 @@ mod tests {
         let mut buf = vec![0u8; at];
         // The copy that waited is in place; the rest is left to the caller.
         assert_eq!(
-            s.read_mapped_records_into(&reads, &mut buf),
+            s.read_mapped_records_into(&reads, &mut buf, &mut vec![0; reads.len()]),
             (1..reads.len()).collect::<Vec<_>>()
         );
         assert!(!s.mapped_reads_enabled());

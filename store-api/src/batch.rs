@@ -98,6 +98,10 @@ pub trait EntrySink: Send {
     fn extend(&mut self, data: &[u8]);
     /// Ends a payload of `size` bytes that was copied in or sent.
     fn end_payload(&mut self, size: u64);
+    /// Tells the CRC32C of the payload reserved at `at`, read into place and checked against
+    /// it (the one its record holds), so a sink that sends a CRC with each payload need not
+    /// hash the bytes again. Not told for every payload; the default ignores it.
+    fn payload_crc32c(&mut self, _at: usize, _crc: u32) {}
     /// Sends the frame.
     async fn flush(&mut self);
     /// Sends payload bytes as they are (after the frame), without copying them; false if the

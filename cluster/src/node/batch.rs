@@ -140,8 +140,9 @@ struct WireSink {
     /// Whether each record's header and each payload are followed by their CRC32C.
     crc: bool,
     /// Payloads whose place in the frame was reserved, to be read into it later: where each
-    /// lies and where its CRC goes, written when the frame is sent (it is filled by then).
-    reserved: Vec<(usize, usize)>,
+    /// lies, where its CRC goes (written when the frame is sent: it is filled by then), and
+    /// the CRC the store checked it against, if told (then it is not hashed again).
+    reserved: Vec<(usize, usize, Option<u32>)>,
     /// The payload being copied in or sent: where it starts in the frame, and the CRC of
     /// what of it was sent before.
     open: Option<(usize, crc_fast::Digest)>,
@@ -198,7 +199,7 @@ impl EntrySink for WireSink {
         self.payload_in_frame |= size > 0;
         if self.crc {
             self.open = None;
-            self.reserved.push((at, end));
+            self.reserved.push((at, end, None));
             self.buf.resize(end + 4, 0);
         } else {
             self.buf.resize(end, 0);
@@ -212,13 +213,20 @@ impl EntrySink for WireSink {
 
     fn truncate(&mut self, len: usize) {
         self.buf.truncate(len);
-        self.reserved.retain(|&(_, crc_at)| crc_at + 4 <= len);
+        self.reserved.retain(|&(_, crc_at, _)| crc_at + 4 <= len);
         self.open = self.open.take().filter(|(from, _)| *from <= len);
     }
 
     fn extend(&mut self, data: &[u8]) {
         self.payload_in_frame |= !data.is_empty();
         self.buf.extend_from_slice(data);
+    }
+
+    fn payload_crc32c(&mut self, at: usize, crc: u32) {
+        // Reserved in frame order, so sorted by place.
+        if let Ok(i) = self.reserved.binary_search_by_key(&at, |r| r.0) {
+            self.reserved[i].2 = Some(crc);
+        }
     }
 
     fn end_payload(&mut self, _size: u64) {
@@ -233,8 +241,8 @@ impl EntrySink for WireSink {
         if self.buf.is_empty() || self.stopped {
             return;
         }
-        for (from, crc_at) in self.reserved.drain(..) {
-            let crc = crate::wire::body_crc32c(&self.buf[from..crc_at]);
+        for (from, crc_at, told) in self.reserved.drain(..) {
+            let crc = told.unwrap_or_else(|| crate::wire::body_crc32c(&self.buf[from..crc_at]));
             self.buf[crc_at..crc_at + 4].copy_from_slice(&crc.to_be_bytes());
         }
         if let Some((from, digest)) = self.open.as_mut() {
@@ -306,9 +314,9 @@ mod tests {
     }
 
     /// A node's answer laid out as the store lays one out: an entry copied in, one read into
-    /// a reserved place, a layout dropped back and answered with an error, one sent as
-    /// buffers across frames, the end.
-    async fn answer() -> Bytes {
+    /// a reserved place (its CRC `told` by the store, or not), a layout dropped back and
+    /// answered with an error, one sent as buffers across frames, the end.
+    async fn answer(told: Option<u32>) -> Bytes {
         let (tx, mut rx) = tokio::sync::mpsc::channel(64);
         let head = serde_json::to_vec(&WireBatchHead {
             bytes: 16,
@@ -336,9 +344,13 @@ mod tests {
         let dst = sink.reserve(4);
         let base = sink.frame_len();
         sink.header(entry(&t2), 3, 7, "e2");
-        sink.reserve(3);
+        let dropped = sink.reserve(3);
+        sink.payload_crc32c(dropped, 0);
         sink.truncate(base);
         sink.frame_mut()[dst..dst + 4].copy_from_slice(b"abcd");
+        if let Some(crc) = told {
+            sink.payload_crc32c(dst, crc);
+        }
         sink.error(entry(&t2), &StoreError::NoSuchKey).await;
         sink.header(entry(&t3), 7, 7, "e3");
         sink.send(Bytes::from_static(b"big")).await;
@@ -381,7 +393,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_part_of_a_batch_answer_is_checked() {
-        let body = answer().await;
+        let body = answer(None).await;
         let got = read(body.clone()).await.unwrap();
         let want: Vec<(u32, Result<Bytes, String>)> = vec![
             (0, Ok(Bytes::from_static(b"hello"))),
@@ -401,5 +413,18 @@ mod tests {
             let r = read(Bytes::from(damaged)).await;
             assert!(r.is_err(), "byte {i} changed, yet read as {r:?}");
         }
+    }
+
+    /// A payload whose CRC the store told (the one its record holds, checked against the
+    /// bytes read into place) is sent with that CRC, not hashed again: the answer is the same
+    /// as with the CRC computed, and a told CRC that is wrong fails the gateway's read.
+    #[tokio::test]
+    async fn a_told_payload_crc_is_sent_as_told() {
+        let computed = answer(None).await;
+        let told = answer(Some(crate::wire::body_crc32c(b"abcd"))).await;
+        assert_eq!(told, computed);
+        let wrong = answer(Some(crate::wire::body_crc32c(b"abce"))).await;
+        let r = read(wrong).await;
+        assert!(r.is_err(), "a wrong CRC was sent, yet read as {r:?}");
     }
 }

@@ -267,13 +267,33 @@ impl Emitter<'_> {
             // a few cold records among a frame of random samples (as in an epoch stream's
             // permuted order) cost their own reads, not the frame's.
             let frame = self.sink.frame_mut();
-            let mut left = engine
-                .chunks
-                .read_mapped_records_into(&reads, &mut frame[..]);
+            let mut crcs = vec![0u32; reads.len()];
+            let mut left =
+                engine
+                    .chunks
+                    .read_mapped_records_into(&reads, &mut frame[..], &mut crcs);
             if !left.is_empty() {
                 let sub: Vec<RecordRead> = left.iter().map(|&i| reads[i]).collect();
-                let missed = engine.chunks.read_cached_records_into(&sub, &mut frame[..]);
+                let mut sub_crcs = vec![0u32; sub.len()];
+                let missed =
+                    engine
+                        .chunks
+                        .read_cached_records_into(&sub, &mut frame[..], &mut sub_crcs);
+                let mut missed_at = missed.iter().peekable();
+                for (j, &i) in left.iter().enumerate() {
+                    if missed_at.next_if_eq(&&j).is_none() {
+                        crcs[i] = sub_crcs[j];
+                    }
+                }
                 left = missed.into_iter().map(|j| left[j]).collect();
+            }
+            // The checked CRC of every record read in place (one whole payload each) goes to
+            // the sink; those read the slow way below are not told.
+            let mut left_at = left.iter().peekable();
+            for (i, r) in reads.iter().enumerate() {
+                if left_at.next_if_eq(&&i).is_none() {
+                    self.sink.payload_crc32c(r.dst, crcs[i]);
+                }
             }
             if !left.is_empty() {
                 let fetched = futures_util::future::join_all(left.iter().map(|&i| {
