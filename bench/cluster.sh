@@ -2,9 +2,9 @@
 # What a cluster costs, on one machine: the CPU time of all packrat processes per operation for
 # the same loads against `packrat serve` (embedded) and against one gateway in front of three
 # nodes with R=3, all on loopback. On 2 cores, throughput cannot grow with nodes, so the figure
-# is cost: CPU per operation (gateway + nodes, etcd shown apart), and the latency at 64
-# connections; a batch GET of 1,000 random keys per request (4 connections) counted per sample;
-# multipart uploads of 32 MiB in 8 MiB parts (2 connections), counted per MiB.
+# is cost: CPU per operation (gateway + nodes, and each of the two apart; etcd shown apart), and
+# the latency at 64 connections; a batch GET of 1,000 random keys per request (4 connections)
+# counted per sample; multipart uploads of 32 MiB in 8 MiB parts (2 connections), per MiB.
 # Each node runs NODE_THREADS runtime threads (a third of the machine's cores by default, at
 # least one, as scripts/cluster-local.sh gives them: three nodes share the machine); the
 # gateway and the embedded server take the default, one per core.
@@ -50,20 +50,26 @@ cpu() {
   done
   echo "$t $(getconf CLK_TCK)" | awk '{printf "%.3f", $1 / $2}'
 }
-# One load; appends its JSON with the CPU per op of the processes given.
+# One load; appends its JSON with the CPU per op of the processes given, and of the first of
+# them alone (the process clients talk to: the embedded server, or the gateway).
 run() { # label endpoint "pids" bench-args...
   local label=$1 endpoint=$2 procs=$3; shift 3
-  local before after
+  local before after front_before front_after
+  front_before=$(cpu ${procs%% *})
   before=$(cpu $procs)
   out=$(AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$BIN" bench --endpoint "$endpoint" \
     --label "$label" --json --concurrency "${RUN_CONC:-$CONC}" --keys "$KEYS" --duration "$DURATION" "$@")
+  front_after=$(cpu ${procs%% *})
   after=$(cpu $procs)
   python3 -c "
 import json, sys
 r = json.loads(sys.argv[1])
 # A batch GET's unit is the sample (a TAR entry), as a GET's is the object.
-r['cpu_us_per_op'] = (float(sys.argv[3]) - float(sys.argv[2])) * 1e6 / max(r.get('samples') or r['ops'], 1)
-print(json.dumps(r))" "$out" "$before" "$after" | tee -a "$results" >/dev/null
+n = max(r.get('samples') or r['ops'], 1)
+r['cpu_us_per_op'] = (float(sys.argv[3]) - float(sys.argv[2])) * 1e6 / n
+r['front_cpu_us_per_op'] = (float(sys.argv[5]) - float(sys.argv[4])) * 1e6 / n
+print(json.dumps(r))" "$out" "$before" "$after" "$front_before" "$front_after" \
+    | tee -a "$results" >/dev/null
 }
 # Prepares (uploads) the keys once, then PUT and GET loads.
 loads() { # label endpoint "pids"
@@ -120,12 +126,17 @@ import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 by = {(r["label"], r["workload"]): r for r in rows}
 print(f"{'4 KiB':<6} {'embedded ops/s':>14} {'cluster ops/s':>13} {'CPU µs/op emb':>13} "
-      f"{'CPU µs/op cl':>12} {'ratio':>6} {'p99 ms emb':>10} {'p99 ms cl':>9}")
+      f"{'CPU µs/op cl':>12} {'(gateway':>8} {'nodes)':>6} {'ratio':>6} {'p99 ms emb':>10} "
+      f"{'p99 ms cl':>9}")
 for w in ("get", "put", "batch"):
     e, c = by[("embedded", w)], by[("cluster", w)]
     rate = "samples_per_sec" if w == "batch" else "ops_per_sec"
+    # Batch GET per sample: a few µs, so one decimal.
+    f = ".1f" if w == "batch" else ".0f"
+    gw = c["front_cpu_us_per_op"]
     print(f"{w.upper():<6} {e[rate]:>14,.0f} {c[rate]:>13,.0f} "
-          f"{e['cpu_us_per_op']:>13.0f} {c['cpu_us_per_op']:>12.0f} "
+          f"{e['cpu_us_per_op']:>13{f}} {c['cpu_us_per_op']:>12{f}} {gw:>8{f}} "
+          f"{c['cpu_us_per_op'] - gw:>6{f}} "
           f"{c['cpu_us_per_op'] / e['cpu_us_per_op']:>6.2f} {e['latency_us_p99'] / 1000:>10.1f} "
           f"{c['latency_us_p99'] / 1000:>9.1f}")
 e, c = by[("embedded", "multipart")], by[("cluster", "multipart")]
