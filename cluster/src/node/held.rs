@@ -127,8 +127,9 @@ impl HeldPgs {
     }
 
     /// Writes the set durably (`replace_durably`). This runs on the map's publishing task,
-    /// once per map that adds PGs here and once per drop pass: a few KiB and an fsync, rarely. If it fails, the set becomes
-    /// unknown and the file goes, so the disk never says less than the node holds.
+    /// once per map that adds PGs here and once per drop pass: a few KiB and an fsync,
+    /// rarely. If it fails, the set becomes unknown and the file goes, so the disk never says
+    /// less than the node holds.
     fn save(&self, st: &mut State) {
         let Some(path) = &self.path else {
             return;

@@ -279,11 +279,9 @@ impl Emitter<'_> {
                     engine
                         .chunks
                         .read_cached_records_into(&sub, &mut frame[..], &mut sub_crcs);
-                let mut missed_at = missed.iter().peekable();
-                for (j, &i) in left.iter().enumerate() {
-                    if missed_at.next_if_eq(&&j).is_none() {
-                        crcs[i] = sub_crcs[j];
-                    }
+                // A missed record's CRC (none) is never told: it stays in `left`.
+                for (&i, crc) in left.iter().zip(sub_crcs) {
+                    crcs[i] = crc;
                 }
                 left = missed.into_iter().map(|j| left[j]).collect();
             }
