@@ -127,6 +127,11 @@ pub struct ClusterStore {
 /// Lookups to one node under way before more are gathered (see [`ClusterStore::lookup`]).
 const GATHER_AFTER: usize = 2;
 
+/// A gathered request to a node of at least this many lookups means the node is busy: until a
+/// request finds none waiting, one lookup (or gathered request) is under way, not
+/// [`GATHER_AFTER`], so the rest gather into fewer, larger requests.
+const GATHER_DEEP: usize = 4;
+
 /// The lookups to one node: how many are under way (alone or gathered), and those waiting.
 #[derive(Default)]
 struct Gather(std::sync::Mutex<GatherState>);
@@ -135,6 +140,19 @@ struct Gather(std::sync::Mutex<GatherState>);
 struct GatherState {
     in_flight: usize,
     waiting: Vec<Waiting>,
+    /// Lookups in the last gathered request sent (0 once a lookup ends with none waiting).
+    last_gathered: usize,
+}
+
+impl GatherState {
+    /// How many lookups (or gathered requests) may be under way at once.
+    fn places(&self) -> usize {
+        if self.last_gathered >= GATHER_DEEP {
+            1
+        } else {
+            GATHER_AFTER
+        }
+    }
 }
 
 impl Gather {
@@ -155,12 +173,18 @@ struct Turn {
     store: Arc<ClusterStore>,
     gather: Arc<Gather>,
     node: String,
+    /// The gathered request of this place failed (a node that does not answer, a changed
+    /// epoch): the lookups waiting are not sent after it to the same node, each asks alone.
+    failed: bool,
 }
 
 impl Drop for Turn {
     fn drop(&mut self) {
-        self.store
-            .turn_over(self.gather.clone(), std::mem::take(&mut self.node));
+        self.store.turn_over(
+            self.gather.clone(),
+            std::mem::take(&mut self.node),
+            self.failed,
+        );
     }
 }
 
@@ -437,7 +461,8 @@ impl ClusterStore {
     ///
     /// Lookups are gathered per node: while [`GATHER_AFTER`] lookups to the member picked are
     /// under way, more wait, and go to it together as one request (`POST /g`) when one of
-    /// those ends. Alone, a lookup is sent at once, so a lightly loaded gateway adds no wait;
+    /// those ends. Once such a request held [`GATHER_DEEP`] or more, one is under way instead
+    /// of two, until a request ends with none waiting. Alone, a lookup is sent at once, so a lightly loaded gateway adds no wait;
     /// loaded, a node answers many lookups for one request's work and one round trip on
     /// each side (on loopback, a GET's two extra hops cost the gateway and the node more
     /// than the node's lookup and read). An item the node cannot answer as a plain reader
@@ -456,7 +481,7 @@ impl ClusterStore {
         let gather = self.gather_of(&node);
         let waiting = {
             let mut state = gather.lock();
-            if state.in_flight < GATHER_AFTER {
+            if state.in_flight < state.places() {
                 state.in_flight += 1;
                 None
             } else {
@@ -478,6 +503,7 @@ impl ClusterStore {
                 store: me,
                 gather,
                 node: node.clone(),
+                failed: false,
             };
             return self
                 .lookup_alone(bucket, key, pg, inline_max, Some(node))
@@ -508,15 +534,33 @@ impl ClusterStore {
     }
 
     /// A lookup to `node` ended: the lookups waiting for it go as one request, which takes
-    /// over its place among those under way; with none waiting, the place is freed.
-    fn turn_over(self: &Arc<Self>, gather: Arc<Gather>, node: String) {
+    /// over its place among those under way; with none waiting, the place is freed. After a
+    /// gathered request that `failed`, the place is freed and every lookup waiting is dropped
+    /// (each then asks alone, where another member is tried).
+    fn turn_over(self: &Arc<Self>, gather: Arc<Gather>, node: String, failed: bool) {
         let batch = {
             let mut state = gather.lock();
+            if failed {
+                state.in_flight -= 1;
+                state.last_gathered = 0;
+                let dropped = std::mem::take(&mut state.waiting);
+                drop(state);
+                drop(dropped);
+                return;
+            }
             if state.waiting.is_empty() {
+                state.in_flight -= 1;
+                state.last_gathered = 0;
+                return;
+            }
+            if state.in_flight > state.places() {
+                // A busy node: this place is given up, and the lookups waiting go with the
+                // next request under way to end (there is one: `in_flight` stays above 0).
                 state.in_flight -= 1;
                 return;
             }
             let n = state.waiting.len().min(GATHER_ITEMS_MAX);
+            state.last_gathered = n;
             state.waiting.drain(..n).collect::<Vec<_>>()
         };
         // Outside a runtime (one shutting down), the waiting lookups are dropped: each then
@@ -525,22 +569,25 @@ impl ClusterStore {
             gather.lock().in_flight -= 1;
             return;
         };
-        let turn = Turn {
+        let mut turn = Turn {
             store: self.clone(),
             gather,
             node,
+            failed: false,
         };
         rt.spawn(async move {
-            turn.store.send_gathered(&turn.node, batch).await;
+            turn.failed = !turn.store.send_gathered(&turn.node, batch).await;
             drop(turn);
         });
     }
 
     /// Sends gathered lookups to `node` as one request and hands each waiting lookup its
-    /// answer; if the request fails, each is dropped and asks alone.
-    async fn send_gathered(&self, node: &str, batch: Vec<Waiting>) {
+    /// answer; if the request fails, each is dropped and asks alone, and `false` is returned.
+    async fn send_gathered(&self, node: &str, batch: Vec<Waiting>) -> bool {
         let map = self.map();
-        let Some(addr) = map.addr(node) else { return };
+        let Some(addr) = map.addr(node) else {
+            return false;
+        };
         let mut body = BytesMut::new();
         for w in &batch {
             w.item.put(&mut body);
@@ -573,8 +620,12 @@ impl ClusterStore {
                 for (w, a) in batch.into_iter().zip(answers) {
                     let _ = w.tx.send(a);
                 }
+                true
             }
-            Err(e) => tracing::debug!("gathered lookups to {node}: {e}; each asks alone"),
+            Err(e) => {
+                tracing::debug!("gathered lookups to {node}: {e}; each asks alone");
+                false
+            }
         }
     }
 
