@@ -462,11 +462,12 @@ impl ClusterStore {
     /// Lookups are gathered per node: while [`GATHER_AFTER`] lookups to the member picked are
     /// under way, more wait, and go to it together as one request (`POST /g`) when one of
     /// those ends. Once such a request held [`GATHER_DEEP`] or more, one is under way instead
-    /// of two, until a request ends with none waiting. Alone, a lookup is sent at once, so a lightly loaded gateway adds no wait;
-    /// loaded, a node answers many lookups for one request's work and one round trip on
-    /// each side (on loopback, a GET's two extra hops cost the gateway and the node more
-    /// than the node's lookup and read). An item the node cannot answer as a plain reader
-    /// (a dirty copy, a refusal, an error) is asked again alone, where those are followed.
+    /// of two, until a request ends with none waiting. Alone, a lookup is sent at once, so a
+    /// lightly loaded gateway adds no wait; loaded, a node answers many lookups for one
+    /// request's work and one round trip on each side (on loopback, a GET's two extra hops
+    /// cost the gateway and the node more than the node's lookup and read). An item the node
+    /// cannot answer as a plain reader (a dirty copy, a refusal, an error) is asked again
+    /// alone, where those are followed.
     pub(crate) async fn lookup(
         &self,
         bucket: &Bucket,
