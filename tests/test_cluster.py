@@ -544,6 +544,18 @@ def gateway_counter(gw, name):
     return int(m.group(1))
 
 
+def prepared_get_load(gw, bucket, keys):
+    """A `packrat bench` GET load through `gw` (the command, to add its connections and
+    duration to, and its environment), its `keys` objects of 4 KiB in `bucket` written."""
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=conftest.ROOT_AK, AWS_SECRET_ACCESS_KEY=conftest.ROOT_SK)
+    load = [BIN, "bench", "--endpoint", gw.endpoint, "--bucket", bucket, "--keys", str(keys),
+            "--size", "4KiB", "--workload", "get"]
+    out = subprocess.run(load + ["--prepare", "--ops", "0", "--concurrency", "8"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    return load, env
+
+
 def test_gets_gathered_per_node_read_acknowledged_writes(cluster):
     """GETs and HEADs from many clients through one gateway, while two writers overwrite the
     keys through the other: the gateway gathers the lookups waiting for a node into one
@@ -570,12 +582,7 @@ def test_gets_gathered_per_node_read_acknowledged_writes(cluster):
     # Python's clients alone rarely have more than two lookups under way at one node, so a
     # load from `packrat bench` (another bucket, 32 connections) keeps the nodes' queues full;
     # the checked GETs are gathered with its lookups.
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=conftest.ROOT_AK, AWS_SECRET_ACCESS_KEY=conftest.ROOT_SK)
-    load = [BIN, "bench", "--endpoint", gw_b.endpoint, "--bucket", "load", "--keys", "400",
-            "--size", "4KiB", "--workload", "get"]
-    out = subprocess.run(load + ["--prepare", "--ops", "0", "--concurrency", "8"],
-                         capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0, out.stderr
+    load, env = prepared_get_load(gw_b, "load", 400)
     bench = subprocess.Popen(load + ["--concurrency", "32", "--duration", "120s"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     before = gateway_counter(gw_b, "packrat_cluster_lookups_gathered_total")
@@ -733,12 +740,7 @@ def test_a_hung_node_and_an_etcd_restart_do_not_stop_the_cluster(cluster):
     # GETs from 16 connections at once go on through the hang: the gateway gathers the lookups
     # waiting for a node (one gathered request under way while its requests are large), so a
     # node that stops answering must not leave the lookups gathered behind it waiting.
-    env = dict(os.environ, AWS_ACCESS_KEY_ID=conftest.ROOT_AK, AWS_SECRET_ACCESS_KEY=conftest.ROOT_SK)
-    load = [BIN, "bench", "--endpoint", gw_a.endpoint, "--bucket", "hangload", "--keys", "200",
-            "--size", "4KiB", "--workload", "get"]
-    out = subprocess.run(load + ["--prepare", "--ops", "0", "--concurrency", "8"],
-                         capture_output=True, text=True, timeout=120, env=env)
-    assert out.returncode == 0, out.stderr
+    load, env = prepared_get_load(gw_a, "hangload", 200)
     # A hung machine: the process is stopped, its connections stay open and unanswered.
     hung = nodes[2]
     hung.proc.send_signal(signal.SIGSTOP)
