@@ -153,6 +153,49 @@ impl GatherState {
             GATHER_AFTER
         }
     }
+
+    /// Takes a place for a lookup to send alone now, if one is free.
+    fn take_place(&mut self) -> bool {
+        let free = self.in_flight < self.places();
+        if free {
+            self.in_flight += 1;
+        }
+        free
+    }
+
+    /// A lookup or gathered request under way ended (`failed`: a gathered request that got
+    /// no answer): what goes in its place.
+    fn end(&mut self, failed: bool) -> Ended {
+        if failed {
+            self.in_flight -= 1;
+            self.last_gathered = 0;
+            return Ended::Dropped(std::mem::take(&mut self.waiting));
+        }
+        if self.waiting.is_empty() {
+            self.in_flight -= 1;
+            self.last_gathered = 0;
+            return Ended::Freed;
+        }
+        if self.in_flight > self.places() {
+            // A busy node: this place is given up, and the lookups waiting go with the next
+            // request under way to end (there is one: `in_flight` stays above 0).
+            self.in_flight -= 1;
+            return Ended::Freed;
+        }
+        let n = self.waiting.len().min(GATHER_ITEMS_MAX);
+        self.last_gathered = n;
+        Ended::Next(self.waiting.drain(..n).collect())
+    }
+}
+
+/// What takes the place of a lookup or gathered request that ended ([`GatherState::end`]).
+enum Ended {
+    /// Nothing: the place is free (or given up to the other one under way).
+    Freed,
+    /// Nothing, and the lookups that waited are handed back to be dropped: each asks alone.
+    Dropped(Vec<Waiting>),
+    /// These waiting lookups, sent as one request.
+    Next(Vec<Waiting>),
 }
 
 impl Gather {
@@ -482,8 +525,7 @@ impl ClusterStore {
         let gather = self.gather_of(&node);
         let waiting = {
             let mut state = gather.lock();
-            if state.in_flight < state.places() {
-                state.in_flight += 1;
+            if state.take_place() {
                 None
             } else {
                 let (tx, rx) = tokio::sync::oneshot::channel();
@@ -539,30 +581,15 @@ impl ClusterStore {
     /// gathered request that `failed`, the place is freed and every lookup waiting is dropped
     /// (each then asks alone, where another member is tried).
     fn turn_over(self: &Arc<Self>, gather: Arc<Gather>, node: String, failed: bool) {
-        let batch = {
-            let mut state = gather.lock();
-            if failed {
-                state.in_flight -= 1;
-                state.last_gathered = 0;
-                let dropped = std::mem::take(&mut state.waiting);
-                drop(state);
-                drop(dropped);
+        let ended = gather.lock().end(failed);
+        let batch = match ended {
+            Ended::Next(batch) => batch,
+            Ended::Freed => return,
+            Ended::Dropped(waiting) => {
+                // Dropped outside the lock: each of these lookups then asks alone.
+                drop(waiting);
                 return;
             }
-            if state.waiting.is_empty() {
-                state.in_flight -= 1;
-                state.last_gathered = 0;
-                return;
-            }
-            if state.in_flight > state.places() {
-                // A busy node: this place is given up, and the lookups waiting go with the
-                // next request under way to end (there is one: `in_flight` stays above 0).
-                state.in_flight -= 1;
-                return;
-            }
-            let n = state.waiting.len().min(GATHER_ITEMS_MAX);
-            state.last_gathered = n;
-            state.waiting.drain(..n).collect::<Vec<_>>()
         };
         // Outside a runtime (one shutting down), the waiting lookups are dropped: each then
         // asks alone, or is gone with its caller.
@@ -2155,4 +2182,78 @@ pub async fn put_key(etcd: &Etcd, key: &AccessKey) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiting(n: usize) -> (Vec<Waiting>, Vec<tokio::sync::oneshot::Receiver<Gathered>>) {
+        (0..n)
+            .map(|i| {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let item = GatherItem {
+                    bid: 1,
+                    pg: 0,
+                    inline: INLINE_MAX,
+                    key: format!("k{i}"),
+                };
+                (Waiting { item, tx }, rx)
+            })
+            .unzip()
+    }
+
+    fn next_len(e: Ended) -> usize {
+        match e {
+            Ended::Next(b) => b.len(),
+            Ended::Freed => panic!("freed, expected a batch"),
+            Ended::Dropped(_) => panic!("dropped, expected a batch"),
+        }
+    }
+
+    #[test]
+    fn a_busy_node_gets_one_request_under_way_and_a_failure_sends_the_waiting_alone() {
+        let mut s = GatherState::default();
+        // Two places while the node's requests are small.
+        assert!(s.take_place() && s.take_place());
+        assert!(!s.take_place());
+        let (w, _rx5) = waiting(5);
+        s.waiting.extend(w);
+        assert_eq!(
+            next_len(s.end(false)),
+            5,
+            "all five go in the ended one's place"
+        );
+        assert_eq!((s.in_flight, s.places()), (2, 1));
+        // Busy: the next to end gives its place up rather than send the waiting ones ...
+        let (w, _rx3) = waiting(3);
+        s.waiting.extend(w);
+        assert!(matches!(s.end(false), Ended::Freed));
+        assert_eq!((s.in_flight, s.waiting.len()), (1, 3));
+        assert!(!s.take_place(), "one place while busy");
+        // ... and the one left under way sends them when it ends; three is not busy.
+        assert_eq!(next_len(s.end(false)), 3);
+        assert_eq!((s.in_flight, s.places()), (1, 2));
+        assert!(s.take_place());
+        // A gathered request that failed: the lookups waiting are handed back, dropped, and
+        // each then asks alone; its place is freed.
+        let (w, mut rx2) = waiting(2);
+        s.waiting.extend(w);
+        match s.end(true) {
+            Ended::Dropped(d) => assert_eq!(d.len(), 2),
+            _ => panic!("a failed request must hand its waiting lookups back"),
+        }
+        for rx in &mut rx2 {
+            assert!(
+                rx.try_recv().is_err(),
+                "a dropped lookup sees its sender gone"
+            );
+        }
+        assert_eq!(s.in_flight, 1);
+        assert!(
+            matches!(s.end(false), Ended::Freed),
+            "none waiting: the place is freed"
+        );
+        assert_eq!((s.in_flight, s.last_gathered), (0, 0));
+    }
 }
