@@ -630,6 +630,65 @@ def test_gets_gathered_per_node_read_acknowledged_writes(cluster):
     assert gathered > requests > 0
 
 
+def gathered_answer(node, secret, epoch, bid, key, pgs, codec):
+    """A node's answer to one gathered request (`POST /g`) of `key` under every PG in turn
+    (only its own PG finds it; the others come back to be asked alone), asked with or without
+    binary metadata: the (status, body) pair."""
+    body = b"".join(bid.to_bytes(8, "big") + pg.to_bytes(4, "big") + (65536).to_bytes(8, "big")
+                    + len(key.encode()).to_bytes(4, "big") + key.encode() for pg in range(pgs))
+    headers = {"x-packrat-cluster-secret": secret, "x-packrat-epoch": str(epoch)}
+    if codec:
+        headers["x-packrat-meta-codec"] = codec
+    req = urllib.request.Request(f"http://{node.listen}/g", method="POST", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_gathered_lookups_answer_binary_metadata_only_when_asked(cluster):
+    """A gateway asks for a gathered lookup's metadata in binary (`x-packrat-meta-codec: 1`);
+    a node answers binary (kinds 4 and 5) only to a request that asks, and JSON (kinds 0 and
+    1) otherwise, so a gateway from before the codec still reads a newer node. Both carry the
+    same object: its size, and its bytes inline."""
+    etcd, nodes, (gw_a, _) = cluster
+    a = gw_a.client()
+    a.create_bucket(Bucket="codec")
+    data = b"gathered bytes " * 10
+    a.put_object(Bucket="codec", Key="k", Body=data)
+    secret = etcd_value(etcd.url, "/packrat/secret")
+    bid = json.loads(etcd_value(etcd.url, "/packrat/buckets/codec"))["id"]
+    # Epoch 0 is older than any map: the refusal tells the node's epoch.
+    status, body = gathered_answer(nodes[0], secret, 0, bid, "k", PGS, None)
+    assert status == 409, (status, body[:200])
+    epoch = json.loads(body)["epoch"]
+    for codec, found_kind in [(None, 1), ("1", 5)]:
+        status, body = gathered_answer(nodes[0], secret, epoch, bid, "k", PGS, codec)
+        assert status == 200, (status, body[:200])
+        kinds, at = [], 0
+        found = None
+        while at < len(body):
+            kind = body[at]
+            n = int.from_bytes(body[at + 1:at + 5], "big")
+            count = int.from_bytes(body[at + 5:at + 13], "big")
+            text = body[at + 13:at + 13 + n]
+            inline = body[at + 13 + n:at + 13 + n + count]
+            kinds.append(kind)
+            if kind in (0, 1, 4, 5):
+                found = (kind, text, inline)
+            at += 13 + n + count
+        assert len(kinds) == PGS, kinds
+        # One PG holds the key; every other answer sends its lookup back to be asked alone.
+        assert sorted(kinds) == sorted([found_kind] + [3] * (PGS - 1)), sorted(set(kinds))
+        kind, text, inline = found
+        assert inline == data
+        if kind == 1:
+            assert json.loads(text)["size"] == len(data)
+        else:
+            assert int.from_bytes(text[:8], "big") == len(data)
+
+
 def node_counter(node, name):
     text = urllib.request.urlopen(f"http://{node.listen}/metrics", timeout=5).read().decode()
     m = re.search(rf"^{name} (\d+)$", text, re.M)

@@ -18,6 +18,7 @@
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
 use crate::relay::RelayItem;
+use crate::wire::meta_codec::{META_CODEC_HEADER, META_CODEC_V1};
 use crate::wire::{
     BATCH_ITEMS_MAX, CV_HEADER, CV_META, EPOCH_HEADER, GatherItem, Gathered, MD5_META, META_HEADER,
     NodeClient, PUT_HEADER, SECRET_HEADER, VER_META, WireBatchItem, WireEntry, WireError,
@@ -617,9 +618,13 @@ impl Node {
         }
         if path == "/g" && method == Method::POST {
             let map = self.map_at(epoch).await?;
+            let binary = req
+                .headers()
+                .get(META_CODEC_HEADER)
+                .is_some_and(|v| v.as_bytes() == META_CODEC_V1.as_bytes());
             let body = body_of_request(req, "lookups").await?;
             let items = GatherItem::parse_all(&body)?;
-            return Ok(self.gathered(&map, &items).await);
+            return Ok(self.gathered(&map, &items, binary).await);
         }
         if path == "/w" && method == Method::POST {
             let body = body_of_request(req, "relayed steps").await?;
@@ -1767,8 +1772,9 @@ impl Node {
     }
 
     /// The answers to a gathered request's lookups, in the order asked (see [`GatherItem`]):
-    /// each as [`Node::meta_and_bytes`] answers a reader, looked up side by side.
-    async fn gathered(&self, map: &ClusterMap, items: &[GatherItem]) -> NodeResp {
+    /// each as [`Node::meta_and_bytes`] answers a reader, looked up side by side; the
+    /// metadata in binary when the gateway asked for it (`binary`), else JSON.
+    async fn gathered(&self, map: &ClusterMap, items: &[GatherItem], binary: bool) -> NodeResp {
         let answers = futures_util::future::join_all(items.iter().map(|it| async move {
             if pg_of(it.bid, &it.key, map.pgs) != it.pg {
                 return Err(Fail::Refused("the key is not in that PG".into()));
@@ -1789,6 +1795,9 @@ impl Node {
         let mut out = BytesMut::with_capacity(room);
         for a in answers {
             match a {
+                Ok((info, bytes)) if binary => {
+                    Gathered::put_found_bin(&mut out, &meta_of(&info), bytes.as_deref())
+                }
                 Ok((info, bytes)) => match serde_json::to_vec(&meta_of(&info)) {
                     Ok(meta) => Gathered::put_found(&mut out, &meta, bytes.as_deref()),
                     Err(e) => Gathered::put_alone(&mut out, &e.to_string()),

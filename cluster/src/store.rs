@@ -16,6 +16,7 @@
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
+use crate::wire::meta_codec::{META_CODEC_HEADER, META_CODEC_V1};
 use crate::wire::{
     Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NodeClient, PUT_HEADER,
     READ_TIMEOUT, WireDeleted, WireLockChange, WireLockConfig, WireLocked, WireMeta, WirePage,
@@ -627,7 +628,7 @@ impl ClusterStore {
                 addr,
                 "/g",
                 map.epoch,
-                &[],
+                &[(META_CODEC_HEADER, META_CODEC_V1.to_string())],
                 body.freeze(),
                 READ_TIMEOUT,
             )
@@ -816,22 +817,34 @@ impl ClusterStore {
         meta: WireMeta,
         inline: Option<Bytes>,
     ) -> ObjectInfo {
+        // The answer's strings are moved into the info, not copied (a lookup's hot path).
+        let checksum = meta.object_checksum();
+        let WireMeta {
+            size,
+            etag,
+            put,
+            part_sizes,
+            cv,
+            stored_md5,
+            version_id,
+            ..
+        } = meta;
         ObjectInfo {
-            size: meta.size,
-            etag: meta.etag.clone(),
-            attrs: meta.put.attrs(),
-            checksum: meta.object_checksum(),
-            part_sizes: meta.part_sizes.clone(),
+            size,
+            etag,
+            attrs: put.into_attrs(),
+            checksum,
+            part_sizes,
             version_id: (bucket.versioning != Versioning::Unversioned)
-                .then(|| meta.version_id.clone().unwrap_or_else(|| "null".into())),
+                .then(|| version_id.unwrap_or_else(|| "null".into())),
             version: ObjectVersion(Arc::new(ClusterVersion {
                 inline,
                 bucket_id: bucket.id,
                 key: key.to_string(),
                 pg,
-                cv: meta.cv,
+                cv,
                 node,
-                shown_etag: meta.stored_md5.is_some(),
+                shown_etag: stored_md5.is_some(),
                 by_id: None,
             })),
         }

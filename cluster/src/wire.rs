@@ -25,7 +25,7 @@
 //! | `GET /u/{bucket id}/{pg}/{key}?id=ID&part=N` | part N's bytes (a resync) |
 //! | `POST /o/{bucket id}/{pg}/{key}?resend` | a step re-sent down the chain with its version: copied from the member before if missing ([`WireMeta`]) |
 //! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of those PGs ([`WireUploadEntry`]; a gateway asks the heads) |
-//! | `POST /g` | lookups gathered ([`GatherItem`]s in, a [`Gathered`] answer each, in order) |
+//! | `POST /g` | lookups gathered ([`GatherItem`]s in, a [`Gathered`] answer each, in order; with [`meta_codec::META_CODEC_HEADER`], the metadata in binary) |
 //! | `POST /w` | chain steps on `/o/` and `/u/` relayed together ([`crate::relay::RelayItem`]s in, each one's status and body out, in order) |
 //!
 //! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
@@ -45,6 +45,8 @@ use packrat_store_api::{
 };
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+
+pub mod meta_codec;
 
 pub const SECRET_HEADER: &str = "x-packrat-cluster-secret";
 pub const EPOCH_HEADER: &str = "x-packrat-epoch";
@@ -266,6 +268,20 @@ impl WirePut {
                 .collect(),
             storage_class: self.storage_class.clone(),
             tags: self.tags.clone(),
+        }
+    }
+
+    /// As [`WirePut::attrs`], taking the strings rather than copying them.
+    pub fn into_attrs(self) -> ObjectAttrs {
+        let mut user_meta = self.user_meta;
+        user_meta.retain(|(k, _)| !is_node_meta(k));
+        ObjectAttrs {
+            last_modified_ms: self.last_modified_ms,
+            content_type: self.content_type,
+            headers: self.headers,
+            user_meta,
+            storage_class: self.storage_class,
+            tags: self.tags,
         }
     }
 
@@ -910,6 +926,10 @@ const GATHER_FOUND: u8 = 0;
 const GATHER_FOUND_BYTES: u8 = 1;
 const GATHER_MISSING: u8 = 2;
 const GATHER_ALONE: u8 = 3;
+/// As `GATHER_FOUND` and `GATHER_FOUND_BYTES`, the metadata in [`meta_codec`]'s version 1,
+/// answered to a gateway that asks for it.
+const GATHER_FOUND_BIN: u8 = 4;
+const GATHER_FOUND_BYTES_BIN: u8 = 5;
 
 /// One object lookup of a gathered request (`POST /g`): the GETs and HEADs a gateway has for
 /// one node while other lookups to it are under way go to it as one request (see
@@ -959,8 +979,9 @@ impl GatherItem {
 }
 
 /// A node's answer to one [`GatherItem`], in the order asked: `u8 kind, u32 length, u64
-/// byte count`, then `length` bytes (the [`WireMeta`] as JSON, or why the item must be asked
-/// alone) and the object's bytes when it came with them.
+/// byte count`, then `length` bytes (the [`WireMeta`] as JSON, or in [`meta_codec`]'s binary
+/// when the request asked for it with [`meta_codec::META_CODEC_HEADER`], or why the item must
+/// be asked alone) and the object's bytes when it came with them.
 #[derive(Debug)]
 pub enum Gathered {
     Found {
@@ -987,6 +1008,26 @@ impl Gathered {
         out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
         out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
         out.extend_from_slice(meta);
+        out.extend_from_slice(bytes);
+    }
+
+    /// As [`Gathered::put_found`], the metadata written in binary ([`meta_codec`]) straight
+    /// into `out`.
+    pub fn put_found_bin(out: &mut bytes::BytesMut, meta: &WireMeta, bytes: Option<&[u8]>) {
+        let kind = if bytes.is_some() {
+            GATHER_FOUND_BYTES_BIN
+        } else {
+            GATHER_FOUND_BIN
+        };
+        let bytes = bytes.unwrap_or_default();
+        out.extend_from_slice(&[kind]);
+        let len_at = out.len();
+        out.extend_from_slice(&[0; 4]);
+        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
+        let meta_at = out.len();
+        meta_codec::encode(meta, out);
+        let len = (out.len() - meta_at) as u32;
+        out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
         out.extend_from_slice(bytes);
     }
 
@@ -1025,6 +1066,13 @@ impl Gathered {
                             .map_err(|e| StoreError::internal("storage node answer", e))?,
                     ),
                     inline: (head[0] == GATHER_FOUND_BYTES).then(|| b.slice(text_end..end)),
+                },
+                GATHER_FOUND_BIN | GATHER_FOUND_BYTES_BIN => Gathered::Found {
+                    meta: Box::new(
+                        meta_codec::decode(text)
+                            .map_err(|e| StoreError::internal("storage node answer", e))?,
+                    ),
+                    inline: (head[0] == GATHER_FOUND_BYTES_BIN).then(|| b.slice(text_end..end)),
                 },
                 GATHER_MISSING => Gathered::Missing,
                 GATHER_ALONE => Gathered::Alone(String::from_utf8_lossy(text).into_owned()),
@@ -1291,6 +1339,28 @@ mod tests {
         assert!(Gathered::parse_all(b.clone(), 6).is_err());
         assert!(Gathered::parse_all(b.clone(), 4).is_err());
         assert!(Gathered::parse_all(b.slice(..b.len() - 1), 5).is_err());
+
+        // Binary metadata, beside JSON in one answer (a gateway reads either kind).
+        let mut out = bytes::BytesMut::new();
+        Gathered::put_found_bin(&mut out, &meta, Some(b"xyz"));
+        Gathered::put_found(&mut out, &json, None);
+        Gathered::put_found_bin(&mut out, &meta, None);
+        Gathered::put_found_bin(&mut out, &meta, Some(b""));
+        let b = out.freeze();
+        let got = Gathered::parse_all(b.clone(), 4).unwrap();
+        assert!(
+            matches!(&got[0], Gathered::Found { meta, inline: Some(i) } if meta.cv == 42 && meta.etag == "e" && &i[..] == b"xyz")
+        );
+        assert!(matches!(&got[1], Gathered::Found { meta, inline: None } if meta.cv == 42));
+        assert!(matches!(&got[2], Gathered::Found { meta, inline: None } if meta.size == 3));
+        assert!(matches!(&got[3], Gathered::Found { inline: Some(i), .. } if i.is_empty()));
+        for n in 0..b.len() {
+            assert!(Gathered::parse_all(b.slice(..n), 4).is_err(), "cut at {n}");
+        }
+        // Damaged binary metadata inside a well-framed answer is an error, not a guess.
+        let mut bad = b.to_vec();
+        bad[13 + 8] = 0xff; // the first ETag's length
+        assert!(Gathered::parse_all(bytes::Bytes::from(bad), 4).is_err());
     }
 
     /// Reads records the way a gateway does: the head's length asked with more and more of
