@@ -998,34 +998,37 @@ pub enum Gathered {
 
 impl Gathered {
     pub fn put_found(out: &mut bytes::BytesMut, meta: &[u8], bytes: Option<&[u8]>) {
-        let kind = if bytes.is_some() {
-            GATHER_FOUND_BYTES
-        } else {
-            GATHER_FOUND
-        };
-        let bytes = bytes.unwrap_or_default();
-        out.extend_from_slice(&[kind]);
-        out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
-        out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
-        out.extend_from_slice(meta);
-        out.extend_from_slice(bytes);
+        Self::put_found_as(out, (GATHER_FOUND, GATHER_FOUND_BYTES), bytes, |o| {
+            o.extend_from_slice(meta)
+        });
     }
 
     /// As [`Gathered::put_found`], the metadata written in binary ([`meta_codec`]) straight
     /// into `out`.
     pub fn put_found_bin(out: &mut bytes::BytesMut, meta: &WireMeta, bytes: Option<&[u8]>) {
-        let kind = if bytes.is_some() {
-            GATHER_FOUND_BYTES_BIN
-        } else {
-            GATHER_FOUND_BIN
-        };
+        Self::put_found_as(
+            out,
+            (GATHER_FOUND_BIN, GATHER_FOUND_BYTES_BIN),
+            bytes,
+            |o| meta_codec::encode(meta, o),
+        );
+    }
+
+    /// A found answer: `kinds` without and with the object's bytes, the metadata as
+    /// `write_meta` writes it (its length filled in after).
+    fn put_found_as(
+        out: &mut bytes::BytesMut,
+        kinds: (u8, u8),
+        bytes: Option<&[u8]>,
+        write_meta: impl FnOnce(&mut bytes::BytesMut),
+    ) {
+        out.extend_from_slice(&[if bytes.is_some() { kinds.1 } else { kinds.0 }]);
         let bytes = bytes.unwrap_or_default();
-        out.extend_from_slice(&[kind]);
         let len_at = out.len();
         out.extend_from_slice(&[0; 4]);
         out.extend_from_slice(&(bytes.len() as u64).to_be_bytes());
         let meta_at = out.len();
-        meta_codec::encode(meta, out);
+        write_meta(out);
         let len = (out.len() - meta_at) as u32;
         out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
         out.extend_from_slice(bytes);

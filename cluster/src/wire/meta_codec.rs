@@ -175,9 +175,7 @@ pub fn decode(mut b: &[u8]) -> Result<WireMeta, String> {
         true => Some((str_of(r)?, str_of(r)?, str_of(r)?)),
     };
     let n = u32_of(r)? as usize;
-    if r.remaining() < n.saturating_mul(8) {
-        return Err(cut());
-    }
+    need(r, n.saturating_mul(8))?;
     let part_sizes = (0..n).map(|_| r.get_u64()).collect();
     let meta = WireMeta {
         size,
@@ -227,32 +225,25 @@ fn cut() -> String {
     "cut metadata".into()
 }
 
+/// Fails unless `r` holds at least `n` more bytes.
+fn need(r: &[u8], n: usize) -> Result<(), String> {
+    if r.len() < n { Err(cut()) } else { Ok(()) }
+}
+
 fn u8_of(r: &mut &[u8]) -> Result<u8, String> {
-    if r.remaining() < 1 {
-        return Err(cut());
-    }
-    Ok(r.get_u8())
+    need(r, 1).map(|()| r.get_u8())
 }
 
 fn u32_of(r: &mut &[u8]) -> Result<u32, String> {
-    if r.remaining() < 4 {
-        return Err(cut());
-    }
-    Ok(r.get_u32())
+    need(r, 4).map(|()| r.get_u32())
 }
 
 fn u64_of(r: &mut &[u8]) -> Result<u64, String> {
-    if r.remaining() < 8 {
-        return Err(cut());
-    }
-    Ok(r.get_u64())
+    need(r, 8).map(|()| r.get_u64())
 }
 
 fn i64_of(r: &mut &[u8]) -> Result<i64, String> {
-    if r.remaining() < 8 {
-        return Err(cut());
-    }
-    Ok(r.get_i64())
+    need(r, 8).map(|()| r.get_i64())
 }
 
 /// A `u8` that must be 0 or 1 (a bool, or an option's presence).
@@ -266,9 +257,7 @@ fn flag_of(r: &mut &[u8]) -> Result<bool, String> {
 
 fn str_of(r: &mut &[u8]) -> Result<String, String> {
     let n = u32_of(r)? as usize;
-    if r.remaining() < n {
-        return Err(cut());
-    }
+    need(r, n)?;
     let (s, rest) = r.split_at(n);
     *r = rest;
     String::from_utf8(s.to_vec()).map_err(|_| "a string not UTF-8".to_string())
@@ -285,9 +274,7 @@ fn pairs_of(r: &mut &[u8]) -> Result<Vec<(String, String)>, String> {
     let n = u32_of(r)? as usize;
     // Each pair takes at least 8 bytes: a count past what is left is cut input, not a
     // reason to reserve memory.
-    if r.remaining() < n.saturating_mul(8) {
-        return Err(cut());
-    }
+    need(r, n.saturating_mul(8))?;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         out.push((str_of(r)?, str_of(r)?));
