@@ -94,46 +94,26 @@ pub fn encode(meta: &WireMeta, out: &mut BytesMut) {
     out.put_u8(u8::from(*if_none_match_any));
     put_opt_str(out, if_match);
     put_opt_str(out, shown_md5);
-    match versioning {
-        None => out.put_u8(0),
-        Some(v) => {
-            out.put_u8(1);
-            out.put_u8(match v {
-                WireVersioning::Enabled => 0,
-                WireVersioning::Suspended => 1,
-            });
-        }
-    }
-    match body_crc32c {
-        None => out.put_u8(0),
-        Some(c) => {
-            out.put_u8(1);
-            out.put_u32(*c);
-        }
-    }
+    put_opt(out, versioning, |out, v| {
+        out.put_u8(match v {
+            WireVersioning::Enabled => 0,
+            WireVersioning::Suspended => 1,
+        })
+    });
+    put_opt(out, body_crc32c, |out, c| out.put_u32(*c));
     put_opt_str(out, body_md5);
-    match checksum {
-        None => out.put_u8(0),
-        Some((a, v, k)) => {
-            out.put_u8(1);
-            put_str(out, a);
-            put_str(out, v);
-            put_str(out, k);
-        }
-    }
+    put_opt(out, checksum, |out, (a, v, k)| {
+        put_str(out, a);
+        put_str(out, v);
+        put_str(out, k);
+    });
     out.put_u32(part_sizes.len() as u32);
     for s in part_sizes {
         out.put_u64(*s);
     }
     out.put_u64(*cv);
     put_opt_str(out, stored_md5);
-    match version_seq {
-        None => out.put_u8(0),
-        Some(s) => {
-            out.put_u8(1);
-            out.put_u64(*s);
-        }
-    }
+    put_opt(out, version_seq, |out, s| out.put_u64(*s));
     put_opt_str(out, version_id);
     out.put_u8(u8::from(*marker));
 }
@@ -156,24 +136,15 @@ pub fn decode(mut b: &[u8]) -> Result<WireMeta, String> {
         if_none_match_any: flag_of(r)?,
         if_match: opt_str_of(r)?,
         shown_md5: opt_str_of(r)?,
-        versioning: match flag_of(r)? {
-            false => None,
-            true => Some(match u8_of(r)? {
-                0 => WireVersioning::Enabled,
-                1 => WireVersioning::Suspended,
-                v => return Err(format!("unknown versioning {v}")),
-            }),
-        },
-        body_crc32c: match flag_of(r)? {
-            false => None,
-            true => Some(u32_of(r)?),
-        },
+        versioning: opt_of(r, |r| match u8_of(r)? {
+            0 => Ok(WireVersioning::Enabled),
+            1 => Ok(WireVersioning::Suspended),
+            v => Err(format!("unknown versioning {v}")),
+        })?,
+        body_crc32c: opt_of(r, u32_of)?,
         body_md5: opt_str_of(r)?,
     };
-    let checksum = match flag_of(r)? {
-        false => None,
-        true => Some((str_of(r)?, str_of(r)?, str_of(r)?)),
-    };
+    let checksum = opt_of(r, |r| Ok((str_of(r)?, str_of(r)?, str_of(r)?)))?;
     let n = u32_of(r)? as usize;
     need(r, n.saturating_mul(8))?;
     let part_sizes = (0..n).map(|_| r.get_u64()).collect();
@@ -185,10 +156,7 @@ pub fn decode(mut b: &[u8]) -> Result<WireMeta, String> {
         part_sizes,
         cv: u64_of(r)?,
         stored_md5: opt_str_of(r)?,
-        version_seq: match flag_of(r)? {
-            false => None,
-            true => Some(u64_of(r)?),
-        },
+        version_seq: opt_of(r, u64_of)?,
         version_id: opt_str_of(r)?,
         marker: flag_of(r)?,
     };
@@ -203,14 +171,19 @@ fn put_str(out: &mut BytesMut, s: &str) {
     out.put_slice(s.as_bytes());
 }
 
-fn put_opt_str(out: &mut BytesMut, s: &Option<String>) {
-    match s {
+/// An `opt X`: `u8 0`, or `u8 1` then X as `put` writes it.
+fn put_opt<T>(out: &mut BytesMut, v: &Option<T>, put: impl FnOnce(&mut BytesMut, &T)) {
+    match v {
         None => out.put_u8(0),
-        Some(s) => {
+        Some(v) => {
             out.put_u8(1);
-            put_str(out, s);
+            put(out, v);
         }
     }
+}
+
+fn put_opt_str(out: &mut BytesMut, s: &Option<String>) {
+    put_opt(out, s, |out, s| put_str(out, s));
 }
 
 fn put_pairs(out: &mut BytesMut, pairs: &[(String, String)]) {
@@ -263,11 +236,19 @@ fn str_of(r: &mut &[u8]) -> Result<String, String> {
     String::from_utf8(s.to_vec()).map_err(|_| "a string not UTF-8".to_string())
 }
 
-fn opt_str_of(r: &mut &[u8]) -> Result<Option<String>, String> {
+/// An `opt X`, X read by `read`.
+fn opt_of<T>(
+    r: &mut &[u8],
+    read: impl FnOnce(&mut &[u8]) -> Result<T, String>,
+) -> Result<Option<T>, String> {
     match flag_of(r)? {
         false => Ok(None),
-        true => str_of(r).map(Some),
+        true => read(r).map(Some),
     }
+}
+
+fn opt_str_of(r: &mut &[u8]) -> Result<Option<String>, String> {
+    opt_of(r, str_of)
 }
 
 fn pairs_of(r: &mut &[u8]) -> Result<Vec<(String, String)>, String> {
