@@ -20,7 +20,59 @@ use std::time::Duration;
 
 /// A node's lease: a node that has not renewed it for this long is taken out of its chains.
 /// With the manager's half-second rounds, writes to its PGs wait at most about this long.
-pub const LEASE_SECS: i64 = 4;
+pub const LEASE_SECS: i64 = 5;
+/// How often a node renews its lease: ten times a lease, so that an etcd restart of a few
+/// seconds, or a renewal lost, comes nowhere near the fence time.
+const RENEW_EVERY: Duration = Duration::from_millis(500);
+
+/// How long a node keeps serving after the last lease renewal etcd confirmed, counted from
+/// when that renewal was sent: a second short of the lease. etcd counts a lease from when the
+/// renewal arrived, which is later, and the manager moves a node's PGs only once etcd has let
+/// its lease lapse; so a node cut off from etcd stops reads and chain writes at least a second
+/// before its PGs can be handed to others (a quarter of the lease: room for clocks that run
+/// at different rates, and for a request under way). With renewals every half second, an etcd
+/// outage of up to three and a half seconds (a restart) fences nothing.
+pub const FENCE_MS: u64 = LEASE_SECS as u64 * 1000 - 1000;
+/// A renewal not answered within this long is tried again on a new connection.
+const RENEW_TIMEOUT: Duration = Duration::from_millis(1000);
+
+/// When this node's lease was last known alive (see [`FENCE_MS`]): read on every request.
+pub struct LeaseClock {
+    start: std::time::Instant,
+    /// When the last confirmed renewal was sent, in ms since `start`.
+    renewed_ms: std::sync::atomic::AtomicU64,
+}
+
+impl Default for LeaseClock {
+    /// Alive as of now (a node serves nothing before it registers).
+    fn default() -> Self {
+        LeaseClock {
+            start: std::time::Instant::now(),
+            renewed_ms: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+}
+
+impl LeaseClock {
+    fn ms_at(&self, t: std::time::Instant) -> u64 {
+        t.saturating_duration_since(self.start).as_millis() as u64
+    }
+
+    /// etcd confirmed a renewal sent at `sent`.
+    pub fn renewed(&self, sent: std::time::Instant) {
+        self.renewed_ms
+            .fetch_max(self.ms_at(sent), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How long since the last confirmed renewal was sent, if that is past the fence time:
+    /// the lease may be about to lapse, and the node must not serve.
+    pub fn fenced(&self) -> Option<Duration> {
+        let since = self
+            .ms_at(std::time::Instant::now())
+            .saturating_sub(self.renewed_ms.load(std::sync::atomic::Ordering::Relaxed));
+        (since > FENCE_MS).then(|| Duration::from_millis(since))
+    }
+}
 
 /// The map as `packrat cluster status` and the admin status show it.
 pub fn status_report(map: &ClusterMap) -> serde_json::Value {
@@ -51,6 +103,9 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
                 "addr": n.map(|n| n.addr.clone()),
                 "zone": n.and_then(|n| n.zone.clone()),
                 "state": n.map(|n| n.state),
+                // When the run of the node that the map knows started (Unix ms): after a
+                // restart, a newer one shows that the manager has taken the restart in.
+                "started_ms": n.map(|n| n.incarnation / 1000),
                 "pgs": pgs,
                 "heads": heads,
                 "syncing": syncing,
@@ -72,6 +127,13 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
             })
         })
         .collect();
+    // PGs that wait for former caught-up members to come back (see `ClusterMap::waiting`):
+    // they serve nothing until one does.
+    let waiting: Vec<serde_json::Value> = map
+        .waiting
+        .iter()
+        .map(|(pg, ids)| serde_json::json!({"pg": pg, "waiting_for": ids}))
+        .collect();
     serde_json::json!({
         "epoch": map.epoch,
         "pgs": map.pgs,
@@ -81,7 +143,18 @@ pub fn status_report(map: &ClusterMap) -> serde_json::Value {
         "pgs_degraded": map.pgs as usize - healthy,
         "nodes": nodes,
         "away": away,
+        "pgs_waiting": waiting,
+        "waited_for": waited_for(map),
     })
+}
+
+/// The nodes PGs wait for (see `ClusterMap::waiting`), each with how many PGs wait for it.
+fn waited_for(map: &ClusterMap) -> std::collections::BTreeMap<String, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for id in map.waiting.values().flatten() {
+        *counts.entry(id.clone()).or_default() += 1;
+    }
+    counts
 }
 
 /// Wall-clock time, Unix milliseconds (when a node was found gone, see [`map::Away`]).
@@ -131,6 +204,17 @@ pub fn map_metrics(map: &ClusterMap) -> Vec<packrat_store_api::admin::Metric> {
             "packrat_cluster_nodes_away",
             "Storage nodes gone whose places are kept for them (rereplicate_after_s).",
             map.away.len() as u64,
+        ),
+        Metric::gauge(
+            "packrat_cluster_pgs_waiting",
+            "Placement groups with no caught-up member, waiting for one of the nodes that hold all their writes to come back (they serve nothing meanwhile).",
+            map.waiting.len() as u64,
+        ),
+        Metric::gauge_by(
+            "packrat_cluster_pgs_waiting_for",
+            "Placement groups waiting for this node to come back: it holds all their acknowledged writes.",
+            "node",
+            waited_for(map).into_iter().collect(),
         ),
         Metric::gauge(
             "packrat_cluster_replicas_syncing",
@@ -198,7 +282,11 @@ pub async fn set_rereplicate_after(etcd: &Etcd, seconds: u64) -> Result<(), Stri
 
 /// A running node's registration: its entry in `nodes/`, and `live/` under a lease kept alive
 /// in the background. Returns the lease id (the node campaigns for manager with it).
-pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
+pub async fn register(
+    etcd: &Etcd,
+    entry: &NodeEntry,
+    clock: Arc<LeaseClock>,
+) -> Result<i64, String> {
     // A node keeps the state an operator gave it (draining) across restarts.
     let state = match etcd.get(&format!("nodes/{}", entry.id)).await? {
         Some((v, _)) => serde_json::from_slice::<NodeEntry>(&v)
@@ -213,6 +301,7 @@ pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
         serde_json::to_vec(&entry).map_err(|e| e.to_string())?,
     )
     .await?;
+    let granted_at = std::time::Instant::now();
     let lease = etcd
         .client
         .clone()
@@ -229,23 +318,40 @@ pub async fn register(etcd: &Etcd, entry: &NodeEntry) -> Result<i64, String> {
         )
         .await
         .map_err(|e| format!("etcd: live key: {e}"))?;
+    clock.renewed(granted_at);
     let client = etcd.client.clone();
     tokio::spawn(async move {
-        // Renews the lease three times per period. If the lease is lost (etcd was unreachable
-        // for longer than the lease), the node is out of its chains: it exits so that a
-        // supervisor restarts it, and it rejoins at the tails and catches up.
+        // Renews the lease every `RENEW_EVERY`, noting each renewal etcd confirms (the
+        // node serves only while the last one is recent: see `FENCE_MS`). If the lease is lost
+        // (etcd was unreachable for longer than the lease), the node is out of its chains: it
+        // exits so that a supervisor restarts it, and it rejoins at the tails and catches up.
         let mut client = client;
         loop {
-            // Ends only when the lease is gone (Ok) or etcd cannot be reached (Err).
+            // Ends only when the lease is gone (Ok) or etcd cannot be reached in time (Err).
             let kept = async {
-                let (mut keeper, mut stream) = client.lease_keep_alive(lease).await?;
-                loop {
-                    keeper.keep_alive().await?;
-                    match stream.message().await? {
-                        Some(r) if r.ttl() > 0 => {}
-                        _ => return Ok::<(), etcd_client::Error>(()),
+                let (mut keeper, mut stream) = match client.lease_keep_alive(lease).await {
+                    Ok(kept) => kept,
+                    // The client's own word for a first answer of TTL 0: etcd let the lease
+                    // lapse (it was unreachable, or stopped, for longer than the lease).
+                    Err(etcd_client::Error::LeaseKeepAliveError(e)) if e == "lease not found" => {
+                        return Ok(());
                     }
-                    tokio::time::sleep(Duration::from_millis(LEASE_SECS as u64 * 1000 / 3)).await;
+                    Err(e) => return Err(e.to_string()),
+                };
+                loop {
+                    let sent = std::time::Instant::now();
+                    let answer = tokio::time::timeout(RENEW_TIMEOUT, async {
+                        keeper.keep_alive().await?;
+                        stream.message().await
+                    })
+                    .await
+                    .map_err(|_| "no answer in time".to_string())?
+                    .map_err(|e| e.to_string())?;
+                    match answer {
+                        Some(r) if r.ttl() > 0 => clock.renewed(sent),
+                        _ => return Ok::<(), String>(()),
+                    }
+                    tokio::time::sleep(RENEW_EVERY).await;
                 }
             };
             match kept.await {
@@ -308,7 +414,7 @@ pub async fn run_node(
         metrics,
         held,
     );
-    let lease = register(&etcd, &entry).await?;
+    let lease = register(&etcd, &entry, node.lease_clock()).await?;
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));
     tokio::spawn(node.clone().collect_tombstones());
@@ -319,4 +425,34 @@ pub async fn run_node(
     // Leave at once rather than when the lease runs out.
     let _ = etcd.client.clone().lease_revoke(lease).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_fenced_once_its_last_confirmed_renewal_is_older_than_the_fence_time() {
+        let clock = LeaseClock::default();
+        assert_eq!(clock.fenced(), None, "alive as it starts");
+        let Some(long_ago) = std::time::Instant::now().checked_sub(Duration::from_secs(30)) else {
+            return; // a machine up for less than 30 s: nothing to go back to
+        };
+        let old = LeaseClock {
+            start: long_ago,
+            renewed_ms: std::sync::atomic::AtomicU64::new(0),
+        };
+        let since = old.fenced().expect("30 s without a renewal fences");
+        assert!(since >= Duration::from_secs(30));
+        // A renewal sent just past the fence time ago, confirmed only now, still fences:
+        // the lease is counted from when it was sent.
+        old.renewed(std::time::Instant::now() - Duration::from_millis(FENCE_MS + 200));
+        assert!(old.fenced().is_some());
+        old.renewed(std::time::Instant::now() - Duration::from_millis(FENCE_MS - 500));
+        assert_eq!(old.fenced(), None);
+        // An older confirmation arriving late never moves it back.
+        old.renewed(long_ago);
+        assert_eq!(old.fenced(), None);
+        assert!(FENCE_MS < LEASE_SECS as u64 * 1000);
+    }
 }

@@ -106,7 +106,7 @@ pub fn next_map(
                     _ if restarted.contains(id.as_str()) => epoch,
                     _ => continue, // caught up already
                 }
-            } else if before.is_empty() {
+            } else if before.is_empty() && map.holders(pg).is_empty() {
                 continue; // a PG nobody held has no data to catch up on
             } else {
                 epoch
@@ -117,22 +117,63 @@ pub fn next_map(
             syncing.entry(id.clone()).or_default().insert(pg, since);
         }
     }
+    let mut chains = chains;
+    let alive = |id: &String| live.contains(id) && registered.iter().any(|n| n.id == *id);
+    // A PG whose chain would have no caught-up member (every member restarted, as after a
+    // power cut; or those left are newcomers) must not serve, copy from or take writes on a
+    // partial copy. Its holders (the caught-up members of the last chain that had any) hold
+    // every write it acknowledged: the first of them back serves again as it was (a restart
+    // loses nothing durable; a node whose data directory was replaced has a new id) and the
+    // rest catch up from it. One back but placed elsewhere rejoins the chain until they have.
+    // With none back, the PG waits for them, and says so in the map.
+    let mut waiting: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut leaving: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    for (pg, chain) in chains.iter_mut().enumerate() {
+        let pg = pg as u32;
+        let holders = map.holders(pg);
+        // Caught up already; or nothing to wait for: a PG that never held anything, or one
+        // in a map written before PGs waited (it keeps the old behaviour).
+        if chain.iter().any(|id| !catching_up(&syncing, id, pg)) || holders.is_empty() {
+            continue;
+        }
+        let source = match chain.iter().find(|id| holders.contains(id)) {
+            Some(id) => Some(id.clone()),
+            None => {
+                let back = holders.iter().find(|id| alive(id)).cloned();
+                if let Some(id) = &back {
+                    chain.push(id.clone());
+                    leaving.entry(pg).or_default().push(id.clone());
+                }
+                back
+            }
+        };
+        match source {
+            Some(id) => {
+                if let Some(pgs) = syncing.get_mut(&id) {
+                    pgs.remove(&pg);
+                    if pgs.is_empty() {
+                        syncing.remove(&id);
+                    }
+                }
+            }
+            None => {
+                waiting.insert(pg, holders);
+            }
+        }
+    }
     // A live member leaves a chain (a drain, a rebalance towards a new node) only once the
     // members that joined it have caught up: until then it stays at the tail (listed in
     // `leaving`), so the PG keeps R caught-up copies throughout a move. Without it, nodes
     // joining one that held every PG took whole chains from it, leaving those PGs with no
     // caught-up copy to read or to copy from. In a chain of newcomers it then leads (see
     // `balance_heads`).
-    let mut chains = chains;
-    let mut leaving: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (pg, chain) in chains.iter_mut().enumerate() {
         let pg = pg as u32;
         if !chain.iter().any(|id| catching_up(&syncing, id, pg)) {
             continue;
         }
         for id in map.chain(pg) {
-            let alive = live.contains(id) && registered.iter().any(|n| n.id == *id);
-            if alive && !chain.contains(id) && !map.is_syncing(id, pg) {
+            if alive(id) && !chain.contains(id) && !map.is_syncing(id, pg) {
                 chain.push(id.clone());
                 leaving.entry(pg).or_default().push(id.clone());
             }
@@ -150,6 +191,7 @@ pub fn next_map(
         && nodes == map.nodes
         && away == map.away
         && leaving == map.leaving
+        && waiting == map.waiting
     {
         return None;
     }
@@ -162,6 +204,7 @@ pub fn next_map(
         syncing,
         away,
         leaving,
+        waiting,
         rereplicate_after_s: map.rereplicate_after_s,
     })
 }
@@ -589,6 +632,112 @@ mod tests {
                 .all(|c| c.len() == 3 && !c.contains(&"a".to_string()))
         );
         assert!(seventh.syncing.is_empty());
+    }
+
+    #[test]
+    fn a_chain_whose_members_all_restarted_resumes_from_a_former_caught_up_member() {
+        let ids = |v: &[&str]| -> BTreeSet<String> { v.iter().map(|s| s.to_string()).collect() };
+        let restarted = |nodes: &[NodeEntry], incarnation: u64| -> Vec<NodeEntry> {
+            nodes
+                .iter()
+                .map(|n| NodeEntry {
+                    incarnation,
+                    ..n.clone()
+                })
+                .collect()
+        };
+        let nodes = ["a", "b", "c"].map(node);
+        let all = ids(&["a", "b", "c"]);
+        let none = BTreeMap::new();
+        let mut start = ClusterMap::new(8, 3);
+        start.rereplicate_after_s = 600;
+        let first = next_map(&start, &nodes, &all, &none, &every(), 0).unwrap();
+        // Every node killed and started again within its lease: all three are back at once,
+        // each with a new incarnation. One caught-up member of each chain is its source.
+        let again = restarted(&nodes, 2);
+        let back = next_map(&first, &again, &all, &none, &every(), 0).unwrap();
+        for pg in 0..8 {
+            let readers: Vec<&String> = back.readers(pg).collect();
+            assert_eq!(readers.len(), 1, "PG {pg}: one source, {back:?}");
+            assert_eq!(&back.chain(pg)[0], readers[0], "PG {pg}: the source leads");
+            assert_eq!(back.chain(pg).len(), 3);
+        }
+        assert!(back.waiting.is_empty());
+        // A member still catching up when every node restarted is never the source.
+        let mut c_again = nodes.to_vec();
+        c_again[2].incarnation = 3;
+        let c_behind = next_map(&first, &c_again, &all, &none, &every(), 0).unwrap();
+        assert_eq!(c_behind.syncing["c"].len(), 8);
+        let all_back = next_map(&c_behind, &restarted(&nodes, 4), &all, &none, &every(), 0);
+        let all_back = all_back.unwrap();
+        for pg in 0..8 {
+            let readers: Vec<&String> = all_back.readers(pg).collect();
+            assert_eq!(readers.len(), 1, "PG {pg}");
+            assert_ne!(readers[0], "c", "PG {pg}: c had not caught up");
+        }
+        // A power cut as the manager saw it: b and c went first (their places kept), then a,
+        // the last caught-up member of every chain.
+        let only_a = next_map(&first, &nodes, &ids(&["a"]), &none, &every(), 1_000).unwrap();
+        assert!(only_a.chains.iter().all(|c| c == &["a"]));
+        // b comes back first: its copies may lack what a took alone, so nothing is served
+        // or written until a is back, and the map says whom each PG waits for.
+        let b_back = next_map(&only_a, &again, &ids(&["b"]), &none, &every(), 2_000).unwrap();
+        for pg in 0..8 {
+            assert_eq!(b_back.readers(pg).count(), 0, "PG {pg}");
+            assert_eq!(b_back.waiting[&pg], ["a"], "PG {pg}");
+        }
+        let report = crate::status_report(&b_back);
+        assert_eq!(report["waited_for"]["a"], 8);
+        assert_eq!(report["pgs_waiting"].as_array().map(Vec::len), Some(8));
+        let bc_back = next_map(&b_back, &again, &ids(&["b", "c"]), &none, &every(), 3_000);
+        let bc_back = bc_back.unwrap();
+        assert!((0..8).all(|pg| bc_back.readers(pg).count() == 0));
+        assert_eq!(bc_back.waiting.len(), 8, "still waiting for a");
+        // a is back: it is every PG's source and leads; b and c catch up from it.
+        let a_back = next_map(&bc_back, &again, &all, &none, &every(), 4_000).unwrap();
+        assert!(a_back.waiting.is_empty());
+        for pg in 0..8 {
+            assert_eq!(a_back.readers(pg).collect::<Vec<_>>(), ["a"], "PG {pg}");
+            assert_eq!(a_back.chain(pg)[0], "a");
+            assert_eq!(a_back.chain(pg).len(), 3);
+        }
+        let done = caught_up_on_all(&a_back);
+        let settled = next_map(&a_back, &again, &all, &done, &every(), 5_000).unwrap();
+        assert!(settled.syncing.is_empty() && settled.waiting.is_empty());
+        assert!((0..8).all(|pg| settled.readers(pg).count() == 3));
+    }
+
+    #[test]
+    fn a_pg_whose_holders_are_placed_elsewhere_takes_one_back_as_its_source() {
+        // Every member of a PG's last chain is gone past its grace period and the PG was
+        // re-placed on newcomers, which have nothing to copy from; when a former member
+        // returns, it rejoins that chain as its source even where placement puts it elsewhere.
+        let ids = |v: &[&str]| -> BTreeSet<String> { v.iter().map(|s| s.to_string()).collect() };
+        let nodes: Vec<NodeEntry> = ["a", "b", "c", "d", "e", "f"].map(node).to_vec();
+        let none = BTreeMap::new();
+        let mut start = ClusterMap::new(1, 3);
+        start.rereplicate_after_s = 0;
+        let first = next_map(
+            &start,
+            &nodes[..3],
+            &ids(&["a", "b", "c"]),
+            &none,
+            &every(),
+            0,
+        );
+        let first = first.unwrap();
+        let def = ids(&["d", "e", "f"]);
+        let replaced = next_map(&first, &nodes, &def, &none, &BTreeSet::new(), 0).unwrap();
+        assert_eq!(replaced.readers(0).count(), 0);
+        let mut waited = replaced.waiting[&0].clone();
+        waited.sort();
+        assert_eq!(waited, ["a", "b", "c"]);
+        let mut back = def.clone();
+        back.insert("b".into());
+        let with_b = next_map(&replaced, &nodes, &back, &none, &BTreeSet::new(), 0).unwrap();
+        assert_eq!(with_b.readers(0).collect::<Vec<_>>(), ["b"]);
+        assert_eq!(with_b.chain(0)[0], "b", "the source leads");
+        assert!(with_b.waiting.is_empty());
     }
 
     #[test]

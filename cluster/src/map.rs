@@ -87,6 +87,15 @@ pub struct ClusterMap {
     /// is over.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub leaving: BTreeMap<u32, Vec<String>>,
+    /// PGs with no caught-up member, each with the nodes it waits for: the caught-up members
+    /// of its chain when it last had any. An acknowledged write is durable on every member of
+    /// the chain that took it, so those nodes hold every write the PG acknowledged, and no
+    /// other node is known to. Such a PG serves no reads and takes no writes (its copies may
+    /// be partial) until one of them is back in its chain; the manager then makes that one
+    /// its source again and the others catch up from it. A power cut of every node leaves
+    /// every PG here until its members start again (see `manager::next_map`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub waiting: BTreeMap<u32, Vec<String>>,
     /// How long the replicas of a node that is gone wait for it before the manager makes
     /// them on other nodes (`packrat cluster set --rereplicate-after`; 0: at once).
     #[serde(default = "default_rereplicate_after")]
@@ -122,6 +131,7 @@ impl ClusterMap {
             syncing: BTreeMap::new(),
             away: BTreeMap::new(),
             leaving: BTreeMap::new(),
+            waiting: BTreeMap::new(),
             rereplicate_after_s: REREPLICATE_AFTER_S,
         }
     }
@@ -141,6 +151,17 @@ impl ClusterMap {
         self.chain(pg)
             .iter()
             .filter(move |n| !self.is_syncing(n, pg))
+    }
+
+    /// The nodes that hold every write `pg` acknowledged: its caught-up members, or, while
+    /// it has none, the ones it waits for ([`ClusterMap::waiting`]).
+    pub fn holders(&self, pg: u32) -> Vec<String> {
+        let readers: Vec<String> = self.readers(pg).cloned().collect();
+        if readers.is_empty() {
+            self.waiting.get(&pg).cloned().unwrap_or_default()
+        } else {
+            readers
+        }
     }
 
     /// Members a PG's chain needs to take writes: two (one dead node never leaves a write

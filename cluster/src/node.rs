@@ -56,6 +56,9 @@ mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
+/// Internal requests a node serves at once; past it, a request is answered 503 at once rather
+/// than queued without bound (a gateway tries another member or gives the client 503).
+const REQUESTS_MAX: usize = 2048;
 /// Key locks at least: a node holds one lock per stripe of keys (see [`Node::lock_of`]).
 const LOCK_STRIPES: u32 = 1024;
 /// How often a node re-sends the chain steps it applied and could not hand on.
@@ -116,6 +119,36 @@ pub struct Node {
     /// The PGs this node may hold copies of, kept in its data directory: a drop pass skips
     /// the others (see `held`).
     held: Arc<held::HeldPgs>,
+    /// When this node's etcd lease was last known alive: it serves nothing once that is
+    /// longer ago than [`crate::FENCE_MS`] (see [`Node::handle`]).
+    lease: Arc<crate::LeaseClock>,
+    /// Requests refused because the lease was not known alive.
+    fenced: AtomicU64,
+    /// Internal requests being served (see [`REQUESTS_MAX`]), and those refused past it.
+    in_flight: std::sync::atomic::AtomicUsize,
+    busy: AtomicU64,
+}
+
+/// The start of a refusal's reason when the node is fenced (a gateway gives up sooner on it).
+pub const FENCED: &str = "fenced";
+
+/// A place among the requests a node serves at once, given back when dropped.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn take(count: &'a std::sync::atomic::AtomicUsize) -> Option<Self> {
+        if count.fetch_add(1, Ordering::AcqRel) >= REQUESTS_MAX {
+            count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(InFlight(count))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Who asks for an object's metadata (see [`Node::read_meta`]).
@@ -498,7 +531,16 @@ impl Node {
             pgs_dropped: AtomicU64::new(0),
             copies_dropped: AtomicU64::new(0),
             held,
+            lease: Arc::new(crate::LeaseClock::default()),
+            fenced: AtomicU64::new(0),
+            in_flight: std::sync::atomic::AtomicUsize::new(0),
+            busy: AtomicU64::new(0),
         })
+    }
+
+    /// The clock this node's lease renewals are noted on (see [`crate::register`]).
+    pub fn lease_clock(&self) -> Arc<crate::LeaseClock> {
+        self.lease.clone()
     }
 
     /// Serves the internal API on `listener` until `stop` resolves.
@@ -551,7 +593,45 @@ impl Node {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        // Self-fencing: a node whose lease is not known alive may already have been replaced
+        // in its chains by a manager on the other side of a partition, so it serves no reads
+        // (they could be stale) and takes no chain steps (they could be lost) until etcd
+        // confirms a renewal again. The fault switches stay open for tests.
+        let probe = req.uri().path().starts_with("/admin/faults");
+        if !probe && let Some(since) = self.lease.fenced() {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+            return self.respond(Err(Fail::Refused(format!(
+                "{FENCED}: {} has not renewed its etcd lease for {} ms",
+                self.id,
+                since.as_millis()
+            ))));
+        }
+        let _slot = match InFlight::take(&self.in_flight) {
+            Some(slot) => slot,
+            None => {
+                self.busy.fetch_add(1, Ordering::Relaxed);
+                return self.respond(Err(Fail::Store(StoreError::Unavailable(format!(
+                    "{} is serving {REQUESTS_MAX} internal requests; retry later",
+                    self.id
+                )))));
+            }
+        };
+        let changes = req.method() != Method::GET;
         let result = self.route(req, epoch).await;
+        // A change that ended after the fence began is answered as of unknown outcome (it was
+        // applied, and may be superseded by the chain that replaces this node's).
+        if changes
+            && !probe
+            && result.as_ref().is_ok_and(|r| r.status().is_success())
+            && let Some(since) = self.lease.fenced()
+        {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+            return self.respond(Err(Fail::Store(StoreError::Unavailable(format!(
+                "{FENCED}: {} lost its etcd lease for {} ms while the request was under way; its outcome is unknown",
+                self.id,
+                since.as_millis()
+            )))));
+        }
         self.respond(result)
     }
 
@@ -893,6 +973,21 @@ impl Node {
                 "packrat_node_copies_dropped_total",
                 "Objects, versions, tombstones and uploads in progress this node dropped with the placement groups it left.",
                 self.copies_dropped.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_fenced_requests_total",
+                "Requests this node refused because its etcd lease was not known alive (see the fence time in docs/ARCHITECTURE.md).",
+                self.fenced.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_busy_requests_total",
+                "Internal requests this node answered 503 because it was already serving its most at once.",
+                self.busy.load(Ordering::Relaxed),
+            ),
+            Metric::gauge(
+                "packrat_node_fenced",
+                "1 while this node serves nothing because its last confirmed etcd lease renewal is older than the fence time.",
+                u64::from(self.lease.fenced().is_some()),
             ),
             Metric::gauge(
                 "packrat_node_pgs",
@@ -1409,6 +1504,16 @@ impl Node {
                 "{} the head of PG {pg}",
                 if at_head { "not" } else { "already" }
             )));
+        }
+        // A head still catching up decides writes (conditional ones too) against a copy that
+        // may be partial: the manager heads a chain with a caught-up member whenever it has
+        // one, so this is a PG waiting for one (see `ClusterMap::waiting`).
+        if at_head && map.is_syncing(&self.id, pg) {
+            return Err(StoreError::Unavailable(format!(
+                "PG {pg} has no caught-up member now (waiting for {}); retry later",
+                map.holders(pg).join(", ")
+            ))
+            .into());
         }
         if at_head && chain.len() < map.write_quorum() {
             return Err(StoreError::Unavailable(format!(
@@ -2243,4 +2348,26 @@ fn entry_of(o: &packrat_store_api::ObjectSummary) -> WireEntry {
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_serves_at_most_its_bound_of_requests_at_once() {
+        let count = std::sync::atomic::AtomicUsize::new(0);
+        let mut held: Vec<InFlight> = (0..REQUESTS_MAX)
+            .map(|_| InFlight::take(&count).expect("a place below the bound"))
+            .collect();
+        assert!(InFlight::take(&count).is_none(), "one past the bound");
+        assert_eq!(count.load(Ordering::Relaxed), REQUESTS_MAX);
+        held.pop();
+        assert!(
+            InFlight::take(&count).is_some(),
+            "a place given back is taken again"
+        );
+        drop(held);
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+    }
 }

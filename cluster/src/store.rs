@@ -52,6 +52,11 @@ mod versions;
 /// How long a request keeps trying while the cluster fails over (a lease of
 /// [`crate::LEASE_SECS`] running out, then the manager's next round).
 pub const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+/// How long a request keeps trying while the members it reaches are fenced (their leases not
+/// known alive, see [`crate::FENCE_MS`]): a map without them comes within about a second of
+/// the fence on the side of a partition that has etcd; on the other side none comes, and the
+/// client is better told so (503) than kept waiting.
+pub const FENCED_WAIT: Duration = Duration::from_secs(5);
 /// Largest single PUT through a cluster gateway: the body is held in memory so that a write
 /// can be retried on a new head after a failure.
 pub const CLUSTER_PUT_MAX: u64 = 256 * 1024 * 1024;
@@ -435,9 +440,19 @@ impl ClusterStore {
         let started = Instant::now();
         let mut target = target;
         let mut last_problem = String::from("no member");
+        let mut fenced = false;
         let mut rx = self.map.clone();
         loop {
             let map = rx.borrow_and_update().clone();
+            // A PG waiting for a former caught-up member has nothing to serve until one is back
+            // (see `ClusterMap::waiting`): say so now rather than after the failover wait.
+            if let Some(ids) = map.waiting.get(&pg) {
+                return Err(StoreError::Unavailable(format!(
+                    "placement group {pg} waits for {} to come back (they hold its latest \
+                     writes); retry later",
+                    ids.join(", ")
+                )));
+            }
             let node = match (first.take(), target) {
                 (Some(node), _) => Some(node),
                 (None, Target::Head) => map.chain(pg).first().cloned(),
@@ -475,6 +490,7 @@ impl ClusterStore {
                         if target == Target::Tail {
                             target = Target::Reader;
                         }
+                        fenced |= r.reason.starts_with(crate::node::FENCED);
                         last_problem = format!("{node}: {}", r.reason);
                         if r.epoch > map.epoch {
                             let _ = tokio::time::timeout(
@@ -490,7 +506,7 @@ impl ClusterStore {
                     Err(e) => return Err(e),
                 }
             }
-            if started.elapsed() > FAILOVER_WAIT {
+            if started.elapsed() > FAILOVER_WAIT || (fenced && started.elapsed() > FENCED_WAIT) {
                 return Err(StoreError::Unavailable(format!(
                     "placement group {pg} cannot be reached now ({last_problem}); retry later"
                 )));

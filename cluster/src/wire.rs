@@ -1180,6 +1180,11 @@ impl NodeClient {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        // A pooled connection to a node cut off by the network is found dead by the kernel's
+        // keepalive probes, not kept for a request to hang on until its timeout.
+        connector.set_keepalive(Some(Duration::from_secs(5)));
+        connector.set_keepalive_interval(Some(Duration::from_secs(2)));
+        connector.set_keepalive_retries(Some(3));
         let http = Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(connector);

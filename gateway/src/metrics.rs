@@ -338,6 +338,18 @@ fn encode_store_metric(enc: &mut DescriptorEncoder, m: &Metric) -> Result<(), st
                 None => ConstGauge::new(*v).encode(me),
             }
         }
+        (_, MetricValue::ByLabel { label, values }) => {
+            let mut me = enc.encode_descriptor(m.name, m.help, None, MetricType::Gauge)?;
+            for (value, n) in values {
+                let labels = [(*label, value.as_str())];
+                let family = me.encode_family(&labels)?;
+                match whole(*n) {
+                    Some(n) => ConstGauge::new(n).encode(family)?,
+                    None => ConstGauge::new(*n).encode(family)?,
+                }
+            }
+            Ok(())
+        }
         (
             _,
             MetricValue::Histogram {

@@ -86,6 +86,12 @@ pub enum MetricValue {
         sum: f64,
         count: u64,
     },
+    /// One gauge per value of a label (`name{label="value"} n`), as for each node a cluster
+    /// waits for.
+    ByLabel {
+        label: &'static str,
+        values: Vec<(String, f64)>,
+    },
 }
 
 impl Metric {
@@ -95,6 +101,24 @@ impl Metric {
             help,
             kind: MetricKind::Counter,
             value: MetricValue::Value(value as f64),
+        }
+    }
+
+    /// A gauge per value of `label`.
+    pub fn gauge_by(
+        name: &'static str,
+        help: &'static str,
+        label: &'static str,
+        values: Vec<(String, u64)>,
+    ) -> Self {
+        Self {
+            name,
+            help,
+            kind: MetricKind::Gauge,
+            value: MetricValue::ByLabel {
+                label,
+                values: values.into_iter().map(|(k, v)| (k, v as f64)).collect(),
+            },
         }
     }
 
