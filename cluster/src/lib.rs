@@ -414,6 +414,7 @@ pub async fn run_node(
         metrics,
         held,
     );
+    node.set_incarnation(entry.incarnation);
     let lease = register(&etcd, &entry, node.lease_clock()).await?;
     tokio::spawn(manager::run(etcd.clone(), lease, entry.id.clone()));
     tokio::spawn(node.clone().resync_loop(etcd.clone()));

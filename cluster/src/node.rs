@@ -124,6 +124,8 @@ pub struct Node {
     lease: Arc<crate::LeaseClock>,
     /// Requests refused because the lease was not known alive.
     fenced: AtomicU64,
+    /// This run's incarnation (see `NodeEntry::incarnation`), once registered; 0 before.
+    incarnation: AtomicU64,
     /// Internal requests being served (see [`REQUESTS_MAX`]), and those refused past it.
     in_flight: std::sync::atomic::AtomicUsize,
     busy: AtomicU64,
@@ -131,6 +133,17 @@ pub struct Node {
 
 /// The start of a refusal's reason when the node is fenced (a gateway gives up sooner on it).
 pub const FENCED: &str = "fenced";
+/// The start of a refusal's reason when the node restarted and the map does not know it yet.
+pub const RESTARTED: &str = "restarted";
+
+/// Operators' and jobs' requests (`/admin/...`): not the data path.
+fn path_is_admin(path: &str) -> bool {
+    path.starts_with("/admin/")
+}
+
+/// The start of a refusal's reason when a chain step was applied here and could not be handed
+/// on: the write may yet take effect (a gateway that tries it again may meet it).
+pub const CHAIN_BROKEN: &str = "chain broken";
 
 /// A place among the requests a node serves at once, given back when dropped.
 struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
@@ -533,9 +546,32 @@ impl Node {
             held,
             lease: Arc::new(crate::LeaseClock::default()),
             fenced: AtomicU64::new(0),
+            incarnation: AtomicU64::new(0),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             busy: AtomicU64::new(0),
         })
+    }
+
+    /// Notes the incarnation this run registered with: until the map knows it, the node
+    /// serves nothing (see [`Node::handle`]).
+    pub fn set_incarnation(&self, incarnation: u64) {
+        self.incarnation.store(incarnation, Ordering::Relaxed);
+    }
+
+    /// Whether the map this node serves by has taken in this run of it. Until it has, the map
+    /// still counts the node as it was before it restarted: caught up where it was, though it
+    /// may lack writes that were under way when it stopped (its marks of keys whose newest
+    /// write the chain had not acknowledged are gone with the process), so its answers could
+    /// differ from its chain's; the manager marks it catching up at its next round.
+    fn known_to_map(&self) -> bool {
+        let mine = self.incarnation.load(Ordering::Relaxed);
+        mine == 0
+            || self
+                .map
+                .borrow()
+                .nodes
+                .get(&self.id)
+                .is_none_or(|n| n.incarnation == mine)
     }
 
     /// The clock this node's lease renewals are noted on (see [`crate::register`]).
@@ -604,6 +640,12 @@ impl Node {
                 "{FENCED}: {} has not renewed its etcd lease for {} ms",
                 self.id,
                 since.as_millis()
+            ))));
+        }
+        if !probe && !path_is_admin(req.uri().path()) && !self.known_to_map() {
+            return self.respond(Err(Fail::Refused(format!(
+                "{RESTARTED}: {} restarted and the map has not taken it in yet",
+                self.id
             ))));
         }
         let _slot = match InFlight::take(&self.in_flight) {
@@ -1571,13 +1613,16 @@ impl Node {
         let ans = match sent {
             Ok(a) => a,
             Err(StoreError::Unavailable(why)) => {
-                return Err(Fail::Refused(format!("successor {next}: {why}")));
+                return Err(Fail::Refused(format!("{CHAIN_BROKEN} at {next}: {why}")));
             }
             Err(e) => return Err(e.into()),
         };
         if ans.status == 409 {
             let r: WireRefusal = ans.json().await?;
-            return Err(Fail::Refused(format!("{next}: {}", r.reason)));
+            return Err(Fail::Refused(format!(
+                "{CHAIN_BROKEN} at {next}: {}",
+                r.reason
+            )));
         }
         if !(200..300).contains(&ans.status) {
             return Err(ans.error().await.into());

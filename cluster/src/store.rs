@@ -441,6 +441,10 @@ impl ClusterStore {
         let mut target = target;
         let mut last_problem = String::from("no member");
         let mut fenced = false;
+        // A write that met a failure after its head may have applied it (a successor lost, a
+        // timeout): a later attempt then meets the write itself, and a conditional one fails
+        // its condition against it.
+        let mut maybe_applied = false;
         let mut rx = self.map.clone();
         loop {
             let map = rx.borrow_and_update().clone();
@@ -491,6 +495,8 @@ impl ClusterStore {
                             target = Target::Reader;
                         }
                         fenced |= r.reason.starts_with(crate::node::FENCED);
+                        maybe_applied |= target == Target::Head
+                            && r.reason.starts_with(crate::node::CHAIN_BROKEN);
                         last_problem = format!("{node}: {}", r.reason);
                         if r.epoch > map.epoch {
                             let _ = tokio::time::timeout(
@@ -501,8 +507,21 @@ impl ClusterStore {
                             continue;
                         }
                     }
+                    // A conditional write refused after an attempt that may have landed: it
+                    // may have been refused by its own first attempt, so its outcome is not
+                    // known (as if the client's connection had broken), not "not applied".
+                    Ok(ans) if ans.status == 412 && maybe_applied => {
+                        return Err(StoreError::Unavailable(format!(
+                            "an earlier attempt of this conditional write may have taken effect \
+                             ({last_problem}): its outcome is unknown; read the object before \
+                             trying again"
+                        )));
+                    }
                     Ok(ans) => return Ok((ans, node)),
-                    Err(StoreError::Unavailable(why)) => last_problem = why,
+                    Err(StoreError::Unavailable(why)) => {
+                        maybe_applied |= target == Target::Head;
+                        last_problem = why;
+                    }
                     Err(e) => return Err(e),
                 }
             }
