@@ -12,6 +12,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tarfile
 import threading
@@ -1045,6 +1046,49 @@ def test_a_rolling_restart_under_load_fails_no_request_and_loses_nothing(cluster
     assert not failures, failures[:5]
     assert len(acked) > 100
     assert_acknowledged(gw.client(), "rolling", acked)
+
+
+def test_a_node_drops_a_body_that_stops_and_a_gateway_does_not_ask_etcd_for_every_unknown_name(cluster):
+    """Bounded waits inside the cluster: a peer that sends an internal request's head and then
+    stops mid-body (hung, or cut off) gets 503 within a hop's time, instead of holding the
+    request for as long as the connection lives; and requests naming a bucket or an access key
+    etcd does not have do not each read etcd (a gateway remembers the miss briefly, until its
+    caches next reload), while a bucket made through another gateway is still seen at once."""
+    etcd, nodes, (gw_a, gw_b) = cluster
+    secret = etcd_value(etcd.url, "/packrat/secret")
+    with socket.create_connection(tuple(nodes[0].listen.rsplit(":", 1)), timeout=15) as s:
+        s.sendall(f"POST /w HTTP/1.1\r\nHost: n\r\nx-packrat-cluster-secret: {secret}\r\n"
+                  f"Content-Length: 100000\r\n\r\n".encode() + b"x" * 10)
+        t0 = time.time()
+        answer = s.recv(4096)
+        waited = time.time() - t0
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert 2.5 < waited < 10, waited
+    print(f"a body that stopped after 10 of 100,000 bytes: 503 after {waited:.1f} s")
+    a = gw_a.client()
+    before = gateway_counter(gw_a, "packrat_cluster_etcd_cache_misses_total")
+    for _ in range(50):
+        with pytest.raises(ClientError) as e:
+            a.head_bucket(Bucket="not-made-yet")
+        assert e.value.response["Error"]["Code"] == "404"
+    stranger = gw_a.client(ak="PKNOSUCHKEY", sk="x" * 40)
+    for _ in range(50):
+        with pytest.raises(ClientError) as e:
+            stranger.list_buckets()
+        assert e.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+    asked = gateway_counter(gw_a, "packrat_cluster_etcd_cache_misses_total") - before
+    print(f"100 requests naming an unknown bucket or key: {asked} etcd reads")
+    assert 2 <= asked <= 8, asked
+    gw_b.client().create_bucket(Bucket="not-made-yet")
+
+    def made():
+        try:
+            return a.head_bucket(Bucket="not-made-yet")["ResponseMetadata"]["HTTPStatusCode"] == 200
+        except ClientError as e:
+            assert e.response["Error"]["Code"] == "404"
+            return False
+
+    wait_for("the bucket made through the other gateway", made, timeout=2)
 
 
 def verify_offline(node):

@@ -8,6 +8,7 @@ mod batch;
 mod gather;
 pub mod manager;
 pub mod map;
+mod misses;
 pub mod node;
 pub mod placement;
 pub mod relay;

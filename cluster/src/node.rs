@@ -56,6 +56,11 @@ mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
+/// How long a connection may take to send a request's head (see [`Node::serve`]). hyper
+/// counts it from the end of the previous answer too, so it also closes idle connections: it
+/// is twice the time a client keeps a pooled connection unused, so that the client, not this
+/// node, closes them (a request sent on a connection the node just closed would fail).
+const NODE_HEADER_TIMEOUT: Duration = Duration::from_secs(2 * crate::wire::POOL_IDLE.as_secs());
 /// Internal requests a node serves at once; past it, a request is answered 503 at once rather
 /// than queued without bound (a gateway tries another member or gives the client 503).
 const REQUESTS_MAX: usize = 2048;
@@ -238,12 +243,19 @@ where
     B: hyper::body::Body<Data = Bytes>,
     B::Error: std::fmt::Display,
 {
-    Ok(req
-        .into_body()
-        .collect()
-        .await
-        .map_err(|e| StoreError::Unavailable(format!("{what} body: {e}")))?
-        .to_bytes())
+    // A sender that stops mid-body (hung, or cut off by the network) would hold this request,
+    // and its place among the node's requests, for as long as the connection lives: the body
+    // must arrive within a hop's time for its size, as its sender waits for the answer.
+    let limit = crate::wire::hop_timeout(req.body().size_hint().lower() as usize);
+    match tokio::time::timeout(limit, req.into_body().collect()).await {
+        Ok(body) => Ok(body
+            .map_err(|e| StoreError::Unavailable(format!("{what} body: {e}")))?
+            .to_bytes()),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "{what} body not received within {} ms",
+            limit.as_millis()
+        ))),
+    }
 }
 
 /// An answer sent whole, with its CRC32C ([`crate::wire::ANSWER_CRC_HEADER`]).
@@ -597,7 +609,11 @@ impl Node {
                         let node = node.clone();
                         async move { Ok::<_, std::convert::Infallible>(node.handle(req).await) }
                     });
+                    // A peer that opens a connection and never finishes a request's head
+                    // (or leaves it idle) is dropped after NODE_HEADER_TIMEOUT.
                     let conn = hyper::server::conn::http1::Builder::new()
+                        .timer(hyper_util::rt::TokioTimer::new())
+                        .header_read_timeout(NODE_HEADER_TIMEOUT)
                         .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
                     let conn = graceful.watch(conn);
                     tokio::spawn(async move {

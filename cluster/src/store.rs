@@ -128,6 +128,10 @@ pub struct ClusterStore {
     /// etcd), counted under the cache's lock: a reload whose listing may predate one of them
     /// lists again rather than put an older record back (see [`ClusterStore::reload`]).
     local_edits: AtomicU64,
+    /// Buckets and access keys etcd did not have, lately (see `misses`), and the etcd reads
+    /// their misses made.
+    misses: crate::misses::Misses,
+    etcd_misses_asked: AtomicU64,
 }
 
 /// Lookups to one node under way before more are gathered (see [`ClusterStore::lookup`]).
@@ -266,6 +270,8 @@ impl ClusterStore {
             gathered_requests: AtomicU64::new(0),
             gathered_alone: AtomicU64::new(0),
             local_edits: AtomicU64::new(0),
+            misses: Default::default(),
+            etcd_misses_asked: AtomicU64::new(0),
             clock: Arc::new(SystemClock),
         });
         store.reload().await?;
@@ -300,6 +306,7 @@ impl ClusterStore {
             if self.local_edits.load(Ordering::SeqCst) == before {
                 *b = buckets;
                 *k = keys;
+                self.misses.forget_all();
                 return Ok(());
             }
         }
@@ -312,6 +319,25 @@ impl ClusterStore {
             f(&mut b);
             self.local_edits.fetch_add(1, Ordering::SeqCst);
         }
+        self.misses.forget_all();
+    }
+
+    /// An etcd record for a name the caches do not hold, unless etcd lately had none (see
+    /// `misses`): `what` is the key's folder (`buckets`, `keys`).
+    fn uncached(&self, what: &str, name: &str) -> StoreResult<Option<Vec<u8>>> {
+        let id = format!("{what}/{name}");
+        let now = Instant::now();
+        if self.misses.fresh(&id, now) {
+            return Ok(None);
+        }
+        self.etcd_misses_asked.fetch_add(1, Ordering::Relaxed);
+        let found = self
+            .blocking(self.etcd.get(&id))
+            .map_err(StoreError::Unavailable)?;
+        if found.is_none() {
+            self.misses.note(&id, now);
+        }
+        Ok(found.map(|(v, _)| v))
     }
 
     /// Reloads buckets and keys whenever they change in etcd.
@@ -1168,9 +1194,8 @@ impl ObjectStore for ClusterStore {
         let key = match cached {
             Some(k) => Some(k),
             None => self
-                .blocking(self.etcd.get(&format!("keys/{access_key}")))
-                .map_err(StoreError::Unavailable)?
-                .and_then(|(v, _)| serde_json::from_slice::<AccessKey>(&v).ok()),
+                .uncached("keys", access_key)?
+                .and_then(|v| serde_json::from_slice::<AccessKey>(&v).ok()),
         };
         Ok(key.map(|k| Identity {
             access_key: k.access_key,
@@ -1191,9 +1216,8 @@ impl ObjectStore for ClusterStore {
             return Ok(Some(b));
         }
         let rec = self
-            .blocking(self.etcd.get(&format!("buckets/{name}")))
-            .map_err(StoreError::Unavailable)?
-            .and_then(|(v, _)| serde_json::from_slice::<BucketRecord>(&v).ok());
+            .uncached("buckets", name)?
+            .and_then(|v| serde_json::from_slice::<BucketRecord>(&v).ok());
         Ok(rec.map(|r| Self::bucket_of(&r)))
     }
 
@@ -2163,6 +2187,11 @@ impl ObjectStore for ClusterStore {
             "packrat_cluster_lookups_gathered_total",
             "Object lookups (GET, HEAD) sent to nodes gathered with others in one request.",
             self.gathered_lookups.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_etcd_cache_misses_total",
+            "Bucket and access key lookups this gateway's caches did not hold and asked etcd for (a name etcd lately did not have is not asked again for a while).",
+            self.etcd_misses_asked.load(Ordering::Relaxed),
         ));
         m.push(Metric::counter(
             "packrat_cluster_gathered_requests_total",

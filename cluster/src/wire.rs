@@ -1106,6 +1106,9 @@ pub fn hop_timeout(bytes: usize) -> Duration {
     Duration::from_secs(3) + Duration::from_secs_f64(bytes as f64 / (32.0 * 1024.0 * 1024.0))
 }
 
+/// How long a pooled connection to a node stays open unused.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
 /// How long a read may wait for a node's answer to start before another replica is tried.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -1186,7 +1189,7 @@ impl NodeClient {
         connector.set_keepalive_interval(Some(Duration::from_secs(2)));
         connector.set_keepalive_retries(Some(3));
         let http = Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(POOL_IDLE)
             .build(connector);
         NodeClient { http, secret }
     }
