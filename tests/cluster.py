@@ -22,6 +22,20 @@ def free_port():
         return s.getsockname()[1]
 
 
+def wait_for_etcd(url, timeout=30):
+    """Waits until the etcd at `url` says it is healthy."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as r:
+                if json.load(r).get("health") == "true":
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("etcd did not start")
+
+
 class Etcd:
     """A private single-member etcd on free loopback ports with its own data directory."""
 
@@ -30,28 +44,27 @@ class Etcd:
         self.client_port = free_port()
         self.peer_port = free_port()
         self.url = f"http://127.0.0.1:{self.client_port}"
+        self.peer = f"http://127.0.0.1:{self.peer_port}"
         self.proc = None
 
+    def argv_prefix(self):
+        """What runs etcd's command (another network namespace, say)."""
+        return []
+
+    def wait_healthy(self):
+        wait_for_etcd(self.url)
+
     def start(self):
-        peer = f"http://127.0.0.1:{self.peer_port}"
         log = open(self.data_dir + ".log", "ab")
         self.proc = subprocess.Popen(
-            [ETCD, "--name", "t", "--data-dir", self.data_dir,
+            [*self.argv_prefix(), ETCD, "--name", "t", "--data-dir", self.data_dir,
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-             "--initial-cluster", f"t={peer}", "--log-level", "warn"],
+             "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
+             "--initial-cluster", f"t={self.peer}", "--log-level", "warn"],
             stdout=log, stderr=log)
         log.close()
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                    if json.load(r).get("health") == "true":
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError("etcd did not start")
+        self.wait_healthy()
+        return self
 
     def stop(self):
         if self.proc and self.proc.poll() is None:

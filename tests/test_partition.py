@@ -17,7 +17,6 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 
 import boto3
 import pytest
@@ -27,7 +26,7 @@ from botocore.exceptions import ClientError
 import conftest
 import history
 import netns
-from cluster import BIN, ETCD, Etcd, Gateway, Node
+from cluster import BIN, Etcd, Gateway, Node, wait_for_etcd
 
 PGS = 16
 SKIP = os.environ.get("PACKRAT_SKIP_NETNS") == "1"
@@ -37,46 +36,21 @@ def etag_of(value):
     return '"' + hashlib.md5(value.encode()).hexdigest() + '"'
 
 
-class NsEtcd:
+class NsEtcd(Etcd):
     """A single-member etcd on host `host`."""
 
     def __init__(self, data_dir, net, host):
-        self.data_dir, self.net, self.host = str(data_dir), net, host
+        super().__init__(data_dir)
+        self.net, self.host = net, host
         addr = net.addr(host)
         self.url = f"http://{addr}:2379"
         self.peer = f"http://{addr}:2380"
-        self.proc = None
 
-    def start(self):
-        log = open(self.data_dir + ".log", "ab")
-        self.proc = subprocess.Popen(
-            [*self.net.exec_prefix(self.host), ETCD, "--name", "t", "--data-dir", self.data_dir,
-             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
-             "--listen-peer-urls", self.peer, "--initial-advertise-peer-urls", self.peer,
-             "--initial-cluster", f"t={self.peer}", "--log-level", "warn"],
-            stdout=log, stderr=log)
-        log.close()
+    def argv_prefix(self):
+        return self.net.exec_prefix(self.host)
 
-        def healthy():
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                try:
-                    with urllib.request.urlopen(self.url + "/health", timeout=1) as r:
-                        if json.load(r).get("health") == "true":
-                            return
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            raise RuntimeError("etcd did not start")
-
-        self.net.call(self.host, healthy)
-        return self
-
-    def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-        self.proc = None
+    def wait_healthy(self):
+        self.net.call(self.host, wait_for_etcd, self.url)
 
 
 class NsNode(Node):
