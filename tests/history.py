@@ -76,6 +76,40 @@ def check(ops, final, grace_s=0.0):
     return bad
 
 
+def check_durable(ops, final):
+    """The violations no fault may cause, whatever else the history shows: an acknowledged
+    write lost (the key ends on a value an acknowledged write had replaced, or is gone), a
+    read of a value never written, and two conditional writes succeeding against one
+    version. A subset of what `check` finds, without its ordering of reads."""
+    bad = []
+    by_key = {}
+    for op in ops:
+        by_key.setdefault(op["key"], []).append(op)
+    for key, kops in sorted(by_key.items()):
+        writes = {o["value"]: o for o in kops if o["kind"] in ("put", "cas")
+                  and o["outcome"] != "refused"}
+        acked = [o for o in kops if o["kind"] in ("put", "cas") and o["outcome"] == "ok"]
+        for o in kops:
+            if o["kind"] == "get" and o["outcome"] == "ok" and o["got"] is not None \
+                    and o["got"] not in writes:
+                bad.append(f"{key}: read {o['got']!r}, never written")
+        end = final.get(key)
+        if acked and end is None:
+            bad.append(f"{key}: acknowledged writes, and the key is gone")
+        elif end is not None and end in writes:
+            w = writes[end]
+            # Acknowledged writes that began after this value's write was acknowledged
+            # replaced it for good (values are unique: it cannot come back).
+            later = [a for a in acked if w["outcome"] == "ok" and a["start"] > w["end"]]
+            replaced = [a for a in acked if a.get("base") is not None and a.get("base") == w.get("etag")]
+            if later or replaced:
+                a = (later or replaced)[0]
+                bad.append(f"{key}: ends on {end!r}, which the acknowledged write {a['value']!r} "
+                           f"replaced: that write was lost")
+        bad += check_conditional(key, kops)
+    return bad
+
+
 def check_register(key, ops, grace_s):
     bad = []
     writes = {}
@@ -169,7 +203,13 @@ def _self_test():
     # ...but once it was read, a read of the value it replaced goes back.
     finds(base + late + [r("k", "w:3", 8), r("k", "w:4", 9)], {"k": "w:4"}, "'w:3'")
     # Two conditional writes succeeding against one version.
-    cas = [w("c", "a", 1, base=None), op("cas", "c", 2, value="b", base="ea"),
-           op("cas", "c", 3, value="x", base="ea")]
+    assert check_durable(base + [r("k", "w:1", 3)], {"k": "w:2"}) == [], "a stale read is no loss"
+    assert any("was lost" in f for f in check_durable(base, {"k": "w:1"}))
+    assert any("never written" in f for f in check_durable(base + [r("k", "w:9", 3)], {"k": "w:2"}))
+    assert check_durable(base + late, {"k": "w:3"}) == [], "a write landing late is no loss"
+    cas = [w("c", "a", 1, base=None, etag="ea"), op("cas", "c", 2, value="b", base="ea", etag="eb"),
+           op("cas", "c", 3, value="x", base="ea", etag="ex")]
+    assert any("2 conditional writes" in f for f in check_durable(cas, {"c": "x"}))
+    assert any("was lost" in f for f in check_durable(cas[:2], {"c": "a"}))
     finds(cas, {"c": "x"}, "2 conditional writes succeeded")
     assert check(cas[:2], {"c": "b"}) == []
