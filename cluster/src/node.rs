@@ -141,11 +141,6 @@ pub const FENCED: &str = "fenced";
 /// The start of a refusal's reason when the node restarted and the map does not know it yet.
 pub const RESTARTED: &str = "restarted";
 
-/// Operators' and jobs' requests (`/admin/...`): not the data path.
-fn path_is_admin(path: &str) -> bool {
-    path.starts_with("/admin/")
-}
-
 /// The start of a refusal's reason when a chain step was applied here and could not be handed
 /// on: the write may yet take effect (a gateway that tries it again may meet it).
 pub const CHAIN_BROKEN: &str = "chain broken";
@@ -649,7 +644,10 @@ impl Node {
         // in its chains by a manager on the other side of a partition, so it serves no reads
         // (they could be stale) and takes no chain steps (they could be lost) until etcd
         // confirms a renewal again. The fault switches stay open for tests.
-        let probe = req.uri().path().starts_with("/admin/faults");
+        let path = req.uri().path();
+        let probe = path.starts_with("/admin/faults");
+        // Operators' and jobs' requests (`/admin/...`) are not the data path.
+        let admin = path.starts_with("/admin/");
         if !probe && let Some(since) = self.lease.fenced() {
             self.fenced.fetch_add(1, Ordering::Relaxed);
             return self.respond(Err(Fail::Refused(format!(
@@ -658,7 +656,7 @@ impl Node {
                 since.as_millis()
             ))));
         }
-        if !probe && !path_is_admin(req.uri().path()) && !self.known_to_map() {
+        if !admin && !self.known_to_map() {
             return self.respond(Err(Fail::Refused(format!(
                 "{RESTARTED}: {} restarted and the map has not taken it in yet",
                 self.id
