@@ -1841,6 +1841,44 @@ def test_a_write_damaged_between_members_is_refused_and_settles(workdir):
         etcd.stop()
 
 
+def test_a_conditional_write_refused_on_retry_keeps_its_unsettled_first_attempt_off_reads(workdir):
+    """A conditional write that its head applied and could not hand on (the chain broke under
+    it) is tried again by its gateway; the head refuses the retry (412: it holds the first
+    attempt itself) and the client gets 503, outcome unknown. Until the rest of the chain has
+    the first attempt, every member must answer reads with the committed value. Before, the
+    refused retry cleared the head's mark of the first attempt, and the head answered it as
+    committed while the other members answered the value before it: reads went back and
+    forth (the histories under partitions found it)."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-retry", node_args=["--fault-injection"])
+    try:
+        secret = etcd_value(etcd.url, "/packrat/secret")
+        c = gws[0].client()
+        c.create_bucket(Bucket="cas")
+        etag = c.put_object(Bucket="cas", Key="k", Body=b"before")["ETag"]
+        # From now on no node hands a step on: a write stays at its head.
+        for n in nodes:
+            assert hop_faults(n, secret, {"flip": 0, "drop": 100_000})["drop"] == 100_000
+        with pytest.raises(ClientError) as e:
+            c.put_object(Bucket="cas", Key="k", Body=b"after", IfMatch=etag)
+        assert e.value.response["Error"]["Code"] == "ServiceUnavailable", e.value.response
+        # Consecutive reads go to the members in turn.
+        got = [c.get_object(Bucket="cas", Key="k")["Body"].read() for _ in range(9)]
+        assert set(got) == {b"before"}, got
+        # Steps flow again: the head hands the write on (its outcome was unknown, so it may
+        # take effect), and from then on every member answers it.
+        for n in nodes:
+            hop_faults(n, secret, {"flip": 0, "drop": 0})
+        wait_for("every member to settle",
+                 lambda: all(node_counter(n, "packrat_node_writes_unsettled") == 0 for n in nodes),
+                 timeout=30)
+        got = [c.get_object(Bucket="cas", Key="k")["Body"].read() for _ in range(9)]
+        assert set(got) == {b"after"}, got
+    finally:
+        for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
 def hop_faults(node, secret, set_to=None):
     """A node's hop faults (`/admin/faults/hop`), set first to `set_to` if given."""
     req = urllib.request.Request(

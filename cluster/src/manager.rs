@@ -121,11 +121,15 @@ pub fn next_map(
     let alive = |id: &String| live.contains(id) && registered.iter().any(|n| n.id == *id);
     // A PG whose chain would have no caught-up member (every member restarted, as after a
     // power cut; or those left are newcomers) must not serve, copy from or take writes on a
-    // partial copy. Its holders (the caught-up members of the last chain that had any) hold
-    // every write it acknowledged: the first of them back serves again as it was (a restart
-    // loses nothing durable; a node whose data directory was replaced has a new id) and the
-    // rest catch up from it. One back but placed elsewhere rejoins the chain until they have.
-    // With none back, the PG waits for them, and says so in the map.
+    // partial copy. Its holders (the caught-up members of the last chain that had any, in
+    // chain order) hold every write it acknowledged: one of them serves again as it was (a
+    // restart loses nothing durable; a node whose data directory was replaced has a new id)
+    // and the rest catch up from it. The one nearest the tail is taken: reads were answered
+    // by the tail (and by members whose copy the tail had), each once it was durable there,
+    // while a member hands a write on before its own sync, so a member nearer the head that
+    // was killed may have lost a version the tail answered reads with (a source without it
+    // would make a read go back). One back but placed elsewhere rejoins the chain until they
+    // have. With none back, the PG waits for them, and says so in the map.
     let mut waiting: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     let mut leaving: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (pg, chain) in chains.iter_mut().enumerate() {
@@ -136,10 +140,10 @@ pub fn next_map(
         if chain.iter().any(|id| !catching_up(&syncing, id, pg)) || holders.is_empty() {
             continue;
         }
-        let source = match chain.iter().find(|id| holders.contains(id)) {
+        let source = match holders.iter().rev().find(|id| chain.contains(id)) {
             Some(id) => Some(id.clone()),
             None => {
-                let back = holders.iter().find(|id| alive(id)).cloned();
+                let back = holders.iter().rev().find(|id| alive(id)).cloned();
                 if let Some(id) = &back {
                     chain.push(id.clone());
                     leaving.entry(pg).or_default().push(id.clone());
@@ -661,6 +665,9 @@ mod tests {
             assert_eq!(readers.len(), 1, "PG {pg}: one source, {back:?}");
             assert_eq!(&back.chain(pg)[0], readers[0], "PG {pg}: the source leads");
             assert_eq!(back.chain(pg).len(), 3);
+            // The tail of the chain before: reads were answered there, so it has every
+            // version a client may have seen.
+            assert_eq!(readers[0], first.chain(pg).last().unwrap(), "PG {pg}");
         }
         assert!(back.waiting.is_empty());
         // A member still catching up when every node restarted is never the source.

@@ -56,6 +56,18 @@ mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
+/// A key's mark in [`Node::dirty`]: the version of its newest step here not yet acknowledged
+/// by the rest of the chain, and the mark that step replaced, if an earlier step was not
+/// handed on either. A step that fails before it is handed on (a conditional write refused,
+/// a store error) puts the earlier mark back: before, it cleared the key, and this member
+/// then answered reads with the earlier step's version, which the tail lacked, as committed
+/// (a read went back once the tail answered again).
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct DirtyMark {
+    cv: u64,
+    before: Option<u64>,
+}
+
 /// How long a connection may take to send a request's head (see [`Node::serve`]). hyper
 /// counts it from the end of the previous answer too, so it also closes idle connections: it
 /// is twice the time a client keeps a pooled connection unused, so that the client, not this
@@ -86,8 +98,8 @@ pub struct Node {
     /// Key locks by stripe, a whole number of stripes per PG (see [`Node::lock_of`]).
     locks: Vec<tokio::sync::Mutex<()>>,
     /// Keys whose newest write here is not yet acknowledged by the rest of the chain, with
-    /// that write's version.
-    dirty: Mutex<HashMap<(u64, String), u64>>,
+    /// that write's version (and the mark it replaced, see [`DirtyMark`]).
+    dirty: Mutex<HashMap<(u64, String), DirtyMark>>,
     /// When this node first found each version it marked lost (staged here, not made durable;
     /// see `unsettled`), so it settles only once a forward can no longer land after it.
     lost_since: Mutex<HashMap<(u64, String, u64), std::time::Instant>>,
@@ -112,6 +124,9 @@ pub struct Node {
     /// Fault injection (tests): the next this many write bodies handed on to a successor
     /// have a byte changed after their CRC is taken (see `Node::hop_faults`).
     hop_flips: AtomicU64,
+    /// Fault injection (tests): the next this many steps handed on to a successor are not
+    /// sent, and fail as a successor that did not answer (see `Node::hop_faults`).
+    hop_drops: AtomicU64,
     /// Local buckets dropped because their cluster bucket was deleted.
     buckets_dropped: AtomicU64,
     /// Held while the copies of PGs this node left are dropped, and while it catches up on
@@ -546,6 +561,7 @@ impl Node {
             versioned_bids: Mutex::new(HashSet::new()),
             damaged: AtomicU64::new(0),
             hop_flips: AtomicU64::new(0),
+            hop_drops: AtomicU64::new(0),
             buckets_dropped: AtomicU64::new(0),
             sweep: tokio::sync::Mutex::new(()),
             pgs_dropped: AtomicU64::new(0),
@@ -1294,7 +1310,7 @@ impl Node {
                     )
                     .await;
                 if let Err(e) = buried {
-                    self.clear_dirty(bid, key, cv);
+                    self.undo_dirty(bid, key, cv);
                     return Err(e.into());
                 }
                 // A versioned delete answers the delete marker it made.
@@ -1421,7 +1437,7 @@ impl Node {
             }
             // At the tail, nothing was handed on: a failed write like any other.
             (Err(e), Ok(()), None) => {
-                self.clear_dirty(bid, key, cv);
+                self.undo_dirty(bid, key, cv);
                 return Err(e.into());
             }
             // Neither here nor (as far as this member knows) further on: the key stays marked
@@ -1506,7 +1522,7 @@ impl Node {
         let info = match made {
             Ok(i) => i,
             Err(e) => {
-                self.clear_dirty(step.bid, step.key, step.cv);
+                self.undo_dirty(step.bid, step.key, step.cv);
                 return Err(e);
             }
         };
@@ -1605,6 +1621,16 @@ impl Node {
             .addr(next)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
         let body_len = body.len();
+        // Fault injection: a step that never reaches the next member.
+        if self
+            .hop_drops
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            return Err(Fail::Refused(format!(
+                "{CHAIN_BROKEN} at {next}: dropped (fault injection)"
+            )));
+        }
         // Fault injection: a write's bytes change on their way, after their CRC was taken.
         let body = if method == Method::PUT {
             flip_next(&self.hop_flips, body)
@@ -1847,15 +1873,45 @@ impl Node {
     /// Marks a key's write `cv` as on its way down the chain (see `Node::dirty`).
     fn mark_dirty(&self, bid: u64, key: &str, cv: u64) {
         if let Ok(mut d) = self.dirty.lock() {
-            d.insert((bid, key.to_string()), cv);
+            let k = (bid, key.to_string());
+            let before = d.get(&k).map(|m| m.cv).filter(|b| *b < cv);
+            d.insert(k, DirtyMark { cv, before });
         }
     }
 
+    /// Clears a key's mark once the rest of the chain holds version `cv` (or a newer one):
+    /// an older step still marked is settled by it too.
     fn clear_dirty(&self, bid: u64, key: &str, cv: u64) {
         if let Ok(mut d) = self.dirty.lock() {
             let k = (bid, key.to_string());
-            if d.get(&k).is_some_and(|pending| *pending <= cv) {
+            if d.get(&k).is_some_and(|pending| pending.cv <= cv) {
                 d.remove(&k);
+            }
+        }
+    }
+
+    /// Takes back the mark of step `cv`, which failed here before it was handed on: the key
+    /// is marked as it was before the step (an earlier step not handed on yet stays marked).
+    fn undo_dirty(&self, bid: u64, key: &str, cv: u64) {
+        if let Ok(mut d) = self.dirty.lock() {
+            let k = (bid, key.to_string());
+            match d.get(&k).copied() {
+                Some(DirtyMark {
+                    cv: marked,
+                    before: Some(b),
+                }) if marked == cv => {
+                    d.insert(
+                        k,
+                        DirtyMark {
+                            cv: b,
+                            before: None,
+                        },
+                    );
+                }
+                Some(m) if m.cv == cv => {
+                    d.remove(&k);
+                }
+                _ => {}
             }
         }
     }
@@ -1864,7 +1920,7 @@ impl Node {
     fn dirty_at(&self, bid: u64, key: &str, cv: u64) -> bool {
         self.dirty
             .lock()
-            .is_ok_and(|d| d.get(&(bid, key.to_string())) == Some(&cv))
+            .is_ok_and(|d| d.get(&(bid, key.to_string())).map(|m| m.cv) == Some(cv))
     }
 
     /// For each key given (`None`: not to be judged), whether it is dirty; one look at the

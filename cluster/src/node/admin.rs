@@ -90,7 +90,9 @@ impl Node {
 
     /// `/admin/faults/hop`: damage on the way between members (tests; allowed when the store's
     /// fault injection is). PUT `{"flip": N}`: the next N write bodies this node hands on to a
-    /// successor have a byte changed after their CRC32C is taken. Answers what is left to flip.
+    /// successor have a byte changed after their CRC32C is taken; `"drop": N`: the next N
+    /// steps it hands on are not sent, and fail as if the successor had not answered (a chain
+    /// broken under a write, at once). Answers what is left of each.
     pub(super) async fn hop_faults<B>(&self, req: http::Request<B>) -> Result<NodeResp, Fail>
     where
         B: hyper::body::Body<Data = Bytes>,
@@ -103,6 +105,9 @@ impl Node {
             /// Answers of object bytes sent whole (to a gateway or a node).
             #[serde(default)]
             answers: u64,
+            /// Steps handed on to a successor.
+            #[serde(default)]
+            drop: u64,
         }
         // Refused unless the node runs with `--fault-injection`.
         self.store.faults(None).await?;
@@ -112,12 +117,14 @@ impl Node {
                 .map_err(|e| StoreError::Invalid(format!("bad hop faults: {e}")))?;
             self.hop_flips.store(set.flip, Ordering::Relaxed);
             super::ANSWER_FLIPS.store(set.answers, Ordering::Relaxed);
+            self.hop_drops.store(set.drop, Ordering::Relaxed);
         }
         Ok(json(
             200,
             &HopFaults {
                 flip: self.hop_flips.load(Ordering::Relaxed),
                 answers: super::ANSWER_FLIPS.load(Ordering::Relaxed),
+                drop: self.hop_drops.load(Ordering::Relaxed),
             },
         ))
     }

@@ -76,7 +76,7 @@ impl Node {
     /// hop's timeout per key), and the round ends when the map changes.
     pub(super) async fn resend_unsettled(&self) -> (usize, usize) {
         let pending: Vec<((u64, String), u64)> = match self.dirty.lock() {
-            Ok(d) => d.iter().map(|(k, cv)| (k.clone(), *cv)).collect(),
+            Ok(d) => d.iter().map(|(k, m)| (k.clone(), m.cv)).collect(),
             Err(_) => return (0, 0),
         };
         // Versions found lost (see `recover_lost`) are followed while their marks last.

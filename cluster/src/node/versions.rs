@@ -157,7 +157,7 @@ impl Node {
 
     /// A history step this member refused (or could not apply): nothing to hand on.
     fn drop_history_step(&self, step: KeyStep<'_>) {
-        self.clear_dirty(step.bid, step.key, step.cv);
+        self.undo_dirty(step.bid, step.key, step.cv);
         self.history_step_done(step.bid, step.key, step.cv);
     }
 
@@ -821,7 +821,7 @@ impl Node {
             )
             .await
         {
-            self.clear_dirty(bid, key, cv);
+            self.undo_dirty(bid, key, cv);
             return Err(e);
         }
         let path = format!("/o/{bid}/{pg}/{}?hsync", encode(key));
