@@ -1879,6 +1879,83 @@ def test_a_conditional_write_refused_on_retry_keeps_its_unsettled_first_attempt_
         etcd.stop()
 
 
+M64 = (1 << 64) - 1
+
+
+def pg_of(bucket_id, key, pgs):
+    """The PG of a key, as `placement::pg_of` places it (FNV-1a of the key mixed with the
+    bucket id, through SplitMix64's finaliser)."""
+    h = 0xCBF29CE484222325
+    for b in key.encode():
+        h = ((h ^ b) * 0x100000001B3) & M64
+    z = ((h ^ ((bucket_id * 0x9E3779B97F4A7C15) & M64)) + 0x9E3779B97F4A7C15) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    z ^= z >> 31
+    return (z * pgs) >> 64
+
+
+def test_a_hung_chain_holds_back_no_write_relayed_with_it(workdir):
+    """Writes waiting for one node go to it relayed in one request (`POST /w`), and a node's
+    answer gives each step's outcome as that step ends. With one node of four hung (stopped,
+    its connections open and unanswered) for 2.5 s, the writes whose chains do not hold it
+    are each answered within a second while the writes through it wait: before, a relayed
+    request was answered once its slowest step was, so a write relayed with one whose chain
+    held the hung node waited as long."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-hungpg", nodes=4)
+    try:
+        c = gws[0].client()
+        c.create_bucket(Bucket="hung")
+        bid = json.loads(etcd_value(etcd.url, "/packrat/buckets/hung"))["id"]
+        m = json.loads(etcd_value(etcd.url, "/packrat/map"))
+        hung = nodes[3]
+        hung_id = next(i for i, n in m["nodes"].items() if n["addr"] == hung.listen)
+        keys = [f"k/{i:04d}" for i in range(2000)]
+        through = [k for k in keys if hung_id in m["chains"][pg_of(bid, k, PGS)]]
+        around = [k for k in keys if hung_id not in m["chains"][pg_of(bid, k, PGS)]]
+        # Every write through the gateway first, so each path is warm.
+        for k in through[:4] + around[:4]:
+            c.put_object(Bucket="hung", Key=k, Body=b"warm")
+        relayed_before = gateway_counter(gws[0], "packrat_cluster_writes_relayed_total")
+        order = [k for pair in zip(through[:200], around[:200]) for k in pair]
+        clients = [gws[0].client() for _ in range(48)]
+        stopped_at = time.monotonic()
+        hung.proc.send_signal(signal.SIGSTOP)
+        timer = threading.Timer(2.5, hung.proc.send_signal, [signal.SIGCONT])
+        timer.start()
+
+        def put(i_k):
+            i, k = i_k
+            t0 = time.monotonic()
+            clients[i % len(clients)].put_object(Bucket="hung", Key=k, Body=k.encode() * 20)
+            return k, t0 - stopped_at, time.monotonic() - t0
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(len(clients)) as ex:
+                done = list(ex.map(put, enumerate(order)))
+        finally:
+            timer.join()
+            hung.proc.send_signal(signal.SIGCONT)
+        # The writes around the hung node begun while it was stopped.
+        arounds = [(k, at, took) for k, at, took in done if k in set(around) and at < 2.0]
+        slow = [(k, round(at, 2), round(took, 2)) for k, at, took in arounds if took > 1.0]
+        held = max(took for k, at, took in done if k in set(through) and at < 1.0)
+        relayed = gateway_counter(gws[0], "packrat_cluster_writes_relayed_total") - relayed_before
+        print(f"while a node hung: {len(arounds)} writes around it, slowest "
+              f"{max(t for _, _, t in arounds):.2f} s; writes through it held up to {held:.2f} s; "
+              f"{relayed} writes relayed")
+        assert len(arounds) >= 20, arounds
+        assert held > 2.0, "the writes through the hung node did not wait for it"
+        assert relayed > 0, "no write was relayed with another: the test shows nothing"
+        assert not slow, f"writes around the hung node held back: {slow[:10]}"
+        for k in order:
+            assert c.get_object(Bucket="hung", Key=k)["Body"].read() == k.encode() * 20
+    finally:
+        for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
 def hop_faults(node, secret, set_to=None):
     """A node's hop faults (`/admin/faults/hop`), set first to `set_to` if given."""
     req = urllib.request.Request(

@@ -422,6 +422,7 @@ pub async fn run_node(
     tokio::spawn(node.clone().collect_tombstones());
     tokio::spawn(node.clone().drop_deleted_buckets(etcd.clone()));
     tokio::spawn(node.clone().resend_loop());
+    tokio::spawn(node.clone().report_loop(etcd.clone()));
     tokio::spawn(node.clone().lifecycle_loop(etcd.clone(), lifecycle));
     node.serve(listener, stop).await;
     // Leave at once rather than when the lease runs out.
@@ -429,9 +430,61 @@ pub async fn run_node(
     Ok(())
 }
 
+/// Whether `node` is cut off from the rest of the cluster (see `node::reports`): reported
+/// unreachable by more than half of the other live nodes, none of which is itself so
+/// reported. Two nodes cut from each other report each other: neither steps down.
+pub fn cut_off(
+    node: &str,
+    live: &std::collections::BTreeSet<String>,
+    reports: &std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+) -> bool {
+    let by_most = |id: &str| {
+        let others = live.iter().filter(|n| *n != id).count();
+        let reporters = reports.get(id).map_or(0, |r| {
+            r.iter().filter(|n| *n != id && live.contains(*n)).count()
+        });
+        others > 0 && reporters * 2 > others
+    };
+    by_most(node)
+        && !reports
+            .get(node)
+            .is_some_and(|r| r.iter().any(|n| live.contains(n) && by_most(n)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_most_others_cannot_reach_is_cut_off_and_two_cut_from_each_other_are_not() {
+        let set = |v: &[&str]| -> std::collections::BTreeSet<String> {
+            v.iter().map(|s| s.to_string()).collect()
+        };
+        let reports = |v: &[(&str, &[&str])]| {
+            v.iter()
+                .map(|(s, r)| (s.to_string(), set(r)))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let three = set(&["a", "b", "c"]);
+        // b cut off from a and c (not from etcd): they report it, it reports them.
+        let b_cut = reports(&[("b", &["a", "c"]), ("a", &["b"]), ("c", &["b"])]);
+        assert!(cut_off("b", &three, &b_cut));
+        assert!(!cut_off("a", &three, &b_cut) && !cut_off("c", &three, &b_cut));
+        // One reporter of three is not most.
+        assert!(!cut_off("b", &three, &reports(&[("b", &["a"])])));
+        // A link cut between a and b, both reaching c: neither.
+        let link = reports(&[("a", &["b"]), ("b", &["a"])]);
+        assert!(!cut_off("a", &three, &link) && !cut_off("b", &three, &link));
+        // Two nodes cut from each other: neither steps down.
+        let two = set(&["a", "b"]);
+        assert!(!cut_off("a", &two, &link) && !cut_off("b", &two, &link));
+        // Reports from nodes no longer live do not count; a lone node is never cut off.
+        assert!(!cut_off("b", &three, &reports(&[("b", &["a", "x"])])));
+        assert!(!cut_off("a", &set(&["a"]), &reports(&[("a", &["x"])])));
+        // Four nodes: two of the three others are most.
+        let four = set(&["a", "b", "c", "d"]);
+        assert!(cut_off("d", &four, &reports(&[("d", &["a", "b"])])));
+    }
 
     #[test]
     fn a_node_is_fenced_once_its_last_confirmed_renewal_is_older_than_the_fence_time() {

@@ -414,12 +414,17 @@ fn balance_heads(
 async fn reconcile(etcd: &Etcd, leader_key: &[u8]) -> Result<bool, String> {
     let (map, rev) = etcd.map().await?;
     let registered = etcd.registered_nodes().await?;
-    let live: BTreeSet<String> = etcd
+    let mut live: BTreeSet<String> = etcd
         .list("live/")
         .await?
         .into_iter()
         .map(|(k, _)| k.trim_start_matches("live/").to_string())
         .collect();
+    // A node that stepped down (most of the others cannot reach it, see `node::reports`)
+    // serves nothing: its chains go on without it, as if it were gone.
+    for (k, _) in etcd.list("stepped-down/").await? {
+        live.remove(k.trim_start_matches("stepped-down/"));
+    }
     let mut synced = BTreeMap::new();
     for (k, v) in etcd.list("synced/").await? {
         let mut parts = k.trim_start_matches("synced/").splitn(2, '/');

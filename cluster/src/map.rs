@@ -11,6 +11,8 @@
 //! | `nodes/<id>` | [`NodeEntry`] (JSON): address, zone, weight, state | the node, `cluster drain` |
 //! | `live/<id>` | the node's address, under the node's lease (liveness) | the node |
 //! | `synced/<id>/<pg>` | the epoch a node caught up with a PG for | the node |
+//! | `reports/<id>/<reporter>` | when `reporter` last found node `id` unreachable (ms), under a 3 s lease | nodes (`node::reports`) |
+//! | `stepped-down/<id>` | the node serves nothing: most others cannot reach it, under a 3 s lease | the node |
 //! | `manager` | the election whose leader runs [`crate::manager`] | nodes |
 //! | `buckets/<name>` | a bucket (JSON) | gateways |
 //! | `bucket-seq` | the last bucket id handed out | gateways |

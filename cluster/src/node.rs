@@ -50,6 +50,7 @@ mod edit;
 pub mod held;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
+mod reports;
 mod unsettled;
 mod uploads;
 mod versions;
@@ -149,6 +150,12 @@ pub struct Node {
     /// Internal requests being served (see [`REQUESTS_MAX`]), and those refused past it.
     in_flight: std::sync::atomic::AtomicUsize,
     busy: AtomicU64,
+    /// Members that failed their last probes (or did not answer a step), by id: probed on,
+    /// and reported while unreachable (see `reports`).
+    suspects: Mutex<HashMap<String, reports::Suspect>>,
+    /// Whether this node stepped down: most of the other nodes cannot reach it, so it
+    /// serves nothing until they can (see `reports`).
+    stepped_down: std::sync::atomic::AtomicBool,
 }
 
 /// The start of a refusal's reason when the node is fenced (a gateway gives up sooner on it).
@@ -176,6 +183,16 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request slot (see [`InFlight`]) kept by an answer that goes on after its handler
+/// returned (a streamed one); given back when the answer is dropped.
+struct HeldSlot(Arc<Node>);
+
+impl Drop for HeldSlot {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -572,6 +589,8 @@ impl Node {
             incarnation: AtomicU64::new(0),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             busy: AtomicU64::new(0),
+            suspects: Mutex::new(HashMap::new()),
+            stepped_down: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -672,13 +691,20 @@ impl Node {
                 since.as_millis()
             ))));
         }
+        if !probe && !admin && self.stepped_down() {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+            return self.respond(Err(Fail::Refused(format!(
+                "{FENCED}: {} stepped down: most of the other nodes cannot reach it",
+                self.id
+            ))));
+        }
         if !admin && !self.known_to_map() {
             return self.respond(Err(Fail::Refused(format!(
                 "{RESTARTED}: {} restarted and the map has not taken it in yet",
                 self.id
             ))));
         }
-        let _slot = match InFlight::take(&self.in_flight) {
+        let slot = match InFlight::take(&self.in_flight) {
             Some(slot) => slot,
             None => {
                 self.busy.fetch_add(1, Ordering::Relaxed);
@@ -688,23 +714,93 @@ impl Node {
                 )))));
             }
         };
+        if req.method() == Method::POST
+            && req.uri().path() == "/w"
+            && crate::relay::indexed(req.headers())
+        {
+            // The answer outlives this call: the slot goes with it.
+            std::mem::forget(slot);
+            let held = HeldSlot(self.clone());
+            return self.relayed_as_they_end(req, held).await;
+        }
         let changes = req.method() != Method::GET;
         let result = self.route(req, epoch).await;
-        // A change that ended after the fence began is answered as of unknown outcome (it was
-        // applied, and may be superseded by the chain that replaces this node's).
         if changes
             && !probe
             && result.as_ref().is_ok_and(|r| r.status().is_success())
-            && let Some(since) = self.lease.fenced()
+            && let Some(e) = self.fenced_meanwhile()
         {
-            self.fenced.fetch_add(1, Ordering::Relaxed);
-            return self.respond(Err(Fail::Store(StoreError::Unavailable(format!(
-                "{FENCED}: {} lost its etcd lease for {} ms while the request was under way; its outcome is unknown",
-                self.id,
-                since.as_millis()
-            )))));
+            return self.respond(Err(e.into()));
         }
+        drop(slot);
         self.respond(result)
+    }
+
+    /// A change that ended after the fence began is answered as of unknown outcome (it was
+    /// applied, and may be superseded by the chain that replaces this node's): the error to
+    /// answer instead of its success, if the fence has begun.
+    fn fenced_meanwhile(&self) -> Option<StoreError> {
+        let since = self.lease.fenced()?;
+        self.fenced.fetch_add(1, Ordering::Relaxed);
+        Some(StoreError::Unavailable(format!(
+            "{FENCED}: {} lost its etcd lease for {} ms while the request was under way; its outcome is unknown",
+            self.id,
+            since.as_millis()
+        )))
+    }
+
+    /// A relayed request (`POST /w`) whose sender takes each step's answer as the step ends
+    /// (see [`crate::relay::RELAY_ANSWERS_HEADER`]): the steps run side by side, and each
+    /// answer goes out as soon as its step is over, so a step whose chain is slow holds back
+    /// none of the others. Before, the answer waited for the slowest step: one PG with a hung
+    /// successor held every write relayed with it for the hop's timeout.
+    async fn relayed_as_they_end(
+        self: Arc<Self>,
+        req: http::Request<hyper::body::Incoming>,
+        held: HeldSlot,
+    ) -> NodeResp {
+        use futures_util::StreamExt;
+        let items = match body_of_request(req, "relayed steps").await {
+            Ok(body) => RelayItem::parse_all(body),
+            Err(e) => Err(e),
+        };
+        let items = match items {
+            Ok(items) => items,
+            Err(e) => return self.respond(Err(e.into())),
+        };
+        let steps: futures_util::stream::FuturesUnordered<_> = items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let me = self.clone();
+                async move {
+                    let (status, body) = me.relayed_step(item).await;
+                    let (status, body) = match me.fenced_meanwhile() {
+                        Some(e) if (200..300).contains(&status) => {
+                            let (status, err) = WireError::of(&e);
+                            (
+                                status,
+                                Bytes::from(serde_json::to_vec(&err).unwrap_or_default()),
+                            )
+                        }
+                        _ => (status, body),
+                    };
+                    let mut out = BytesMut::with_capacity(body.len() + 18);
+                    crate::relay::put_indexed_answer(&mut out, i as u32, status, &body);
+                    Ok::<_, std::io::Error>(hyper::body::Frame::data(out.freeze()))
+                }
+            })
+            .collect();
+        let frames = steps.map(move |frame| {
+            let _held = &held;
+            frame
+        });
+        let mut r = Response::new(StreamBody::new(frames).boxed_unsync());
+        r.headers_mut().insert(
+            crate::relay::RELAY_ANSWERS_HEADER,
+            http::HeaderValue::from_static(crate::relay::RELAY_ANSWERS_INDEXED),
+        );
+        r
     }
 
     /// The answer to a request routed here: its own, or its failure's.
@@ -1060,6 +1156,16 @@ impl Node {
                 "packrat_node_fenced",
                 "1 while this node serves nothing because its last confirmed etcd lease renewal is older than the fence time.",
                 u64::from(self.lease.fenced().is_some()),
+            ),
+            Metric::gauge(
+                "packrat_node_stepped_down",
+                "1 while this node serves nothing because most of the other nodes report that they cannot reach it.",
+                u64::from(self.stepped_down()),
+            ),
+            Metric::gauge(
+                "packrat_node_suspects",
+                "Members that failed this node's last probes (or did not answer a step), probed until they answer; reported to the manager after two in a row.",
+                self.suspects.lock().map_or(0, |s| s.len() as u64),
             ),
             Metric::gauge(
                 "packrat_node_pgs",
@@ -1653,6 +1759,8 @@ impl Node {
         let ans = match sent {
             Ok(a) => a,
             Err(StoreError::Unavailable(why)) => {
+                // No answer at all: probed, and reported while it stays so (see `reports`).
+                self.suspect(next, addr);
                 return Err(Fail::Refused(format!("{CHAIN_BROKEN} at {next}: {why}")));
             }
             Err(e) => return Err(e.into()),

@@ -18,7 +18,7 @@ use http::Method;
 use packrat_store_api::{StoreError, StoreResult};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// Steps with a larger body go alone: relaying saves per-request costs, which a large body
@@ -124,6 +124,64 @@ pub fn put_answer(out: &mut BytesMut, status: u16, body: &[u8]) {
     out.put_u16(status);
     out.put_u64(body.len() as u64);
     out.put_slice(body);
+}
+
+/// The header by which a sender asks for a relayed request's answers as each step ends (and
+/// a node says it answers so), with [`RELAY_ANSWERS_INDEXED`]: one step whose chain is slow
+/// (a successor that hangs until its hop's timeout) then holds back no other step sent with
+/// it. A node that does not know it answers in order, all at once ([`parse_answers`]).
+pub const RELAY_ANSWERS_HEADER: &str = "x-packrat-relay-answers";
+pub const RELAY_ANSWERS_INDEXED: &str = "indexed";
+
+/// Whether a relayed request (or its answer) has its answers as each step ends.
+pub fn indexed(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(RELAY_ANSWERS_HEADER)
+        .is_some_and(|v| v.as_bytes() == RELAY_ANSWERS_INDEXED.as_bytes())
+}
+
+/// One answer of a relayed request given as its step ended: `u32 index` (the step's place in
+/// the request), `u16 status, u64 length`, the body, then the CRC32C of the frame before it.
+pub fn put_indexed_answer(out: &mut BytesMut, index: u32, status: u16, body: &[u8]) {
+    let from = out.len();
+    out.put_u32(index);
+    out.put_u16(status);
+    out.put_u64(body.len() as u64);
+    out.put_slice(body);
+    let crc = crate::wire::body_crc32c(&out[from..]);
+    out.put_u32(crc);
+}
+
+/// Takes the whole answers at the front of `buf` (see [`put_indexed_answer`]): (index,
+/// status, body) each, leaving a partial one for more bytes. A frame damaged on its way (its
+/// CRC32C differs) is an error.
+pub fn take_indexed_answers(buf: &mut BytesMut) -> StoreResult<Vec<(u32, u16, Bytes)>> {
+    const HEAD: usize = 4 + 2 + 8;
+    let mut out = Vec::new();
+    loop {
+        if buf.len() < HEAD {
+            return Ok(out);
+        }
+        let len = u64::from_be_bytes(buf[6..HEAD].try_into().unwrap_or_default());
+        let whole = usize::try_from(len)
+            .ok()
+            .and_then(|l| l.checked_add(HEAD + 4))
+            .ok_or_else(|| StoreError::Unavailable("storage node: a bad relayed answer".into()))?;
+        if buf.len() < whole {
+            return Ok(out);
+        }
+        let mut frame = buf.split_to(whole).freeze();
+        let sent = u32::from_be_bytes(frame[whole - 4..].try_into().unwrap_or_default());
+        if crate::wire::body_crc32c(&frame[..whole - 4]) != sent {
+            return Err(StoreError::Unavailable(
+                "storage node: a relayed answer damaged on its way".into(),
+            ));
+        }
+        let index = frame.get_u32();
+        let status = frame.get_u16();
+        frame.advance(8);
+        out.push((index, status, frame.slice(..whole - 4 - HEAD)));
+    }
 }
 
 /// The `n` answers of a relayed request's body (each body a slice of it).
@@ -259,6 +317,7 @@ impl Relay {
     }
 
     async fn send_batch(&self, addr: &str, batch: Vec<Waiting>) {
+        let started = Instant::now();
         let mut body = BytesMut::new();
         let mut timeout = Duration::ZERO;
         let mut put = Ok(());
@@ -266,15 +325,27 @@ impl Relay {
             timeout = timeout.max(w.timeout);
             put = put.and_then(|()| w.item.put(&mut body));
         }
+        let as_they_end = [(RELAY_ANSWERS_HEADER, RELAY_ANSWERS_INDEXED.to_string())];
         let answers = match put {
             Ok(()) => {
                 self.client
-                    .send(Method::POST, addr, "/w", 0, &[], body.freeze(), timeout)
+                    .send(
+                        Method::POST,
+                        addr,
+                        "/w",
+                        0,
+                        &as_they_end,
+                        body.freeze(),
+                        timeout,
+                    )
                     .await
             }
             Err(e) => Err(e),
         };
         let answers = match answers {
+            Ok(ans) if ans.status == 200 && indexed(&ans.headers) => {
+                return self.take_as_they_end(addr, ans, batch, started).await;
+            }
             Ok(ans) if ans.status == 200 => match ans.bytes().await {
                 Ok(b) => parse_answers(b, batch.len()),
                 Err(e) => Err(e),
@@ -301,6 +372,80 @@ impl Relay {
                     }));
                 }
             }
+        }
+    }
+}
+
+impl Relay {
+    /// Hands each step of `batch` its answer as the node sends it (see
+    /// [`RELAY_ANSWERS_HEADER`]); a step whose own timeout (from `started`) passes first, or
+    /// that the answer ends without, fails `Unavailable` as it would have alone.
+    async fn take_as_they_end(
+        &self,
+        addr: &str,
+        ans: Answer,
+        batch: Vec<Waiting>,
+        started: Instant,
+    ) {
+        use http_body_util::BodyExt;
+        let n = batch.len();
+        let mut waiting: Vec<Option<Waiting>> = batch.into_iter().map(Some).collect();
+        let mut body = ans.body;
+        let mut buf = BytesMut::new();
+        let failure = loop {
+            if waiting.iter().all(Option::is_none) {
+                self.requests.fetch_add(1, Ordering::Relaxed);
+                self.relayed.fetch_add(n as u64, Ordering::Relaxed);
+                return;
+            }
+            // The steps past their timeout fail now; the rest wait for the next frame until
+            // the nearest of their timeouts.
+            let now = Instant::now();
+            let mut next = None::<Instant>;
+            for slot in waiting.iter_mut() {
+                let Some(w) = slot else { continue };
+                let due = started + w.timeout;
+                if due <= now {
+                    if let Some(w) = slot.take() {
+                        let _ = w.tx.send(Err(StoreError::Unavailable(format!(
+                            "storage node {addr} did not answer"
+                        ))));
+                    }
+                } else {
+                    next = Some(next.map_or(due, |d| d.min(due)));
+                }
+            }
+            let Some(next) = next else { continue };
+            let frame = match tokio::time::timeout_at(next.into(), body.frame()).await {
+                Err(_) => continue,
+                Ok(None) => {
+                    break StoreError::Unavailable(format!(
+                        "storage node {addr}: a relayed answer ended early"
+                    ));
+                }
+                Ok(Some(Err(e))) => {
+                    break StoreError::Unavailable(format!("storage node {addr}: {e}"));
+                }
+                Ok(Some(Ok(frame))) => frame,
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            buf.extend_from_slice(&data);
+            match take_indexed_answers(&mut buf) {
+                Ok(done) => {
+                    for (i, status, b) in done {
+                        if let Some(w) = waiting.get_mut(i as usize).and_then(Option::take) {
+                            let _ = w.tx.send(Ok((status, b)));
+                        }
+                    }
+                }
+                Err(e) => break e,
+            }
+        };
+        let why = failure.to_string();
+        for w in waiting.into_iter().flatten() {
+            let _ = w.tx.send(Err(StoreError::Unavailable(why.clone())));
         }
     }
 }
@@ -366,5 +511,34 @@ mod tests {
         assert!(parse_answers(ans.clone(), 3).is_err());
         assert!(parse_answers(ans.clone(), 1).is_err());
         assert!(parse_answers(ans.slice(..ans.len() - 1), 2).is_err());
+    }
+
+    /// Answers given as their steps end come back whole however the bytes are split on their
+    /// way, in the order sent, each with its step's index; a damaged one is an error.
+    #[test]
+    fn answers_as_their_steps_end_read_back_whole_from_any_split() {
+        let sent = [
+            (2u32, 200u16, Bytes::from_static(b"{\"cv\":7}")),
+            (0, 409, Bytes::from_static(b"{\"reason\":\"chain broken\"}")),
+            (1, 204, Bytes::new()),
+        ];
+        let mut all = BytesMut::new();
+        for (i, status, body) in &sent {
+            put_indexed_answer(&mut all, *i, *status, body);
+        }
+        let all = all.freeze();
+        for step in [1, 3, 7, all.len()] {
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            for piece in all.chunks(step) {
+                buf.extend_from_slice(piece);
+                got.extend(take_indexed_answers(&mut buf).unwrap());
+            }
+            assert!(buf.is_empty());
+            assert_eq!(got, sent.to_vec(), "split every {step} bytes");
+        }
+        let mut damaged = BytesMut::from(&all[..]);
+        damaged[20] ^= 1;
+        assert!(take_indexed_answers(&mut damaged).is_err());
     }
 }

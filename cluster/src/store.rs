@@ -132,6 +132,8 @@ pub struct ClusterStore {
     /// their misses made.
     misses: crate::misses::Misses,
     etcd_misses_asked: AtomicU64,
+    /// When etcd last answered this gateway's health question (Unix ms).
+    etcd_heard_ms: AtomicU64,
 }
 
 /// Lookups to one node under way before more are gathered (see [`ClusterStore::lookup`]).
@@ -272,12 +274,34 @@ impl ClusterStore {
             local_edits: AtomicU64::new(0),
             misses: Default::default(),
             etcd_misses_asked: AtomicU64::new(0),
+            etcd_heard_ms: AtomicU64::new(crate::now_ms()),
             clock: Arc::new(SystemClock),
         });
         store.reload().await?;
         let follower = store.clone();
         tokio::spawn(async move { follower.follow().await });
+        tokio::spawn(Self::hear_etcd(Arc::downgrade(&store)));
         Ok(store)
+    }
+
+    /// Asks etcd how it is every second while the store lives, noting when it last answered
+    /// (see [`ClusterStore::etcd_silent`]).
+    async fn hear_etcd(me: std::sync::Weak<ClusterStore>) {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let Some(me) = me.upgrade() else { return };
+            let mut client = me.etcd.client.clone();
+            if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), client.status()).await {
+                me.etcd_heard_ms.store(crate::now_ms(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether etcd has not answered this gateway for longer than a node's fence time: then
+    /// no new map can reach it (a partition that left it without etcd), and waiting for a
+    /// failover only keeps clients waiting.
+    fn etcd_silent(&self) -> bool {
+        crate::now_ms().saturating_sub(self.etcd_heard_ms.load(Ordering::Relaxed)) > crate::FENCE_MS
     }
 
     /// Replaces the bucket and key caches with etcd's records. A change this gateway made
@@ -551,7 +575,10 @@ impl ClusterStore {
                     Err(e) => return Err(e),
                 }
             }
-            if started.elapsed() > FAILOVER_WAIT || (fenced && started.elapsed() > FENCED_WAIT) {
+            // No map will come to a gateway etcd does not answer: it waits no longer than for
+            // fenced members.
+            let hopeless = fenced || self.etcd_silent();
+            if started.elapsed() > FAILOVER_WAIT || (hopeless && started.elapsed() > FENCED_WAIT) {
                 return Err(StoreError::Unavailable(format!(
                     "placement group {pg} cannot be reached now ({last_problem}); retry later"
                 )));
@@ -2192,6 +2219,11 @@ impl ObjectStore for ClusterStore {
             "packrat_cluster_etcd_cache_misses_total",
             "Bucket and access key lookups this gateway's caches did not hold and asked etcd for (a name etcd lately did not have is not asked again for a while).",
             self.etcd_misses_asked.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::gauge(
+            "packrat_cluster_etcd_silent",
+            "1 while etcd has not answered this gateway for longer than a node's fence time (a request then waits 5 s for a failover, not 15 s).",
+            u64::from(self.etcd_silent()),
         ));
         m.push(Metric::counter(
             "packrat_cluster_gathered_requests_total",
