@@ -391,12 +391,13 @@ def test_a_head_and_a_gateway_cut_off_from_etcd_and_the_rest(ns_cluster):
     for cut_at, heal_at in zip(marks["cuts"], marks["heals"]):
         assert acked_between(hist, "b", cut_at + 7, heal_at) > 0
         assert acked_between(hist, "a", cut_at + 4.5, heal_at, ("put", "cas", "get")) == 0
-        # Gateway A, which etcd no longer answers either, tells its clients so within 5 s
-        # (its wait for fenced members) rather than waiting 15 s for a failover that cannot
-        # reach it: its clients' requests keep coming back through the cut.
-        begun = [o for o in hist.ops if o["side"] == "a" and cut_at + 4.5 <= o["start"] <= heal_at - 6]
-        assert begun, "gateway A answered no request begun in the cut's middle before the heal"
-        slow = [round(o["end"] - o["start"], 1) for o in begun if o["end"] - o["start"] > 6.5]
+        # Gateway A, which etcd no longer answers either, gives up on a request once it has
+        # tried for 5 s (its wait for fenced members; a write's first try may take its 9 s
+        # hop timeout) rather than for the 15 s of a failover that cannot reach it: the
+        # requests caught by the cut come back before it heals (12 s).
+        begun = [o for o in hist.ops if o["side"] == "a" and cut_at <= o["start"] <= cut_at + 1]
+        assert any(o["outcome"] != "ok" for o in begun), "no request of side A was caught by the cut"
+        slow = [round(o["end"] - o["start"], 1) for o in begun if o["end"] - o["start"] > 9.5]
         assert not slow, f"gateway A held requests through the cut: {slow}"
     # n0 lost its lease in each cut and was started again.
     assert all(r == ["n0"] for r in marks["restarted"]), marks["restarted"]

@@ -63,10 +63,16 @@ type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::
 /// a store error) puts the earlier mark back: before, it cleared the key, and this member
 /// then answered reads with the earlier step's version, which the tail lacked, as committed
 /// (a read went back once the tail answered again).
+///
+/// `epoch` is the map's when the mark was made: a member whose mark predates the chain it now
+/// serves in may have been moved ahead of members that lack the version (the manager moves a
+/// member to the head to spread heads), so as the tail it does not answer that version as
+/// committed until it has re-sent it through the head (see `unsettled`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct DirtyMark {
     cv: u64,
     before: Option<u64>,
+    epoch: u64,
 }
 
 /// How long a connection may take to send a request's head (see [`Node::serve`]). hyper
@@ -162,6 +168,10 @@ pub struct Node {
 pub const FENCED: &str = "fenced";
 /// The start of a refusal's reason when the node restarted and the map does not know it yet.
 pub const RESTARTED: &str = "restarted";
+
+/// The start of a refusal's reason when the tail holds a version of a key that the members
+/// before it may lack (it took it before it became the tail): asked again shortly.
+pub const UNSETTLED: &str = "unsettled";
 
 /// The start of a refusal's reason when a chain step was applied here and could not be handed
 /// on: the write may yet take effect (a gateway that tries it again may meet it).
@@ -975,7 +985,8 @@ impl Node {
                 let Some(cv) = cv else {
                     return Ok(answer(400, "a re-sent step needs its version"));
                 };
-                self.resent(&map, bid, pg, &key, cv).await
+                let from = q.get("from").cloned();
+                self.resent(&map, bid, pg, &key, cv, from).await
             }
             Method::DELETE if q.contains_key("version") => {
                 let id = q.get("version").cloned().unwrap_or_default();
@@ -1328,7 +1339,24 @@ impl Node {
         cv: Option<u64>,
         versioned: bool,
     ) -> Result<KeyStep<'a>, Fail> {
-        let (chain, pos) = self.chain_position(map, pg, cv.is_none())?;
+        self.begin_step_as(map, bid, pg, key, cv, versioned, cv.is_none())
+            .await
+    }
+
+    /// [`Node::begin_step`], at the head (`at_head`) or further down the chain: a step with
+    /// its version given at the head is one re-sent through it (see `unsettled`).
+    #[allow(clippy::too_many_arguments)]
+    async fn begin_step_as<'a>(
+        &'a self,
+        map: &'a ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &'a str,
+        cv: Option<u64>,
+        versioned: bool,
+        at_head: bool,
+    ) -> Result<KeyStep<'a>, Fail> {
+        let (chain, pos) = self.chain_position(map, pg, at_head)?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let tombs = self.local_bucket(format!("t-{bid}")).await?;
         let lock = self.lock_of(bid, key).lock().await;
@@ -1980,11 +2008,21 @@ impl Node {
 
     /// Marks a key's write `cv` as on its way down the chain (see `Node::dirty`).
     fn mark_dirty(&self, bid: u64, key: &str, cv: u64) {
+        let epoch = self.map.borrow().epoch;
         if let Ok(mut d) = self.dirty.lock() {
             let k = (bid, key.to_string());
             let before = d.get(&k).map(|m| m.cv).filter(|b| *b < cv);
-            d.insert(k, DirtyMark { cv, before });
+            d.insert(k, DirtyMark { cv, before, epoch });
         }
+    }
+
+    /// The epoch of a key's mark, if it is marked (see [`DirtyMark`]).
+    fn dirty_since(&self, bid: u64, key: &str) -> Option<u64> {
+        self.dirty
+            .lock()
+            .ok()?
+            .get(&(bid, key.to_string()))
+            .map(|m| m.epoch)
     }
 
     /// Clears a key's mark once the rest of the chain holds version `cv` (or a newer one):
@@ -2007,12 +2045,14 @@ impl Node {
                 Some(DirtyMark {
                     cv: marked,
                     before: Some(b),
+                    epoch,
                 }) if marked == cv => {
                     d.insert(
                         k,
                         DirtyMark {
                             cv: b,
                             before: None,
+                            epoch,
                         },
                     );
                 }
@@ -2072,8 +2112,18 @@ impl Node {
         // Judged after the lookup: a write marks the key before it stores its version and
         // clears the mark once the tail has it, so a copy found here and not dirty now was
         // committed (judged before, a write could land between the two).
-        if who == Asker::Reader && !is_tail && self.is_dirty(bid, key) {
-            return Err(Fail::Refused("dirty: ask the tail".into()));
+        if who == Asker::Reader {
+            match self.dirty_since(bid, key) {
+                Some(_) if !is_tail => return Err(Fail::Refused("dirty: ask the tail".into())),
+                // A version this member took before it became the tail may be missing at the
+                // members before it: it is committed once re-sent through the head.
+                Some(epoch) if epoch < map.epoch => {
+                    return Err(Fail::Refused(format!(
+                        "{UNSETTLED}: the tail's version of {key} is not yet at every member"
+                    )));
+                }
+                _ => {}
+            }
         }
         info.ok_or_else(|| StoreError::NoSuchKey.into())
     }

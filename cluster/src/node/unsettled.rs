@@ -101,8 +101,14 @@ impl Node {
             let pg = pg_of(*bid, key, map.pgs);
             let chain = map.chain(pg);
             let pos = chain.iter().position(|n| *n == self.id);
-            let next = pos.and_then(|pos| chain.get(pos + 1));
-            if next.is_some_and(|n| failed.contains(n)) {
+            // Where the step goes: a head hands it to the next member, any other member
+            // through the head (see `resend`).
+            let to = match pos {
+                Some(0) => chain.get(1),
+                Some(_) => chain.first(),
+                None => None,
+            };
+            if to.is_some_and(|n| failed.contains(n)) {
                 left += 1;
                 continue;
             }
@@ -116,9 +122,8 @@ impl Node {
                 continue;
             }
             // Nothing to send when this node is no longer a member (its copy is read by no
-            // one, and replaced if it joins again) or is the tail (its copy is the committed
-            // one).
-            let sent = match (pos, next) {
+            // one, and replaced if it joins again) or the chain's only one.
+            let sent = match (pos, to) {
                 (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv).await,
                 _ => Ok(Resent::Settled),
             };
@@ -130,7 +135,7 @@ impl Node {
                 Ok(Resent::Later) => left += 1,
                 Err(why) => {
                     tracing::debug!(bid, key, cv, "re-sending: {why}");
-                    failed.extend(next.cloned());
+                    failed.extend(to.cloned());
                     left += 1;
                 }
             }
@@ -188,6 +193,40 @@ impl Node {
             }
         };
         let headers = [(CV_HEADER, cv.to_string())];
+        if pos > 0 && path.ends_with("?resend") {
+            // Through the head, which copies the version from this member if it lacks it and
+            // hands it down the chain, each member copying it from the one before: every
+            // member then holds it, those before this one too. Handed to the next member
+            // only, it would miss a member the manager moved ahead of this one (to spread
+            // heads) after the step was applied, and as the tail this member would answer a
+            // version the head did not have.
+            let head = &chain[0];
+            let addr = map
+                .addr(head)
+                .ok_or_else(|| format!("no address for {head}"))?;
+            let path = format!("{path}&from={}", encode(&self.id));
+            let ans = self
+                .client
+                .send(
+                    Method::POST,
+                    addr,
+                    &path,
+                    map.epoch,
+                    &headers,
+                    Bytes::new(),
+                    crate::wire::hop_timeout(0) * chain.len() as u32,
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if !(200..300).contains(&ans.status) {
+                return Err(format!("{head} answered {}", ans.status));
+            }
+            return Ok(Resent::Settled);
+        }
+        if pos + 1 == chain.len() {
+            // The tail's delete or history step: nothing after it to hand it to.
+            return Ok(Resent::Settled);
+        }
         self.forward(map, chain, pos, method, &path, &headers, Bytes::new())
             .await
             .map_err(|f| match f {
@@ -267,8 +306,9 @@ impl Node {
         ))
     }
 
-    /// `POST /o/..?resend` with version `cv`: a member before this one re-sends a version it
-    /// holds; this member copies it from that member if it lacks it, and hands it on.
+    /// `POST /o/..?resend` with version `cv`: a member re-sends a version it holds, to the
+    /// head (`from`: that member) or down the chain (from the member before this one); this
+    /// member copies it from there if it lacks it, and hands it on.
     pub(super) async fn resent(
         &self,
         map: &ClusterMap,
@@ -276,12 +316,25 @@ impl Node {
         pg: u32,
         key: &str,
         cv: u64,
+        from: Option<String>,
     ) -> Result<super::NodeResp, Fail> {
-        let step = self.begin_step(map, bid, pg, key, Some(cv), false).await?;
+        let step = self
+            .begin_step_as(map, bid, pg, key, Some(cv), false, from.is_some())
+            .await?;
         let mut meta = step.obj.as_ref().map(meta_of);
         if cv > step.have {
+            let from = match (&from, step.pos) {
+                (Some(from), 0) if map.chain(pg).contains(from) => from.clone(),
+                (None, pos) if pos > 0 => step.chain[pos - 1].clone(),
+                _ => {
+                    return Err(StoreError::Invalid(
+                        "a re-sent step names the member it comes from (at the head only)".into(),
+                    )
+                    .into());
+                }
+            };
             self.mark_dirty(bid, key, cv);
-            let from = &step.chain[step.pos - 1];
+            let from = &from;
             let copied = self
                 .pull_version(map, from, &step.objects, bid, pg, key, cv)
                 .await;
