@@ -197,7 +197,7 @@ def pytest_configure(config):
 
 def pytest_collection_modifyitems(config, items):
     if CLUSTER_MODE:
-        default = "not yet through a cluster gateway (README compatibility table)"
+        default = "not yet through a cluster gateway (docs/s3-compatibility.md)"
         for item in items:
             marker = item.get_closest_marker("local_only")
             if marker is not None:

@@ -178,7 +178,7 @@ def test_who_owns_a_written_object(server, two_users):
     """ObjectWriter: the writer owns what it writes (and reads it back, though the policy gave
     it only s3:PutObject); BucketOwnerPreferred: the bucket's owner owns what is written with
     bucket-owner-full-control. The bucket's owner keeps full control of every object in its
-    bucket (packrat has no accounts; see the README)."""
+    bucket (packrat has no accounts; see docs/s3-compatibility.md)."""
     alice, bob, name, _, tag, _ = two_users
     alice_id, bob_id = owner_id(alice), owner_id(bob)
     drop = {"Statement": [{"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")},

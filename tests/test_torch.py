@@ -3,7 +3,7 @@
 packrat's own datasets under a real multi-worker DataLoader.
 
 PyTorch is a multi-gigabyte install, so this module runs in the opt-in torch mode only: with
-the environment from `bench/requirements-torch.txt` (README, "Readers ML users already run"),
+the environment from `bench/requirements-torch.txt` (README, "Extensions for data loaders"),
 `PACKRAT_VENV=.venv-torch scripts/test.sh tests/test_torch.py`. Without torch, conftest.py does
 not collect it and says so in pytest's header."""
 
