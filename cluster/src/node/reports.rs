@@ -39,7 +39,7 @@ pub(crate) const REPORT_TTL_S: u64 = 3;
 /// How often a node probes its suspects and reads the reports.
 const ROUND: Duration = Duration::from_millis(500);
 /// How long a probe waits for an answer.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+const PROBE_TIMEOUT: Duration = Duration::from_millis(1500);
 /// Failed probes in a row before a member is reported: one slow answer is not a cut.
 const MISSES: u32 = 2;
 
@@ -77,6 +77,9 @@ impl Node {
     }
 
     async fn report_round(&self, etcd: &Etcd) -> Result<(), String> {
+        // Whether to step down is decided first: a node cut off would otherwise wait for
+        // its own probes of the others to time out before it reads the reports.
+        self.step_down_or_up(etcd).await?;
         // The members this node shares a chain with, and those that failed probes before
         // (out of the map, they are probed on until they answer).
         let mut targets: BTreeMap<String, String> = BTreeMap::new();
@@ -142,6 +145,11 @@ impl Node {
             .await
             .map_err(|e| e.to_string())?;
         }
+        Ok(())
+    }
+
+    /// Reads the reports and steps down or up (see the module's doc).
+    async fn step_down_or_up(&self, etcd: &Etcd) -> Result<(), String> {
         let live: BTreeSet<String> = etcd
             .list("live/")
             .await

@@ -114,7 +114,7 @@ impl Node {
             }
             // A step of the key (or of its stripe) under way here holds the lock; it settles
             // the mark itself, or leaves it for the next round.
-            let Ok(_lock) = self.lock_of(*bid, key).try_lock() else {
+            let Ok(lock) = self.lock_of(*bid, key).try_lock() else {
                 left += 1;
                 continue;
             };
@@ -124,7 +124,7 @@ impl Node {
             // Nothing to send when this node is no longer a member (its copy is read by no
             // one, and replaced if it joins again) or the chain's only one.
             let sent = match (pos, to) {
-                (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv).await,
+                (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv, lock).await,
                 _ => Ok(Resent::Settled),
             };
             match sent {
@@ -144,8 +144,9 @@ impl Node {
     }
 
     /// Hands version `cv` of a key on from this member, at `pos` of `pg`'s chain in `map`,
-    /// to the rest of the chain (the caller holds the key's lock); nothing if this member no
-    /// longer holds that version.
+    /// to the rest of the chain (`lock`: the key's lock, taken by the caller); nothing if this
+    /// member no longer holds that version.
+    #[allow(clippy::too_many_arguments)]
     async fn resend(
         &self,
         map: &ClusterMap,
@@ -154,6 +155,7 @@ impl Node {
         bid: u64,
         key: &str,
         cv: u64,
+        lock: tokio::sync::MutexGuard<'_, ()>,
     ) -> Result<Resent, String> {
         let chain = map.chain(pg);
         let e = |e: StoreError| e.to_string();
@@ -204,6 +206,10 @@ impl Node {
             let addr = map
                 .addr(head)
                 .ok_or_else(|| format!("no address for {head}"))?;
+            // The step comes back down the chain to this member, which takes the key's lock
+            // for it: held here, each would wait for the other until the hop's timeout. A
+            // step of the key that comes meanwhile is newer, and settles this one.
+            drop(lock);
             let path = format!("{path}&from={}", encode(&self.id));
             let ans = self
                 .client
