@@ -1873,6 +1873,26 @@ def test_a_conditional_write_refused_on_retry_keeps_its_unsettled_first_attempt_
                  timeout=30)
         got = [c.get_object(Bucket="cas", Key="k")["Body"].read() for _ in range(9)]
         assert set(got) == {b"after"}, got
+        # A delete that the middle member applied and could not hand on (its steps dropped)
+        # is re-sent through the head, then down to the tail, once its steps flow again.
+        bid = json.loads(etcd_value(etcd.url, "/packrat/buckets/cas"))["id"]
+        m = json.loads(etcd_value(etcd.url, "/packrat/map"))
+        chain = m["chains"][pg_of(bid, "k", PGS)]
+        middle = next(n for n in nodes if m["nodes"][chain[1]]["addr"] == n.listen)
+        hop_faults(middle, secret, {"flip": 0, "drop": 100_000})
+        with pytest.raises(ClientError) as e:
+            c.delete_object(Bucket="cas", Key="k")
+        assert e.value.response["Error"]["Code"] == "ServiceUnavailable", e.value.response
+        got = [c.get_object(Bucket="cas", Key="k")["Body"].read() for _ in range(9)]
+        assert set(got) == {b"after"}, got
+        hop_faults(middle, secret, {"flip": 0, "drop": 0})
+        wait_for("every member to settle",
+                 lambda: all(node_counter(n, "packrat_node_writes_unsettled") == 0 for n in nodes),
+                 timeout=30)
+        for _ in range(9):
+            with pytest.raises(ClientError) as e:
+                c.get_object(Bucket="cas", Key="k")
+            assert e.value.response["Error"]["Code"] == "NoSuchKey", e.value.response
     finally:
         for p in [*gws, *nodes]:
             p.stop()

@@ -996,6 +996,12 @@ impl Node {
                     .await?;
                 Ok(json(200, &deleted))
             }
+            Method::DELETE if q.contains_key("resend") && cv.is_some() => {
+                let (Some(cv), Some(from)) = (cv, q.get("from")) else {
+                    return Ok(answer(400, "a re-sent delete needs its version and sender"));
+                };
+                self.resent_delete(&map, bid, pg, &key, cv, from).await
+            }
             Method::DELETE => {
                 let versioning = match q.get("versioning") {
                     None => None,

@@ -195,7 +195,8 @@ impl Node {
             }
         };
         let headers = [(CV_HEADER, cv.to_string())];
-        if pos > 0 && path.ends_with("?resend") {
+        let through_head = pos > 0 && (path.ends_with("?resend") || method == Method::DELETE);
+        if through_head {
             // Through the head, which copies the version from this member if it lacks it and
             // hands it down the chain, each member copying it from the one before: every
             // member then holds it, those before this one too. Handed to the next member
@@ -210,11 +211,14 @@ impl Node {
             // for it: held here, each would wait for the other until the hop's timeout. A
             // step of the key that comes meanwhile is newer, and settles this one.
             drop(lock);
-            let path = format!("{path}&from={}", encode(&self.id));
+            let path = match method {
+                Method::DELETE => format!("{path}?resend&from={}", encode(&self.id)),
+                _ => format!("{path}&from={}", encode(&self.id)),
+            };
             let ans = self
                 .client
                 .send(
-                    Method::POST,
+                    method.clone(),
                     addr,
                     &path,
                     map.epoch,
@@ -230,7 +234,7 @@ impl Node {
             return Ok(Resent::Settled);
         }
         if pos + 1 == chain.len() {
-            // The tail's delete or history step: nothing after it to hand it to.
+            // The tail's history step: nothing after it to hand it to.
             return Ok(Resent::Settled);
         }
         self.forward(map, chain, pos, method, &path, &headers, Bytes::new())
@@ -352,6 +356,56 @@ impl Node {
             .end_step(map, step, Method::POST, &path, &headers, Bytes::new(), meta)
             .await?;
         Ok(json(200, &meta))
+    }
+
+    /// `DELETE /o/..?resend&from=` at the head, with version `cv`: a member re-sends a delete
+    /// it applied and could not hand on (see `resend`); the head applies it if it is newer
+    /// than what it has, and hands it down the chain as a chain delete of that version.
+    pub(super) async fn resent_delete(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        cv: u64,
+        from: &str,
+    ) -> Result<super::NodeResp, Fail> {
+        if !map.chain(pg).iter().any(|n| n == from) {
+            return Err(StoreError::Invalid(format!("{from} is not a member of PG {pg}")).into());
+        }
+        let step = self
+            .begin_step_as(map, bid, pg, key, Some(cv), false, true)
+            .await?;
+        if cv > step.have {
+            self.mark_dirty(bid, key, cv);
+            let buried = self
+                .bury(
+                    &step.objects,
+                    &step.tombs,
+                    key,
+                    cv,
+                    step.obj.is_some(),
+                    None,
+                )
+                .await;
+            if let Err(e) = buried {
+                self.undo_dirty(bid, key, cv);
+                return Err(e.into());
+            }
+        }
+        let path = format!("/o/{bid}/{pg}/{}", encode(key));
+        let headers = [(CV_HEADER, cv.to_string())];
+        self.end_step(
+            map,
+            step,
+            Method::DELETE,
+            &path,
+            &headers,
+            Bytes::new(),
+            None,
+        )
+        .await?;
+        Ok(super::answer(204, Bytes::new()))
     }
 
     /// Brings this node's copy of a key, newer than what its source listed or unknown to it,
