@@ -1438,21 +1438,7 @@ impl Node {
                 path.push_str(&format!("?versioning={}", v.name()));
             }
             let meta = if cv > step.have {
-                self.mark_dirty(bid, key, cv);
-                let buried = self
-                    .bury(
-                        &step.objects,
-                        &step.tombs,
-                        key,
-                        cv,
-                        step.obj.is_some(),
-                        versioning,
-                    )
-                    .await;
-                if let Err(e) = buried {
-                    self.undo_dirty(bid, key, cv);
-                    return Err(e.into());
-                }
+                self.bury_step(&step, versioning).await?;
                 // A versioned delete answers the delete marker it made.
                 versioning.map(|v| WireMeta {
                     cv,
@@ -1848,6 +1834,32 @@ impl Node {
             Ok(b) => (status, b.to_bytes()),
             Err(e) => (500, Bytes::from(format!("answer body: {e}"))),
         }
+    }
+
+    /// Applies a delete step here (its key marked dirty until the chain has it; the mark taken
+    /// back if the delete fails).
+    async fn bury_step(
+        &self,
+        step: &KeyStep<'_>,
+        versioning: Option<WireVersioning>,
+    ) -> Result<(), Fail> {
+        let (bid, key, cv) = (step.bid, step.key, step.cv);
+        self.mark_dirty(bid, key, cv);
+        let buried = self
+            .bury(
+                &step.objects,
+                &step.tombs,
+                key,
+                cv,
+                step.obj.is_some(),
+                versioning,
+            )
+            .await;
+        if let Err(e) = buried {
+            self.undo_dirty(bid, key, cv);
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// Deletes a key here as of version `cv`: a tombstone with the version, then the object if

@@ -377,21 +377,7 @@ impl Node {
             .begin_step_as(map, bid, pg, key, Some(cv), false, true)
             .await?;
         if cv > step.have {
-            self.mark_dirty(bid, key, cv);
-            let buried = self
-                .bury(
-                    &step.objects,
-                    &step.tombs,
-                    key,
-                    cv,
-                    step.obj.is_some(),
-                    None,
-                )
-                .await;
-            if let Err(e) = buried {
-                self.undo_dirty(bid, key, cv);
-                return Err(e.into());
-            }
+            self.bury_step(&step, None).await?;
         }
         let path = format!("/o/{bid}/{pg}/{}", encode(key));
         let headers = [(CV_HEADER, cv.to_string())];
