@@ -47,6 +47,7 @@ mod batch;
 mod dropped;
 pub(crate) use dropped::cluster_bucket_of;
 mod edit;
+mod epochs;
 pub mod held;
 mod lifecycle;
 pub use lifecycle::LifecycleSchedule;
@@ -162,6 +163,9 @@ pub struct Node {
     /// Whether this node stepped down: most of the other nodes cannot reach it, so it
     /// serves nothing until they can (see `reports`).
     stepped_down: std::sync::atomic::AtomicBool,
+    /// Chain steps under way by the epoch they were routed by: a member catching up from this
+    /// node waits for those of older maps to end before it lists (see `epochs`).
+    steps: epochs::StepsByEpoch,
 }
 
 /// The start of a refusal's reason when the node is fenced (a gateway gives up sooner on it).
@@ -247,6 +251,8 @@ struct KeyStep<'a> {
     /// The step's version.
     cv: u64,
     _lock: tokio::sync::MutexGuard<'a, ()>,
+    /// Counted under its map's epoch until it ends (see `epochs`).
+    _epoch: epochs::StepOfEpoch<'a>,
 }
 
 impl KeyStep<'_> {
@@ -601,6 +607,7 @@ impl Node {
             busy: AtomicU64::new(0),
             suspects: Mutex::new(HashMap::new()),
             stepped_down: std::sync::atomic::AtomicBool::new(false),
+            steps: epochs::StepsByEpoch::default(),
         })
     }
 
@@ -888,6 +895,23 @@ impl Node {
             let body = body_of_request(req, "relayed steps").await?;
             return self.relayed(body).await;
         }
+        if path == "/drain" && method == Method::GET {
+            // A catch-up's barrier (see `epochs`): answered once no step of an older map is
+            // under way here.
+            let map = self.map_at(epoch).await?;
+            if !self
+                .steps
+                .drained_below(map.epoch, epochs::DRAIN_WAIT)
+                .await
+            {
+                return Err(StoreError::Unavailable(format!(
+                    "steps routed by maps older than epoch {} still under way at {}",
+                    map.epoch, self.id
+                ))
+                .into());
+            }
+            return Ok(answer(204, Bytes::new()));
+        }
         if path == "/admin/faults" {
             return self.faults(req).await;
         }
@@ -915,6 +939,9 @@ impl Node {
         else {
             return Ok(answer(400, "bad object path"));
         };
+        // A change is counted under its epoch before the epoch is checked (see `epochs`).
+        let _step =
+            (method != Method::GET && method != Method::HEAD).then(|| self.steps.enter(epoch));
         let map = self.map_at(epoch).await?;
         if pg_of(bid, &key, map.pgs) != pg {
             return Ok(answer(400, "the key is not in that PG"));
@@ -1362,6 +1389,16 @@ impl Node {
         versioned: bool,
         at_head: bool,
     ) -> Result<KeyStep<'a>, Fail> {
+        // Counted before the map is checked (see `epochs`): a job's step begun on a map this
+        // node has since replaced is refused here, before anything is applied.
+        let epoch = self.steps.enter(map.epoch);
+        let current = self.map.borrow().epoch;
+        if current != map.epoch {
+            return Err(Fail::Refused(format!(
+                "epoch {} is not this node's ({current})",
+                map.epoch
+            )));
+        }
         let (chain, pos) = self.chain_position(map, pg, at_head)?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let tombs = self.local_bucket(format!("t-{bid}")).await?;
@@ -1384,6 +1421,7 @@ impl Node {
             have,
             cv,
             _lock: lock,
+            _epoch: epoch,
         })
     }
 
@@ -2447,6 +2485,12 @@ impl Node {
         }
         for (source, group) in by_source {
             let addr = map.addr(&source).ok_or("no address")?.to_string();
+            // The source's steps of older maps (chains without this node) land before it is
+            // listed, or never (see `epochs`). A node from before the barrier answers 404.
+            let ans = self.fetch(&addr, "/drain", map.epoch).await?;
+            if !matches!(ans.status, 204 | 404) {
+                return Err(format!("barrier at {source}: {}", ans.error().await));
+            }
             for &(bid, versioned) in bids {
                 if versioned {
                     self.note_versioned(bid);

@@ -26,6 +26,7 @@
 //! | `POST /o/{bucket id}/{pg}/{key}?resend` | a step re-sent down the chain with its version: copied from the member before if missing ([`WireMeta`]) |
 //! | `GET /ul/{bucket id}?pgs=..&prefix=..` | the uploads in progress of those PGs ([`WireUploadEntry`]; a gateway asks the heads) |
 //! | `POST /g` | lookups gathered ([`GatherItem`]s in, a [`Gathered`] answer each, in order; with [`meta_codec::META_CODEC_HEADER`], the metadata in binary) |
+//! | `GET /drain` | a catch-up's barrier: answered (204) once no chain step routed by a map older than the request's is under way at the node |
 //! | `POST /w` | chain steps on `/o/` and `/u/` relayed together ([`crate::relay::RelayItem`]s in, each one's status and body out, in order) |
 //!
 //! Answers: 200 with the JSON or bytes; 404 for a missing object; 409 with a [`WireRefusal`]
