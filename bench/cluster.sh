@@ -22,7 +22,7 @@ NODE_THREADS=${NODE_THREADS:-$(( $(nproc) / 3 > 0 ? $(nproc) / 3 : 1 ))}
 AK=clusterbenchkey
 SK=clusterbench-secret-0123456789
 command -v etcd >/dev/null || { echo "needs etcd (apt-get install etcd-server)" >&2; exit 2; }
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 work=$(mktemp -d /tmp/packrat-cluster-bench.XXXXXX)
 results=$work/results.jsonl

@@ -13,7 +13,7 @@ KEYS=${KEYS:-100000}
 AK=coldbenchaccesskey
 SK=coldbench-secret-key-0123456789
 work=$(mktemp -d /tmp/packrat-cold.XXXXXX)
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 PORT=${PORT:-19101}
 PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$BIN" serve \

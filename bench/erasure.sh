@@ -17,7 +17,7 @@ AK=ecbenchaccesskey
 SK=ecbench-secret-key-0123456789
 work=$(mktemp -d /tmp/packrat-ec.XXXXXX)
 results=$work/results.jsonl
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 PORT=${PORT:-19300}
 pid=

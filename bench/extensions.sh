@@ -24,7 +24,7 @@ SK=extbench-secret-key-0123456789
 work=$(mktemp -d /tmp/packrat-ext.XXXXXX)
 results=$work/results.jsonl
 
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 PORT=${PORT:-19100}
 PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK "$BIN" serve \

@@ -11,7 +11,7 @@ SIZE=${SIZE:-1KiB}
 AK=indexcostaccesskey
 SK=index-cost-secret-0123456789
 work=$(mktemp -d /tmp/packrat-index-cost.XXXXXX)
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 export AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK
 "$BIN" serve --data-dir "$work/data" --listen 127.0.0.1:19100 --log warn >"$work/log" 2>&1 &

@@ -23,7 +23,7 @@ AK=tierbenchaccesskey
 SK=tierbench-secret-key-0123456789
 work=$(mktemp -d /tmp/packrat-tier.XXXXXX)
 results=$work/results.jsonl
-cargo build -q -p packrat-gateway
+cargo build -q -p packrat
 BIN=${PACKRAT_BIN:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 PORT=${PORT:-19400}
 RPORT=$((PORT + 1))

@@ -1,7 +1,9 @@
 //! `packrat`: the S3-compatible object store for machine-learning data.
 //!
-//! `packrat serve` runs the gateway, index and chunk store in one process; `packrat admin`
-//! manages access keys of a running server (or, with `--data-dir`, of a stopped one).
+//! The launcher: `packrat serve` runs the gateway, index and chunk store in one process;
+//! `packrat node` and `packrat gateway` run a cluster's parts (`cluster_cmd`); `packrat admin`
+//! manages a running server (or, with `--data-dir`, a stopped one); `packrat bench` is a load
+//! generator. The S3 layer itself is the `packrat-gateway` library.
 
 mod admin_client;
 mod bench;
