@@ -1048,6 +1048,78 @@ def test_a_rolling_restart_under_load_fails_no_request_and_loses_nothing(cluster
     assert_acknowledged(gw.client(), "rolling", acked)
 
 
+def test_a_member_catching_up_keeps_the_writes_it_committed_before_its_source_shows_them(workdir):
+    """A member back from a restart catches up while writes go on. Each write is staged at the
+    members before it in the chain (visible there only once durable) and committed at once at
+    the one catching up; judged against its source's visible copy, such a write looked like
+    one that never committed and was dropped there, an acknowledged write lost on one member.
+    With every segment sync of the other two members slowed to a second, every write
+    acknowledged during the catch-up reads back from every member."""
+    etcd, nodes, gws = start_cluster(workdir / "cluster-catchup", node_args=["--fault-injection"])
+    try:
+        secret = etcd_value(etcd.url, "/packrat/secret")
+        c = gws[0].client(retries={"total_max_attempts": 5, "mode": "standard"}, read_timeout=60)
+        c.create_bucket(Bucket="catchup")
+        back = nodes[2]
+        back.stop()
+        for n in nodes[:2]:
+            store_faults(n, secret, rules=[{"op": "sync", "fault": "slow", "path": "seg-"}])
+        stop = threading.Event()
+        acked, failures, lock = {}, [], threading.Lock()
+
+        def load(w):
+            i = 0
+            while not stop.is_set():
+                key, body = f"w{w}/{i:04d}", os.urandom(200 + i % 300)
+                try:
+                    c.put_object(Bucket="catchup", Key=key, Body=body)
+                    with lock:
+                        acked[key] = body
+                except Exception as e:  # kept and failed on below: no request may fail
+                    failures.append(f"{key}: {e!r}")
+                i += 1
+
+        with concurrent.futures.ThreadPoolExecutor(8) as ex:
+            futures = [ex.submit(load, w) for w in range(8)]
+            time.sleep(2)
+            t0 = time.time()
+            back.start()
+            nid = open(back.data_dir + "/node-id").read().strip()
+
+            def caught_up():
+                s = healthy(etcd.url, 3)
+                return s and any(x["id"] == nid and x["started_ms"] > t0 * 1000 for x in s["nodes"])
+
+            wait_for("the restarted member caught up", caught_up, timeout=90)
+            time.sleep(1)
+            stop.set()
+            for f in futures:
+                f.result()
+        injected = [store_faults(n, secret)["injected"] for n in nodes[:2]]
+        for n in nodes[:2]:
+            store_faults(n, secret, rules=[])
+        assert not failures, failures[:5]
+        assert min(injected) > 0, injected
+        with open(back.log_path) as f:
+            dropped = f.read().count("dropping a copy that never committed")
+        print(f"catch-up under slow syncs: {len(acked)} writes acknowledged, "
+              f"{dropped} copies dropped as never committed")
+        assert len(acked) > 10
+        # Consecutive reads of a key go to its PG's members in turn: three see every member.
+        for key, body in acked.items():
+            got = []
+            for _ in range(3):
+                try:
+                    got.append(c.get_object(Bucket="catchup", Key=key)["Body"].read() == body)
+                except ClientError as e:
+                    got.append(e.response["Error"]["Code"])
+            assert got == [True] * 3, (key, got)
+    finally:
+        for p in [*gws, *nodes]:
+            p.stop()
+        etcd.stop()
+
+
 def test_a_node_drops_a_body_that_stops_and_a_gateway_does_not_ask_etcd_for_every_unknown_name(cluster):
     """Bounded waits inside the cluster: a peer that sends an internal request's head and then
     stops mid-body (hung, or cut off) gets 503 within a hop's time, instead of holding the
@@ -1675,13 +1747,6 @@ def test_a_member_whose_sync_fails_never_answers_apart_from_its_chain(workdir):
     try:
         secret = etcd_value(etcd.url, "/packrat/secret")
 
-        def faults(n, **set_):
-            req = urllib.request.Request(f"http://{n.listen}/admin/faults", method="PUT",
-                                         data=json.dumps(set_).encode(),
-                                         headers={"x-packrat-cluster-secret": secret})
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return json.load(r)
-
         c = gws[0].client(read_timeout=60)
         c.create_bucket(Bucket="sync")
         keys = [f"k/{i:02d}" for i in range(24)]
@@ -1691,7 +1756,7 @@ def test_a_member_whose_sync_fails_never_answers_apart_from_its_chain(workdir):
         faulty = nodes[1]
         # One sync of a segment file in three fails: some writes fail before they are staged
         # there (a new segment's sync), some after (the group commit's), some succeed.
-        faults(faulty, rules=[{"op": "sync", "fault": "eio", "path": "seg-", "every": 3}])
+        store_faults(faulty, secret, rules=[{"op": "sync", "fault": "eio", "path": "seg-", "every": 3}])
         new = {k: b"new " + k.encode() for k in keys}
         acked, failed = set(), set()
         for k in keys:
@@ -1703,7 +1768,7 @@ def test_a_member_whose_sync_fails_never_answers_apart_from_its_chain(workdir):
                 assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 500, e.response
                 failed.add(k)
         assert failed, "no write failed while a member's sync failed"
-        assert faults(faulty)["injected"] > 0
+        assert store_faults(faulty, secret, rules=[])["injected"] > 0
         with open(faulty.log_path) as f:
             lost = f.read().count("a staged write failed to become durable here")
         assert lost > 0, "no write failed after it was handed on"
@@ -1725,7 +1790,7 @@ def test_a_member_whose_sync_fails_never_answers_apart_from_its_chain(workdir):
             assert old[k] not in got[got.index(new[k]):] if new[k] in got else True, (k, got)
             if k in acked:
                 assert set(got) == {new[k]}, (k, got)
-        faults(faulty)  # the disk works again
+        store_faults(faulty, secret, rules=[])  # the disk works again
 
         def unsettled_on(n):
             with urllib.request.urlopen(f"http://{n.listen}/metrics", timeout=5) as r:
@@ -1974,6 +2039,15 @@ def test_a_hung_chain_holds_back_no_write_relayed_with_it(workdir):
         for p in [*gws, *nodes]:
             p.stop()
         etcd.stop()
+
+
+def store_faults(node, secret, **set_):
+    """A node's store fault rules (`/admin/faults`), set first if `set_` is given."""
+    req = urllib.request.Request(f"http://{node.listen}/admin/faults", method="PUT" if set_ else "GET",
+                                 data=json.dumps(set_).encode() if set_ else None,
+                                 headers={"x-packrat-cluster-secret": secret})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        return json.load(r)
 
 
 def hop_faults(node, secret, set_to=None):

@@ -13,4 +13,10 @@ pub enum Fault {
     /// Half of the bytes are written, then the write fails with EIO (writes only; on other
     /// operations, EIO).
     Torn,
+    /// The operation waits [`SLOW`], then runs and succeeds (a stalled disk: a sync that
+    /// takes long keeps a write staged and not yet visible).
+    Slow,
 }
+
+/// How long a [`Fault::Slow`] operation waits.
+pub const SLOW: std::time::Duration = std::time::Duration::from_secs(1);

@@ -369,6 +369,10 @@ impl FaultyIo {
     fn check(&self, op: IoOp, path: &Path) -> std::io::Result<()> {
         match self.hit(op, path) {
             None => Ok(()),
+            Some(Fault::Slow) => {
+                std::thread::sleep(crate::faults::SLOW);
+                Ok(())
+            }
             Some(f) => Err(injected_error(f)),
         }
     }
@@ -406,6 +410,10 @@ impl SegmentIo for FaultyIo {
     ) -> std::io::Result<()> {
         match self.hit(IoOp::Write, path) {
             None => RealIo.write_at(file, path, bufs, offset),
+            Some(Fault::Slow) => {
+                std::thread::sleep(crate::faults::SLOW);
+                RealIo.write_at(file, path, bufs, offset)
+            }
             Some(Fault::Torn) => {
                 // Half the bytes reach the file, as in a write cut short by a crash or a
                 // failing disk.

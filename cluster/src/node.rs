@@ -1052,6 +1052,7 @@ impl Node {
                 self.history_resent(&map, bid, pg, &key, cv).await
             }
             Method::GET if q.contains_key("versions") => {
+                self.settled_here(bid, &key, &q)?;
                 Ok(json(200, &self.key_versions(bid, &key).await?))
             }
             Method::GET
@@ -1078,6 +1079,7 @@ impl Node {
                 Ok(with_meta(&meta, body)?)
             }
             Method::GET if q.contains_key("meta") => {
+                self.settled_here(bid, &key, &q)?;
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
                 let who = match (q.contains_key("pull"), q.contains_key("any")) {
                     (true, _) => Asker::Successor,
@@ -2138,6 +2140,22 @@ impl Node {
         }
         keys.map(|k| k.is_some_and(|k| d.contains_key(&(bid, k.to_string()))))
             .collect()
+    }
+
+    /// With `settle` (a member catching up judges its own copy against this node's): refused
+    /// while a step of the key is under way here. A member after this one in the chain may
+    /// already hold that step's version, committed, while it is staged and not yet visible
+    /// here; judged against what is visible, it would be dropped as one that never committed.
+    /// Checked before the lookup that follows: a step's mark is set before the member after
+    /// this one gets it, and cleared only once its version is visible here.
+    fn settled_here(&self, bid: u64, key: &str, q: &HashMap<String, String>) -> Result<(), Fail> {
+        if q.contains_key("settle") && self.is_dirty(bid, key) {
+            return Err(Fail::Refused(format!(
+                "a step of {key} is under way at {}",
+                self.id
+            )));
+        }
+        Ok(())
     }
 
     fn is_dirty(&self, bid: u64, key: &str) -> bool {

@@ -418,7 +418,7 @@ impl Node {
         let (obj, tomb) = self.current(objects, tombs, key).await?;
         let mine = obj.as_ref().map_or(0, cv_of).max(tomb);
         let unavailable = |why: String| Fail::Store(StoreError::Unavailable(why));
-        let path = format!("/o/{bid}/{pg}/{}?meta&any", encode(key));
+        let path = format!("/o/{bid}/{pg}/{}?meta&any&settle", encode(key));
         let ans = self
             .fetch(addr, &path, map.epoch)
             .await
@@ -426,6 +426,9 @@ impl Node {
         let theirs: Option<WireMeta> = match ans.status {
             200 => Some(ans.json().await?),
             404 => None,
+            // A step of the key is under way at the source: it reaches this node by the
+            // chain (this copy may be it, committed here before the source shows it).
+            409 => return Ok(false),
             _ => return Err(ans.error().await.into()),
         };
         match theirs {

@@ -594,8 +594,15 @@ impl Node {
         pg: u32,
         key: &str,
         prestaged: &mut Prestaged,
+        catching_up: bool,
     ) -> Result<bool, Fail> {
-        let path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
+        // A member catching up asks for the source's history only once no step of the key is
+        // under way there (see `Node::settled_here`); a re-send comes from a member that has
+        // one under way by definition.
+        let mut path = format!("/o/{bid}/{pg}/{}?versions", encode(key));
+        if catching_up {
+            path.push_str("&settle");
+        }
         let theirs: Vec<WireVersionEntry> = self.fetch_json(addr, &path, map.epoch).await?;
         let mut mine = self.key_versions(bid, key).await?;
         if theirs.len() == mine.len() && theirs.iter().zip(&mine).all(|(a, b)| same(a, b)) {
@@ -818,6 +825,7 @@ impl Node {
                 pg,
                 key,
                 &mut Prestaged::new(),
+                false,
             )
             .await
         {
@@ -929,7 +937,7 @@ impl Node {
                 if self.is_dirty(bid, key) {
                     Ok(false)
                 } else {
-                    self.sync_history(map, addr, &objects, bid, pg, key, &mut prestaged)
+                    self.sync_history(map, addr, &objects, bid, pg, key, &mut prestaged, true)
                         .await
                 }
             };
