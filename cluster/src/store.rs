@@ -108,7 +108,7 @@ pub struct ClusterStore {
     /// This store, for what outlives a call (a batch PUT's writer).
     me: std::sync::Weak<ClusterStore>,
     /// The cluster's master key (SSE-S3), kept in etcd (`Etcd::master_key`).
-    master: packrat_store::master_key::MasterKey,
+    master: packrat_secrets::master_key::MasterKey,
     etcd: Etcd,
     map: watch::Receiver<Arc<ClusterMap>>,
     pub(crate) client: NodeClient,
@@ -254,7 +254,7 @@ enum Target {
 impl ClusterStore {
     pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
         let secret = etcd.secret().await?;
-        let master = packrat_store::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
+        let master = packrat_secrets::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
         let map = etcd.follow_map().await?;
         let client = NodeClient::new(secret);
         let store = Arc::new_cyclic(|me| ClusterStore {
@@ -2115,7 +2115,7 @@ impl ObjectStore for ClusterStore {
     }
 
     async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
-        let (access_key, secret_key) = packrat_store::keys::checked_new_key(&new)
+        let (access_key, secret_key) = packrat_secrets::key_rules::checked_new_key(&new)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
         let key = AccessKey {
             access_key,

@@ -8,28 +8,9 @@
 use crate::error::{EngineError, EngineResult};
 use crate::master_key::MasterKey;
 use packrat_index::{KeyRecord, RocksIndex};
+pub use packrat_secrets::key_rules::{checked_new_key, generate_access_key, generate_secret_key};
 use packrat_store_api::admin::{AccessKey, NewKey};
 use packrat_store_api::{Clock, StoreError};
-
-fn random_token(len: usize, alphabet: &[u8]) -> String {
-    (0..len)
-        .map(|_| alphabet[rand::random_range(0..alphabet.len())] as char)
-        .collect()
-}
-
-pub fn generate_access_key() -> String {
-    format!(
-        "PK{}",
-        random_token(18, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567")
-    )
-}
-
-pub fn generate_secret_key() -> String {
-    random_token(
-        40,
-        b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789",
-    )
-}
 
 /// A key operation's failure as an operator reads it: a refusal's own text, else the error.
 pub fn refusal(e: EngineError) -> String {
@@ -41,25 +22,6 @@ pub fn refusal(e: EngineError) -> String {
 
 fn invalid(message: impl Into<String>) -> EngineError {
     EngineError(StoreError::Invalid(message.into()))
-}
-
-/// The access and secret key of a key to create (generated where not given), or why the
-/// request breaks the rules. Shared by every store that keeps keys.
-pub fn checked_new_key(new: &NewKey) -> Result<(String, String), &'static str> {
-    if new.name.is_empty() || new.name.len() > 64 {
-        return Err("a key needs a name of 1 to 64 characters");
-    }
-    let access_key = new.access_key.clone().unwrap_or_else(generate_access_key);
-    let secret_key = new.secret_key.clone().unwrap_or_else(generate_secret_key);
-    if !(3..=128).contains(&access_key.len())
-        || !access_key.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err("an access key is 3 to 128 letters and digits");
-    }
-    if !(8..=128).contains(&secret_key.len()) || !secret_key.bytes().all(|b| b.is_ascii_graphic()) {
-        return Err("a secret key is 8 to 128 printable characters");
-    }
-    Ok((access_key, secret_key))
 }
 
 fn corrupt(access_key: &str, reason: String) -> EngineError {

@@ -143,7 +143,7 @@ impl HeldPgs {
         };
         let written = serde_json::to_vec(&body)
             .map_err(std::io::Error::from)
-            .and_then(|bytes| packrat_store::files::replace_durably(path, &bytes, 0o644));
+            .and_then(|bytes| packrat_secrets::files::replace_durably(path, &bytes, 0o644));
         if let Err(e) = written {
             tracing::error!(
                 "cannot write {}: {e}; every PG now counts as held (a start sweeps them all)",
