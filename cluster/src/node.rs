@@ -1008,10 +1008,10 @@ impl Node {
                     && (q.contains_key("version") || q.contains_key("latest")) =>
             {
                 let inline: u64 = q.get("inline").and_then(|v| v.parse().ok()).unwrap_or(0);
-                let who = if q.contains_key("any") {
-                    Asker::Resync
-                } else {
-                    Asker::Reader
+                let who = match (q.contains_key("pull"), q.contains_key("any")) {
+                    (true, _) => Asker::Successor,
+                    (false, true) => Asker::Resync,
+                    (false, false) => Asker::Reader,
                 };
                 let (meta, body) = self
                     .read_version(

@@ -656,7 +656,10 @@ impl Node {
                     if let Some((_, _, staged)) = stale {
                         self.drop_staged(objects, key, staged).await;
                     }
-                    let meta = self.version_meta(map, addr, bid, pg, key, t).await?;
+                    let asker = if catching_up { "any" } else { "pull" };
+                    let meta = self
+                        .version_meta(map, addr, (bid, pg, key), t, asker)
+                        .await?;
                     let staged = self
                         .stage_version(map, addr, objects, bid, pg, key, &meta)
                         .await?;
@@ -721,17 +724,19 @@ impl Node {
     }
 
     /// The metadata of the source's version `t` of a key.
+    /// `asker`: `any` for a member catching up (from a caught-up member), `pull` for the next
+    /// member of a chain copying a key's history from the one before it, which may itself be
+    /// catching up: it made its history of the key its own predecessor's in the same step.
     async fn version_meta(
         &self,
         map: &ClusterMap,
         addr: &str,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        (bid, pg, key): (u64, u32, &str),
         t: &WireVersionEntry,
+        asker: &str,
     ) -> Result<WireMeta, Fail> {
         let path = format!(
-            "/o/{bid}/{pg}/{}?meta&any&version={}",
+            "/o/{bid}/{pg}/{}?meta&{asker}&version={}",
             encode(key),
             encode(&t.version_id)
         );
@@ -763,7 +768,9 @@ impl Node {
                 continue;
             }
             let copy = async {
-                let meta = self.version_meta(map, addr, bid, pg, key, t).await?;
+                let meta = self
+                    .version_meta(map, addr, (bid, pg, key), t, "any")
+                    .await?;
                 if meta.part_sizes.is_empty() && held + meta.size > PRESTAGE_BYTES {
                     return Ok(None);
                 }
