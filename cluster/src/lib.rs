@@ -382,7 +382,7 @@ pub type MetricsPage =
 pub async fn run_node(
     etcd: Etcd,
     entry: NodeEntry,
-    store: Arc<dyn packrat_store_api::ObjectStore>,
+    store: Arc<dyn packrat_store_api::ReplicaStore>,
     listener: tokio::net::TcpListener,
     tombstone_keep: Duration,
     lifecycle: node::LifecycleSchedule,

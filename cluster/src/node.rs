@@ -30,7 +30,7 @@ use http_body_util::{BodyExt, StreamBody};
 use packrat_store_api::batch::BatchOrder;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
-    Bucket, ByteSource, NewBucket, ObjectInfo, ObjectStore, StoreError, StoreResult,
+    Bucket, ByteSource, NewBucket, ObjectInfo, ReplicaStore, StoreError, StoreResult,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -99,7 +99,7 @@ const RESYNC_PGS: usize = 256;
 
 pub struct Node {
     pub id: String,
-    store: Arc<dyn ObjectStore>,
+    store: Arc<dyn ReplicaStore>,
     map: watch::Receiver<Arc<ClusterMap>>,
     secret: String,
     client: NodeClient,
@@ -568,7 +568,7 @@ pub(crate) fn now_micros() -> u64 {
 impl Node {
     pub fn new(
         id: String,
-        store: Arc<dyn ObjectStore>,
+        store: Arc<dyn ReplicaStore>,
         map: watch::Receiver<Arc<ClusterMap>>,
         secret: String,
         tombstone_keep: Duration,

@@ -10,7 +10,7 @@
 //! A request is counted when its reply ends (its last body byte produced, or the reply
 //! dropped when the client went away), so a streamed TAR reply's bytes and time are whole.
 
-use packrat_store_api::ObjectStore;
+use packrat_store_api::StoreAdmin;
 use packrat_store_api::admin::{Metric, MetricKind, MetricValue};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{
@@ -152,18 +152,18 @@ pub struct Observation {
 impl Metrics {
     /// The gateway's families (their help without a final period: the registry adds one), the store's figures (asked for at each scrape), build
     /// information and the process's own figures.
-    pub fn new(store: Arc<dyn ObjectStore>) -> Self {
+    pub fn new(store: Arc<dyn StoreAdmin>) -> Self {
         Self::build(store, None)
     }
 
     /// A storage node's page: its store's figures, `figures` (the node's own, which it sets
     /// before each scrape), build information and the process's figures; not the request
     /// and connection families, since no S3 request reaches a node.
-    pub fn for_node(store: Arc<dyn ObjectStore>, figures: ExtraFigures) -> Self {
+    pub fn for_node(store: Arc<dyn StoreAdmin>, figures: ExtraFigures) -> Self {
         Self::build(store, Some(figures))
     }
 
-    fn build(store: Arc<dyn ObjectStore>, node: Option<ExtraFigures>) -> Self {
+    fn build(store: Arc<dyn StoreAdmin>, node: Option<ExtraFigures>) -> Self {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let mut registry = Registry::default();
         let mut unshown = Registry::default();
@@ -294,7 +294,7 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 pub type ExtraFigures = Arc<std::sync::Mutex<Vec<Metric>>>;
 
 /// The store's figures, asked for at each scrape, and the extra ones.
-struct StoreCollector(Arc<dyn ObjectStore>, Option<ExtraFigures>);
+struct StoreCollector(Arc<dyn StoreAdmin>, Option<ExtraFigures>);
 
 impl std::fmt::Debug for StoreCollector {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
-use packrat_store_api::{Clock, Identity, ObjectStore};
+use packrat_store_api::{Clock, Identity, Store};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +30,7 @@ pub fn empty() -> RespBody {
 
 pub struct AppState {
     /// Storage, as the S3 handlers see it.
-    pub store: Arc<dyn ObjectStore>,
+    pub store: Arc<dyn Store>,
     /// The store's clock: the one source of the date (SigV4 request times, presigned expiry,
     /// the last-modified and creation times handed to the store).
     pub clock: Arc<dyn Clock>,
@@ -126,7 +126,7 @@ impl S3Request {
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn ObjectStore>, config: ServeConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, config: ServeConfig) -> Self {
         let connections_max = config.max_connections.max(1);
         let wanted =
             config.access_log && tracing::enabled!(target: "packrat::access", tracing::Level::INFO);

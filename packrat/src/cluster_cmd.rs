@@ -194,7 +194,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         every: std::time::Duration::from_secs(args.storage.tier_interval),
         days_ahead: args.lifecycle_days_ahead,
     };
-    let store: Arc<dyn packrat_store_api::ObjectStore> = Arc::new(opened.store);
+    let store: Arc<dyn packrat_store_api::ReplicaStore> = Arc::new(opened.store);
     // `/metrics` on the node's address: its store's figures, the process's and the node's
     // own (set before each scrape, one scrape at a time).
     let figures = packrat_gateway::metrics::ExtraFigures::default();

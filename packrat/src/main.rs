@@ -608,7 +608,7 @@ fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
 /// Serves S3 over `store` on --listen until `stop`, then drains.
 async fn serve_s3(
     http: &HttpArgs,
-    store: Arc<dyn packrat_store_api::ObjectStore>,
+    store: Arc<dyn packrat_store_api::Store>,
     config: ServeConfig,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {

@@ -6,6 +6,7 @@
 //! fields it shows. Metrics are typed, so the S3 layer renders every store's figures the same
 //! way next to its own.
 
+use crate::StoreResult;
 use serde::{Deserialize, Serialize};
 
 /// A report as the admin API answers it.
@@ -130,4 +131,31 @@ impl Metric {
             value: MetricValue::Value(value as f64),
         }
     }
+}
+
+/// What an operator asks of a store: its state, its long jobs, its fault switches (tests), its
+/// figures and whether it can take writes.
+#[async_trait::async_trait]
+pub trait StoreAdmin: Send + Sync + 'static {
+    /// The store's state: objects, segments, space, disks, erasure coding. With `flush`, the
+    /// index first writes out and compacts what it holds in memory (exact figures, slower).
+    async fn status(&self, flush: bool) -> StoreResult<Report>;
+    /// Compacts the segments whose live bytes are below `threshold` (0 to 1); removed
+    /// segments stay readable for `grace` by readers that have them open. Answers the report.
+    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report>;
+    /// Starts a background job, or joins the one of its kind that is running; answers its
+    /// progress. `Invalid` if the store cannot run it (a scrub without erasure coding).
+    fn start_job(&self, job: JobStart) -> StoreResult<Report>;
+    /// The progress of the running (or last) job of a kind.
+    fn job_progress(&self, job: JobKind) -> StoreResult<Report>;
+    /// Storage tiers: what each holds, what is due to move.
+    async fn tier_status(&self) -> StoreResult<Report>;
+    /// Test fault injection: sets the store's fault rules if `set` is given, and answers
+    /// them. `Invalid` for rules the store does not have, or with fault injection off.
+    async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;
+    /// The store's own figures (segments, commits, disks, tiers, index).
+    fn metrics(&self) -> Vec<Metric>;
+    /// Whether the store can take writes now; `Err` says why not (too few healthy disks, a
+    /// full disk, ...). `/health/ready` answers from it.
+    fn write_readiness(&self) -> Result<(), String>;
 }

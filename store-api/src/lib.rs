@@ -13,16 +13,21 @@ pub mod checksum;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod credentials;
 pub mod error;
 pub mod lifecycle;
 pub mod lock;
+pub mod replica;
 pub mod sealed;
 pub mod sessions;
 pub mod source;
 pub mod stream;
 
+pub use admin::StoreAdmin;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use credentials::Credentials;
 pub use error::{Digest, StoreError, StoreResult};
+pub use replica::ReplicaStore;
 pub use source::ByteSource;
 pub mod types;
 
@@ -38,7 +43,6 @@ pub use types::{
 /// `async_trait` leaves the argument's lifetime free.
 pub type AttrEdit = Box<dyn for<'a> FnOnce(&'a mut ObjectAttrs) + Send>;
 
-use admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use lifecycle::Rule;
 
@@ -51,11 +55,21 @@ use lifecycle::Rule;
 /// keys, buckets) are plain functions; the rest are async. The trait is used as
 /// `Arc<dyn ObjectStore>`; `async_trait` boxes each async call's future (one allocation per
 /// call, measured against direct calls in `docs/benchmarks.md`).
+/// The data plane: buckets, objects, versions, multipart uploads, listing and batches, as the
+/// S3 handlers use them. `LocalStore` (one node's engine, in `packrat-store`) and `ClusterStore`
+/// (a gateway's view of a cluster, in `packrat-cluster`) implement it. Every method is real in
+/// every implementation: an operation a store cannot do answers a `StoreError` that says so.
+///
+/// The other parts of a store: [`Credentials`] (keys, console sessions, sealing), [`StoreAdmin`]
+/// (reports, jobs, faults, metrics, readiness) and, for a cluster node's own store only,
+/// [`ReplicaStore`]. [`Store`] is the three parts a server needs, as one trait object.
+///
+/// Methods that a request makes on every call and that a store answers from memory (buckets)
+/// are plain functions; the rest are async. The traits are used as `Arc<dyn Store>`;
+/// `async_trait` boxes each async call's future (one allocation per call, measured against
+/// direct calls in `docs/benchmarks.md`).
 #[async_trait::async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
-    /// The identity holding an access key, `None` if there is no such key.
-    fn access_key(&self, access_key: &str) -> StoreResult<Option<Identity>>;
-
     // ---- buckets
 
     /// A bucket by name, `None` if there is none.
@@ -144,23 +158,6 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// In a versioned bucket it adds a delete marker instead (the `null` one when suspended),
     /// and the versions under it stay.
     async fn delete_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Deleted>;
-    /// Adds a delete marker with the version the caller chose (see [`VersionAs`]) and
-    /// modification time: the key's latest version if it is above every version the key has
-    /// (the current object is kept in its history, or dropped if it is the null one and
-    /// `version.null`), else only kept in its history. A store that does not take chosen
-    /// versions (only a cluster node's local store is asked) answers an internal error.
-    async fn put_delete_marker(
-        &self,
-        _bucket: &Bucket,
-        _key: &str,
-        _version: VersionAs,
-        _last_modified_ms: i64,
-    ) -> StoreResult<Deleted> {
-        Err(StoreError::internal(
-            "delete marker",
-            "this store does not take chosen versions",
-        ))
-    }
     /// One version of a key by id (`null` included); `version_id: None` asks for the latest,
     /// which may be a delete marker. `None` if there is no such version; `Invalid` for an id
     /// this store never makes.
@@ -288,34 +285,6 @@ pub trait ObjectStore: Send + Sync + 'static {
     ) -> StoreResult<(Vec<Part>, bool)>;
     /// One page of the bucket's uploads in progress.
     async fn list_uploads(&self, bucket: &Bucket, query: &UploadQuery) -> StoreResult<UploadPage>;
-    /// What [`ObjectStore::create_upload`] needs to make this upload again in another store,
-    /// under the same id, with every attribute it was begun with (a cluster node copying
-    /// the uploads in progress of a PG it joins); `None` if there is no such upload.
-    async fn upload_to_copy(
-        &self,
-        _bucket: &Bucket,
-        _key: &str,
-        _upload_id: &str,
-    ) -> StoreResult<Option<NewUpload>> {
-        Err(StoreError::internal(
-            "copying an upload",
-            "not supported by this store",
-        ))
-    }
-    /// A stored part's size and bytes (checked as an object's are as they are read); `None`
-    /// if the upload has no such part.
-    async fn read_part(
-        &self,
-        _bucket: &Bucket,
-        _key: &str,
-        _upload_id: &str,
-        _part_number: u32,
-    ) -> StoreResult<Option<(Part, Box<dyn ObjectRead>)>> {
-        Err(StoreError::internal(
-            "reading a part",
-            "not supported by this store",
-        ))
-    }
 
     // ---- listing
 
@@ -366,58 +335,19 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// Starts a batch PUT into `bucket`.
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>>;
 
-    // ---- administration (see [`admin`])
+    // ---- time
 
-    /// Every access key.
-    async fn list_keys(&self) -> StoreResult<Vec<AccessKey>>;
-    /// Creates a key; `Invalid` if the name or a given key breaks the rules or the access key
-    /// exists.
-    async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey>;
-    /// Deletes a key, answering it; `None` if there is none. `Invalid` for the last root key.
-    async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>>;
-    /// Records a web console session of `access_key` under `token_id` (a digest of the
-    /// session's token) for `ttl`, where every gateway of the store finds it ([`sessions`]).
-    async fn put_session(
-        &self,
-        token_id: &str,
-        access_key: &str,
-        ttl: std::time::Duration,
-    ) -> StoreResult<()>;
-    /// The access key of a live console session, `None` if it ended, expired or never was.
-    async fn session(&self, token_id: &str) -> StoreResult<Option<String>>;
-    /// Ends a console session (signing out); nothing if there is none.
-    async fn end_session(&self, token_id: &str) -> StoreResult<()>;
-    /// The store's state: objects, segments, space, disks, erasure coding. With `flush`, the
-    /// index first writes out and compacts what it holds in memory (exact figures, slower).
-    async fn status(&self, flush: bool) -> StoreResult<Report>;
-    /// Compacts the segments whose live bytes are below `threshold` (0 to 1); removed
-    /// segments stay readable for `grace` by readers that have them open. Answers the report.
-    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report>;
-    /// Starts a background job, or joins the one of its kind that is running; answers its
-    /// progress. `Invalid` if the store cannot run it (a scrub without erasure coding).
-    fn start_job(&self, job: JobStart) -> StoreResult<Report>;
-    /// The progress of the running (or last) job of a kind.
-    fn job_progress(&self, job: JobKind) -> StoreResult<Report>;
-    /// Storage tiers: what each holds, what is due to move.
-    async fn tier_status(&self) -> StoreResult<Report>;
-    /// Test fault injection: sets the store's fault rules if `set` is given, and answers
-    /// them. `Invalid` for rules the store does not have, or with fault injection off.
-    async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;
-    /// The store's own figures (segments, commits, disks, tiers, index).
-    fn metrics(&self) -> Vec<Metric>;
-    /// Whether the store can take writes now; `Err` says why not (too few healthy disks, a
-    /// full disk, ...). `/health/ready` answers from it.
-    fn write_readiness(&self) -> Result<(), String>;
     /// The clock the store dates everything by; the S3 layer reads the time from it too
     /// (last-modified times it passes in, SigV4 request times, presigned expiry).
     fn clock(&self) -> std::sync::Arc<dyn Clock>;
-    /// `plain` (a data key of server-side encryption, SSE-S3) sealed with the store's master
-    /// key and bound to `context`; `Invalid` from a store that has no master key to offer.
-    fn seal_secret(&self, plain: &[u8], context: &[u8]) -> StoreResult<Vec<u8>>;
-    /// What [`Self::seal_secret`] sealed with the same `context`; `Corrupt` if it does not
-    /// open (another master key, another context, changed bytes).
-    fn open_secret(&self, sealed: &[u8], context: &[u8]) -> StoreResult<Vec<u8>>;
 }
+
+/// What a server needs of a store: its data plane, its credentials and its administration, as
+/// one trait object (`Arc<dyn Store>`, which coerces to any one part). Every type with the
+/// three parts is a `Store`.
+pub trait Store: ObjectStore + Credentials + StoreAdmin {}
+
+impl<T: ObjectStore + Credentials + StoreAdmin + ?Sized> Store for T {}
 
 /// The bytes of one object range, in order, as verified pieces.
 #[async_trait::async_trait]

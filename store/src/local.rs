@@ -18,7 +18,6 @@ use packrat_index::{
     BucketRecord, ChunkRef, KeyRecord, ObjectRecord, PartRecord, StoredChecksum, UploadRecord,
 };
 use packrat_index::{IndexWrite, RocksIndex, VersionCursor, WriteGate};
-use packrat_store_api::Clock;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Report};
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::checksum::ChecksumAlgorithm;
@@ -31,6 +30,7 @@ use packrat_store_api::{
     ObjectStore, ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult,
     Upload, UploadPage, UploadQuery, VersionAs, WriteCondition,
 };
+use packrat_store_api::{Clock, Credentials, ReplicaStore, StoreAdmin};
 use packrat_store_api::{
     Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
 };
@@ -38,6 +38,14 @@ use packrat_tiering::TierSpec;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+
+mod admin;
+mod convert;
+mod credentials;
+mod replica;
+
+pub(crate) use convert::version_summary;
+use convert::*;
 
 pub struct LocalStore {
     engine: Arc<Engine>,
@@ -360,188 +368,6 @@ fn bucket_config_key(kind: BucketConfig, bucket_id: u64) -> Vec<u8> {
     k
 }
 
-fn bucket_of(r: BucketRecord) -> Bucket {
-    Bucket {
-        id: r.id,
-        name: r.name,
-        owner_id: r.owner_id,
-        owner_name: r.owner_name,
-        created_ms: r.created_ms,
-        public_read: r.public_read,
-        versioning: versioning_of(r.versioning),
-        object_lock: r.object_lock.map(lock_config_of),
-    }
-}
-
-fn identity_of(k: KeyRecord) -> Identity {
-    Identity {
-        access_key: k.access_key,
-        secret_key: k.secret_key,
-        name: k.name,
-        owner_id: k.owner_id,
-        is_root: k.is_root,
-    }
-}
-
-/// A version as a listing shows it (and copies between cluster members compare it).
-pub(crate) fn version_summary(key: String, rec: ObjectRecord, is_latest: bool) -> VersionSummary {
-    VersionSummary {
-        object: summary_of(key, &rec),
-        version_id: rec.version_id(),
-        is_latest,
-        delete_marker: rec.is_delete_marker(),
-        lock: rec
-            .headers
-            .iter()
-            .find(|(k, _)| k == LOCK_HEADER)
-            .map(|(_, v)| v.clone()),
-        acl: rec
-            .headers
-            .iter()
-            .find(|(k, _)| k == packrat_store_api::ACL_HEADER)
-            .map(|(_, v)| v.clone()),
-        tags: rec.tags,
-    }
-}
-
-fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
-    ObjectSummary {
-        key,
-        size: packrat_store_api::sealed::shown_size(
-            &o.headers,
-            o.size,
-            o.parts.iter().map(|p| p.size),
-        ),
-        etag: o.etag.clone(),
-        last_modified_ms: o.last_modified_ms,
-        checksum: o
-            .checksum
-            .as_ref()
-            .map(|c| (c.algorithm.clone(), c.kind.clone())),
-        storage_class: o.storage_class.clone(),
-    }
-}
-
-/// What HEAD and GET show of a record; the record itself rides along as the version. Its
-/// version id is shown where S3 shows one (`show_version`: see [`shows_versions`]).
-fn info_of(rec: Arc<ObjectRecord>, show_version: bool) -> ObjectInfo {
-    ObjectInfo {
-        version_id: show_version.then(|| rec.version_id()),
-        size: rec.size,
-        etag: rec.etag.clone(),
-        attrs: attrs_of(&rec),
-        checksum: rec.checksum.as_ref().map(|c| ObjectChecksum {
-            algorithm: c.algorithm.clone(),
-            value: c.value.clone(),
-            kind: c.kind.clone(),
-        }),
-        part_sizes: rec.parts.iter().map(|p| p.size).collect(),
-        version: ObjectVersion(rec),
-    }
-}
-
-/// Whether the bucket's objects show version ids: once it has (had) versioning.
-fn shows_versions(bucket: &Bucket) -> bool {
-    bucket.versioning != Versioning::Unversioned
-}
-
-/// How a write is versioned: as the version the caller chose (see [`VersionAs`]), else by
-/// the bucket's state; the sequence chosen; and whether the answer names its version.
-fn write_versioning(bucket: &Bucket, chosen: Option<VersionAs>) -> (Versioning, Option<u64>, bool) {
-    match chosen {
-        Some(v) => (v.mode(), Some(v.seq), true),
-        None => (bucket.versioning, None, shows_versions(bucket)),
-    }
-}
-
-fn attrs_of(rec: &ObjectRecord) -> ObjectAttrs {
-    ObjectAttrs {
-        last_modified_ms: rec.last_modified_ms,
-        content_type: rec.content_type.clone(),
-        headers: rec.headers.clone(),
-        user_meta: rec.user_meta.clone(),
-        storage_class: rec.storage_class.clone(),
-        tags: rec.tags.clone(),
-    }
-}
-
-fn set_attrs(rec: &mut ObjectRecord, a: ObjectAttrs) {
-    rec.last_modified_ms = a.last_modified_ms;
-    rec.content_type = a.content_type;
-    rec.headers = a.headers;
-    rec.user_meta = a.user_meta;
-    rec.storage_class = a.storage_class;
-    rec.tags = a.tags;
-}
-
-/// The index record an [`ObjectInfo`] from this store was made from.
-fn record_in(info: &ObjectInfo) -> StoreResult<Arc<ObjectRecord>> {
-    info.version
-        .0
-        .clone()
-        .downcast::<ObjectRecord>()
-        .map_err(|_| StoreError::internal("object version", "not from this store"))
-}
-
-/// The record of a freshly written object.
-fn new_record(w: &Written, attrs: ObjectAttrs) -> ObjectRecord {
-    let mut rec = ObjectRecord {
-        record_id: w.record_id,
-        size: w.size,
-        etag: hex::encode(w.md5),
-        checksum: w.checksum.as_ref().map(|(alg, bytes, _)| StoredChecksum {
-            algorithm: alg.name().to_string(),
-            value: B64.encode(bytes),
-            kind: "FULL_OBJECT".to_string(),
-        }),
-        chunks: w.chunks.clone(),
-        ..Default::default()
-    };
-    set_attrs(&mut rec, attrs);
-    rec
-}
-
-#[async_trait::async_trait]
-impl ObjectRead for ObjectReader {
-    async fn next(&mut self) -> StoreResult<Option<Bytes>> {
-        Ok(ObjectReader::next(self).await?)
-    }
-
-    fn is_single_piece(&self) -> bool {
-        ObjectReader::is_single_piece(self)
-    }
-}
-
-fn upload_of(u: &UploadRecord) -> Upload {
-    Upload {
-        upload_id: u.upload_id.clone(),
-        key: u.key.clone(),
-        owner_id: u.owner_id.clone(),
-        initiated_ms: u.initiated_ms,
-        storage_class: u.storage_class.clone(),
-        checksum: u
-            .checksum_algorithm
-            .as_deref()
-            .and_then(ChecksumAlgorithm::from_name),
-        checksum_type: u.checksum_type.clone(),
-        envelope: packrat_store_api::sealed::envelope(&u.headers).map(str::to_string),
-    }
-}
-
-fn part_of(p: &PartRecord) -> Part {
-    Part {
-        part_number: p.part_number,
-        etag: p.etag.clone(),
-        size: p.size,
-        last_modified_ms: p.last_modified_ms,
-        checksum: p.checksum.as_ref().map(|c| ObjectChecksum {
-            algorithm: c.algorithm.clone(),
-            value: c.value.clone(),
-            kind: c.kind.clone(),
-        }),
-    }
-}
-
 impl LocalStore {
     fn existing_upload(&self, bucket: &Bucket, key: &str, upload_id: &str) -> StoreResult<Upload> {
         Ok(upload_of(
@@ -614,10 +440,6 @@ impl LocalStore {
 
 #[async_trait::async_trait]
 impl ObjectStore for LocalStore {
-    fn access_key(&self, access_key: &str) -> StoreResult<Option<Identity>> {
-        Ok(self.engine.access_key(access_key)?.map(identity_of))
-    }
-
     fn bucket(&self, name: &str) -> StoreResult<Option<Bucket>> {
         Ok(self.engine.bucket(name)?.map(bucket_of))
     }
@@ -863,26 +685,6 @@ impl ObjectStore for LocalStore {
         let deleted = self
             .engine
             .delete_versioned(bucket.id, key, bucket.versioning, None, None)
-            .await?;
-        Ok(deleted.unwrap_or_default())
-    }
-
-    async fn put_delete_marker(
-        &self,
-        bucket: &Bucket,
-        key: &str,
-        version: VersionAs,
-        last_modified_ms: i64,
-    ) -> StoreResult<Deleted> {
-        let deleted = self
-            .engine
-            .delete_versioned(
-                bucket.id,
-                key,
-                version.mode(),
-                None,
-                Some((version.seq, last_modified_ms)),
-            )
             .await?;
         Ok(deleted.unwrap_or_default())
     }
@@ -1214,74 +1016,6 @@ impl ObjectStore for LocalStore {
         .await
     }
 
-    async fn upload_to_copy(
-        &self,
-        bucket: &Bucket,
-        key: &str,
-        upload_id: &str,
-    ) -> StoreResult<Option<NewUpload>> {
-        let rec = match self.engine.upload_record(bucket.id, key, upload_id) {
-            Ok(r) => r,
-            Err(e) => match StoreError::from(e) {
-                StoreError::NoSuchUpload => return Ok(None),
-                e => return Err(e),
-            },
-        };
-        // The tags ride in the headers as they were stored (see `create_upload`).
-        Ok(Some(NewUpload {
-            owner_id: rec.owner_id,
-            initiated_ms: rec.initiated_ms,
-            attrs: ObjectAttrs {
-                last_modified_ms: rec.initiated_ms,
-                content_type: rec.content_type,
-                headers: rec.headers,
-                user_meta: rec.user_meta,
-                storage_class: rec.storage_class,
-                tags: Vec::new(),
-            },
-            checksum: rec
-                .checksum_algorithm
-                .as_deref()
-                .and_then(ChecksumAlgorithm::from_name),
-            checksum_type: rec.checksum_type,
-            upload_id: Some(rec.upload_id),
-        }))
-    }
-
-    async fn read_part(
-        &self,
-        bucket: &Bucket,
-        key: &str,
-        upload_id: &str,
-        part_number: u32,
-    ) -> StoreResult<Option<(Part, Box<dyn ObjectRead>)>> {
-        let upload = match self.existing_upload(bucket, key, upload_id) {
-            Ok(u) => u,
-            Err(StoreError::NoSuchUpload) => return Ok(None),
-            Err(e) => return Err(e),
-        };
-        let uid = upload.upload_id;
-        let after = part_number.saturating_sub(1);
-        let found = self
-            .run(move |e| Ok(e.index.list_parts(&uid, after, 1)?))
-            .await?;
-        let Some(p) = found.into_iter().find(|p| p.part_number == part_number) else {
-            return Ok(None);
-        };
-        // A part's chunks carry its own record id with indices from 0, as a single PUT's do,
-        // so it reads as an object of those chunks would.
-        let rec = ObjectRecord {
-            record_id: p.record_id,
-            size: p.size,
-            etag: p.etag.clone(),
-            chunks: p.chunks.clone(),
-            ..Default::default()
-        };
-        let size = p.size;
-        let reader = ObjectReader::new(self.engine.clone(), Arc::new(rec), 0, size);
-        Ok(Some((part_of(&p), Box::new(reader))))
-    }
-
     async fn list_objects(&self, bucket: &Bucket, query: &ListQuery) -> StoreResult<ObjectPage> {
         let (id, q) = (bucket.id, query.clone());
         self.run(move |e| {
@@ -1367,127 +1101,8 @@ impl ObjectStore for LocalStore {
         )))
     }
 
-    async fn list_keys(&self) -> StoreResult<Vec<AccessKey>> {
-        let keys = self.run(|e| crate::keys::list(&e.index, &e.master)).await?;
-        Ok(keys.into_iter().map(crate::keys::access_key_of).collect())
-    }
-
-    async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
-        let rec = self
-            .run(move |e| crate::keys::create_key(&e.index, &e.master, new, false, &*e.clock))
-            .await?;
-        self.engine.forget_access_key(&rec.access_key);
-        Ok(crate::keys::access_key_of(rec))
-    }
-
-    async fn delete_key(&self, access_key: &str) -> StoreResult<Option<AccessKey>> {
-        let ak = access_key.to_string();
-        let gone = self
-            .run(move |e| crate::keys::delete_key(&e.index, &e.master, &ak))
-            .await?;
-        self.engine.forget_access_key(access_key);
-        Ok(gone.map(crate::keys::access_key_of))
-    }
-
-    async fn put_session(
-        &self,
-        token_id: &str,
-        access_key: &str,
-        ttl: std::time::Duration,
-    ) -> StoreResult<()> {
-        self.sessions.put(token_id, access_key, ttl);
-        Ok(())
-    }
-
-    async fn session(&self, token_id: &str) -> StoreResult<Option<String>> {
-        Ok(self.sessions.get(token_id))
-    }
-
-    async fn end_session(&self, token_id: &str) -> StoreResult<()> {
-        self.sessions.end(token_id);
-        Ok(())
-    }
-
-    async fn status(&self, flush: bool) -> StoreResult<Report> {
-        if flush {
-            self.run(|e| Ok(e.index.flush_and_compact_objects()?))
-                .await?;
-        }
-        Ok(crate::admin::report(&crate::admin::status(&self.engine))?)
-    }
-
-    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report> {
-        let r = crate::compact::compact(&self.engine, threshold, grace, None).await?;
-        Ok(crate::admin::report(&r)?)
-    }
-
-    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
-        match job {
-            JobStart::Scrub => {
-                if !self.engine.chunks.has_redundancy() {
-                    return Err(StoreError::Invalid(
-                        "scrub needs erasure coding (serve with --disk ... --ec K+M)".into(),
-                    ));
-                }
-                crate::ec::start_scrub(&self.engine, None);
-            }
-            JobStart::TierRun { days_ahead } => {
-                crate::tier::ask_run(&self.engine, days_ahead);
-            }
-            JobStart::Compact { threshold, grace } => {
-                crate::compact::start(&self.engine, threshold, grace);
-            }
-        }
-        self.job_progress(match job {
-            JobStart::Scrub => JobKind::Scrub,
-            JobStart::TierRun { .. } => JobKind::TierRun,
-            JobStart::Compact { .. } => JobKind::Compact,
-        })
-    }
-
-    fn job_progress(&self, job: JobKind) -> StoreResult<Report> {
-        Ok(match job {
-            JobKind::Scrub => crate::admin::report(&self.engine.scrub.progress())?,
-            JobKind::TierRun => crate::admin::report(&self.engine.tiers.progress())?,
-            JobKind::Compact => crate::admin::report(&self.engine.compaction_job.progress())?,
-        })
-    }
-
-    async fn tier_status(&self) -> StoreResult<Report> {
-        let st = crate::tier::status(&self.engine).await?;
-        Ok(crate::admin::report(&st)?)
-    }
-
-    async fn faults(&self, set: Option<Report>) -> StoreResult<Report> {
-        let Some(faults) = &self.faults else {
-            return Err(StoreError::Invalid(
-                "fault injection is off (packrat serve --fault-injection)".into(),
-            ));
-        };
-        Ok(crate::admin::faults(faults, set)?)
-    }
-
-    fn metrics(&self) -> Vec<Metric> {
-        crate::admin::metrics(&self.engine)
-    }
-
-    fn write_readiness(&self) -> Result<(), String> {
-        self.engine.chunks.write_readiness()
-    }
-
     fn clock(&self) -> Arc<dyn Clock> {
         self.engine.clock.clone()
-    }
-
-    fn seal_secret(&self, plain: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
-        Ok(self.engine.master.seal(plain, context))
-    }
-
-    fn open_secret(&self, sealed: &[u8], context: &[u8]) -> StoreResult<Vec<u8>> {
-        self.engine
-            .master
-            .open(sealed, context)
-            .map_err(StoreError::Corrupt)
     }
 }
 

@@ -6,13 +6,13 @@ mod common;
 
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::{
-    Bucket, CompleteAs, CompletePart, FoundVersion, NewBucket, NewUpload, ObjectStore, PutObject,
-    PutPart, VersionAs, VersionQuery, Versioning,
+    Bucket, CompleteAs, CompletePart, FoundVersion, NewBucket, NewUpload, PutObject, PutPart,
+    ReplicaStore, VersionAs, VersionQuery, Versioning,
 };
 
 use common::Once;
 
-async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, body: &str, v: VersionAs) -> String {
+async fn put(store: &dyn ReplicaStore, b: &Bucket, key: &str, body: &str, v: VersionAs) -> String {
     let info = store
         .put_object(
             b,
@@ -29,7 +29,7 @@ async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, body: &str, v: Vers
 }
 
 /// (version id, latest, delete marker, size) of a key's versions, newest first.
-async fn history(store: &dyn ObjectStore, b: &Bucket) -> Vec<(String, bool, bool, u64)> {
+async fn history(store: &dyn ReplicaStore, b: &Bucket) -> Vec<(String, bool, bool, u64)> {
     let page = store
         .list_versions(
             b,
@@ -67,7 +67,7 @@ async fn chosen_versions_land_where_their_sequence_places_them() {
         versioning: Versioning::Enabled,
         ..plain.clone()
     };
-    let s: &dyn ObjectStore = &store;
+    let s: &dyn ReplicaStore = &store;
     assert_eq!(put(s, &plain, "k", "one", v(100)).await, "0000000000000064");
     assert_eq!(
         put(s, &plain, "k", "three", v(300)).await,
@@ -249,7 +249,7 @@ async fn a_decided_lock_check_does_as_asked() {
     let store = LocalStore::open(LocalOptions::new(dir.path().to_path_buf()))
         .unwrap()
         .store;
-    let s: &dyn ObjectStore = &store;
+    let s: &dyn ReplicaStore = &store;
     let b = s
         .create_bucket(NewBucket {
             name: "held".into(),

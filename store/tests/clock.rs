@@ -6,7 +6,7 @@ use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::{JobKind, JobStart, NewKey};
 use packrat_store_api::conformance::{MemSource, new_bucket};
 use packrat_store_api::lifecycle::{Rule, When};
-use packrat_store_api::{Clock, ManualClock, ObjectAttrs, ObjectStore, PutObject};
+use packrat_store_api::{Clock, ManualClock, ObjectAttrs, PutObject, ReplicaStore};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ const DAY_MS: i64 = 86_400_000;
 /// 2031-01-01, far from the system clock's date.
 const START_MS: i64 = 1_924_992_000_000;
 
-fn open(clock: Arc<ManualClock>) -> Arc<dyn ObjectStore> {
+fn open(clock: Arc<ManualClock>) -> Arc<dyn ReplicaStore> {
     let dir = tempfile::tempdir().unwrap().keep();
     let opened = LocalStore::open(LocalOptions {
         clock,
@@ -25,7 +25,7 @@ fn open(clock: Arc<ManualClock>) -> Arc<dyn ObjectStore> {
 }
 
 /// Runs a tier run (lifecycle rules, with no tiers) to its end.
-async fn tier_run(store: &dyn ObjectStore) {
+async fn tier_run(store: &dyn ReplicaStore) {
     let before = store.job_progress(JobKind::TierRun).unwrap()["finished_runs"]
         .as_u64()
         .unwrap();

@@ -9,7 +9,9 @@ mod common;
 
 use common::Once;
 use packrat_store::local::LocalOptions;
-use packrat_store_api::{Bucket, CompletePart, NewUpload, ObjectStore, PutObject, PutPart};
+use packrat_store_api::{
+    Bucket, CompletePart, NewUpload, ObjectStore, PutObject, PutPart, ReplicaStore, StoreAdmin,
+};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +31,7 @@ async fn read_all(mut r: Box<dyn packrat_store_api::ObjectRead>) -> Vec<u8> {
     out
 }
 
-async fn part_bytes(store: &dyn ObjectStore, b: &Bucket, key: &str, id: &str, n: u32) -> Vec<u8> {
+async fn part_bytes(store: &dyn ReplicaStore, b: &Bucket, key: &str, id: &str, n: u32) -> Vec<u8> {
     let (_, reader) = store
         .read_part(b, key, id, n)
         .await
@@ -41,7 +43,7 @@ async fn part_bytes(store: &dyn ObjectStore, b: &Bucket, key: &str, id: &str, n:
 /// Completes an upload with its last part alone (the others become dead bytes); answers the
 /// object's bytes, or `None` for an upload without parts (left as it is).
 async fn complete_with_last(
-    store: &dyn ObjectStore,
+    store: &dyn ReplicaStore,
     b: &Bucket,
     key: &str,
     up: &InProgress,

@@ -8,7 +8,10 @@ mod common;
 
 use packrat_store::local::LocalOptions;
 use packrat_store_api::lock::LockCheck;
-use packrat_store_api::{Bucket, FoundVersion, ObjectStore, PutObject, VersionQuery, Versioning};
+use packrat_store_api::{
+    Bucket, FoundVersion, ObjectStore, PutObject, ReplicaStore, StoreAdmin, VersionQuery,
+    Versioning,
+};
 use rand::{Rng, SeedableRng};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -17,7 +20,7 @@ use std::time::Duration;
 /// A key's history in write order: (version id, bytes; `None` for a delete marker).
 type Model = BTreeMap<String, Vec<(String, Option<Vec<u8>>)>>;
 
-async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, body: Vec<u8>) -> String {
+async fn put(store: &dyn ReplicaStore, b: &Bucket, key: &str, body: Vec<u8>) -> String {
     let mut src = common::Once(Some(bytes::Bytes::from(body)));
     store
         .put_object(b, key, &mut src, PutObject::default())
@@ -27,7 +30,7 @@ async fn put(store: &dyn ObjectStore, b: &Bucket, key: &str, body: Vec<u8>) -> S
         .unwrap()
 }
 
-async fn read_version(store: &dyn ObjectStore, b: &Bucket, key: &str, id: &str) -> Vec<u8> {
+async fn read_version(store: &dyn ReplicaStore, b: &Bucket, key: &str, id: &str) -> Vec<u8> {
     let found = store.find_version(b, key, Some(id)).await.unwrap();
     let Some(FoundVersion::Object(info)) = found else {
         panic!("{key} {id}: {found:?}");

@@ -3,10 +3,10 @@
 //! (`LocalStore::open`: one disk, no erasure coding, no tiers, no background jobs).
 
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::ObjectStore;
+use packrat_store_api::Store;
 use std::sync::Arc;
 
-async fn local_store() -> Arc<dyn ObjectStore> {
+async fn local_store() -> Arc<dyn Store> {
     // The directory lives as long as the test process; each test gets its own.
     let dir = tempfile::tempdir().unwrap().keep();
     // Small segments (4 MiB), so the checks also cross segment rotations.

@@ -16,7 +16,7 @@ use common::{EC, disks, erasure_coded, read_state, seal};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::conformance::{MemSource, new_bucket};
-use packrat_store_api::{Bucket, ObjectStore, PutObject, StoreError};
+use packrat_store_api::{Bucket, PutObject, ReplicaStore, StoreError};
 use std::path::Path;
 
 const WRITES: usize = 40;
@@ -36,7 +36,13 @@ fn body(i: usize) -> Vec<u8> {
 }
 
 /// Every acknowledged write reads back; every failed one left its key absent.
-async fn check(store: &dyn ObjectStore, b: &Bucket, acked: &[usize], failed: &[usize], when: &str) {
+async fn check(
+    store: &dyn ReplicaStore,
+    b: &Bucket,
+    acked: &[usize],
+    failed: &[usize],
+    when: &str,
+) {
     for &i in acked {
         let got = read_state(store, b, &format!("k{i:03}")).await.unwrap();
         assert!(
@@ -64,7 +70,7 @@ fn run(rule: serde_json::Value) -> (Vec<usize>, Vec<usize>) {
     let dir = tempfile::tempdir().unwrap();
     let (acked, failed, bucket) = rt.block_on(async {
         let opened = LocalStore::open(options(dir.path(), true)).unwrap();
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = new_bucket(store, "ec").await;
         store
             .faults(Some(serde_json::json!({ "rules": [rule] })))
@@ -116,7 +122,7 @@ fn run(rule: serde_json::Value) -> (Vec<usize>, Vec<usize>) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let opened = LocalStore::open(options(dir.path(), false)).unwrap();
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = store.bucket(&bucket).unwrap().expect("the bucket");
         check(store, &b, &acked, &failed, "after a restart").await;
     });

@@ -25,7 +25,7 @@ use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::JobStart;
 use packrat_store_api::conformance::{MemSource, new_bucket};
-use packrat_store_api::{Bucket, ObjectStore, PutObject, StoreError};
+use packrat_store_api::{Bucket, PutObject, ReplicaStore, StoreError};
 use packrat_tiering::{Target, TierSpec};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -92,7 +92,7 @@ fn body(i: usize) -> Vec<u8> {
 type State = Option<Vec<u8>>;
 type Model = BTreeMap<String, State>;
 
-async fn check_all(store: &dyn ObjectStore, b: &Bucket, model: &Model, when: &str) {
+async fn check_all(store: &dyn ReplicaStore, b: &Bucket, model: &Model, when: &str) {
     for (key, want) in model {
         let got = read_state(store, b, key)
             .await
@@ -117,7 +117,7 @@ fn run(layout: Layout, rule: Value) -> Outcome {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (model, bucket, outcome) = rt.block_on(async {
         let opened = LocalStore::open(options(dir.path(), layout, true)).unwrap();
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = new_bucket(store, "faults").await;
         store
             .faults(Some(json!({ "rules": [rule.clone()] })))
@@ -252,7 +252,7 @@ fn run(layout: Layout, rule: Value) -> Outcome {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let opened = LocalStore::open(options(dir.path(), layout, false)).unwrap();
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = store.bucket(&bucket).unwrap().expect("the bucket");
         check_all(store, &b, &model, "after a restart").await;
     });

@@ -5,8 +5,8 @@
 use packrat_index::{KeyRecord, RocksIndex};
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store::master_key::MASTER_KEY_FILE;
-use packrat_store_api::ObjectStore;
 use packrat_store_api::admin::NewKey;
+use packrat_store_api::{Credentials, StoreAdmin};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 

@@ -26,7 +26,7 @@ use packrat_chunk_store::{CrashReport, PowerLossIo};
 use packrat_index::RocksIndex;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::conformance::{MemSource, new_bucket};
-use packrat_store_api::{ObjectStore, PutObject, StoreError};
+use packrat_store_api::{PutObject, ReplicaStore, StoreError};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -131,7 +131,7 @@ fn run_seed(seed: u64, layout: Layout, plant: Option<(bool, bool)>) -> Result<Ou
             ..options(dir.path(), layout)
         })
         .map_err(|e| format!("open: {e}"))?;
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = new_bucket(store, "power").await;
         sim.die_after(1 + rng.below(CRASH_POINTS));
         for i in 0..OPS {
@@ -229,7 +229,7 @@ fn run_seed(seed: u64, layout: Layout, plant: Option<(bool, bool)>) -> Result<Ou
     rt.block_on(async {
         let opened =
             LocalStore::open(options(dir.path(), layout)).map_err(|e| format!("reopen: {e}"))?;
-        let store: &dyn ObjectStore = &opened.store;
+        let store: &dyn ReplicaStore = &opened.store;
         let b = store
             .bucket(&bucket)
             .map_err(|e| format!("bucket: {e}"))?

@@ -4,7 +4,7 @@
 
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::conformance::{MemSource, new_bucket};
-use packrat_store_api::{ObjectStore, OnStaged, PutObject, StoreError, WriteCondition};
+use packrat_store_api::{OnStaged, PutObject, ReplicaStore, StoreError, WriteCondition};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,7 +25,7 @@ async fn a_write_is_told_staged_once_and_a_refused_one_never() {
         ..LocalOptions::new(dir.path().to_path_buf())
     })
     .unwrap();
-    let store: Arc<dyn ObjectStore> = Arc::new(opened.store);
+    let store: Arc<dyn ReplicaStore> = Arc::new(opened.store);
     let b = new_bucket(&*store, "staged").await;
     let put = |body: &'static [u8], put: PutObject| {
         let (store, b) = (store.clone(), b.clone());

@@ -7,7 +7,7 @@ mod common;
 use common::Once;
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::checksum::ChecksumAlgorithm;
-use packrat_store_api::{NewBucket, NewUpload, ObjectAttrs, ObjectStore, PutPart};
+use packrat_store_api::{NewBucket, NewUpload, ObjectAttrs, ObjectStore, PutPart, ReplicaStore};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upload_and_its_parts_are_read_back_as_begun() {

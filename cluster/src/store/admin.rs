@@ -4,12 +4,13 @@
 //! `packrat admin compact|scrub|tier run|tier status --endpoint GATEWAY` works as against one
 //! server.
 
-use super::{ClusterStore, NODE_TIMEOUT};
+use super::{ClusterStore, NODE_TIMEOUT, not_in_cluster};
 use bytes::Bytes;
 use http::Method;
-use packrat_store_api::admin::{JobKind, JobStart, Report};
-use packrat_store_api::{StoreError, StoreResult};
+use packrat_store_api::admin::{JobKind, JobStart, Metric, Report};
+use packrat_store_api::{StoreAdmin, StoreError, StoreResult};
 use serde_json::Value;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 fn kind_name(kind: JobKind) -> &'static str {
@@ -213,6 +214,87 @@ impl ClusterStore {
         let path = format!("/admin/job?kind={}", kind_name(kind));
         let nodes = self.blocking(self.ask_every_node(Method::GET, &path))?;
         Ok(sum_progress(nodes))
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreAdmin for ClusterStore {
+    async fn status(&self, _flush: bool) -> StoreResult<Report> {
+        Ok(crate::status_report(&self.map()))
+    }
+
+    async fn compact(&self, threshold: f64, grace: Duration) -> StoreResult<Report> {
+        self.compact_nodes(threshold, grace).await
+    }
+
+    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
+        self.start_job_on_nodes(job)
+    }
+
+    fn job_progress(&self, kind: JobKind) -> StoreResult<Report> {
+        self.job_progress_of_nodes(kind)
+    }
+
+    async fn tier_status(&self) -> StoreResult<Report> {
+        self.tier_status_of_nodes().await
+    }
+
+    async fn faults(&self, _: Option<Report>) -> StoreResult<Report> {
+        Err(not_in_cluster("fault injection"))
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        let mut m = crate::map_metrics(&self.map());
+        m.push(Metric::counter(
+            "packrat_cluster_lookups_gathered_total",
+            "Object lookups (GET, HEAD) sent to nodes gathered with others in one request.",
+            self.gathered_lookups.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_etcd_cache_misses_total",
+            "Bucket and access key lookups this gateway's caches did not hold and asked etcd for (a name etcd lately did not have is not asked again for a while).",
+            self.etcd_misses_asked.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::gauge(
+            "packrat_cluster_etcd_silent",
+            "1 while etcd has not answered this gateway for longer than a node's fence time (a request then waits 5 s for a failover, not 15 s).",
+            u64::from(self.etcd_silent()),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_gathered_requests_total",
+            "Requests that carried gathered lookups to nodes.",
+            self.gathered_requests.load(Ordering::Relaxed),
+        ));
+        let (relayed, relays) = self.relay.counts();
+        m.push(Metric::counter(
+            "packrat_cluster_writes_relayed_total",
+            "Writes sent to heads relayed with others in one request.",
+            relayed,
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_relay_requests_total",
+            "Requests that carried relayed writes to heads.",
+            relays,
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_damaged_answers_total",
+            "Answers from storage nodes this gateway refused because their bytes did not match the CRC32C sent with them.",
+            crate::wire::DAMAGED_ANSWERS.load(Ordering::Relaxed),
+        ));
+        m.push(Metric::counter(
+            "packrat_cluster_lookups_gathered_alone_total",
+            "Lookups waiting to be gathered then asked alone (a dirty copy, a refusal, an error).",
+            self.gathered_alone.load(Ordering::Relaxed),
+        ));
+        m
+    }
+
+    fn write_readiness(&self) -> Result<(), String> {
+        let map = self.map();
+        match (0..map.pgs).find(|pg| map.chain(*pg).is_empty()) {
+            Some(pg) => Err(format!("placement group {pg} has no live storage node")),
+            None => Ok(()),
+        }
     }
 }
 

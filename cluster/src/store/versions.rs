@@ -2,7 +2,7 @@
 //! listings are), merged in key order. A key's versions all live on its PG's chain, so they
 //! come from one node, newest first, and are taken as that node sent them.
 
-use super::{ClusterStore, listing_plan};
+use super::*;
 use crate::wire::{WireVersionEntry, WireVersionPage, encode};
 use packrat_store_api::{Bucket, StoreResult, VersionPage, VersionQuery, VersionSummary};
 
@@ -75,5 +75,57 @@ impl ClusterStore {
             }
         }
         Ok(page)
+    }
+}
+
+impl ClusterStore {
+    /// A change of one version's attributes by id: in a bucket with versioning a step of the
+    /// key's history (`PUT /o/..?QUERY&version=ID` with `body`), where the head checks the
+    /// version is there and every member edits its copy in place, as a lock change does; in
+    /// one without, every object is its key's `null` version (no other exists) and the change
+    /// is `edit` of it. `false` when there is no such version.
+    pub(super) async fn change_version(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        version_id: &str,
+        edit: AttrEdit,
+        query: &str,
+        body: Bytes,
+    ) -> StoreResult<bool> {
+        if version_id != "null" && version_seq(version_id).is_none() {
+            return Err(StoreError::Invalid("Invalid version id specified".into()));
+        }
+        if bucket.versioning == Versioning::Unversioned {
+            if version_id != "null" {
+                return Ok(false);
+            }
+            return match self
+                .update_object(bucket, key, &WriteCondition::default(), edit)
+                .await
+            {
+                Ok(_) => Ok(true),
+                Err(StoreError::NoSuchKey) => Ok(false),
+                Err(e) => Err(e),
+            };
+        }
+        let pg = pg_of(bucket.id, key, self.map().pgs);
+        let path = format!(
+            "/o/{}/{pg}/{}?{query}&version={}",
+            bucket.id,
+            encode(key),
+            encode(version_id)
+        );
+        let (ans, _) = self
+            .call(pg, Target::Head, Method::PUT, &path, &[], body)
+            .await?;
+        match ans.status {
+            200 => Ok(true),
+            404 => match ans.error().await {
+                StoreError::NoSuchKey => Ok(false),
+                e => Err(e),
+            },
+            _ => Err(ans.error().await),
+        }
     }
 }

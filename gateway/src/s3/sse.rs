@@ -34,8 +34,8 @@ use md5::{Digest as _, Md5};
 use packrat_store_api::checksum::{ChecksumAlgorithm, Hasher};
 use packrat_store_api::sealed::{self, BLOCK, SSE_HEADER, TAG};
 use packrat_store_api::{
-    Bucket, BucketConfig, ByteSource, Digest, ObjectInfo, ObjectRead, ObjectStore, PutObject,
-    StoreError, StoreResult,
+    Bucket, BucketConfig, ByteSource, Digest, ObjectInfo, ObjectRead, PutObject, Store, StoreError,
+    StoreResult,
 };
 use std::sync::Arc;
 // ring's AES-256-GCM (assembly, AES-NI and carry-less multiply) seals a 4 KiB block in about
@@ -343,7 +343,7 @@ impl ObjectCipher {
     }
 
     /// A new object's cipher and envelope (the stored header's value).
-    pub fn create(store: &dyn ObjectStore, how: &Requested) -> S3Result<(Self, String)> {
+    pub fn create(store: &dyn Store, how: &Requested) -> S3Result<(Self, String)> {
         match how {
             Requested::S3 => {
                 let data_key: [u8; 32] = rand::random();
@@ -367,7 +367,7 @@ impl ObjectCipher {
     }
 
     /// A multipart upload's cipher and envelope: its object is sealed part by part.
-    pub fn create_by_part(store: &dyn ObjectStore, how: &Requested) -> S3Result<(Self, String)> {
+    pub fn create_by_part(store: &dyn Store, how: &Requested) -> S3Result<(Self, String)> {
         let (cipher, env) = Self::create(store, how)?;
         Ok((cipher, format!("{env} {}", sealed::BY_PART)))
     }
@@ -384,7 +384,7 @@ impl ObjectCipher {
     /// request sent for it. A key sent for an object that needs none, a missing key and a
     /// wrong key are refused as S3 refuses them.
     pub fn open(
-        store: &dyn ObjectStore,
+        store: &dyn Store,
         obj: &ObjectInfo,
         key: Option<&CustomerKey>,
     ) -> S3Result<Option<Self>> {
@@ -393,7 +393,7 @@ impl ObjectCipher {
 
     /// [`Self::open`] for an envelope (an object's or a multipart upload's).
     pub fn open_envelope(
-        store: &dyn ObjectStore,
+        store: &dyn Store,
         env: Option<&str>,
         key: Option<&CustomerKey>,
     ) -> S3Result<Option<Self>> {
@@ -549,7 +549,7 @@ pub struct SealedPut {
 /// flexible checksum are checked on the plaintext as it is sealed (the store sees only
 /// ciphertext, so it cannot).
 pub async fn put_sealed(
-    store: &dyn ObjectStore,
+    store: &dyn Store,
     bucket: &Bucket,
     key: &str,
     source: &mut dyn ByteSource,
@@ -742,7 +742,7 @@ impl ByteSource for Sealing<'_> {
 /// Plaintext bytes `[start, end)` of a sealed object (`size` is the plaintext's), reading and
 /// authenticating only the blocks they fall in.
 pub fn read_plain(
-    store: &dyn ObjectStore,
+    store: &dyn Store,
     obj: &ObjectInfo,
     cipher: ObjectCipher,
     start: u64,
@@ -859,7 +859,7 @@ impl ObjectRead for Opening {
 /// (read with the blocks when the range starts in the part's first block, else on its own)
 /// and the blocks the range falls in.
 fn read_plain_parts(
-    store: &dyn ObjectStore,
+    store: &dyn Store,
     obj: &ObjectInfo,
     cipher: ObjectCipher,
     start: u64,
@@ -983,7 +983,7 @@ pub struct PlainSource {
 
 impl PlainSource {
     pub fn new(
-        store: &dyn ObjectStore,
+        store: &dyn Store,
         obj: &ObjectInfo,
         cipher: Option<ObjectCipher>,
     ) -> StoreResult<Self> {
@@ -992,7 +992,7 @@ impl PlainSource {
 
     /// Plaintext bytes `[start, end)` (an UploadPartCopy's source range).
     pub fn range(
-        store: &dyn ObjectStore,
+        store: &dyn Store,
         obj: &ObjectInfo,
         cipher: Option<ObjectCipher>,
         start: u64,

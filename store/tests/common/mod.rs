@@ -6,7 +6,9 @@
 use packrat_store::local::{LocalOptions, LocalStore};
 use packrat_store_api::admin::{JobKind, JobStart};
 use packrat_store_api::checksum::ChecksumAlgorithm;
-use packrat_store_api::{Bucket, ByteSource, NewBucket, ObjectStore, StoreError, StoreResult};
+use packrat_store_api::{
+    Bucket, ByteSource, NewBucket, ObjectStore, ReplicaStore, StoreAdmin, StoreError, StoreResult,
+};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -50,7 +52,7 @@ pub async fn open_with_bucket(options: LocalOptions) -> (LocalStore, Bucket) {
 
 /// An object's bytes (`None`: no such object), read whole through the trait.
 pub async fn get(
-    store: &dyn ObjectStore,
+    store: &dyn ReplicaStore,
     b: &Bucket,
     key: &str,
 ) -> Result<Option<Vec<u8>>, StoreError> {
@@ -67,7 +69,7 @@ pub async fn get(
 
 /// [`get`], its error told as text naming the key.
 pub async fn read_state(
-    store: &dyn ObjectStore,
+    store: &dyn ReplicaStore,
     b: &Bucket,
     key: &str,
 ) -> Result<Option<Vec<u8>>, String> {
@@ -77,7 +79,7 @@ pub async fn read_state(
 }
 
 /// Runs a job (a scrub, a tier run) to its end; a failed run is an error.
-pub async fn run_job(store: &dyn ObjectStore, job: JobStart) -> Result<(), StoreError> {
+pub async fn run_job(store: &dyn ReplicaStore, job: JobStart) -> Result<(), StoreError> {
     let kind = match job {
         JobStart::Scrub => JobKind::Scrub,
         JobStart::TierRun { .. } => JobKind::TierRun,
@@ -99,7 +101,7 @@ pub async fn run_job(store: &dyn ObjectStore, job: JobStart) -> Result<(), Store
 }
 
 /// Seals what is due and encodes it into shards (a scrub does that first), and waits for it.
-pub async fn seal(store: &dyn ObjectStore) -> Result<(), StoreError> {
+pub async fn seal(store: &dyn ReplicaStore) -> Result<(), StoreError> {
     run_job(store, JobStart::Scrub).await
 }
 

@@ -1,0 +1,131 @@
+//! Credentials: access keys, console sessions, sealing under the master key.
+
+use super::*;
+
+/// Web console sessions: one recorded is found by its token digest until it is ended; an
+/// unknown digest finds nothing; ending it twice is no error; two sessions of one key are
+/// apart.
+pub async fn console_sessions(store: &dyn Store) {
+    let ttl = std::time::Duration::from_secs(600);
+    let (a, b) = ("a".repeat(64), "b".repeat(64));
+    assert_eq!(store.session(&a).await.unwrap(), None);
+    store.put_session(&a, "AKCONSOLE1", ttl).await.unwrap();
+    store.put_session(&b, "AKCONSOLE1", ttl).await.unwrap();
+    assert_eq!(
+        store.session(&a).await.unwrap().as_deref(),
+        Some("AKCONSOLE1")
+    );
+    store.end_session(&a).await.unwrap();
+    assert_eq!(store.session(&a).await.unwrap(), None);
+    store.end_session(&a).await.unwrap();
+    assert_eq!(
+        store.session(&b).await.unwrap().as_deref(),
+        Some("AKCONSOLE1"),
+        "ending one session leaves the key's other one"
+    );
+    store.end_session(&b).await.unwrap();
+}
+
+/// Access keys: created with given or generated secrets, found by access key, listed, refused
+/// when the access key is taken or breaks the rules, deleted once; the last root key stays.
+pub async fn access_keys(store: &dyn Store) {
+    use crate::admin::NewKey;
+    let given = NewKey {
+        name: "conformance".into(),
+        access_key: Some("AKCONFORMANCE01".into()),
+        secret_key: Some("conformance-secret-0123456789".into()),
+    };
+    let made = store.create_key(given.clone()).await.unwrap();
+    assert_eq!(
+        (
+            made.access_key.as_str(),
+            made.secret_key.as_str(),
+            made.is_root
+        ),
+        ("AKCONFORMANCE01", "conformance-secret-0123456789", false)
+    );
+    let who = store
+        .access_key("AKCONFORMANCE01")
+        .unwrap()
+        .expect("the new key");
+    assert_eq!(
+        (who.secret_key.as_str(), who.name.as_str(), who.is_root),
+        ("conformance-secret-0123456789", "conformance", false)
+    );
+    assert_eq!(who.owner_id, made.owner_id);
+    assert!(matches!(
+        store.create_key(given).await,
+        Err(StoreError::Invalid(_))
+    ));
+    let bad = NewKey {
+        name: "bad".into(),
+        access_key: Some("has space".into()),
+        secret_key: None,
+    };
+    assert!(matches!(
+        store.create_key(bad).await,
+        Err(StoreError::Invalid(_))
+    ));
+    let generated = store
+        .create_key(NewKey {
+            name: "generated".into(),
+            ..NewKey::default()
+        })
+        .await
+        .unwrap();
+    assert!(generated.access_key.len() >= 16 && generated.secret_key.len() >= 16);
+    assert_ne!(generated.owner_id, made.owner_id);
+    let listed: Vec<String> = store
+        .list_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.access_key)
+        .collect();
+    assert!(listed.contains(&made.access_key) && listed.contains(&generated.access_key));
+    for k in [&made.access_key, &generated.access_key] {
+        let gone = store.delete_key(k).await.unwrap().expect("a key to delete");
+        assert_eq!(&gone.access_key, k);
+        assert!(store.access_key(k).unwrap().is_none(), "{k} deleted");
+        assert!(store.delete_key(k).await.unwrap().is_none());
+    }
+    let roots: Vec<_> = store
+        .list_keys()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.is_root)
+        .collect();
+    if let [root] = &roots[..] {
+        assert!(matches!(
+            store.delete_key(&root.access_key).await,
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(store.access_key(&root.access_key).unwrap().is_some());
+    }
+}
+
+/// A secret sealed under the master key opens with the same context only; changed bytes or
+/// another context answer `Corrupt`.
+pub async fn sealing(store: &dyn Store) {
+    let sealed = store.seal_secret(b"a data key", b"bucket/key").unwrap();
+    assert!(
+        !sealed.windows(10).any(|w| w == b"a data key"),
+        "sealed, not plain"
+    );
+    assert_eq!(
+        store.open_secret(&sealed, b"bucket/key").unwrap(),
+        b"a data key"
+    );
+    assert!(matches!(
+        store.open_secret(&sealed, b"bucket/other"),
+        Err(StoreError::Corrupt(_))
+    ));
+    let mut changed = sealed.clone();
+    let last = changed.len() - 1;
+    changed[last] ^= 1;
+    assert!(matches!(
+        store.open_secret(&changed, b"bucket/key"),
+        Err(StoreError::Corrupt(_))
+    ));
+}

@@ -1,0 +1,73 @@
+//! The local store's reports, jobs, faults and figures (its [`StoreAdmin`]).
+
+use super::*;
+
+#[async_trait::async_trait]
+impl StoreAdmin for LocalStore {
+    async fn status(&self, flush: bool) -> StoreResult<Report> {
+        if flush {
+            self.run(|e| Ok(e.index.flush_and_compact_objects()?))
+                .await?;
+        }
+        Ok(crate::admin::report(&crate::admin::status(&self.engine))?)
+    }
+
+    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report> {
+        let r = crate::compact::compact(&self.engine, threshold, grace, None).await?;
+        Ok(crate::admin::report(&r)?)
+    }
+
+    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
+        match job {
+            JobStart::Scrub => {
+                if !self.engine.chunks.has_redundancy() {
+                    return Err(StoreError::Invalid(
+                        "scrub needs erasure coding (serve with --disk ... --ec K+M)".into(),
+                    ));
+                }
+                crate::ec::start_scrub(&self.engine, None);
+            }
+            JobStart::TierRun { days_ahead } => {
+                crate::tier::ask_run(&self.engine, days_ahead);
+            }
+            JobStart::Compact { threshold, grace } => {
+                crate::compact::start(&self.engine, threshold, grace);
+            }
+        }
+        self.job_progress(match job {
+            JobStart::Scrub => JobKind::Scrub,
+            JobStart::TierRun { .. } => JobKind::TierRun,
+            JobStart::Compact { .. } => JobKind::Compact,
+        })
+    }
+
+    fn job_progress(&self, job: JobKind) -> StoreResult<Report> {
+        Ok(match job {
+            JobKind::Scrub => crate::admin::report(&self.engine.scrub.progress())?,
+            JobKind::TierRun => crate::admin::report(&self.engine.tiers.progress())?,
+            JobKind::Compact => crate::admin::report(&self.engine.compaction_job.progress())?,
+        })
+    }
+
+    async fn tier_status(&self) -> StoreResult<Report> {
+        let st = crate::tier::status(&self.engine).await?;
+        Ok(crate::admin::report(&st)?)
+    }
+
+    async fn faults(&self, set: Option<Report>) -> StoreResult<Report> {
+        let Some(faults) = &self.faults else {
+            return Err(StoreError::Invalid(
+                "fault injection is off (packrat serve --fault-injection)".into(),
+            ));
+        };
+        Ok(crate::admin::faults(faults, set)?)
+    }
+
+    fn metrics(&self) -> Vec<Metric> {
+        crate::admin::metrics(&self.engine)
+    }
+
+    fn write_readiness(&self) -> Result<(), String> {
+        self.engine.chunks.write_readiness()
+    }
+}
