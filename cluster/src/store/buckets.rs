@@ -1,4 +1,5 @@
-//! Bucket records in etcd: a bucket as the trait shows it, edits, and the removal of a deleted\n//! bucket's record.
+//! Bucket records in etcd: a bucket as the trait shows it, edits, and the removal of a deleted
+//! bucket's record.
 
 use super::*;
 

@@ -1,4 +1,5 @@
-//! Requests to the nodes: to a PG's chain (retried as the map changes while nodes fail over),\n//! and one to every node at once for a listing.
+//! Requests to the nodes: to a PG's chain (retried as the map changes while nodes fail over),
+//! and one to every node at once for a listing.
 
 use super::*;
 

@@ -1,0 +1,139 @@
+//! The HTTP client gateways and nodes call each other with: pooled connections, timeouts by
+//! size, and answers read with their CRC32C checked.
+
+use super::*;
+
+pub type NodeBody = Full<Bytes>;
+
+/// How long one node may take to answer a write of `bytes` to its successor: a hung node (a
+/// stopped process, a machine that stalls) must not hold writes for longer than a failover.
+pub fn hop_timeout(bytes: usize) -> Duration {
+    Duration::from_secs(3) + Duration::from_secs_f64(bytes as f64 / (32.0 * 1024.0 * 1024.0))
+}
+
+/// How long a pooled connection to a node stays open unused.
+pub const POOL_IDLE: Duration = Duration::from_secs(30);
+
+/// How long a read may wait for a node's answer to start before another replica is tried.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The internal API's HTTP client: pooled keep-alive connections to every node.
+#[derive(Clone)]
+pub struct NodeClient {
+    http: Client<HttpConnector, NodeBody>,
+    secret: String,
+}
+
+/// A node's answer.
+pub struct Answer {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: AnswerBody,
+}
+
+/// An answer's body: as it arrives, or whole (one of a relayed request's answers, see
+/// [`crate::relay`]).
+pub type AnswerBody = http_body_util::Either<hyper::body::Incoming, Full<Bytes>>;
+
+impl Answer {
+    /// An answer already received whole (no headers).
+    pub fn whole(status: u16, body: Bytes) -> Answer {
+        Answer {
+            status,
+            headers: http::HeaderMap::new(),
+            body: http_body_util::Either::Right(Full::new(body)),
+        }
+    }
+
+    /// The whole body, checked against the CRC32C the node sent with it.
+    pub async fn bytes(self) -> StoreResult<Bytes> {
+        let mut crc = AnswerCrc::new(&self.headers);
+        let collected = self
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("storage node: {e}")))?;
+        if let Some(t) = collected.trailers() {
+            crc.trailers(t);
+        }
+        let b = collected.to_bytes();
+        crc.data(&b);
+        crc.end()?;
+        Ok(b)
+    }
+
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> StoreResult<T> {
+        let b = self.bytes().await?;
+        serde_json::from_slice(&b).map_err(|e| StoreError::internal("storage node answer", e))
+    }
+
+    /// The store error a 4xx/5xx answer carries.
+    pub async fn error(self) -> StoreError {
+        let status = self.status;
+        match self.bytes().await {
+            Ok(b) => match serde_json::from_slice::<WireError>(&b) {
+                Ok(e) => e.into_store_error(),
+                Err(_) => StoreError::Unavailable(format!(
+                    "storage node answered {status}: {}",
+                    String::from_utf8_lossy(&b)
+                )),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+impl NodeClient {
+    pub fn new(secret: String) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        // A pooled connection to a node cut off by the network is found dead by the kernel's
+        // keepalive probes, not kept for a request to hang on until its timeout.
+        connector.set_keepalive(Some(Duration::from_secs(5)));
+        connector.set_keepalive_interval(Some(Duration::from_secs(2)));
+        connector.set_keepalive_retries(Some(3));
+        let http = Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .build(connector);
+        NodeClient { http, secret }
+    }
+
+    /// Sends a request to the node at `addr`. Connection failures (a dead node) are
+    /// `Unavailable`; so is a node that does not answer within `timeout`.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn send(
+        &self,
+        method: http::Method,
+        addr: &str,
+        path_and_query: &str,
+        epoch: u64,
+        headers: &[(&str, String)],
+        body: Bytes,
+        timeout: Duration,
+    ) -> StoreResult<Answer> {
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}{path_and_query}"))
+            .header(SECRET_HEADER, &self.secret)
+            .header(EPOCH_HEADER, epoch.to_string())
+            // A streamed answer's CRC32C comes as a trailer (see `ANSWER_CRC_HEADER`).
+            .header(http::header::TE, "trailers");
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let req = req
+            .body(Full::new(body))
+            .map_err(|e| StoreError::internal("node request", e))?;
+        let resp = tokio::time::timeout(timeout, self.http.request(req))
+            .await
+            .map_err(|_| StoreError::Unavailable(format!("storage node {addr} did not answer")))?
+            .map_err(|e| StoreError::Unavailable(format!("storage node {addr}: {e}")))?;
+        let (parts, body) = resp.into_parts();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: http_body_util::Either::Left(body),
+        })
+    }
+}
