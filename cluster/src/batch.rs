@@ -20,6 +20,7 @@
 
 use crate::placement::pg_of;
 use crate::store::{ClusterStore, INLINE_MAX};
+use crate::wire::Call;
 use crate::wire::{
     Answer, BATCH_CRC_HEADER, BATCH_ITEMS_MAX, BatchRecord, READ_TIMEOUT, WireBatchHead,
     WireBatchItem, body_crc32c, check_crc,
@@ -389,12 +390,14 @@ async fn open(
     let ans: Answer = store
         .client
         .send(
-            Method::POST,
+            Call {
+                method: Method::POST,
+                path: &path,
+                headers: &[],
+                body: Bytes::from(body),
+            },
             addr,
-            &path,
             map.epoch,
-            &[],
-            Bytes::from(body),
             READ_TIMEOUT,
         )
         .await?;

@@ -375,21 +375,36 @@ pub async fn register(
 pub type MetricsPage =
     Arc<dyn Fn(Vec<packrat_store_api::admin::Metric>) -> (String, &'static str) + Send + Sync>;
 
+/// How a node runs, besides what it is, what it stores in and where it listens.
+pub struct NodeOptions<'a> {
+    /// How long a delete's tombstone is kept: it orders the delete against writes still on
+    /// their way down a chain.
+    pub tombstone_keep: Duration,
+    /// When the node applies lifecycle rules to the PGs it heads.
+    pub lifecycle: node::LifecycleSchedule,
+    /// The `/metrics` page for operators (with `/health/*`), if any.
+    pub metrics: Option<MetricsPage>,
+    /// The node's data directory, where it keeps which PGs it holds (see `node::held`).
+    pub data_dir: Option<&'a std::path::Path>,
+}
+
 /// Everything a node runs besides its local store: registration, the manager election, the
 /// resync of PGs it joins, and the internal API on `listener` until `stop` (with `/metrics`
-/// and `/health/*` for operators when `metrics` is given).
-#[allow(clippy::too_many_arguments)]
+/// and `/health/*` for operators when `options.metrics` is given).
 pub async fn run_node(
     etcd: Etcd,
     entry: NodeEntry,
     store: Arc<dyn packrat_store_api::ReplicaStore>,
     listener: tokio::net::TcpListener,
-    tombstone_keep: Duration,
-    lifecycle: node::LifecycleSchedule,
-    metrics: Option<MetricsPage>,
-    data_dir: Option<&std::path::Path>,
+    options: NodeOptions<'_>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
+    let NodeOptions {
+        tombstone_keep,
+        lifecycle,
+        metrics,
+        data_dir,
+    } = options;
     let secret = etcd.secret().await?;
     // The PGs this node may hold copies of, from `data_dir` (see `node::held`); a store with
     // no cluster bucket yet holds none.

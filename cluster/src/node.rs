@@ -60,6 +60,14 @@ mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
+/// A key as every chain step names it: its bucket's id, its PG, the key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyAt<'a> {
+    pub bid: u64,
+    pub pg: u32,
+    pub key: &'a str,
+}
+
 /// A key's mark in [`Node::dirty`]: the version of its newest step here not yet acknowledged
 /// by the rest of the chain, and the mark that step replaced, if an earlier step was not
 /// handed on either. A step that fails before it is handed on (a conditional write refused,
@@ -910,7 +918,7 @@ impl Node {
                 let id = q.get("version").map(String::as_str);
                 let bypass = q.contains_key("bypass");
                 let locked = self
-                    .change_lock(&map, bid, pg, &key, cv, id, change, bypass)
+                    .change_lock(&map, KeyAt { bid, pg, key: &key }, cv, id, change, bypass)
                     .await?;
                 Ok(json(200, &locked))
             }
@@ -919,8 +927,15 @@ impl Node {
                     return Ok(answer(400, "a class change names its version"));
                 };
                 let noncurrent = q.contains_key("noncurrent");
-                self.change_class(&map, bid, pg, &key, cv, id, class, noncurrent)
-                    .await?;
+                self.change_class(
+                    &map,
+                    KeyAt { bid, pg, key: &key },
+                    cv,
+                    id,
+                    class,
+                    noncurrent,
+                )
+                .await?;
                 Ok(json(200, &()))
             }
             Method::PUT if q.contains_key("tags") => {
@@ -928,14 +943,22 @@ impl Node {
                     return Ok(answer(400, "a tag change names its version"));
                 };
                 let body = body_of_request(req, "tags").await?;
-                self.change_tags(&map, bid, pg, &key, cv, id, body).await?;
+                self.change_tags(&map, KeyAt { bid, pg, key: &key }, cv, id, body)
+                    .await?;
                 Ok(json(200, &()))
             }
             Method::PUT => {
                 let put: WirePut = put_header(&req, "write")?;
                 let body = body_of_request(req, "write").await?;
                 let meta = self
-                    .write(&map, bid, pg, &key, cv, Some((put, body)), None, None)
+                    .write(
+                        &map,
+                        KeyAt { bid, pg, key: &key },
+                        cv,
+                        Some((put, body)),
+                        None,
+                        None,
+                    )
                     .await?;
                 Ok(json(200, &meta))
             }
@@ -944,7 +967,9 @@ impl Node {
                 let Some(base) = q.get("base").and_then(|v| v.parse().ok()) else {
                     return Ok(answer(400, "base is needed"));
                 };
-                let meta = self.edit(&map, bid, pg, &key, cv, base, put).await?;
+                let meta = self
+                    .edit(&map, KeyAt { bid, pg, key: &key }, cv, base, put)
+                    .await?;
                 Ok(json(200, &meta))
             }
             Method::POST if q.contains_key("members") => {
@@ -967,7 +992,7 @@ impl Node {
                 let id = q.get("version").cloned().unwrap_or_default();
                 let bypass = q.contains_key("bypass");
                 let deleted = self
-                    .delete_version(&map, bid, pg, &key, cv, &id, bypass, false)
+                    .delete_version(&map, KeyAt { bid, pg, key: &key }, cv, &id, bypass, false)
                     .await?;
                 Ok(json(200, &deleted))
             }
@@ -986,7 +1011,14 @@ impl Node {
                     },
                 };
                 let meta = self
-                    .write(&map, bid, pg, &key, cv, None, versioning, None)
+                    .write(
+                        &map,
+                        KeyAt { bid, pg, key: &key },
+                        cv,
+                        None,
+                        versioning,
+                        None,
+                    )
                     .await?;
                 match (versioning, meta) {
                     (Some(_), Some(meta)) => Ok(json(200, &meta)),
@@ -1016,9 +1048,7 @@ impl Node {
                 let (meta, body) = self
                     .read_version(
                         &map,
-                        bid,
-                        pg,
-                        &key,
+                        KeyAt { bid, pg, key: &key },
                         who,
                         q.get("version").map(String::as_str),
                         inline,

@@ -12,6 +12,7 @@
 //! thinned the group commits more than the requests saved (docs/benchmarks.md).
 
 use crate::gather::{Dispatch, Queues};
+use crate::wire::Call;
 use crate::wire::{Answer, NodeClient};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use http::Method;
@@ -245,21 +246,33 @@ impl Relay {
     /// Sends a chain step to the node at `addr`, alone or relayed with the steps queued for it
     /// meanwhile (see [`crate::gather`]): [`NodeClient::send`] for the caller, whose failures
     /// to reach the node are `Unavailable` either way.
-    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
-        method: Method,
+        call: Call<'_>,
         addr: &str,
-        path: &str,
         epoch: u64,
-        headers: &[(&str, String)],
-        body: Bytes,
         timeout: Duration,
     ) -> StoreResult<Answer> {
+        let Call {
+            method,
+            path,
+            headers,
+            body,
+        } = call;
         if body.len() > RELAY_BODY_MAX || !relayable(&method, path) {
             return self
                 .client
-                .send(method, addr, path, epoch, headers, body, timeout)
+                .send(
+                    Call {
+                        method,
+                        path,
+                        headers,
+                        body,
+                    },
+                    addr,
+                    epoch,
+                    timeout,
+                )
                 .await;
         }
         let (tx, rx) = oneshot::channel();
@@ -287,7 +300,17 @@ impl Relay {
                 // Only this step: sent alone, from here.
                 return self
                     .client
-                    .send(method, addr, path, epoch, headers, body, timeout)
+                    .send(
+                        Call {
+                            method,
+                            path,
+                            headers,
+                            body,
+                        },
+                        addr,
+                        epoch,
+                        timeout,
+                    )
                     .await;
             }
             self.spawn_batches(addr, batch);
@@ -330,12 +353,14 @@ impl Relay {
             Ok(()) => {
                 self.client
                     .send(
-                        Method::POST,
+                        Call {
+                            method: Method::POST,
+                            path: "/w",
+                            headers: &as_they_end,
+                            body: body.freeze(),
+                        },
                         addr,
-                        "/w",
                         0,
-                        &as_they_end,
-                        body.freeze(),
                         timeout,
                     )
                     .await

@@ -16,6 +16,7 @@
 
 use crate::map::{BucketRecord, ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::{
     Answer, NodeClient, PUT_HEADER, READ_TIMEOUT, WireDeleted, WireLockChange, WireLockConfig,
     WireLocked, WireMeta, WirePage, WirePut, WireRefusal, WireVersioning, encode, hop_timeout,
@@ -224,10 +225,12 @@ impl ClusterStore {
             .call(
                 pg,
                 Target::Head,
-                Method::PUT,
-                &format!("/o/{}/{pg}/{}", bucket.id, encode(key)),
-                &[(PUT_HEADER, header)],
-                body,
+                Call {
+                    method: Method::PUT,
+                    path: &format!("/o/{}/{pg}/{}", bucket.id, encode(key)),
+                    headers: &[(PUT_HEADER, header)],
+                    body,
+                },
             )
             .await?;
         if ans.status != 200 {
@@ -656,10 +659,12 @@ impl ObjectStore for ClusterStore {
                 .call(
                     pg,
                     Target::Head,
-                    Method::PATCH,
-                    &format!("/o/{}/{pg}/{}?base={base}", bucket.id, encode(key)),
-                    &[(PUT_HEADER, header)],
-                    Bytes::new(),
+                    Call {
+                        method: Method::PATCH,
+                        path: &format!("/o/{}/{pg}/{}?base={base}", bucket.id, encode(key)),
+                        headers: &[(PUT_HEADER, header)],
+                        body: Bytes::new(),
+                    },
                 )
                 .await?;
             if ans.status != 200 {
@@ -684,7 +689,16 @@ impl ObjectStore for ClusterStore {
             path.push_str(&format!("?versioning={}", v.name()));
         }
         let (ans, _) = self
-            .call(pg, Target::Head, Method::DELETE, &path, &[], Bytes::new())
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::DELETE,
+                    path: &path,
+                    headers: &[],
+                    body: Bytes::new(),
+                },
+            )
             .await?;
         if !(200..300).contains(&ans.status) {
             return Err(ans.error().await);
@@ -728,14 +742,16 @@ impl ObjectStore for ClusterStore {
             .call(
                 pg,
                 Target::Reader,
-                Method::GET,
-                &format!(
-                    "/o/{}/{pg}/{}?meta&{which}&inline={INLINE_MAX}",
-                    bucket.id,
-                    encode(key)
-                ),
-                &[],
-                Bytes::new(),
+                Call {
+                    method: Method::GET,
+                    path: &format!(
+                        "/o/{}/{pg}/{}?meta&{which}&inline={INLINE_MAX}",
+                        bucket.id,
+                        encode(key)
+                    ),
+                    headers: &[],
+                    body: Bytes::new(),
+                },
             )
             .await?;
         match ans.status {
@@ -798,7 +814,16 @@ impl ObjectStore for ClusterStore {
             path.push_str("&bypass");
         }
         let (ans, _) = self
-            .call(pg, Target::Head, Method::DELETE, &path, &[], Bytes::new())
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::DELETE,
+                    path: &path,
+                    headers: &[],
+                    body: Bytes::new(),
+                },
+            )
             .await?;
         if ans.status != 200 {
             return Err(ans.error().await);
@@ -839,7 +864,16 @@ impl ObjectStore for ClusterStore {
         let body = serde_json::to_vec(&WireLockChange::of(change))
             .map_err(|e| StoreError::internal("lock change", e))?;
         let (ans, _) = self
-            .call(pg, Target::Head, Method::PUT, &path, &[], Bytes::from(body))
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::PUT,
+                    path: &path,
+                    headers: &[],
+                    body: Bytes::from(body),
+                },
+            )
             .await?;
         match ans.status {
             200 => {
@@ -978,10 +1012,9 @@ impl ObjectStore for ClusterStore {
         upload_id: &str,
         part_number: u32,
         source: &ObjectInfo,
-        start: u64,
-        end: u64,
+        range: std::ops::Range<u64>,
     ) -> StoreResult<Part> {
-        self.copy_part(bucket, key, upload_id, part_number, source, start, end)
+        self.copy_part(bucket, key, upload_id, part_number, source, range)
             .await
     }
 
@@ -1090,12 +1123,14 @@ impl ObjectStore for ClusterStore {
             match self
                 .client
                 .send(
-                    Method::POST,
+                    Call {
+                        method: Method::POST,
+                        path: &path,
+                        headers: &[],
+                        body: body.clone(),
+                    },
                     addr,
-                    &path,
                     map.epoch,
-                    &[],
-                    body.clone(),
                     NODE_TIMEOUT,
                 )
                 .await

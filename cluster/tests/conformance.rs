@@ -186,10 +186,12 @@ async fn cluster_store() -> Arc<dyn Store> {
                 entry,
                 Arc::new(store.store),
                 listener,
-                Duration::from_secs(600),
-                Default::default(),
-                None,
-                Some(&data_dir),
+                packrat_cluster::NodeOptions {
+                    tombstone_keep: Duration::from_secs(600),
+                    lifecycle: Default::default(),
+                    metrics: None,
+                    data_dir: Some(&data_dir),
+                },
                 std::future::pending(),
             )
             .await

@@ -121,9 +121,11 @@ fn run(u: &mut Unstructured<'_>) -> Result<()> {
                 &encode_pairs(&query),
                 &mut headers,
                 b"",
-                ACCESS_KEY,
-                SECRET,
-                REGION,
+                &sigv4::Signer {
+                    access_key: ACCESS_KEY,
+                    secret: SECRET,
+                    region: REGION,
+                },
                 now,
             );
             let auth = headers["authorization"]

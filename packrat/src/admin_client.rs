@@ -173,9 +173,11 @@ pub async fn call(
         query,
         &mut headers,
         &body,
-        access_key,
-        secret_key,
-        region,
+        &sigv4::Signer {
+            access_key,
+            secret: secret_key,
+            region,
+        },
         chrono::Utc::now(),
     );
     let uri = if query.is_empty() {

@@ -569,12 +569,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             payload.clone(),
             chooser.clone(),
         );
-        let (stop, done_ops, done_errs) = (stop.clone(), done_ops.clone(), done_errs.clone());
+        let run = Run {
+            stop: stop.clone(),
+            done_ops: done_ops.clone(),
+            done_errs: done_errs.clone(),
+            started,
+        };
         handles.push(tokio::spawn(async move {
-            worker(
-                w, client, args, payload, chooser, stop, done_ops, done_errs, started,
-            )
-            .await
+            worker(w, client, args, payload, chooser, run).await
         }));
     }
     let mut hist =
@@ -831,18 +833,28 @@ async fn object_op(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the workers of a run share: the stop flag, the operations begun and failed, the start.
+struct Run {
+    stop: Arc<AtomicBool>,
+    done_ops: Arc<AtomicU64>,
+    done_errs: Arc<AtomicU64>,
+    started: Instant,
+}
+
 async fn worker(
     w: usize,
     client: Arc<Client>,
     args: BenchArgs,
     payload: Bytes,
     chooser: Arc<KeyChooser>,
-    stop: Arc<AtomicBool>,
-    done_ops: Arc<AtomicU64>,
-    done_errs: Arc<AtomicU64>,
-    started: Instant,
+    run: Run,
 ) -> Result<(Histogram<u64>, u64, u64), String> {
+    let Run {
+        stop,
+        done_ops,
+        done_errs,
+        started,
+    } = run;
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::SmallRng::seed_from_u64(w as u64 * 7919 + 1);
     let mut hist =

@@ -212,10 +212,12 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         entry,
         store,
         listener,
-        keep,
-        lifecycle,
-        Some(page),
-        Some(&args.storage.data_dir),
+        packrat_cluster::NodeOptions {
+            tombstone_keep: keep,
+            lifecycle,
+            metrics: Some(page),
+            data_dir: Some(&args.storage.data_dir),
+        },
         stop,
     )
     .await?;

@@ -247,8 +247,7 @@ pub trait ObjectStore: Send + Sync + 'static {
         body: &mut dyn ByteSource,
         put: PutPart,
     ) -> StoreResult<Part>;
-    /// Stores part `part_number` from bytes `[start, end)` of `source` (UploadPartCopy).
-    #[allow(clippy::too_many_arguments)]
+    /// Stores part `part_number` from the bytes `range` of `source` (UploadPartCopy).
     async fn upload_part_copy(
         &self,
         bucket: &Bucket,
@@ -256,14 +255,12 @@ pub trait ObjectStore: Send + Sync + 'static {
         upload_id: &str,
         part_number: u32,
         source: &ObjectInfo,
-        start: u64,
-        end: u64,
+        range: std::ops::Range<u64>,
     ) -> StoreResult<Part>;
     /// Makes the object from the named parts, in ascending order, if `condition` holds:
     /// `InvalidPartOrder`, `InvalidPart` (a part missing, or its ETag or checksum differs),
     /// `EntityTooSmall` (a part but the last under [`PART_BYTES_MIN`]). The upload ends.
     /// `stamp` fixes the object's time and adds user metadata (see [`CompleteAs`]).
-    #[allow(clippy::too_many_arguments)]
     async fn complete_upload(
         &self,
         bucket: &Bucket,

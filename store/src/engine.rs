@@ -206,6 +206,15 @@ fn invalidate<V>(cache: &RwLock<CacheMap<V>>, name: &str) {
     c.generation += 1;
 }
 
+/// How a write commits: only if `cond` holds, versioned as `versioning` says, as the version
+/// sequence the caller chose (`given`) or else the next one.
+#[derive(Clone, Copy)]
+pub struct CommitAs<'a> {
+    pub cond: &'a WriteCondition,
+    pub versioning: Versioning,
+    pub given: Option<u64>,
+}
+
 /// What a streamed write produced, before anything is indexed.
 pub struct Written {
     /// Keeps the records' segments from compaction until the caller has indexed them (drop
@@ -594,18 +603,20 @@ impl Engine {
 
     /// Step 3: publish an object under its key, together with the durability of its records.
     /// In a versioned bucket, `rec` gets its version here, and the version it replaces is kept.
-    #[allow(clippy::too_many_arguments)]
     pub async fn commit_object(
         self: &Arc<Self>,
         bucket_id: u64,
         key: &str,
         rec: &mut ObjectRecord,
         ticket: Option<WriteTicket>,
-        cond: &WriteCondition,
-        versioning: Versioning,
-        given: Option<u64>,
+        how: CommitAs<'_>,
         on_staged: Option<&OnStaged>,
     ) -> EngineResult<()> {
+        let CommitAs {
+            cond,
+            versioning,
+            given,
+        } = how;
         let (guard, stripe) = self.lock_for_enqueue(bucket_id, key).await;
         if versioning != Versioning::Unversioned {
             self.quiesce(&[stripe]).await;
@@ -857,17 +868,19 @@ impl Engine {
     /// Completes an upload under the key's lock: `assemble` makes the object from the upload
     /// and its stored parts, the write condition is checked, and the object replaces the
     /// upload in one synced index batch. Returns the object as written.
-    #[allow(clippy::too_many_arguments)]
     pub async fn complete_upload(
         self: &Arc<Self>,
         bucket_id: u64,
         key: &str,
         upload_id: &str,
-        cond: &WriteCondition,
-        versioning: Versioning,
-        given: Option<u64>,
+        how: CommitAs<'_>,
         assemble: impl FnOnce(&UploadRecord, &[PartRecord]) -> EngineResult<ObjectRecord>,
     ) -> EngineResult<ObjectRecord> {
+        let CommitAs {
+            cond,
+            versioning,
+            given,
+        } = how;
         let _g = self.lock_key(bucket_id, key).await;
         let upload = self.upload_record(bucket_id, key, upload_id)?;
         let stored = self.index.list_parts(&upload.upload_id, 0, usize::MAX)?;

@@ -3,7 +3,7 @@
 //! blocking index work off the async threads; the write protocol itself stays in
 //! [`crate::engine`].
 
-use crate::engine::{Engine, ObjectReader, Written, blocking};
+use crate::engine::{CommitAs, Engine, ObjectReader, Written, blocking};
 use crate::error::{EngineError, EngineResult};
 use crate::master_key::MasterKey;
 use crate::multipart::{self, UPLOAD_TAGGING_HEADER, tags_to_header};
@@ -428,9 +428,11 @@ impl LocalStore {
                 key,
                 &mut rec,
                 w.ticket,
-                &put.condition,
-                mode,
-                given,
+                CommitAs {
+                    cond: &put.condition,
+                    versioning: mode,
+                    given,
+                },
                 put.on_staged.as_ref(),
             )
             .await?;
@@ -926,12 +928,16 @@ impl ObjectStore for LocalStore {
         upload_id: &str,
         part_number: u32,
         source: &ObjectInfo,
-        start: u64,
-        end: u64,
+        range: std::ops::Range<u64>,
     ) -> StoreResult<Part> {
         // A part like any other, its bytes read from the source; the upload's checksum
         // algorithm applies, and there is no client digest to check.
-        let mut reader = ObjectReader::new(self.engine.clone(), record_in(source)?, start, end);
+        let mut reader = ObjectReader::new(
+            self.engine.clone(),
+            record_in(source)?,
+            range.start,
+            range.end,
+        );
         self.upload_part(
             bucket,
             key,
@@ -960,9 +966,11 @@ impl ObjectStore for LocalStore {
                 bucket.id,
                 key,
                 upload_id,
-                condition,
-                mode,
-                given,
+                CommitAs {
+                    cond: condition,
+                    versioning: mode,
+                    given,
+                },
                 |upload, stored| {
                     let mut rec = multipart::assemble(upload, stored, &parts, now)?;
                     rec.user_meta.extend_from_slice(&stamp.user_meta);

@@ -3,11 +3,12 @@
 //! on to the next member, relayed steps, and tombstones collected once they are old.
 
 use super::{
-    CHAIN_BROKEN, Fail, HASH_INLINE_BYTES_MAX, HeldSlot, KeyStep, Node, NodeResp, OnePiece, answer,
-    body_of_request, cv_of, digest_of, flip_next, hash_body, md5_of, meta_of, now_micros,
+    CHAIN_BROKEN, Fail, HASH_INLINE_BYTES_MAX, HeldSlot, KeyAt, KeyStep, Node, NodeResp, OnePiece,
+    answer, body_of_request, cv_of, digest_of, flip_next, hash_body, md5_of, meta_of, now_micros,
 };
 use crate::map::ClusterMap;
 use crate::relay::RelayItem;
+use crate::wire::Call;
 use crate::wire::{
     CV_HEADER, CV_META, MD5_META, PUT_HEADER, VER_META, WireError, WireMeta, WirePut, WireRefusal,
     WireVersioning, encode, hop_timeout,
@@ -120,23 +121,21 @@ impl Node {
         cv: Option<u64>,
         versioned: bool,
     ) -> Result<KeyStep<'a>, Fail> {
-        self.begin_step_as(map, bid, pg, key, cv, versioned, cv.is_none())
+        self.begin_step_as(map, KeyAt { bid, pg, key }, cv, versioned, cv.is_none())
             .await
     }
 
     /// [`Node::begin_step`], at the head (`at_head`) or further down the chain: a step with
     /// its version given at the head is one re-sent through it (see `unsettled`).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn begin_step_as<'a>(
         &'a self,
         map: &'a ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &'a str,
+        at: KeyAt<'a>,
         cv: Option<u64>,
         versioned: bool,
         at_head: bool,
     ) -> Result<KeyStep<'a>, Fail> {
+        let KeyAt { bid, pg, key } = at;
         // Counted before the map is checked (see `epochs`): a job's step begun on a map this
         // node has since replaced is refused here, before anything is applied.
         let epoch = self.steps.enter(map.epoch);
@@ -177,18 +176,16 @@ impl Node {
     /// what this node has, then forwarded to the next member; answers once the chain has.
     /// `expect` (at the head): only if the key's version here is still that one, else
     /// `PreconditionFailed` (a lifecycle expiration of the version it evaluated).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn write(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         put: Option<(WirePut, Bytes)>,
         versioning: Option<WireVersioning>,
         expect: Option<u64>,
     ) -> Result<Option<WireMeta>, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let versioned = put.as_ref().map_or(versioning, |(p, _)| p.versioning);
         if versioned.is_some() {
             self.note_versioned(bid);
@@ -239,10 +236,12 @@ impl Node {
                 .end_step(
                     map,
                     step,
-                    Method::DELETE,
-                    &path,
-                    &headers,
-                    Bytes::new(),
+                    Call {
+                        method: Method::DELETE,
+                        path: &path,
+                        headers: &headers,
+                        body: Bytes::new(),
+                    },
                     meta,
                 )
                 .await;
@@ -259,7 +258,17 @@ impl Node {
             // Not newer than what this member has: handed on only.
             let meta = step.obj.as_ref().map(meta_of);
             return self
-                .end_step(map, step, Method::PUT, &path, &headers, body, meta)
+                .end_step(
+                    map,
+                    step,
+                    Call {
+                        method: Method::PUT,
+                        path: &path,
+                        headers: &headers,
+                        body,
+                    },
+                    meta,
+                )
                 .await;
         }
         let shown = md5_of(&wput.shown_md5)?;
@@ -315,7 +324,17 @@ impl Node {
                 // not tell; either way it is handed on now, if at all.
                 let meta = self.applied(&step, done.map_err(Fail::from)).await?;
                 return self
-                    .end_step(map, step, Method::PUT, &path, &headers, body, Some(meta))
+                    .end_step(
+                        map,
+                        step,
+                        Call {
+                            method: Method::PUT,
+                            path: &path,
+                            headers: &headers,
+                            body,
+                        },
+                        Some(meta),
+                    )
                     .await;
             }
             Ok(()) => {
@@ -323,10 +342,12 @@ impl Node {
                     map,
                     step.chain,
                     step.pos,
-                    Method::PUT,
-                    &path,
-                    &headers,
-                    body,
+                    Call {
+                        method: Method::PUT,
+                        path: &path,
+                        headers: &headers,
+                        body,
+                    },
                 );
                 tokio::join!(local, forward)
             }
@@ -340,7 +361,7 @@ impl Node {
             (Err(e), Ok(()), Some(next)) => {
                 tracing::warn!(key, cv, "a staged write failed to become durable here: {e}");
                 match self
-                    .pull_version(map, next, &step.objects, bid, pg, key, cv)
+                    .pull_version(map, next, &step.objects, KeyAt { bid, pg, key }, cv)
                     .await
                 {
                     Ok(info) => info,
@@ -448,19 +469,31 @@ impl Node {
     /// `path` with `headers` and `body`; the key stays locked until the rest of the chain has
     /// answered), clears the key's dirty mark, and answers `meta` (what this member holds now)
     /// with the step's version at least.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn end_step(
         &self,
         map: &ClusterMap,
         step: KeyStep<'_>,
-        method: Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
+        call: Call<'_>,
         meta: Option<WireMeta>,
     ) -> Result<Option<WireMeta>, Fail> {
-        self.forward(map, step.chain, step.pos, method, path, headers, body)
-            .await?;
+        let Call {
+            method,
+            path,
+            headers,
+            body,
+        } = call;
+        self.forward(
+            map,
+            step.chain,
+            step.pos,
+            Call {
+                method,
+                path,
+                headers,
+                body,
+            },
+        )
+        .await?;
         self.clear_dirty(step.bid, step.key, step.cv);
         let cv = step.cv;
         drop(step);
@@ -515,17 +548,19 @@ impl Node {
     /// the chain's answer (read to its end, so the connection is kept). An unreachable
     /// successor is a broken chain, not a failed write: the gateway retries on the map that
     /// replaces it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn forward(
         &self,
         map: &ClusterMap,
         chain: &[String],
         pos: usize,
-        method: Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
+        call: Call<'_>,
     ) -> Result<(), Fail> {
+        let Call {
+            method,
+            path,
+            headers,
+            body,
+        } = call;
         let Some(next) = chain.get(pos + 1) else {
             return Ok(());
         };
@@ -552,13 +587,14 @@ impl Node {
         let sent = self
             .relay
             .send(
-                method,
+                Call {
+                    method,
+                    path,
+                    headers,
+                    body,
+                },
                 addr,
-                path,
-                map.epoch,
-                headers,
-                body,
-                // The rest of the chain answers within a hop's time per member.
+                map.epoch, // The rest of the chain answers within a hop's time per member.
                 hop_timeout(body_len) * (chain.len() - pos - 1) as u32,
             )
             .await;

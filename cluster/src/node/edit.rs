@@ -4,8 +4,9 @@
 //! resyncs and the dirty-key rule treat it as they treat a write; what differs is that each
 //! member changes the attributes of the version `base` it already holds, in place.
 
-use super::{Fail, Node, meta_of};
+use super::{Fail, KeyAt, Node, meta_of};
 use crate::map::ClusterMap;
+use crate::wire::Call;
 use crate::wire::{CV_HEADER, CV_META, PUT_HEADER, WireMeta, WirePut, encode};
 use bytes::Bytes;
 use http::Method;
@@ -18,17 +19,15 @@ impl Node {
     /// (the gateway reads it again and retries), `NoSuchKey` if it has none. A member that
     /// does not hold `base` (it joined the chain since) copies the edited version from the
     /// member before it.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn edit(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         base: u64,
         wput: WirePut,
     ) -> Result<Option<WireMeta>, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let step = self.begin_step(map, bid, pg, key, cv, false).await?;
         let cv = step.cv;
         let held = step.obj.as_ref().map_or(0, super::cv_of);
@@ -62,7 +61,7 @@ impl Node {
             } else {
                 let from = &step.chain[step.pos - 1];
                 tracing::info!(key, cv, %from, "an edit of a version this node lacks: copying the object");
-                self.pull_version(map, from, &step.objects, bid, pg, key, cv)
+                self.pull_version(map, from, &step.objects, KeyAt { bid, pg, key }, cv)
                     .await
             };
             meta = Some(self.applied(&step, done).await?);
@@ -75,10 +74,12 @@ impl Node {
         self.end_step(
             map,
             step,
-            Method::PATCH,
-            &path,
-            &headers,
-            Bytes::new(),
+            Call {
+                method: Method::PATCH,
+                path: &path,
+                headers: &headers,
+                body: Bytes::new(),
+            },
             meta,
         )
         .await

@@ -11,7 +11,7 @@
 //! current); each member's tier worker moves its copy, as for objects.
 
 use super::uploads::Step;
-use super::{Fail, Node, cv_of, meta_of, now_micros, with_versions};
+use super::{Fail, KeyAt, Node, cv_of, meta_of, now_micros, with_versions};
 use crate::map::{ClusterMap, Etcd, bucket_records};
 use crate::placement::pg_of;
 use crate::wire::WireVersioning;
@@ -150,15 +150,36 @@ impl Node {
                     Action::Keep => continue,
                     Action::Expire => self
                         // With versioning, an expiration adds a delete marker, as in S3.
-                        .write(map, bid, pg, &o.key, None, None, versioning, Some(base))
+                        .write(
+                            map,
+                            KeyAt {
+                                bid,
+                                pg,
+                                key: &o.key,
+                            },
+                            None,
+                            None,
+                            versioning,
+                            Some(base),
+                        )
                         .await
                         .map(|_| &mut expired),
                     Action::Transition(class) => {
                         let mut wput = meta_of(&info).put;
                         wput.storage_class = Some(class);
-                        self.edit(map, bid, pg, &o.key, None, base, wput)
-                            .await
-                            .map(|_| &mut transitioned)
+                        self.edit(
+                            map,
+                            KeyAt {
+                                bid,
+                                pg,
+                                key: &o.key,
+                            },
+                            None,
+                            base,
+                            wput,
+                        )
+                        .await
+                        .map(|_| &mut transitioned)
                     }
                 };
                 match done {
@@ -218,9 +239,11 @@ impl Node {
             match self
                 .change_class(
                     map,
-                    bid,
-                    pg,
-                    &t.key,
+                    KeyAt {
+                        bid,
+                        pg,
+                        key: &t.key,
+                    },
                     None,
                     &t.version_id,
                     &t.storage_class,
@@ -239,7 +262,18 @@ impl Node {
         for r in verdict.removals {
             let pg = pg_of(bid, &r.key, map.pgs);
             match self
-                .delete_version(map, bid, pg, &r.key, None, &r.version_id, false, !r.latest)
+                .delete_version(
+                    map,
+                    KeyAt {
+                        bid,
+                        pg,
+                        key: &r.key,
+                    },
+                    None,
+                    &r.version_id,
+                    false,
+                    !r.latest,
+                )
                 .await
             {
                 Ok(_) => removed += 1,
@@ -281,7 +315,17 @@ impl Node {
                         continue;
                     }
                     match self
-                        .upload_step(map, bid, pg, &u.key, &u.upload_id, true, Step::Abort)
+                        .upload_step(
+                            map,
+                            KeyAt {
+                                bid,
+                                pg,
+                                key: &u.key,
+                            },
+                            &u.upload_id,
+                            true,
+                            Step::Abort,
+                        )
                         .await
                     {
                         Ok(_) => aborted += 1,

@@ -27,6 +27,7 @@
 
 use super::Node;
 use crate::map::Etcd;
+use crate::wire::Call;
 use bytes::Bytes;
 use http::Method;
 use std::collections::{BTreeMap, BTreeSet};
@@ -101,12 +102,14 @@ impl Node {
             let ans = self
                 .client
                 .send(
-                    Method::GET,
+                    Call {
+                        method: Method::GET,
+                        path: "/health/live",
+                        headers: &[],
+                        body: Bytes::new(),
+                    },
                     addr,
-                    "/health/live",
                     0,
-                    &[],
-                    Bytes::new(),
                     PROBE_TIMEOUT,
                 )
                 .await;

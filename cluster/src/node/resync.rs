@@ -1,9 +1,10 @@
 //! Catching up: a member that joined a PG's chain copies what a caught-up member has and it
 //! lacks, gives up copies that never committed, and reports each PG caught up in etcd.
 
-use super::{FORWARD_TIMEOUT, Fail, Node, RESYNC_PGS, cv_of};
+use super::{FORWARD_TIMEOUT, Fail, KeyAt, Node, RESYNC_PGS, cv_of};
 use crate::map::{ClusterMap, Etcd};
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::{WireMeta, WirePage, encode};
 use bytes::Bytes;
 use http::Method;
@@ -40,12 +41,14 @@ impl Node {
     ) -> Result<crate::wire::Answer, String> {
         self.client
             .send(
-                Method::GET,
+                Call {
+                    method: Method::GET,
+                    path,
+                    headers: &[],
+                    body: Bytes::new(),
+                },
                 addr,
-                path,
                 epoch,
-                &[],
-                Bytes::new(),
                 FORWARD_TIMEOUT,
             )
             .await
@@ -268,7 +271,17 @@ impl Node {
             // The bytes are read without the key's lock; the copy is made visible under it
             // if it is still newer than what this node has.
             let staged = match self
-                .stage_version(map, addr, &objects, bid, pg, &o.key, &meta)
+                .stage_version(
+                    map,
+                    addr,
+                    &objects,
+                    KeyAt {
+                        bid,
+                        pg,
+                        key: &o.key,
+                    },
+                    &meta,
+                )
                 .await
             {
                 Ok(s) => s,

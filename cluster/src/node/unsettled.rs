@@ -21,9 +21,10 @@
 //! source's committed one, or one its source never had, written by no step under way (the
 //! key's lock is free), is replaced by the source's (see [`Node::settle_with`]).
 
-use super::{CV_HEADER, Fail, Node, RESEND_EVERY, cv_of, encode, json, meta_of};
+use super::{CV_HEADER, Fail, KeyAt, Node, RESEND_EVERY, cv_of, encode, json, meta_of};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::WireMeta;
 use bytes::Bytes;
 use http::Method;
@@ -50,6 +51,15 @@ pub(super) enum Resent {
 pub(super) fn settle_after(members_after: usize) -> Duration {
     crate::wire::hop_timeout(crate::store::CLUSTER_PUT_MAX as usize) * members_after as u32
         + Duration::from_secs(crate::LEASE_SECS as u64 + 10)
+}
+
+/// An unsettled step as a round of settling finds it: the key, the step's version, and this
+/// member's place in the key's chain.
+#[derive(Clone, Copy)]
+struct Mark<'a> {
+    at: KeyAt<'a>,
+    cv: u64,
+    pos: usize,
 }
 
 impl Node {
@@ -124,7 +134,11 @@ impl Node {
             // Nothing to send when this node is no longer a member (its copy is read by no
             // one, and replaced if it joins again) or the chain's only one.
             let sent = match (pos, to) {
-                (Some(pos), Some(_)) => self.resend(&map, pg, pos, *bid, key, *cv, lock).await,
+                (Some(pos), Some(_)) => {
+                    let at = KeyAt { bid: *bid, pg, key };
+                    let mark = Mark { at, cv: *cv, pos };
+                    self.resend(&map, mark, lock).await
+                }
                 _ => Ok(Resent::Settled),
             };
             match sent {
@@ -146,17 +160,17 @@ impl Node {
     /// Hands version `cv` of a key on from this member, at `pos` of `pg`'s chain in `map`,
     /// to the rest of the chain (`lock`: the key's lock, taken by the caller); nothing if this
     /// member no longer holds that version.
-    #[allow(clippy::too_many_arguments)]
     async fn resend(
         &self,
         map: &ClusterMap,
-        pg: u32,
-        pos: usize,
-        bid: u64,
-        key: &str,
-        cv: u64,
+        mark: Mark<'_>,
         lock: tokio::sync::MutexGuard<'_, ()>,
     ) -> Result<Resent, String> {
+        let Mark {
+            at: KeyAt { bid, pg, key },
+            cv,
+            pos,
+        } = mark;
         let chain = map.chain(pg);
         let e = |e: StoreError| e.to_string();
         let objects = self.local_bucket(format!("o-{bid}")).await.map_err(e)?;
@@ -179,18 +193,7 @@ impl Node {
             (o, t) if o.max(t) > cv => return Ok(Resent::Settled),
             _ => {
                 return self
-                    .recover_lost(
-                        map,
-                        pg,
-                        pos,
-                        &objects,
-                        &tombs,
-                        bid,
-                        key,
-                        cv,
-                        obj.as_ref(),
-                        tomb,
-                    )
+                    .recover_lost(map, mark, (&objects, &tombs), obj.as_ref(), tomb)
                     .await;
             }
         };
@@ -218,12 +221,14 @@ impl Node {
             let ans = self
                 .client
                 .send(
-                    method.clone(),
+                    Call {
+                        method: method.clone(),
+                        path: &path,
+                        headers: &headers,
+                        body: Bytes::new(),
+                    },
                     addr,
-                    &path,
                     map.epoch,
-                    &headers,
-                    Bytes::new(),
                     crate::wire::hop_timeout(0) * chain.len() as u32,
                 )
                 .await
@@ -237,12 +242,22 @@ impl Node {
             // The tail's history step: nothing after it to hand it to.
             return Ok(Resent::Settled);
         }
-        self.forward(map, chain, pos, method, &path, &headers, Bytes::new())
-            .await
-            .map_err(|f| match f {
-                Fail::Refused(r) => r,
-                Fail::Store(e) => e.to_string(),
-            })?;
+        self.forward(
+            map,
+            chain,
+            pos,
+            Call {
+                method,
+                path: &path,
+                headers: &headers,
+                body: Bytes::new(),
+            },
+        )
+        .await
+        .map_err(|f| match f {
+            Fail::Refused(r) => r,
+            Fail::Store(e) => e.to_string(),
+        })?;
         self.history_step_done(bid, key, cv);
         Ok(Resent::Settled)
     }
@@ -257,20 +272,19 @@ impl Node {
     /// waits until [`settle_after`] has passed since this member first found the version
     /// lost. Else left for the next round, the key still marked, so reads of it here go to
     /// the tail.
-    #[allow(clippy::too_many_arguments)]
     async fn recover_lost(
         &self,
         map: &ClusterMap,
-        pg: u32,
-        pos: usize,
-        objects: &Bucket,
-        tombs: &Bucket,
-        bid: u64,
-        key: &str,
-        cv: u64,
+        mark: Mark<'_>,
+        (objects, tombs): (&Bucket, &Bucket),
         obj: Option<&ObjectInfo>,
         tomb: u64,
     ) -> Result<Resent, String> {
+        let Mark {
+            at: KeyAt { bid, pg, key },
+            cv,
+            pos,
+        } = mark;
         let Some(next) = map.chain(pg).get(pos + 1) else {
             return Ok(Resent::Settled);
         };
@@ -281,7 +295,7 @@ impl Node {
             .entry((bid, key.to_string(), cv))
             .or_insert_with(Instant::now);
         let pulled = self
-            .pull_version(map, next, objects, bid, pg, key, cv)
+            .pull_version(map, next, objects, KeyAt { bid, pg, key }, cv)
             .await;
         if pulled.is_ok() {
             // The tombstone here, if any, is older than the version copied.
@@ -329,7 +343,7 @@ impl Node {
         from: Option<String>,
     ) -> Result<super::NodeResp, Fail> {
         let step = self
-            .begin_step_as(map, bid, pg, key, Some(cv), false, from.is_some())
+            .begin_step_as(map, KeyAt { bid, pg, key }, Some(cv), false, from.is_some())
             .await?;
         let mut meta = step.obj.as_ref().map(meta_of);
         if cv > step.have {
@@ -346,14 +360,24 @@ impl Node {
             self.mark_dirty(bid, key, cv);
             let from = &from;
             let copied = self
-                .pull_version(map, from, &step.objects, bid, pg, key, cv)
+                .pull_version(map, from, &step.objects, KeyAt { bid, pg, key }, cv)
                 .await;
             meta = Some(self.applied(&step, copied).await?);
         }
         let path = format!("/o/{bid}/{pg}/{}?resend", encode(key));
         let headers = [(CV_HEADER, cv.to_string())];
         let meta = self
-            .end_step(map, step, Method::POST, &path, &headers, Bytes::new(), meta)
+            .end_step(
+                map,
+                step,
+                Call {
+                    method: Method::POST,
+                    path: &path,
+                    headers: &headers,
+                    body: Bytes::new(),
+                },
+                meta,
+            )
             .await?;
         Ok(json(200, &meta))
     }
@@ -374,7 +398,7 @@ impl Node {
             return Err(StoreError::Invalid(format!("{from} is not a member of PG {pg}")).into());
         }
         let step = self
-            .begin_step_as(map, bid, pg, key, Some(cv), false, true)
+            .begin_step_as(map, KeyAt { bid, pg, key }, Some(cv), false, true)
             .await?;
         if cv > step.have {
             self.bury_step(&step, None).await?;
@@ -384,10 +408,12 @@ impl Node {
         self.end_step(
             map,
             step,
-            Method::DELETE,
-            &path,
-            &headers,
-            Bytes::new(),
+            Call {
+                method: Method::DELETE,
+                path: &path,
+                headers: &headers,
+                body: Bytes::new(),
+            },
             None,
         )
         .await?;
@@ -399,7 +425,6 @@ impl Node {
     /// way here wrote and the source lacks is one that never committed (this node restarted
     /// with it, or it was never handed on). Copies the source has newer are left to the
     /// chain, which brings them. Answers whether this node's copy changed.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn settle_with(
         &self,
         map: &ClusterMap,
@@ -451,7 +476,7 @@ impl Node {
                     "replacing a copy that never committed"
                 );
                 let staged = self
-                    .stage_version(map, addr, objects, bid, pg, key, &m)
+                    .stage_version(map, addr, objects, KeyAt { bid, pg, key }, &m)
                     .await?;
                 self.commit_version(objects, key, &m, staged).await?;
                 if tomb > 0 {

@@ -11,11 +11,12 @@
 //! it instead, part by part, so its copy has the same parts, ETag and checksum.
 
 use super::{
-    Fail, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
+    Fail, KeyAt, Node, NodeResp, OnePiece, answer, body_of_request, digest_of, json, listing_scope,
     md5_of, meta_of,
 };
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::{
     CV_HEADER, CV_META, MD5_META, PUT_HEADER, WireComplete, WireMeta, WirePart, WirePartPut,
     WireUpload, WireUploadEntry, WireUploadPage, WireUploadState, encode,
@@ -158,7 +159,9 @@ impl Node {
                 let wc: WireComplete = serde_json::from_slice(&body)
                     .map_err(|e| StoreError::Invalid(format!("bad completion: {e}")))?;
                 let t = q.get("t").and_then(|v| v.parse().ok());
-                return self.complete(map, bid, pg, key, &id, hop, t, wc).await;
+                return self
+                    .complete(map, KeyAt { bid, pg, key }, &id, hop, t, wc)
+                    .await;
             }
             Method::POST if q.contains_key("create") => {
                 let body = body_of_request(req, "upload").await?;
@@ -178,24 +181,22 @@ impl Node {
             Method::DELETE => Step::Abort,
             _ => return Ok(answer(405, "method not allowed")),
         };
-        self.upload_step(map, bid, pg, key, &id, hop.is_none(), step)
+        self.upload_step(map, KeyAt { bid, pg, key }, &id, hop.is_none(), step)
             .await
     }
 
     /// Begins, adds a part to or aborts an upload here, then down the chain. A member that
     /// lacks the upload (it joined the chain after the upload began) skips its parts and
     /// abort: it copies the object if the upload completes.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn upload_step(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         id: &str,
         at_head: bool,
         step: Step,
     ) -> Result<NodeResp, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let (chain, pos) = self.chain_position(map, pg, at_head)?;
         let objects = self.local_bucket(format!("o-{bid}")).await?;
         let lacks = |e: &StoreError| !at_head && matches!(e, StoreError::NoSuchUpload);
@@ -270,26 +271,34 @@ impl Node {
                 )
             }
         };
-        self.forward(map, chain, pos, method, &path, &headers, body)
-            .await?;
+        self.forward(
+            map,
+            chain,
+            pos,
+            Call {
+                method,
+                path: &path,
+                headers: &headers,
+                body,
+            },
+        )
+        .await?;
         Ok(out)
     }
 
     /// CompleteMultipartUpload on the chain: a versioned write, as `Node::write` does a PUT.
     /// The head checks the condition and gives the version and the time (`t`, passed down
     /// so every copy shows the same one).
-    #[allow(clippy::too_many_arguments)]
     async fn complete(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         id: &str,
         cv: Option<u64>,
         t: Option<i64>,
         wc: WireComplete,
     ) -> Result<NodeResp, Fail> {
+        let KeyAt { bid, pg, key } = at;
         if wc.versioning.is_some() {
             self.note_versioned(bid);
         }
@@ -342,7 +351,7 @@ impl Node {
                         %from,
                         "completing an upload this node lacks parts of: copying the object"
                     );
-                    self.pull_version(map, from, objects, bid, pg, key, cv)
+                    self.pull_version(map, from, objects, KeyAt { bid, pg, key }, cv)
                         .await
                 }
                 Err(e) => Err(e.into()),
@@ -366,10 +375,12 @@ impl Node {
             .end_step(
                 map,
                 step,
-                Method::POST,
-                &path,
-                &headers,
-                Bytes::from(body),
+                Call {
+                    method: Method::POST,
+                    path: &path,
+                    headers: &headers,
+                    body: Bytes::from(body),
+                },
                 meta,
             )
             .await?
@@ -577,7 +588,7 @@ impl Node {
             }
         };
         let copied = self
-            .copy_parts(map, addr, objects, key, id, &base, &mine, &u.checksum)
+            .copy_parts(map, addr, (objects, key, id), &base, &mine, &u.checksum)
             .await;
         if created && matches!(copied, Err(Fail::Refused(_))) {
             // Ended on the source before its parts were listed: nothing to keep here.
@@ -609,14 +620,11 @@ impl Node {
 
     /// The parts of an upload the source has and this node lacks, copied (see
     /// [`Node::copy_upload`]).
-    #[allow(clippy::too_many_arguments)]
     async fn copy_parts(
         &self,
         map: &ClusterMap,
         addr: &str,
-        objects: &Bucket,
-        key: &str,
-        id: &str,
+        (objects, key, id): (&Bucket, &str, &str),
         base: &str,
         mine: &HashMap<u32, String>,
         checksum: &Option<String>,
@@ -715,17 +723,15 @@ impl Node {
 
     /// Copies version `cv` of a key from member `from` (the one before this node in the chain,
     /// which made it and holds the key locked until this node answers).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn pull_version(
         &self,
         map: &ClusterMap,
         from: &str,
         objects: &Bucket,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: u64,
     ) -> Result<ObjectInfo, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let addr = map
             .addr(from)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {from}")))?;
@@ -738,7 +744,7 @@ impl Node {
             ))));
         }
         let staged = self
-            .stage_version(map, addr, objects, bid, pg, key, &meta)
+            .stage_version(map, addr, objects, KeyAt { bid, pg, key }, &meta)
             .await?;
         self.commit_version(objects, key, &meta, staged).await
     }
@@ -748,17 +754,15 @@ impl Node {
     /// object of one part is held in memory; a multipart object becomes an upload of the same
     /// part sizes, so the copy has the same ETag, parts and checksum. `Fail::Refused` when
     /// the source no longer has that version.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn stage_version(
         &self,
         map: &ClusterMap,
         addr: &str,
         objects: &Bucket,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         meta: &WireMeta,
     ) -> Result<Staged, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let range = |start: u64, end: u64| async move {
             let mut path = format!(
                 "/o/{bid}/{pg}/{}?cv={}&start={start}&end={end}",

@@ -24,9 +24,10 @@
 //! (no bytes copied); one whose lock differs is copied again.
 
 use super::uploads::Staged;
-use super::{Asker, Fail, KeyStep, Node, NodeResp, cv_of, json, meta_of, with_versions};
+use super::{Asker, Fail, KeyAt, KeyStep, Node, NodeResp, cv_of, json, meta_of, with_versions};
 use crate::map::ClusterMap;
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::{
     CV_HEADER, WireDeleted, WireEntry, WireLockChange, WireLocked, WireMeta, WireVersionEntry,
     WireVersionPage, encode, version_seq,
@@ -172,8 +173,18 @@ impl Node {
     ) -> Result<(), Fail> {
         let (bid, key, cv) = (step.bid, step.key.to_string(), step.cv);
         let headers = [(CV_HEADER, cv.to_string())];
-        self.end_step(map, step, method, path, &headers, body, None)
-            .await?;
+        self.end_step(
+            map,
+            step,
+            Call {
+                method,
+                path,
+                headers: &headers,
+                body,
+            },
+            None,
+        )
+        .await?;
         self.history_step_done(bid, &key, cv);
         Ok(())
     }
@@ -182,18 +193,16 @@ impl Node {
     /// member (a chain step: the head gives it a `cv` and judges the version's lock, each
     /// member removes its copy and hands it on). Removing a version a member does not have is
     /// not an error, so a retried step is harmless.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn delete_version(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         id: &str,
         bypass_governance: bool,
         noncurrent_only: bool,
     ) -> Result<WireDeleted, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
         if noncurrent_only && step.at_head() {
             // A lifecycle expiration judged on an older listing: a version that is the key's
@@ -244,18 +253,16 @@ impl Node {
     /// names the version (a change by key alone acts on the version current there) and
     /// judges the change by S3's rules at its clock; each member applies it as decided.
     /// `NoSuchKey` when the head has no such version.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn change_lock(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         id: Option<&str>,
         change: WireLockChange,
         bypass_governance: bool,
     ) -> Result<WireLocked, Fail> {
+        let KeyAt { bid, pg, key } = at;
         let body =
             serde_json::to_vec(&change).map_err(|e| StoreError::internal("lock change", e))?;
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
@@ -280,23 +287,21 @@ impl Node {
 
     /// `PUT /o/..?tags&version=ID` with a JSON list of (key, value): gives one version of a
     /// key that tag set on every member (see [`Node::version_edit_step`]).
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn change_tags(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         id: &str,
         body: Bytes,
     ) -> Result<(), Fail> {
+        let KeyAt { bid, pg, key } = at;
         let tags: Vec<(String, String)> = serde_json::from_slice(&body)
             .map_err(|e| StoreError::Invalid(format!("bad tags: {e}")))?;
         let edit = |shown: Bucket, _| async move {
             self.store.set_version_tags(&shown, key, id, tags).await
         };
-        self.version_edit_step(map, (bid, pg, key), cv, id, "tags", body, edit)
+        self.version_edit_step(map, KeyAt { bid, pg, key }, cv, id, ("tags", body), edit)
             .await
     }
 
@@ -304,25 +309,24 @@ impl Node {
     /// storage class on every member (a NoncurrentVersionTransition; each member's tier
     /// worker then moves its copy). With `noncurrent`, the head also checks the version is not
     /// the key's current one (`PreconditionFailed`). See [`Node::version_edit_step`].
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn change_class(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         cv: Option<u64>,
         id: &str,
         class: &str,
         noncurrent_only: bool,
     ) -> Result<(), Fail> {
+        let KeyAt { bid, pg, key } = at;
         let edit = |shown: Bucket, at_head: bool| async move {
             self.store
                 .set_version_class(&shown, key, id, class, noncurrent_only && at_head)
                 .await
         };
         let query = format!("class={}", encode(class));
-        self.version_edit_step(map, (bid, pg, key), cv, id, &query, Bytes::new(), edit)
+        let at = KeyAt { bid, pg, key };
+        self.version_edit_step(map, at, cv, id, (&query, Bytes::new()), edit)
             .await
     }
 
@@ -332,21 +336,20 @@ impl Node {
     /// (`NoSuchKey` if not); each member edits its copy and hands the step on as `PUT
     /// /o/..?QUERY&version=ID` with `body` (a member that lacks the version skips it: its
     /// catching up copies the version, edit and all).
-    #[allow(clippy::too_many_arguments)]
     async fn version_edit_step<F, Fut>(
         &self,
         map: &ClusterMap,
-        (bid, pg, key): (u64, u32, &str),
+        at: KeyAt<'_>,
         cv: Option<u64>,
         id: &str,
-        query: &str,
-        body: Bytes,
+        (query, body): (&str, Bytes),
         edit: F,
     ) -> Result<(), Fail>
     where
         F: FnOnce(Bucket, bool) -> Fut,
         Fut: std::future::Future<Output = StoreResult<bool>>,
     {
+        let KeyAt { bid, pg, key } = at;
         let step = self.begin_history_step(map, bid, pg, key, cv).await?;
         let at_head = step.at_head();
         match edit(with_versions(&step.objects), at_head).await {
@@ -406,17 +409,15 @@ impl Node {
     /// [`Node::read_meta`] answers a reader: from a caught-up member whose copy of the key is
     /// not dirty (the tail's always is). The bytes come too when the version has 1 to
     /// `inline` of them.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn read_version(
         &self,
         map: &ClusterMap,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         who: Asker,
         id: Option<&str>,
         inline: u64,
     ) -> Result<(WireMeta, Option<Bytes>), Fail> {
+        let KeyAt { bid, pg, key } = at;
         let chain = map.chain(pg);
         if !chain.contains(&self.id) || (who != Asker::Successor && map.is_syncing(&self.id, pg)) {
             return Err(Fail::Refused(format!("not a reader of PG {pg}")));
@@ -584,18 +585,16 @@ impl Node {
     /// (taken from `prestaged` when a copy made before the lock is of the version as the
     /// source lists it now), versions the source does not have are removed. Answers whether
     /// anything changed.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn sync_history(
         &self,
         map: &ClusterMap,
         addr: &str,
         objects: &Bucket,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         prestaged: &mut Prestaged,
         catching_up: bool,
     ) -> Result<bool, Fail> {
+        let KeyAt { bid, pg, key } = at;
         // A member catching up asks for the source's history only once no step of the key is
         // under way there (see `Node::settled_here`); a re-send comes from a member that has
         // one under way by definition.
@@ -661,7 +660,7 @@ impl Node {
                         .version_meta(map, addr, (bid, pg, key), t, asker)
                         .await?;
                     let staged = self
-                        .stage_version(map, addr, objects, bid, pg, key, &meta)
+                        .stage_version(map, addr, objects, KeyAt { bid, pg, key }, &meta)
                         .await?;
                     (meta, staged)
                 }
@@ -748,18 +747,16 @@ impl Node {
     /// a multipart version is staged as parts in the store), so that [`Node::sync_history`]
     /// holds the lock only to place them: a write of the key then waits for no transfer. A
     /// copy that fails is left to `sync_history`, which makes it under the lock as before.
-    #[allow(clippy::too_many_arguments)]
     async fn prestage(
         &self,
         map: &ClusterMap,
         addr: &str,
         objects: &Bucket,
-        bid: u64,
-        pg: u32,
-        key: &str,
+        at: KeyAt<'_>,
         theirs: &[WireVersionEntry],
         mine: &[WireVersionEntry],
     ) -> Prestaged {
+        let KeyAt { bid, pg, key } = at;
         let mut out = Prestaged::new();
         let mut held = 0u64;
         for t in theirs {
@@ -775,7 +772,7 @@ impl Node {
                     return Ok(None);
                 }
                 let staged = self
-                    .stage_version(map, addr, objects, bid, pg, key, &meta)
+                    .stage_version(map, addr, objects, KeyAt { bid, pg, key }, &meta)
                     .await?;
                 Ok::<_, Fail>(Some((meta, staged)))
             };
@@ -828,9 +825,7 @@ impl Node {
                 map,
                 &addr,
                 &step.objects,
-                bid,
-                pg,
-                key,
+                KeyAt { bid, pg, key },
                 &mut Prestaged::new(),
                 false,
             )
@@ -841,8 +836,18 @@ impl Node {
         }
         let path = format!("/o/{bid}/{pg}/{}?hsync", encode(key));
         let headers = [(CV_HEADER, cv.to_string())];
-        self.end_step(map, step, Method::POST, &path, &headers, Bytes::new(), None)
-            .await?;
+        self.end_step(
+            map,
+            step,
+            Call {
+                method: Method::POST,
+                path: &path,
+                headers: &headers,
+                body: Bytes::new(),
+            },
+            None,
+        )
+        .await?;
         Ok(json(200, &()))
     }
 
@@ -938,14 +943,23 @@ impl Node {
                 t.map_or(&[][..], Vec::as_slice),
                 m.map_or(&[][..], Vec::as_slice),
             );
-            let mut prestaged = self.prestage(map, addr, &objects, bid, pg, key, t, m).await;
+            let mut prestaged = self
+                .prestage(map, addr, &objects, KeyAt { bid, pg, key }, t, m)
+                .await;
             let synced = {
                 let _g = self.lock_of(bid, key).lock().await;
                 if self.is_dirty(bid, key) {
                     Ok(false)
                 } else {
-                    self.sync_history(map, addr, &objects, bid, pg, key, &mut prestaged, true)
-                        .await
+                    self.sync_history(
+                        map,
+                        addr,
+                        &objects,
+                        KeyAt { bid, pg, key },
+                        &mut prestaged,
+                        true,
+                    )
+                    .await
                 }
             };
             for (_, (_, _, staged)) in prestaged {

@@ -5,6 +5,7 @@
 //! server.
 
 use super::{ClusterStore, NODE_TIMEOUT, not_in_cluster};
+use crate::wire::Call;
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::admin::{JobKind, JobStart, Metric, Report};
@@ -152,13 +153,14 @@ impl ClusterStore {
             async move {
                 let ans = client
                     .send(
-                        method,
+                        Call {
+                            method,
+                            path,
+                            headers: &[],
+                            body: Bytes::new(),
+                        },
                         &n.addr,
-                        path,
-                        epoch,
-                        &[],
-                        Bytes::new(),
-                        // A compaction answers when it is done.
+                        epoch, // A compaction answers when it is done.
                         NODE_TIMEOUT * 60,
                     )
                     .await

@@ -2,6 +2,7 @@
 //! and one to every node at once for a listing.
 
 use super::*;
+use crate::wire::Call;
 
 impl ClusterStore {
     /// One GET of `route?pgs=..{tail}` to each node of `by_node` with the PGs it answers for
@@ -23,12 +24,14 @@ impl ClusterStore {
             async move {
                 let ans = client
                     .send(
-                        Method::GET,
+                        Call {
+                            method: Method::GET,
+                            path: &path,
+                            headers: &[],
+                            body: Bytes::new(),
+                        },
                         &addr,
-                        &path,
                         epoch,
-                        &[],
-                        Bytes::new(),
                         NODE_TIMEOUT,
                     )
                     .await?;
@@ -61,27 +64,42 @@ impl ClusterStore {
         &self,
         pg: u32,
         target: Target,
-        method: Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
+        call: Call<'_>,
     ) -> StoreResult<(Answer, String)> {
-        self.call_via(pg, target, None, method, path, headers, body)
-            .await
+        let Call {
+            method,
+            path,
+            headers,
+            body,
+        } = call;
+        self.call_via(
+            pg,
+            target,
+            None,
+            Call {
+                method,
+                path,
+                headers,
+                body,
+            },
+        )
+        .await
     }
 
     /// [`ClusterStore::call`], tried on `first` before the member `target` picks.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn call_via(
         &self,
         pg: u32,
         target: Target,
         mut first: Option<String>,
-        method: Method,
-        path: &str,
-        headers: &[(&str, String)],
-        body: Bytes,
+        call: Call<'_>,
     ) -> StoreResult<(Answer, String)> {
+        let Call {
+            method,
+            path,
+            headers,
+            body,
+        } = call;
         let started = Instant::now();
         let mut target = target;
         let mut last_problem = String::from("no member");
@@ -120,12 +138,14 @@ impl ClusterStore {
                 let sent = self
                     .relay
                     .send(
-                        method.clone(),
+                        Call {
+                            method: method.clone(),
+                            path,
+                            headers,
+                            body: body.clone(),
+                        },
                         addr,
-                        path,
                         map.epoch,
-                        headers,
-                        body.clone(),
                         timeout,
                     )
                     .await;

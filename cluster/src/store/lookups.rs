@@ -3,6 +3,7 @@
 
 use super::{ClusterStore, Target};
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::meta_codec::{META_CODEC_HEADER, META_CODEC_V1};
 use crate::wire::{
     Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, READ_TIMEOUT, WireMeta, encode,
@@ -246,12 +247,14 @@ impl ClusterStore {
         let answers = match self
             .client
             .send(
-                Method::POST,
+                Call {
+                    method: Method::POST,
+                    path: "/g",
+                    headers: &[(META_CODEC_HEADER, META_CODEC_V1.to_string())],
+                    body: body.freeze(),
+                },
                 addr,
-                "/g",
                 map.epoch,
-                &[(META_CODEC_HEADER, META_CODEC_V1.to_string())],
-                body.freeze(),
                 READ_TIMEOUT,
             )
             .await
@@ -301,10 +304,12 @@ impl ClusterStore {
                     pg,
                     Target::Reader,
                     first.take(),
-                    Method::GET,
-                    &path,
-                    &[],
-                    Bytes::new(),
+                    Call {
+                        method: Method::GET,
+                        path: &path,
+                        headers: &[],
+                        body: Bytes::new(),
+                    },
                 )
                 .await?;
             return match ans.status {

@@ -2,6 +2,7 @@
 //! metadata (`InlineRead`), larger ones in ranged pieces from the members (`ClusterRead`).
 
 use crate::map::ClusterMap;
+use crate::wire::Call;
 use crate::wire::{NodeClient, READ_TIMEOUT};
 use bytes::Bytes;
 use http::Method;
@@ -59,12 +60,14 @@ impl ObjectRead for ClusterRead {
                 match self
                     .client
                     .send(
-                        Method::GET,
+                        Call {
+                            method: Method::GET,
+                            path: &self.path,
+                            headers: &[],
+                            body: Bytes::new(),
+                        },
                         addr,
-                        &self.path,
                         map.epoch,
-                        &[],
-                        Bytes::new(),
                         READ_TIMEOUT,
                     )
                     .await

@@ -4,6 +4,7 @@
 
 use super::{CLUSTER_PUT_MAX, ClusterStore, Target, not_in_cluster, wire_put};
 use crate::placement::pg_of;
+use crate::wire::Call;
 use crate::wire::{
     PUT_HEADER, WireComplete, WireCompletePart, WireMeta, WirePart, WirePartPut, WireUpload,
     WireUploadEntry, WireUploadPage, WireUploadState, encode,
@@ -107,10 +108,12 @@ impl ClusterStore {
             .call(
                 pg,
                 Target::Head,
-                Method::POST,
-                &format!("{path}&create"),
-                &[],
-                Bytes::from(body),
+                Call {
+                    method: Method::POST,
+                    path: &format!("{path}&create"),
+                    headers: &[],
+                    body: Bytes::from(body),
+                },
             )
             .await?;
         if ans.status != 200 {
@@ -132,7 +135,16 @@ impl ClusterStore {
             path.push_str(&format!("&parts&after={after}&max={max}"));
         }
         let (ans, _) = self
-            .call(pg, Target::Head, Method::GET, &path, &[], Bytes::new())
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::GET,
+                    path: &path,
+                    headers: &[],
+                    body: Bytes::new(),
+                },
+            )
             .await?;
         match ans.status {
             200 => Ok(Some(ans.json().await?)),
@@ -212,10 +224,12 @@ impl ClusterStore {
             .call(
                 pg,
                 Target::Head,
-                Method::PUT,
-                &format!("{path}&part={part_number}"),
-                &[(PUT_HEADER, header)],
-                bytes,
+                Call {
+                    method: Method::PUT,
+                    path: &format!("{path}&part={part_number}"),
+                    headers: &[(PUT_HEADER, header)],
+                    body: bytes,
+                },
             )
             .await?;
         if ans.status != 200 {
@@ -224,7 +238,6 @@ impl ClusterStore {
         Ok(part_of(ans.json().await?))
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn copy_part(
         &self,
         bucket: &Bucket,
@@ -232,9 +245,9 @@ impl ClusterStore {
         upload_id: &str,
         part_number: u32,
         source: &ObjectInfo,
-        start: u64,
-        end: u64,
+        range: std::ops::Range<u64>,
     ) -> StoreResult<Part> {
+        let (start, end) = (range.start, range.end);
         if end - start > CLUSTER_PUT_MAX {
             return Err(not_in_cluster(
                 "a part copied from over 256 MiB of an object",
@@ -287,10 +300,12 @@ impl ClusterStore {
             .call(
                 pg,
                 Target::Head,
-                Method::POST,
-                &format!("{path}&complete"),
-                &[],
-                Bytes::from(body),
+                Call {
+                    method: Method::POST,
+                    path: &format!("{path}&complete"),
+                    headers: &[],
+                    body: Bytes::from(body),
+                },
             )
             .await?;
         if ans.status != 200 {
@@ -308,7 +323,16 @@ impl ClusterStore {
     ) -> StoreResult<()> {
         let (pg, path) = self.upload_path(bucket, key, upload_id);
         let (ans, _) = self
-            .call(pg, Target::Head, Method::DELETE, &path, &[], Bytes::new())
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::DELETE,
+                    path: &path,
+                    headers: &[],
+                    body: Bytes::new(),
+                },
+            )
             .await?;
         match ans.status {
             200..=299 => Ok(()),

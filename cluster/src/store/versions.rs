@@ -3,6 +3,7 @@
 //! come from one node, newest first, and are taken as that node sent them.
 
 use super::*;
+use crate::wire::Call;
 use crate::wire::{WireVersionEntry, WireVersionPage, encode};
 use packrat_store_api::{Bucket, StoreResult, VersionPage, VersionQuery, VersionSummary};
 
@@ -117,7 +118,16 @@ impl ClusterStore {
             encode(version_id)
         );
         let (ans, _) = self
-            .call(pg, Target::Head, Method::PUT, &path, &[], body)
+            .call(
+                pg,
+                Target::Head,
+                Call {
+                    method: Method::PUT,
+                    path: &path,
+                    headers: &[],
+                    body,
+                },
+            )
             .await?;
         match ans.status {
             200 => Ok(true),

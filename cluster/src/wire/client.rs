@@ -17,6 +17,16 @@ pub const POOL_IDLE: Duration = Duration::from_secs(30);
 /// How long a read may wait for a node's answer to start before another replica is tried.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A request to a node: its method, its path with the query, headers of its own (the secret
+/// and the epoch are added), its body.
+#[derive(Clone)]
+pub struct Call<'a> {
+    pub method: http::Method,
+    pub path: &'a str,
+    pub headers: &'a [(&'a str, String)],
+    pub body: Bytes,
+}
+
 /// The internal API's HTTP client: pooled keep-alive connections to every node.
 #[derive(Clone)]
 pub struct NodeClient {
@@ -101,17 +111,19 @@ impl NodeClient {
 
     /// Sends a request to the node at `addr`. Connection failures (a dead node) are
     /// `Unavailable`; so is a node that does not answer within `timeout`.
-    #[allow(clippy::too_many_arguments)]
     pub async fn send(
         &self,
-        method: http::Method,
+        call: Call<'_>,
         addr: &str,
-        path_and_query: &str,
         epoch: u64,
-        headers: &[(&str, String)],
-        body: Bytes,
         timeout: Duration,
     ) -> StoreResult<Answer> {
+        let Call {
+            method,
+            path: path_and_query,
+            headers,
+            body,
+        } = call;
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("http://{addr}{path_and_query}"))

@@ -57,7 +57,12 @@ pub fn authenticate(
         && let (Some(ak), Some(sig), Some(expires)) =
             (q("AWSAccessKeyId"), q("Signature"), q("Expires"))
     {
-        return authenticate_sigv2_query(ctx, method, raw_path, query, headers, ak, sig, expires);
+        let claim = V2Claim {
+            access_key: ak,
+            signature: sig,
+            expires,
+        };
+        return authenticate_sigv2_query(ctx, method, raw_path, query, headers, claim);
     }
     let claim = match (auth_header, presigned) {
         (Some(_), true) => {
@@ -158,18 +163,27 @@ pub fn authenticate(
     Ok((Some(key), signing, mode))
 }
 
-/// Legacy SigV2 presigned URLs (`AWSAccessKeyId`, `Signature`, `Expires`), read-only use.
-#[allow(clippy::too_many_arguments)]
+/// What a legacy SigV2 presigned URL claims: `AWSAccessKeyId`, `Signature` and `Expires`.
+struct V2Claim<'a> {
+    access_key: &'a str,
+    signature: &'a str,
+    expires: &'a str,
+}
+
+/// Legacy SigV2 presigned URLs, read-only use.
 fn authenticate_sigv2_query(
     ctx: &AuthContext<'_>,
     method: &Method,
     raw_path: &str,
     query: &[(String, String)],
     headers: &HeaderMap,
-    access_key: &str,
-    signature: &str,
-    expires: &str,
+    claim: V2Claim<'_>,
 ) -> S3Result<AuthOutcome> {
+    let V2Claim {
+        access_key,
+        signature,
+        expires,
+    } = claim;
     let exp: i64 = expires.parse().map_err(|_| {
         S3Error::new(
             S3ErrorCode::AuthorizationQueryParametersError,

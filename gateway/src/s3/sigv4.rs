@@ -553,20 +553,29 @@ pub fn sigv2_signature(secret: &str, string_to_sign: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(m.finalize().into_bytes())
 }
 
+/// Who signs a request, and for which region.
+pub struct Signer<'a> {
+    pub access_key: &'a str,
+    pub secret: &'a str,
+    pub region: &'a str,
+}
+
 /// Signs a request with header authentication (used by `packrat admin`). Adds `host`,
 /// `x-amz-date`, `x-amz-content-sha256` and `authorization` to `headers`.
-#[allow(clippy::too_many_arguments)]
 pub fn sign_request(
     method: &str,
     raw_path: &str,
     raw_query: &str,
     headers: &mut HeaderMap,
     body: &[u8],
-    access_key: &str,
-    secret: &str,
-    region: &str,
+    signer: &Signer<'_>,
     now: chrono::DateTime<chrono::Utc>,
 ) {
+    let Signer {
+        access_key,
+        secret,
+        region,
+    } = *signer;
     let amz_date = now.format("%Y%m%dT%H%M%SZ").to_string();
     let date = &amz_date[..8];
     let payload_hash = sha256_hex(body);

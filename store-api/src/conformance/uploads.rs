@@ -160,7 +160,7 @@ pub async fn multipart_uploads(store: &dyn Store) {
         .await
         .unwrap();
     let part = store
-        .upload_part_copy(&b, "copied", &up3.upload_id, 1, &info, 10, 5010)
+        .upload_part_copy(&b, "copied", &up3.upload_id, 1, &info, 10..5010)
         .await
         .unwrap();
     assert_eq!(part.size, 5000);

@@ -159,7 +159,7 @@ pub(super) async fn handle_upload_part(
             (None, None) => {
                 state
                     .store
-                    .upload_part_copy(&b, key, id, part_number, &src, start, end)
+                    .upload_part_copy(&b, key, id, part_number, &src, start..end)
                     .await?
             }
             // Either side encrypted: the source's plaintext, sealed again if the upload is.
