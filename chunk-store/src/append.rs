@@ -1,12 +1,10 @@
 //! Appends and durability: creating segments (header and directory entry synced), writing
 //! records, rotation, and group commit (`sync_through`).
 
-use crate::catalog::{Placement, segment_path, sync_dir};
-use crate::record::{RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader};
-use crate::{
-    ChunkStore, ChunkStoreError, RECORD_PAYLOAD_BYTES_MAX, RecordLocation, Result, WriteTicket,
-    crc32c, io_err,
-};
+use crate::placement::{Placement, segment_path, sync_dir};
+use crate::record::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES, SegmentHeader};
+use crate::segment_file::record_header;
+use crate::{ChunkStore, ChunkStoreError, RecordLocation, Result, WriteTicket, io_err};
 use std::fs::File;
 use std::path::Path;
 use std::path::PathBuf;
@@ -33,27 +31,6 @@ pub(crate) struct ActiveSegment {
     /// waiting on it is told its write failed instead of being acknowledged.
     pub(crate) durable_below: u64,
     pub(crate) last_append: std::time::Instant,
-}
-
-/// The payload length and encoded header of a record (refusing oversized payloads): the one
-/// place both the store's appends and standalone segment files build records.
-pub(crate) fn record_header(
-    object_id: [u8; 16],
-    chunk_index: u32,
-    payload: &[u8],
-) -> Result<(u32, [u8; RECORD_HEADER_BYTES])> {
-    let len = u32::try_from(payload.len())
-        .ok()
-        .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
-        .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
-    let header = RecordHeader {
-        object_id,
-        chunk_index,
-        payload_len: len,
-        payload_crc32c: crc32c(payload),
-    }
-    .encode();
-    Ok((len, header))
 }
 
 impl ChunkStore {

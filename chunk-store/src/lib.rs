@@ -31,6 +31,7 @@ pub mod ec;
 mod faults;
 pub mod io;
 mod mapped;
+mod placement;
 pub mod powerloss;
 mod read;
 mod record;
@@ -52,8 +53,8 @@ pub use segment_file::{SegmentFileWriter, SegmentScan, scan_segment};
 pub use upkeep::{EcStatus, ScrubReport};
 
 use crate::append::ActiveSegment;
-use crate::catalog::{Placement, segment_path};
 use crate::disks::Disk;
+use crate::placement::{Placement, segment_path};
 use crate::read::Handle;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -1,8 +1,8 @@
 //! Checksum-verified reads of one record (pread, RWF_NOWAIT, io_uring) and of spans of
 //! neighbouring records, with erasure coding's fallbacks to another copy or a rebuild.
 
-use crate::catalog::{Placement, segment_path};
 use crate::io::read_exact_at;
+use crate::placement::{Placement, segment_path};
 use crate::record::{RECORD_HEADER_BYTES, decode_record_header};
 use crate::{
     ChunkStore, ChunkStoreError, IoBackend, RecordDone, RecordLocation, Result, crc32c, ec, io_err,

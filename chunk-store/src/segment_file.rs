@@ -1,15 +1,35 @@
 //! Standalone segment files (the tier mover's) and segment scans (start-up and offline verify).
 
-use crate::append::record_header;
 use crate::io::SegmentIo;
 use crate::record::{
     RECORD_HEADER_BYTES, RecordHeader, SEGMENT_HEADER_BYTES, SegmentHeader, decode_record_header,
 };
-use crate::{ChunkStoreError, RecordLocation, Result, crc32c, io_err};
+use crate::{ChunkStoreError, RECORD_PAYLOAD_BYTES_MAX, RecordLocation, Result, crc32c, io_err};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// The payload length and encoded header of a record (refusing oversized payloads): the one
+/// place both the store's appends and standalone segment files build records.
+pub(crate) fn record_header(
+    object_id: [u8; 16],
+    chunk_index: u32,
+    payload: &[u8],
+) -> Result<(u32, [u8; RECORD_HEADER_BYTES])> {
+    let len = u32::try_from(payload.len())
+        .ok()
+        .filter(|&l| l <= RECORD_PAYLOAD_BYTES_MAX)
+        .ok_or(ChunkStoreError::RecordTooLarge(payload.len()))?;
+    let header = RecordHeader {
+        object_id,
+        chunk_index,
+        payload_len: len,
+        payload_crc32c: crc32c(payload),
+    }
+    .encode();
+    Ok((len, header))
+}
 
 /// Writes one standalone segment file (segment header, then records) outside the store's own
 /// directories: the tier mover builds the segments it sends to slower tiers with it, in the

@@ -1,9 +1,9 @@
 //! Erasure-coding upkeep: sealing segments into shards, repair of damaged segments, scrub, and
 //! the erasure-coding status.
 
-use crate::catalog::{Placement, segment_path, sync_dir, tmp_path};
 use crate::disks::probe_disk;
 use crate::disks::{DiskStatus, fs_space};
+use crate::placement::{Placement, segment_path, sync_dir, tmp_path};
 use crate::read::Handle;
 use crate::record::SEGMENT_HEADER_BYTES;
 use crate::segment_file::scan_segment;

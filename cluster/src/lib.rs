@@ -4,7 +4,6 @@
 //! ([`map`]); the node that wins an etcd election keeps the chains in step with the live nodes
 //! ([`manager`]). See docs/ARCHITECTURE.md, "A cluster".
 
-mod batch;
 mod gather;
 pub mod manager;
 pub mod map;

@@ -52,6 +52,9 @@ mod lookups;
 mod read;
 use lookups::Gather;
 use read::{ClusterRead, InlineRead};
+mod batch_get;
+#[cfg(test)]
+pub(crate) use batch_get::NodeStream;
 mod batch_put;
 mod buckets;
 mod uploads;
@@ -1154,11 +1157,11 @@ impl ObjectStore for ClusterStore {
         items: Vec<BatchItem>,
         order: BatchOrder,
     ) -> StoreResult<BatchPlan> {
-        crate::batch::plan_batch(self, bucket, items, order).await
+        batch_get::plan_batch(self, bucket, items, order).await
     }
 
     async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink) {
-        crate::batch::read_batch(self, plan, sink).await
+        batch_get::read_batch(self, plan, sink).await
     }
 
     async fn stream_keys(
@@ -1166,7 +1169,7 @@ impl ObjectStore for ClusterStore {
         bucket: &Bucket,
         prefix: &str,
     ) -> StoreResult<packrat_store_api::stream::KeyList> {
-        crate::batch::stream_keys(self, bucket, prefix).await
+        batch_get::stream_keys(self, bucket, prefix).await
     }
 
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>> {

@@ -6,7 +6,7 @@
 
 use crate::s3::body::BodyReader;
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
-use crate::server::{AppState, RespBody, full};
+use crate::state::{AppState, RespBody, full};
 use http::{Method, Response, StatusCode};
 use packrat_store_api::StoreError;
 use packrat_store_api::admin::{AccessKey, JobKind, JobStart, NewKey};

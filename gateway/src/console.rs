@@ -15,7 +15,7 @@
 //! requests never look at the cookie.
 
 use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
-use crate::server::{AppState, RespBody, full};
+use crate::state::{AppState, RespBody, full};
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode};
 use http_body_util::BodyExt;

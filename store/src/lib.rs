@@ -32,6 +32,7 @@ pub mod local;
 pub use packrat_secrets::master_key;
 pub mod meta;
 pub mod multipart;
+mod summary;
 pub mod tier;
 pub mod verify;
 pub(crate) mod versions;

@@ -22,18 +22,16 @@ use packrat_store_api::admin::{AccessKey, JobKind, JobStart, Metric, NewKey, Rep
 use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::lifecycle::Rule;
-use packrat_store_api::lock::{LOCK_HEADER, LockChange, LockCheck, LockConfig, ObjectLock};
+use packrat_store_api::lock::{LockChange, LockCheck, LockConfig, ObjectLock};
 use packrat_store_api::stream::KeyList;
 use packrat_store_api::{
     AttrEdit, Bucket, BucketConfig, ByteSource, CompleteAs, CompletePart, Identity, ListQuery,
     NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage, ObjectRead,
-    ObjectStore, ObjectSummary, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult,
-    Upload, UploadPage, UploadQuery, VersionAs, WriteCondition,
+    ObjectStore, ObjectVersion, Part, PutObject, PutPart, StoreError, StoreResult, Upload,
+    UploadPage, UploadQuery, VersionAs, WriteCondition,
 };
 use packrat_store_api::{Clock, Credentials, ReplicaStore, StoreAdmin};
-use packrat_store_api::{
-    Deleted, FoundVersion, VersionPage, VersionQuery, VersionSummary, Versioning,
-};
+use packrat_store_api::{Deleted, FoundVersion, VersionPage, VersionQuery, Versioning};
 use packrat_tiering::TierSpec;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -44,7 +42,7 @@ mod convert;
 mod credentials;
 mod replica;
 
-pub(crate) use convert::version_summary;
+use crate::summary::{summary_of, version_summary};
 use convert::*;
 
 pub struct LocalStore {

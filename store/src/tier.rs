@@ -754,7 +754,7 @@ async fn judge_history(
                     e.index
                         .list_versions(bucket_id, &prefix, None, cursor.as_ref(), 1000)?;
                 for (key, rec, latest) in page.versions {
-                    judge.push(crate::local::version_summary(key, rec, latest));
+                    judge.push(crate::summary::version_summary(key, rec, latest));
                 }
                 match page.next.filter(|_| page.truncated) {
                     Some(next) => cursor = Some(next),

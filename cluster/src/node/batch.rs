@@ -299,7 +299,7 @@ impl EntrySink for WireSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::NodeStream;
+    use crate::store::NodeStream;
     use http_body_util::{Either, Full};
 
     fn at(n: u32) -> String {

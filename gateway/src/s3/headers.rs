@@ -377,7 +377,7 @@ pub fn copy_source(raw: &str) -> S3Result<(String, String, Option<String>)> {
         }
         None => (raw, None),
     };
-    let decoded = String::from_utf8(super::sigv4::percent_decode(raw))
+    let decoded = String::from_utf8(super::encoding::percent_decode(raw))
         .map_err(|_| err(S3ErrorCode::InvalidArgument, "Invalid copy source encoding"))?;
     let s = decoded.strip_prefix('/').unwrap_or(&decoded);
     match s.split_once('/') {

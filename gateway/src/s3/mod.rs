@@ -4,11 +4,11 @@
 
 pub mod acl;
 pub mod auth;
-pub mod batch;
 pub mod batch_request;
 pub mod body;
 pub mod checksum;
 pub mod cors;
+pub mod encoding;
 pub mod error;
 pub mod handlers;
 pub mod headers;

@@ -9,6 +9,7 @@
 //! derived signing key is cached per (access key, date, region): deriving it costs four
 //! HMACs, which is most of the auth cost of a small GET.
 
+pub use super::encoding::{percent_decode, uri_encode};
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use hmac::{Hmac, Mac};
 use http::HeaderMap;
@@ -76,38 +77,6 @@ impl SigningKeyCache {
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(ak, _, _), _| ak != access_key);
     }
-}
-
-/// S3's URI encoding: every byte but the unreserved set is %XX (upper-case hex); `/` is kept
-/// when `keep_slash` (paths) and encoded otherwise (query components).
-pub fn uri_encode(input: &[u8], keep_slash: bool) -> String {
-    let mut out = String::with_capacity(input.len() + 8);
-    for &b in input {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(b as char)
-            }
-            b'/' if keep_slash => out.push('/'),
-            _ => {
-                out.push('%');
-                out.push(
-                    char::from_digit((b >> 4) as u32, 16)
-                        .unwrap_or('0')
-                        .to_ascii_uppercase(),
-                );
-                out.push(
-                    char::from_digit((b & 15) as u32, 16)
-                        .unwrap_or('0')
-                        .to_ascii_uppercase(),
-                );
-            }
-        }
-    }
-    out
-}
-
-pub fn percent_decode(s: &str) -> Vec<u8> {
-    percent_encoding::percent_decode_str(s).collect()
 }
 
 /// Decoded query pairs in the order they came.

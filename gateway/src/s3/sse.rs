@@ -24,7 +24,7 @@
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use super::headers::{Kind, RequestHeaders};
 use super::xml::{self, Xml};
-use crate::server::{AppState, S3Request};
+use crate::state::{AppState, S3Request};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use bytes::{Bytes, BytesMut};
@@ -219,9 +219,7 @@ pub fn read_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
     )
 }
 
-/// A bucket's default encryption: SSE-S3 for writes that ask for none (SSE-KMS, the other
-/// default S3 offers, is not implemented).
-pub struct BucketDefault;
+pub use crate::state::BucketDefault;
 
 /// The encryption a write gets: what its headers ask for, else its bucket's default.
 pub async fn for_write(

@@ -68,7 +68,7 @@ fn validate_each(tags: &Tags) -> S3Result<()> {
 pub fn parse_header(v: &str) -> S3Result<Tags> {
     let decode = |s: &str| {
         let s = s.replace('+', " ");
-        String::from_utf8(super::sigv4::percent_decode(&s))
+        String::from_utf8(super::encoding::percent_decode(&s))
             .map_err(|_| invalid("The x-amz-tagging header is not valid UTF-8 once decoded"))
     };
     let mut tags = Tags::new();

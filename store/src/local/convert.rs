@@ -25,45 +25,6 @@ pub(super) fn identity_of(k: KeyRecord) -> Identity {
     }
 }
 
-/// A version as a listing shows it (and copies between cluster members compare it).
-pub(crate) fn version_summary(key: String, rec: ObjectRecord, is_latest: bool) -> VersionSummary {
-    VersionSummary {
-        object: summary_of(key, &rec),
-        version_id: rec.version_id(),
-        is_latest,
-        delete_marker: rec.is_delete_marker(),
-        lock: rec
-            .headers
-            .iter()
-            .find(|(k, _)| k == LOCK_HEADER)
-            .map(|(_, v)| v.clone()),
-        acl: rec
-            .headers
-            .iter()
-            .find(|(k, _)| k == packrat_store_api::ACL_HEADER)
-            .map(|(_, v)| v.clone()),
-        tags: rec.tags,
-    }
-}
-
-pub(super) fn summary_of(key: String, o: &ObjectRecord) -> ObjectSummary {
-    ObjectSummary {
-        key,
-        size: packrat_store_api::sealed::shown_size(
-            &o.headers,
-            o.size,
-            o.parts.iter().map(|p| p.size),
-        ),
-        etag: o.etag.clone(),
-        last_modified_ms: o.last_modified_ms,
-        checksum: o
-            .checksum
-            .as_ref()
-            .map(|c| (c.algorithm.clone(), c.kind.clone())),
-        storage_class: o.storage_class.clone(),
-    }
-}
-
 /// What HEAD and GET show of a record; the record itself rides along as the version. Its
 /// version id is shown where S3 shows one (`show_version`: see [`shows_versions`]).
 pub(super) fn info_of(rec: Arc<ObjectRecord>, show_version: bool) -> ObjectInfo {

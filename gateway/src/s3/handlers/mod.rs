@@ -12,7 +12,7 @@ use super::sse;
 use super::xml::{self, Xml};
 use crate::config;
 use crate::s3::tagging::Tags;
-use crate::server::{AppState, RespBody, S3Request, empty, full};
+use crate::state::{AppState, RespBody, S3Request, empty, full};
 use base64::Engine as _;
 use bytes::Bytes;
 use chrono::{DateTime, TimeZone, Utc};
@@ -25,6 +25,7 @@ use packrat_store_api::{
 };
 use std::sync::Arc;
 
+mod batch;
 mod bucket_config;
 mod buckets;
 mod listing;
@@ -637,8 +638,7 @@ fn with_headers(r: R, extra: Vec<(&'static str, String)>) -> R {
 }
 
 async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) {
-    if state.config.fault_injection && crate::server::HttpFaults::take(&state.http_faults.slowdown)
-    {
+    if state.config.fault_injection && crate::state::HttpFaults::take(&state.http_faults.slowdown) {
         return (
             "fault",
             Err(err(
@@ -911,7 +911,7 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
             ),
             Method::GET if req.has_q("stream") => (
                 "EpochStream",
-                crate::s3::batch::handle_epoch_stream(state, req, b).await,
+                batch::handle_epoch_stream(state, req, b).await,
             ),
             Method::GET => (
                 "ListObjects",
@@ -921,10 +921,9 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "DeleteObjects",
                 objects::handle_delete_objects(state, req, b).await,
             ),
-            Method::POST if req.has_q("batch") => (
-                "BatchGet",
-                crate::s3::batch::handle_batch_get(state, req, b).await,
-            ),
+            Method::POST if req.has_q("batch") => {
+                ("BatchGet", batch::handle_batch_get(state, req, b).await)
+            }
             Method::POST if req.query.is_empty() && post_object::is_form_upload(req) => (
                 "PostObject",
                 post_object::handle_post_object(state, req, b).await,

@@ -36,7 +36,7 @@ pub(super) async fn handle_put_object(
         }
         // The members of an extracted TAR carry no ACLs of their own.
         headers::refuse_object_acl(&req.headers)?;
-        return crate::s3::batch::handle_snowball_put(state, req, &b, key).await;
+        return super::batch::handle_snowball_put(state, req, &b, key).await;
     }
     if !req.headers.contains_key(http::header::CONTENT_LENGTH)
         && !req

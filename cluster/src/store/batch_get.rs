@@ -18,8 +18,8 @@
 //! looked up alone at planning come with their bytes when small (up to
 //! [`PLAN_INLINE_BYTES_MAX`] in all); the bytes of larger ones are read in their turn.
 
+use super::{ClusterStore, INLINE_MAX};
 use crate::placement::pg_of;
-use crate::store::{ClusterStore, INLINE_MAX};
 use crate::wire::Call;
 use crate::wire::{
     Answer, BATCH_CRC_HEADER, BATCH_ITEMS_MAX, BatchRecord, READ_TIMEOUT, WireBatchHead,

@@ -14,13 +14,13 @@
 //! records, where they lie and how they are read is the store's business (the `batch` module
 //! of the store crate).
 
-use super::batch_request::{BatchRequest, OnError, Order, parse_item_range, parse_shard};
-use super::checksum::{self, ChecksumWire, Hasher};
-use super::error::{S3Error, S3ErrorCode, S3Result};
-use super::handlers::{Action, check_key, load_bucket, load_bucket_for_keys};
-use super::headers::{content_md5, requested_checksum};
+use super::{Action, check_key, load_bucket, load_bucket_for_keys};
 use crate::config;
-use crate::server::{AppState, RespBody, S3Request};
+use crate::s3::batch_request::{BatchRequest, OnError, Order, parse_item_range, parse_shard};
+use crate::s3::checksum::{self, ChecksumWire, Hasher};
+use crate::s3::error::{S3Error, S3ErrorCode, S3Result};
+use crate::s3::headers::{content_md5, requested_checksum};
+use crate::state::{AppState, RespBody, S3Request};
 use bytes::{Bytes, BytesMut};
 use http::{Response, StatusCode};
 use http_body_util::BodyExt;
@@ -238,7 +238,7 @@ pub fn entry_name(name: &str) -> std::borrow::Cow<'_, str> {
     if safe {
         return std::borrow::Cow::Borrowed(name);
     }
-    let mut encoded = super::sigv4::uri_encode(name.as_bytes(), false);
+    let mut encoded = crate::s3::sigv4::uri_encode(name.as_bytes(), false);
     if encoded == ".." {
         encoded = "%2E%2E".into();
     }
@@ -280,7 +280,7 @@ fn tar_response(
 /// The cut a fault rule asks of the next TAR answer, if any.
 fn injected_cut(state: &AppState) -> Option<u64> {
     let f = &state.http_faults;
-    (state.config.fault_injection && crate::server::HttpFaults::take(&f.cuts))
+    (state.config.fault_injection && crate::state::HttpFaults::take(&f.cuts))
         .then(|| f.cut_after_bytes.load(std::sync::atomic::Ordering::Relaxed))
 }
 
@@ -708,7 +708,7 @@ pub async fn handle_snowball_put(
     let count = writer.commit().await?;
     // The summary is XML like every S3 answer: SDKs check a PutObject body for an S3 error
     // document and refuse anything they cannot parse as XML.
-    let mut x = super::xml::Xml::new();
+    let mut x = crate::s3::xml::Xml::new();
     x.root("ExtractResult");
     x.elem("Prefix", &prefix);
     x.elem("Objects", &count.to_string());
@@ -722,7 +722,7 @@ pub async fn handle_snowball_put(
         .header("etag", format!("\"{}\"", hex::encode(md5)))
         .header("content-type", "application/xml")
         .header("x-packrat-extracted-objects", count.to_string())
-        .body(crate::server::full(x.finish()))
+        .body(crate::state::full(x.finish()))
         .map_err(|e| S3Error::internal("response", e))
 }
 
