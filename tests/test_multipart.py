@@ -3,6 +3,7 @@
 import base64
 import hashlib
 import os
+import uuid
 import zlib
 
 import pytest
@@ -77,10 +78,6 @@ def test_abort_list_parts_and_uploads(s3, bucket):
     assert sorted(u["Key"] for u in lu["Uploads"]) == ["x/one", "x/two"]
     lu = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/")
     assert sorted(p["Prefix"] for p in lu["CommonPrefixes"]) == ["x/", "y/"]
-    # In-progress uploads keep the bucket from being deleted.
-    with pytest.raises(ClientError) as e:
-        s3.delete_bucket(Bucket=bucket)
-    assert code(e) == "BucketNotEmpty"
     for k, u in [("x/one", uid), ("x/two", uid2), ("y/three", uid3)]:
         s3.abort_multipart_upload(Bucket=bucket, Key=k, UploadId=u)
     with pytest.raises(ClientError) as e:
@@ -90,6 +87,31 @@ def test_abort_list_parts_and_uploads(s3, bucket):
         s3.abort_multipart_upload(Bucket=bucket, Key="x/one", UploadId="nonsense")
     assert code(e) == "NoSuchUpload"
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
+
+
+def test_delete_bucket_aborts_its_uploads(s3):
+    """DeleteBucket drops the uploads in progress of a bucket that holds nothing else (as S3
+    and Ceph do: a client that left an upload open can still clean up); a bucket that holds an
+    object is refused and keeps its uploads."""
+    name = "t-" + uuid.uuid4().hex[:20]
+    s3.create_bucket(Bucket=name)
+    uid, _ = upload(s3, name, "a/left-open", [b"1" * 100])
+    s3.put_object(Bucket=name, Key="kept", Body=b"x")
+    with pytest.raises(ClientError) as e:
+        s3.delete_bucket(Bucket=name)
+    assert code(e) == "BucketNotEmpty"
+    assert [u["UploadId"] for u in s3.list_multipart_uploads(Bucket=name)["Uploads"]] == [uid]
+    s3.delete_object(Bucket=name, Key="kept")
+    s3.create_multipart_upload(Bucket=name, Key="b/never-sent")
+    s3.delete_bucket(Bucket=name)
+    assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
+    with pytest.raises(ClientError) as e:
+        s3.upload_part(Bucket=name, Key="a/left-open", UploadId=uid, PartNumber=2, Body=b"late")
+    assert code(e) == "NoSuchBucket"
+    # The name is free again, with no upload of the old bucket in it.
+    s3.create_bucket(Bucket=name)
+    assert "Uploads" not in s3.list_multipart_uploads(Bucket=name)
+    s3.delete_bucket(Bucket=name)
 
 
 def test_list_multipart_uploads_pages(s3, bucket):

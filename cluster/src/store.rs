@@ -394,19 +394,8 @@ impl ObjectStore for ClusterStore {
                 return Err(StoreError::BucketNotEmpty);
             }
         }
-        // As on one node, uploads in progress keep a bucket (S3 answers BucketNotEmpty too).
-        let uploads = self
-            .uploads_page(
-                bucket,
-                &UploadQuery {
-                    max_uploads: 1,
-                    ..Default::default()
-                },
-            )
-            .await?;
-        if !uploads.uploads.is_empty() {
-            return Err(StoreError::BucketNotEmpty);
-        }
+        // Uploads in progress are aborted, as S3 does.
+        packrat_store_api::abort_uploads(self, bucket).await?;
         let deleted = self.delete_bucket_record(bucket).await;
         self.edit_bucket_cache(|b| {
             b.remove(&bucket.name);

@@ -84,19 +84,32 @@ impl RocksIndex {
         Ok(out)
     }
 
-    /// Deletes an empty bucket. In-progress multipart uploads and noncurrent versions (delete
-    /// markers too) count as content, as in S3.
-    pub fn delete_bucket(&self, name: &str) -> Result<()> {
-        let _g = self.bucket_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let rec = self.get_bucket(name)?.ok_or(IndexError::NoSuchBucket)?;
-        let prefix = rec.id.to_be_bytes();
-        for cf in [CF_OBJECTS, CF_VERSIONS, CF_UPLOADS] {
+    /// Whether bucket `id` holds an object or a version (a delete marker too).
+    pub fn bucket_holds_objects(&self, id: u64) -> Result<bool> {
+        self.bucket_holds(id, &[CF_OBJECTS, CF_VERSIONS])
+    }
+
+    fn bucket_holds(&self, id: u64, cfs: &[&'static str]) -> Result<bool> {
+        let prefix = id.to_be_bytes();
+        for cf in cfs {
             let mut it = self.db.raw_iterator_cf(self.cf(cf));
             it.seek(prefix);
             if it.valid() && it.key().is_some_and(|k| k.starts_with(&prefix)) {
-                return Err(IndexError::BucketNotEmpty);
+                return Ok(true);
             }
             it.status()?;
+        }
+        Ok(false)
+    }
+
+    /// Deletes an empty bucket. Noncurrent versions (delete markers too) and in-progress
+    /// multipart uploads count as content here: the store aborts a bucket's uploads first
+    /// (as S3 does), and an upload begun meanwhile keeps the bucket.
+    pub fn delete_bucket(&self, name: &str) -> Result<()> {
+        let _g = self.bucket_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let rec = self.get_bucket(name)?.ok_or(IndexError::NoSuchBucket)?;
+        if self.bucket_holds(rec.id, &[CF_OBJECTS, CF_VERSIONS, CF_UPLOADS])? {
+            return Err(IndexError::BucketNotEmpty);
         }
         self.write_gate(IndexWrite::Delete)?;
         self.db

@@ -78,8 +78,9 @@ pub trait ObjectStore: Send + Sync + 'static {
     async fn list_buckets(&self) -> StoreResult<Vec<Bucket>>;
     /// Creates a bucket; `BucketExists` if the name is taken (by anyone).
     async fn create_bucket(&self, new: NewBucket) -> StoreResult<Bucket>;
-    /// Deletes an empty bucket and its configuration; `BucketNotEmpty` if it holds objects
-    /// or uploads in progress.
+    /// Deletes a bucket that holds no object and no version (delete markers included), with
+    /// its configuration, aborting its uploads in progress (their parts dropped), as S3 does;
+    /// `BucketNotEmpty` if it holds objects, and then its uploads stay.
     async fn delete_bucket(&self, bucket: &Bucket) -> StoreResult<()>;
     /// Sets the bucket's versioning (`Enabled` or `Suspended`); `Invalid` for `Unversioned`
     /// (S3 has no way back), or from a store that cannot keep versions (the text says so);
@@ -337,6 +338,33 @@ pub trait ObjectStore: Send + Sync + 'static {
     /// The clock the store dates everything by; the S3 layer reads the time from it too
     /// (last-modified times it passes in, SigV4 request times, presigned expiry).
     fn clock(&self) -> std::sync::Arc<dyn Clock>;
+}
+
+/// Aborts every upload in progress in `bucket` (what deleting a bucket does first); answers
+/// how many. An upload that ends meanwhile is passed over.
+pub async fn abort_uploads(store: &dyn ObjectStore, bucket: &Bucket) -> StoreResult<usize> {
+    let mut query = UploadQuery {
+        max_uploads: 1000,
+        ..Default::default()
+    };
+    let mut aborted = 0;
+    loop {
+        let page = store.list_uploads(bucket, &query).await?;
+        for u in &page.uploads {
+            match store.abort_upload(bucket, &u.key, &u.upload_id).await {
+                Ok(()) => aborted += 1,
+                Err(StoreError::NoSuchUpload) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match page.uploads.last() {
+            Some(last) if page.truncated => {
+                query.key_marker = Some(last.key.clone());
+                query.upload_id_marker = Some(last.upload_id.clone());
+            }
+            _ => return Ok(aborted),
+        }
+    }
 }
 
 /// What a server needs of a store: its data plane, its credentials and its administration, as

@@ -473,7 +473,15 @@ impl ObjectStore for LocalStore {
     }
 
     async fn delete_bucket(&self, bucket: &Bucket) -> StoreResult<()> {
-        let (name, id) = (bucket.name.clone(), bucket.id);
+        let id = bucket.id;
+        if self
+            .run(move |e| Ok(e.index.bucket_holds_objects(id)?))
+            .await?
+        {
+            return Err(StoreError::BucketNotEmpty);
+        }
+        packrat_store_api::abort_uploads(self, bucket).await?;
+        let name = bucket.name.clone();
         let deleted = self
             .run(move |e| {
                 e.index.delete_bucket(&name)?;

@@ -177,3 +177,63 @@ pub async fn multipart_uploads(store: &dyn Store) {
         .unwrap();
     assert_eq!(read(store, &obj, 0, obj.size).await, whole[10..5010]);
 }
+
+/// Deleting a bucket aborts its uploads in progress, as S3 does; a bucket that holds an object
+/// or a version (a delete marker too) is not deleted, and its uploads stay.
+pub async fn delete_bucket_with_uploads(store: &dyn Store) {
+    let open_upload = |b: Bucket, key: &'static str| async move {
+        let new = NewUpload {
+            owner_id: "owner-1".into(),
+            initiated_ms: 1_700_000_000_000,
+            attrs: ObjectAttrs::default(),
+            checksum: None,
+            checksum_type: None,
+            upload_id: None,
+        };
+        let up = store.create_upload(&b, key, new).await.unwrap();
+        let mut src = MemSource::new(payload(1000, 9));
+        store
+            .upload_part(&b, key, &up.upload_id, 1, &mut src, PutPart::default())
+            .await
+            .unwrap();
+        up
+    };
+    let open = |b: Bucket, up: Upload| async move {
+        store
+            .upload(&b, &up.key, &up.upload_id)
+            .await
+            .unwrap()
+            .is_some()
+    };
+
+    let b = new_bucket(store, "uploads-only").await;
+    for i in 0..3 {
+        open_upload(b.clone(), ["a", "b/c", "b/c"][i]).await;
+    }
+    store.delete_bucket(&b).await.unwrap();
+    assert!(store.bucket(&b.name).unwrap().is_none(), "bucket deleted");
+
+    let b = new_bucket(store, "object-and-upload").await;
+    put(store, &b, "kept", b"bytes").await;
+    let up = open_upload(b.clone(), "big").await;
+    assert!(matches!(
+        store.delete_bucket(&b).await,
+        Err(StoreError::BucketNotEmpty)
+    ));
+    assert!(open(b.clone(), up.clone()).await, "the upload stays");
+    store.delete_object(&b, "kept").await.unwrap();
+    store.delete_bucket(&b).await.unwrap();
+    assert!(store.bucket(&b.name).unwrap().is_none());
+
+    let b = new_bucket(store, "marker-and-upload").await;
+    store.set_versioning(&b, Versioning::Enabled).await.unwrap();
+    let b = store.bucket(&b.name).unwrap().unwrap();
+    put(store, &b, "gone", b"bytes").await;
+    store.delete_object(&b, "gone").await.unwrap();
+    let up = open_upload(b.clone(), "big").await;
+    assert!(matches!(
+        store.delete_bucket(&b).await,
+        Err(StoreError::BucketNotEmpty)
+    ));
+    assert!(open(b.clone(), up).await, "the upload stays");
+}
