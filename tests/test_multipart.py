@@ -155,6 +155,31 @@ def test_upload_part_copy(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == src
 
 
+@pytest.mark.parametrize("asked,error,http", [
+    ("bytes=0-21", "InvalidRange", 416),     # past the end: never cut to the object, as a GET is
+    ("bytes=5-5", "InvalidRange", 416),      # the first byte past the end
+    ("bytes=3-1", "InvalidArgument", 400),   # last before first
+    ("bytes=0-", "InvalidArgument", 400),    # a GET's open range is not a copy range
+    ("bytes=-2", "InvalidArgument", 400),
+    ("0-2", "InvalidArgument", 400),
+    ("bytes=0-1,2-3", "InvalidArgument", 400),
+])
+def test_upload_part_copy_range_must_lie_in_the_source(s3, bucket, asked, error, http):
+    s3.put_object(Bucket=bucket, Key="five", Body=b"12345")
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="dst")["UploadId"]
+    with pytest.raises(ClientError) as e:
+        s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=1,
+                            CopySource={"Bucket": bucket, "Key": "five"}, CopySourceRange=asked)
+    assert (code(e), e.value.response["ResponseMetadata"]["HTTPStatusCode"]) == (error, http)
+    assert "Parts" not in s3.list_parts(Bucket=bucket, Key="dst", UploadId=uid)
+    # The last byte exactly: copied.
+    r = s3.upload_part_copy(Bucket=bucket, Key="dst", UploadId=uid, PartNumber=1,
+                            CopySource={"Bucket": bucket, "Key": "five"}, CopySourceRange="bytes=1-4")
+    s3.complete_multipart_upload(Bucket=bucket, Key="dst", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": r["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="dst")["Body"].read() == b"2345"
+
+
 def crc32_b64(b):
     return base64.b64encode(zlib.crc32(b).to_bytes(4, "big")).decode()
 

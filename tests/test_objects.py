@@ -20,6 +20,66 @@ def status(e):
     return e.value.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
+def test_list_buckets_pages(server):
+    """ListBuckets with max-buckets answers pages in name order resumed by the continuation
+    token (none on the last page), filtered by prefix; without max-buckets, all at once."""
+    import uuid
+
+    s3 = server.client()
+    tag = uuid.uuid4().hex[:8]
+    names = sorted(f"pages-{tag}-{i:02d}" for i in range(7))
+    for n in names:
+        s3.create_bucket(Bucket=n)
+    try:
+        got, token, pages = [], None, 0
+        while True:
+            kw = {"MaxBuckets": 3, "Prefix": f"pages-{tag}-"}
+            if token:
+                kw["ContinuationToken"] = token
+            r = s3.list_buckets(**kw)
+            pages += 1
+            assert r["Prefix"] == f"pages-{tag}-"
+            got += [b["Name"] for b in r["Buckets"]]
+            token = r.get("ContinuationToken")
+            if not token:
+                break
+            assert len(r["Buckets"]) == 3
+        assert (got, pages) == (names, 3)
+        every = [b["Name"] for b in s3.list_buckets()["Buckets"]]
+        assert set(names) <= set(every) and "ContinuationToken" not in s3.list_buckets()
+        assert [b["Name"] for b in s3.list_buckets(MaxBuckets=2, Prefix=names[-1])["Buckets"]] == names[-1:]
+        # Past botocore's own checks, as another client may send them.
+        unchecked = server.client(parameter_validation=False)
+        for bad in [{"MaxBuckets": 0}, {"MaxBuckets": 10001}, {"ContinuationToken": "%%%"}]:
+            with pytest.raises(ClientError) as e:
+                unchecked.list_buckets(**bad)
+            assert code(e) == "InvalidArgument", bad
+    finally:
+        for n in names:
+            s3.delete_bucket(Bucket=n)
+
+
+def test_create_owned_bucket_elsewhere_is_409(workdir):
+    """Outside us-east-1, creating a bucket you already own is 409 BucketAlreadyOwnedByYou,
+    and another user's bucket is 409 BucketAlreadyExists wherever it is."""
+    import boto3
+    from botocore.config import Config
+    from conftest import ROOT_AK, ROOT_SK, Server
+
+    srv = Server(workdir / "eu-region", extra_args=["--region", "eu-west-1"]).start()
+    s3 = boto3.client("s3", endpoint_url=srv.endpoint, region_name="eu-west-1",
+                      aws_access_key_id=ROOT_AK, aws_secret_access_key=ROOT_SK,
+                      config=Config(s3={"addressing_style": "path"},
+                                    retries={"total_max_attempts": 1, "mode": "standard"}))
+    try:
+        s3.create_bucket(Bucket="mine", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        with pytest.raises(ClientError) as e:
+            s3.create_bucket(Bucket="mine", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        assert (code(e), status(e)) == ("BucketAlreadyOwnedByYou", 409)
+    finally:
+        srv.stop()
+
+
 def test_bucket_lifecycle(s3):
     name = "lifecycle-bucket-1"
     s3.create_bucket(Bucket=name)
@@ -27,10 +87,13 @@ def test_bucket_lifecycle(s3):
     s3.head_bucket(Bucket=name)
     loc = s3.get_bucket_location(Bucket=name)
     assert loc["LocationConstraint"] in (None, "")
-    with pytest.raises(ClientError) as e:
-        s3.create_bucket(Bucket=name)
-    assert code(e) == "BucketAlreadyOwnedByYou"
+    # Creating it again: S3's legacy answer in us-east-1 (this server's region) is 200, and
+    # nothing changes (see test_create_owned_bucket_elsewhere_is_409 for other regions).
+    r = s3.create_bucket(Bucket=name)
+    assert r["ResponseMetadata"]["HTTPStatusCode"] == 200
     s3.put_object(Bucket=name, Key="k", Body=b"x")
+    s3.create_bucket(Bucket=name)
+    assert s3.get_object(Bucket=name, Key="k")["Body"].read() == b"x"
     with pytest.raises(ClientError) as e:
         s3.delete_bucket(Bucket=name)
     assert code(e) == "BucketNotEmpty" and status(e) == 409

@@ -26,8 +26,45 @@ pub fn valid_bucket_name(name: &str) -> bool {
         && !name.ends_with("--ol-s3")
 }
 
+/// ListBuckets: the caller's buckets (every bucket for a root key) by name, with `prefix`,
+/// and pages of `max-buckets` (1 to 10,000) resumed by `continuation-token`. Without
+/// `max-buckets` every bucket comes in one answer, as S3 gives an account's.
 pub(super) async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) -> R {
     let id = need_identity(req)?;
+    let bad = |what: &str| err(S3ErrorCode::InvalidArgument, what.to_string());
+    let max = match req.q("max-buckets") {
+        None => usize::MAX,
+        Some(v) => v
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=10_000).contains(n))
+            .ok_or_else(|| bad("max-buckets must be an integer from 1 to 10000"))?,
+    };
+    let after = match req.q("continuation-token") {
+        None => None,
+        Some(t) => Some(
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(t)
+                .ok()
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| bad("The continuation token provided is incorrect"))?,
+        ),
+    };
+    let prefix = req.q("prefix").unwrap_or("");
+    let region = req.q("bucket-region");
+    let mut buckets: Vec<Bucket> = state
+        .store
+        .list_buckets()
+        .await?
+        .into_iter()
+        .filter(|b| id.is_root || b.owner_id == id.owner_id)
+        .filter(|b| b.name.starts_with(prefix))
+        .filter(|b| after.as_deref().is_none_or(|a| b.name.as_str() > a))
+        .filter(|_| region.is_none_or(|r| r == state.config.region))
+        .collect();
+    buckets.sort_by(|a, b| a.name.cmp(&b.name));
+    let truncated = buckets.len() > max;
+    buckets.truncate(max);
     let mut x = Xml::new();
     x.root("ListAllMyBucketsResult");
     x.open("Owner");
@@ -35,16 +72,23 @@ pub(super) async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) 
     x.elem("DisplayName", &id.name);
     x.close("Owner");
     x.open("Buckets");
-    for b in state.store.list_buckets().await? {
-        if id.is_root || b.owner_id == id.owner_id {
-            x.open("Bucket");
-            x.elem("Name", &b.name);
-            x.elem("CreationDate", &iso8601(b.created_ms));
-            x.elem("BucketRegion", &state.config.region);
-            x.close("Bucket");
-        }
+    for b in &buckets {
+        x.open("Bucket");
+        x.elem("Name", &b.name);
+        x.elem("CreationDate", &iso8601(b.created_ms));
+        x.elem("BucketRegion", &state.config.region);
+        x.close("Bucket");
     }
     x.close("Buckets");
+    if truncated && let Some(last) = buckets.last() {
+        x.elem(
+            "ContinuationToken",
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last.name.as_bytes()),
+        );
+    }
+    if req.has_q("prefix") {
+        x.elem("Prefix", prefix);
+    }
     x.close("ListAllMyBucketsResult");
     xml_ok(x)
 }
@@ -119,7 +163,16 @@ pub(super) async fn handle_create_bucket(
         Err(StoreError::BucketExists) => {
             let existing = state.store.bucket(name)?;
             let me = need_identity(req)?;
-            if existing.is_some_and(|b| b.owner_id == me.owner_id) {
+            let mine = existing.is_some_and(|b| b.owner_id == me.owner_id);
+            if mine && state.config.region == "us-east-1" {
+                // S3's legacy answer in us-east-1: creating a bucket you own succeeds again
+                // (and changes nothing); every other region answers 409.
+                return Response::builder()
+                    .header("location", format!("/{name}"))
+                    .body(empty())
+                    .map_err(|e| S3Error::internal("response", e));
+            }
+            if mine {
                 Err(err(
                     S3ErrorCode::BucketAlreadyOwnedByYou,
                     "Your previous request to create the named bucket succeeded and you already own it.",

@@ -144,15 +144,7 @@ pub(super) async fn handle_upload_part(
         let src_size = sse::shown_size(&src);
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src_size),
-            Some(r) => match resolve_range(Some(r), src_size) {
-                Ok(Some(r)) => r,
-                _ => {
-                    return Err(err(
-                        S3ErrorCode::InvalidArgument,
-                        "The x-amz-copy-source-range value must be of the form bytes=first-last within the source object",
-                    ));
-                }
-            },
+            Some(r) => copy_source_range(r, src_size)?,
         };
         let id = &upload.upload_id;
         match (&cipher, src_cipher) {
@@ -417,4 +409,33 @@ pub(super) async fn handle_list_parts(
     }
     x.close("ListPartsResult");
     xml_ok(x)
+}
+
+/// The bytes `[start, end)` an UploadPartCopy's `x-amz-copy-source-range` names: exactly
+/// `bytes=first-last`, both offsets zero-based and inclusive (else 400 InvalidArgument), inside
+/// the source (else 416 InvalidRange). Unlike a GET's range, it is never cut to the object.
+fn copy_source_range(value: &str, size: u64) -> S3Result<(u64, u64)> {
+    let digits = |s: &str| -> Option<u64> {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    let parsed = value
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| Some((digits(a)?, digits(b)?)))
+        .filter(|(first, last)| first <= last);
+    let Some((first, last)) = parsed else {
+        return Err(err(
+            S3ErrorCode::InvalidArgument,
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first and last are the zero-based offsets of the first and last bytes to copy",
+        ));
+    };
+    if last >= size {
+        return Err(err(
+            S3ErrorCode::InvalidRange,
+            format!("Range specified is not valid for source object of size: {size}"),
+        ));
+    }
+    Ok((first, last + 1))
 }
