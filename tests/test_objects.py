@@ -80,6 +80,58 @@ def test_create_owned_bucket_elsewhere_is_409(workdir):
         srv.stop()
 
 
+def _raw_put(endpoint, path, chunks, headers):
+    """A PUT signed with SigV4 (unsigned payload) and sent on a real socket: the body in
+    `chunks` with `Transfer-Encoding: chunked` and no Content-Length when `chunks` is a list;
+    no body and no length at all when it is None. Answers (status, body)."""
+    import http.client
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    from conftest import REGION, ROOT_AK, ROOT_SK
+
+    req = AWSRequest(method="PUT", url=endpoint + path, data=b"",
+                     headers={"x-amz-content-sha256": "UNSIGNED-PAYLOAD", **headers})
+    SigV4Auth(Credentials(ROOT_AK, ROOT_SK), "s3", REGION).add_auth(req)
+    u = urllib.parse.urlparse(endpoint)
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    c.putrequest("PUT", path, skip_accept_encoding=True)
+    for k, v in req.headers.items():
+        c.putheader(k, v)
+    if chunks is not None:
+        c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    for chunk in chunks or []:
+        c.send(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+    if chunks is not None:
+        c.send(b"0\r\n\r\n")
+    r = c.getresponse()
+    out = (r.status, r.read())
+    c.close()
+    return out
+
+
+def test_put_with_transfer_encoding_chunked(server, s3, bucket):
+    """A PUT whose body comes with Transfer-Encoding: chunked and no Content-Length (as curl
+    and some HTTP libraries send a stream) is stored whole; an UploadPart too. A PUT with
+    neither is still 411 MissingContentLength."""
+    chunks = [b"hello ", os.urandom(200_000), b" world"]
+    status_, body = _raw_put(server.endpoint, f"/{bucket}/streamed", chunks, {})
+    assert status_ == 200, body
+    assert s3.get_object(Bucket=bucket, Key="streamed")["Body"].read() == b"".join(chunks)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="parts")["UploadId"]
+    status_, body = _raw_put(server.endpoint, f"/{bucket}/parts?partNumber=1&uploadId={uid}",
+                             chunks, {})
+    assert status_ == 200, body
+    part = s3.list_parts(Bucket=bucket, Key="parts", UploadId=uid)["Parts"][0]
+    s3.complete_multipart_upload(Bucket=bucket, Key="parts", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": part["ETag"]}]})
+    assert s3.get_object(Bucket=bucket, Key="parts")["Body"].read() == b"".join(chunks)
+    status_, body = _raw_put(server.endpoint, f"/{bucket}/no-length", None, {})
+    assert status_ == 411 and b"MissingContentLength" in body, (status_, body)
+
+
 def test_bucket_lifecycle(s3):
     name = "lifecycle-bucket-1"
     s3.create_bucket(Bucket=name)

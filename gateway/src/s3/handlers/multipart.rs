@@ -174,14 +174,7 @@ pub(super) async fn handle_upload_part(
             }
         }
     } else {
-        if !req.headers.contains_key("content-length")
-            && !req.headers.contains_key("x-amz-decoded-content-length")
-        {
-            return Err(err(
-                S3ErrorCode::MissingContentLength,
-                "You must provide the Content-Length HTTP header.",
-            ));
-        }
+        body_length_given(req)?;
         let (alg, sent) = requested_checksum(&req.headers)?;
         if let (Some(a), Some(u)) = (alg, upload_alg)
             && a != u

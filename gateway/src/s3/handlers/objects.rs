@@ -38,16 +38,7 @@ pub(super) async fn handle_put_object(
         headers::refuse_object_acl(&req.headers)?;
         return super::batch::handle_snowball_put(state, req, &b, key).await;
     }
-    if !req.headers.contains_key(http::header::CONTENT_LENGTH)
-        && !req
-            .headers
-            .contains_key(&headers::X_AMZ_DECODED_CONTENT_LENGTH)
-    {
-        return Err(err(
-            S3ErrorCode::MissingContentLength,
-            "You must provide the Content-Length HTTP header.",
-        ));
-    }
+    body_length_given(req)?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;
