@@ -49,8 +49,8 @@ trap 'status=$?; [ "$status" -eq 0 ] || durations; exit "$status"' EXIT
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
-step "import circles (the rule in docs/ARCHITECTURE.md)"
-python3 scripts/import_circles.py
+step "house rules (file sizes, no too_many_arguments, no import circles: docs/ARCHITECTURE.md)"
+python3 scripts/house_rules.py
 
 step "cargo clippy (warnings are errors)"
 cargo clippy --workspace --all-targets -- -D warnings

@@ -60,13 +60,7 @@ mod versions;
 
 type NodeResp = Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
-/// A key as every chain step names it: its bucket's id, its PG, the key.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct KeyAt<'a> {
-    pub bid: u64,
-    pub pg: u32,
-    pub key: &'a str,
-}
+pub(crate) use chain::KeyAt;
 
 /// A key's mark in [`Node::dirty`]: the version of its newest step here not yet acknowledged
 /// by the rest of the chain, and the mark that step replaced, if an earlier step was not

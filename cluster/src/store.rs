@@ -156,48 +156,6 @@ enum Target {
 }
 
 impl ClusterStore {
-    fn info_of(
-        &self,
-        bucket: &Bucket,
-        key: &str,
-        pg: u32,
-        node: String,
-        meta: WireMeta,
-        inline: Option<Bytes>,
-    ) -> ObjectInfo {
-        // The answer's strings are moved into the info, not copied (a lookup's hot path).
-        let checksum = meta.object_checksum();
-        let WireMeta {
-            size,
-            etag,
-            put,
-            part_sizes,
-            cv,
-            stored_md5,
-            version_id,
-            ..
-        } = meta;
-        ObjectInfo {
-            size,
-            etag,
-            attrs: put.into_attrs(),
-            checksum,
-            part_sizes,
-            version_id: (bucket.versioning != Versioning::Unversioned)
-                .then(|| version_id.unwrap_or_else(|| "null".into())),
-            version: ObjectVersion(Arc::new(ClusterVersion {
-                inline,
-                bucket_id: bucket.id,
-                key: key.to_string(),
-                pg,
-                cv,
-                node,
-                shown_etag: stored_md5.is_some(),
-                by_id: None,
-            })),
-        }
-    }
-
     async fn body_of(body: &mut dyn ByteSource) -> StoreResult<Bytes> {
         let mut buf = BytesMut::new();
         while let Some(piece) = body.next_piece().await? {
@@ -241,15 +199,6 @@ impl ClusterStore {
         }
         let meta: WireMeta = ans.json().await?;
         Ok(self.info_of(bucket, key, pg, node, meta, None))
-    }
-
-    async fn read_all(&self, source: &ObjectInfo) -> StoreResult<Bytes> {
-        let mut reader = self.read_object(source, 0, source.size)?;
-        let mut buf = BytesMut::with_capacity(source.size as usize);
-        while let Some(piece) = reader.next().await? {
-            buf.extend_from_slice(&piece);
-        }
-        Ok(buf.freeze())
     }
 }
 

@@ -3,8 +3,8 @@
 //! on to the next member, relayed steps, and tombstones collected once they are old.
 
 use super::{
-    CHAIN_BROKEN, Fail, HASH_INLINE_BYTES_MAX, HeldSlot, KeyAt, KeyStep, Node, NodeResp, OnePiece,
-    answer, body_of_request, cv_of, digest_of, flip_next, hash_body, md5_of, meta_of, now_micros,
+    CHAIN_BROKEN, Fail, HASH_INLINE_BYTES_MAX, HeldSlot, KeyStep, Node, NodeResp, OnePiece, answer,
+    body_of_request, cv_of, digest_of, flip_next, hash_body, md5_of, meta_of, now_micros,
 };
 use crate::map::ClusterMap;
 use crate::relay::RelayItem;
@@ -22,6 +22,14 @@ use packrat_store_api::{Bucket, ObjectInfo, PutObject, StoreError, StoreResult};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+/// A key as every chain step names it: its bucket's id, its PG, the key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct KeyAt<'a> {
+    pub bid: u64,
+    pub pg: u32,
+    pub key: &'a str,
+}
 
 impl Node {
     /// A relayed request (`POST /w`) whose sender takes each step's answer as the step ends

@@ -7,6 +7,7 @@ use crate::wire::{NodeClient, READ_TIMEOUT};
 use bytes::Bytes;
 use http::Method;
 
+use super::*;
 use packrat_store_api::{ObjectRead, StoreError, StoreResult};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -133,5 +134,58 @@ impl ObjectRead for ClusterRead {
 
     fn is_single_piece(&self) -> bool {
         self.single
+    }
+}
+
+impl ClusterStore {
+    pub(super) fn info_of(
+        &self,
+        bucket: &Bucket,
+        key: &str,
+        pg: u32,
+        node: String,
+        meta: WireMeta,
+        inline: Option<Bytes>,
+    ) -> ObjectInfo {
+        // The answer's strings are moved into the info, not copied (a lookup's hot path).
+        let checksum = meta.object_checksum();
+        let WireMeta {
+            size,
+            etag,
+            put,
+            part_sizes,
+            cv,
+            stored_md5,
+            version_id,
+            ..
+        } = meta;
+        ObjectInfo {
+            size,
+            etag,
+            attrs: put.into_attrs(),
+            checksum,
+            part_sizes,
+            version_id: (bucket.versioning != Versioning::Unversioned)
+                .then(|| version_id.unwrap_or_else(|| "null".into())),
+            version: ObjectVersion(Arc::new(ClusterVersion {
+                inline,
+                bucket_id: bucket.id,
+                key: key.to_string(),
+                pg,
+                cv,
+                node,
+                shown_etag: stored_md5.is_some(),
+                by_id: None,
+            })),
+        }
+    }
+
+    pub(super) async fn read_all(&self, source: &ObjectInfo) -> StoreResult<Bytes> {
+        let mut reader = self.read_object(source, 0, source.size)?;
+        let mut buf = BytesMut::with_capacity(source.size as usize);
+        while let Some(piece) = reader.next().await? {
+            buf.extend_from_slice(&piece);
+        }
+        Ok(buf.freeze())
     }
 }

@@ -501,6 +501,28 @@ pub fn acl_not_supported(what: &str) -> S3Error {
     )
 }
 
+/// A body to store must say how long it is (`Content-Length`, or `x-amz-decoded-content-length`
+/// for an aws-chunked one), or be a plain body sent with `Transfer-Encoding: chunked` (its end
+/// is then the last chunk, as Ceph's gateway accepts; the size limit still holds while it
+/// streams): else 411 MissingContentLength.
+pub fn body_length_given(h: &HeaderMap) -> S3Result<()> {
+    let value = |name| h.get(name).and_then(|v| v.to_str().ok());
+    let aws_chunked = value("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"));
+    let http_chunked = value(http::header::TRANSFER_ENCODING.as_str())
+        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
+    let given = h.contains_key(http::header::CONTENT_LENGTH)
+        || h.contains_key(&X_AMZ_DECODED_CONTENT_LENGTH)
+        || (http_chunked && !aws_chunked);
+    if given {
+        Ok(())
+    } else {
+        Err(S3Error::new(
+            S3ErrorCode::MissingContentLength,
+            "You must provide the Content-Length HTTP header.",
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1151,32 +1151,6 @@ fn owner_xml(x: &mut Xml, tag: &str, b: &Bucket) {
     x.close(tag);
 }
 
-/// A body to store must say how long it is (`Content-Length`, or `x-amz-decoded-content-length`
-/// for an aws-chunked one), or be a plain body sent with `Transfer-Encoding: chunked` (its end
-/// is then the last chunk, as Ceph's gateway accepts; the size limit still holds while it
-/// streams): else 411 MissingContentLength.
-pub(super) fn body_length_given(req: &S3Request) -> S3Result<()> {
-    let aws_chunked = req
-        .header("x-amz-content-sha256")
-        .is_some_and(|v| v.starts_with("STREAMING-"));
-    let http_chunked = req
-        .header(http::header::TRANSFER_ENCODING)
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let given = req.headers.contains_key(http::header::CONTENT_LENGTH)
-        || req
-            .headers
-            .contains_key(&headers::X_AMZ_DECODED_CONTENT_LENGTH)
-        || (http_chunked && !aws_chunked);
-    if given {
-        Ok(())
-    } else {
-        Err(err(
-            S3ErrorCode::MissingContentLength,
-            "You must provide the Content-Length HTTP header.",
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     /// The gateway library (the S3 handlers, the batch extensions, the server, the admin API)

@@ -174,7 +174,7 @@ pub(super) async fn handle_upload_part(
             }
         }
     } else {
-        body_length_given(req)?;
+        headers::body_length_given(&req.headers)?;
         let (alg, sent) = requested_checksum(&req.headers)?;
         if let (Some(a), Some(u)) = (alg, upload_alg)
             && a != u

@@ -38,7 +38,7 @@ pub(super) async fn handle_put_object(
         headers::refuse_object_acl(&req.headers)?;
         return super::batch::handle_snowball_put(state, req, &b, key).await;
     }
-    body_length_given(req)?;
+    headers::body_length_given(&req.headers)?;
     let meta = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&req.headers)?;
     let md5 = content_md5(&req.headers)?;

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""The house rule on imports (docs/ARCHITECTURE.md): no import circle between the files of
-one crate. File A uses file B when it names an item of B by path (`crate::b::..` or
+"""The house rules that a script can check (docs/ARCHITECTURE.md, "The house"):
+
+- no Rust file over 1,200 lines outside tests (`tests/` folders and `#[cfg(test)]` test
+  modules are not counted);
+- no `#[allow(clippy::too_many_arguments)]`: what travels together is a struct;
+- no import circle between the files of one crate.
+
+On imports: File A uses file B when it names an item of B by path (`crate::b::..` or
 `super::b::..`, in `use` or in code; unit tests left out). A room may use the module it is a
 room of (a child file its parent or any ancestor): that is one module in several files, not a
 circle. Every other loop of uses is a circle.
 
-Prints each circle with the uses that make it, and exits 1 if there is one that is not in
-KNOWN below. A known circle that changed (or is gone) fails too, so the list stays true.
+Prints what breaks a rule (each circle with the uses that make it) and exits 1; a circle in
+KNOWN below is allowed, and a known circle that changed (or is gone) fails too, so the list
+stays true.
 """
 
 import os
@@ -82,9 +89,34 @@ def circles(edges):
     return out
 
 
+LINES_MAX = 1200
+NO_ALLOW = "#[allow(clippy::too_many_arguments)]"
+
+
+def sizes_and_allowances(root):
+    """Files over LINES_MAX (without their unit tests) and files with NO_ALLOW; True if any."""
+    failed = False
+    for d, dirs, names in os.walk(root):
+        dirs[:] = [x for x in dirs if x not in ("target", "tests", ".git", ".venv", "node_modules")]
+        for f in names:
+            if not f.endswith(".rs"):
+                continue
+            path = os.path.join(d, f)
+            text = open(path).read()
+            lines = UNIT_TESTS.sub("", text).count("\n")
+            if lines > LINES_MAX:
+                failed = True
+                print(f"{os.path.relpath(path, root)}: {lines} lines (at most {LINES_MAX} outside tests)")
+            if NO_ALLOW in text:
+                failed = True
+                print(f"{os.path.relpath(path, root)}: {NO_ALLOW} (pass a struct instead)")
+    return failed
+
+
 def main():
-    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-    seen, failed = set(), False
+    root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    failed = sizes_and_allowances(root)
+    seen = set()
     for crate in sorted(os.listdir(root)):
         src = os.path.join(root, crate, "src")
         if not (os.path.isfile(os.path.join(root, crate, "Cargo.toml")) and os.path.isdir(src)):
@@ -108,11 +140,12 @@ def main():
     for crate, name in sorted(KNOWN - seen):
         failed = True
         print(f"{crate}: {' '.join(name)} is listed as a known circle but is not one now: "
-              "update KNOWN in scripts/import_circles.py")
+              "update KNOWN in scripts/house_rules.py")
     if failed:
-        print("import circles: see the rule in docs/ARCHITECTURE.md", file=sys.stderr)
+        print("house rules broken: see docs/ARCHITECTURE.md, \"The house\"", file=sys.stderr)
         return 1
-    print("no import circles but the known ones")
+    print(f"house rules hold: no file over {LINES_MAX} lines, no too_many_arguments, "
+          "no import circles but the known ones")
     return 0
 
 
