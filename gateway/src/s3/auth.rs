@@ -64,6 +64,15 @@ pub fn authenticate(
         };
         return authenticate_sigv2_query(ctx, method, raw_path, query, headers, claim);
     }
+    if let Some(v2) = auth_header.and_then(|h| h.strip_prefix("AWS ")) {
+        if presigned {
+            return Err(S3Error::new(
+                S3ErrorCode::InvalidArgument,
+                "Only one auth mechanism allowed",
+            ));
+        }
+        return authenticate_sigv2_header(ctx, method, raw_path, query, headers, v2, sha_header);
+    }
     let claim = match (auth_header, presigned) {
         (Some(_), true) => {
             return Err(S3Error::new(
@@ -202,6 +211,96 @@ fn authenticate_sigv2_query(
             "Expires must be at most 7 days (604800 seconds) ahead",
         ));
     }
+    let key = sigv2_signer(
+        ctx,
+        method,
+        raw_path,
+        query,
+        headers,
+        (access_key, signature),
+        expires,
+    )?;
+    Ok((Some(key), None, PayloadMode::Unsigned))
+}
+
+/// Legacy SigV2 in the `Authorization` header (`AWS <access key>:<signature>`), as boto3
+/// signs with `signature_version="s3"`: the request's `Date` is signed (or, when it carries
+/// `x-amz-date`, that, among the `x-amz-*` headers), and must be within 15 minutes of now. The
+/// body is not signed: a `Content-MD5` or `x-amz-content-sha256` it carries is checked.
+fn authenticate_sigv2_header(
+    ctx: &AuthContext<'_>,
+    method: &Method,
+    raw_path: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+    credential: &str,
+    sha_header: Option<&str>,
+) -> S3Result<AuthOutcome> {
+    let (access_key, signature) = credential.trim().split_once(':').ok_or_else(|| {
+        S3Error::new(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            "A SigV2 authorization header is AWS <access key>:<signature>",
+        )
+    })?;
+    let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let (dated, date_slot) = match (value("x-amz-date"), value("date")) {
+        (Some(d), _) => (d, ""),
+        (None, Some(d)) => (d, d),
+        (None, None) => {
+            return Err(S3Error::new(
+                S3ErrorCode::AccessDenied,
+                "AWS authentication requires a valid Date or x-amz-date header",
+            ));
+        }
+    };
+    let when = sigv4::parse_amz_date(dated)
+        .or_else(|| {
+            chrono::DateTime::parse_from_rfc2822(dated)
+                .ok()
+                .map(|t| t.timestamp())
+        })
+        .ok_or_else(|| {
+            S3Error::new(
+                S3ErrorCode::AccessDenied,
+                "AWS authentication requires a valid Date or x-amz-date header",
+            )
+        })?;
+    if (when - ctx.now_secs).abs() > sigv4::CLOCK_SKEW_SECS_MAX {
+        return Err(S3Error::new(
+            S3ErrorCode::RequestTimeTooSkewed,
+            "The difference between the request time and the current time is too large.",
+        ));
+    }
+    let mode = PayloadMode::from_header(sha_header)?;
+    if mode.is_chunked() {
+        return Err(S3Error::new(
+            S3ErrorCode::InvalidRequest,
+            "An aws-chunked body needs a SigV4 signature",
+        ));
+    }
+    let key = sigv2_signer(
+        ctx,
+        method,
+        raw_path,
+        query,
+        headers,
+        (access_key, signature),
+        date_slot,
+    )?;
+    Ok((Some(key), None, mode))
+}
+
+/// The key that signed a SigV2 request (`signature` of `access_key`, over the string to sign
+/// with `dated` in its date line), or the error S3 answers.
+fn sigv2_signer(
+    ctx: &AuthContext<'_>,
+    method: &Method,
+    raw_path: &str,
+    query: &[(String, String)],
+    headers: &HeaderMap,
+    (access_key, signature): (&str, &str),
+    dated: &str,
+) -> S3Result<Identity> {
     // SigV2 signs only AWS's own sub-resources: a parameter that turns a request into one of
     // packrat's extensions (a listing into an epoch stream of the objects' bytes) would ride
     // along unsigned, so those need SigV4.
@@ -223,7 +322,7 @@ fn authenticate_sigv2_query(
         )
     })?;
     let signed_as = |path: &str| {
-        let sts = sigv4::sigv2_string_to_sign(method.as_str(), path, query, headers, expires);
+        let sts = sigv4::sigv2_string_to_sign(method.as_str(), path, query, headers, dated);
         sigv4::signatures_equal(&sigv4::sigv2_signature(&key.secret_key, &sts), signature)
     };
     // A bucket's canonical resource is `/bucket/` to botocore and `/bucket` to others.
@@ -235,5 +334,5 @@ fn authenticate_sigv2_query(
             "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
         ));
     }
-    Ok((Some(key), None, PayloadMode::Unsigned))
+    Ok(key)
 }

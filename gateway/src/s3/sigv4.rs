@@ -239,7 +239,7 @@ pub fn parse_authorization(value: &str, headers: &HeaderMap) -> S3Result<Signatu
         .ok_or_else(|| {
             S3Error::new(
                 S3ErrorCode::InvalidArgument,
-                "Only AWS4-HMAC-SHA256 signatures are supported",
+                "Only AWS4-HMAC-SHA256 and SigV2 (AWS <access key>:<signature>) signatures are supported",
             )
         })?
         .trim();
