@@ -253,39 +253,21 @@ impl Relay {
         epoch: u64,
         timeout: Duration,
     ) -> StoreResult<Answer> {
-        let Call {
-            method,
-            path,
-            headers,
-            body,
-        } = call;
-        if body.len() > RELAY_BODY_MAX || !relayable(&method, path) {
-            return self
-                .client
-                .send(
-                    Call {
-                        method,
-                        path,
-                        headers,
-                        body,
-                    },
-                    addr,
-                    epoch,
-                    timeout,
-                )
-                .await;
+        if call.body.len() > RELAY_BODY_MAX || !relayable(&call.method, call.path) {
+            return self.client.send(call, addr, epoch, timeout).await;
         }
         let (tx, rx) = oneshot::channel();
         let waiting = Waiting {
             item: RelayItem {
                 epoch,
-                method: method.clone(),
-                path: path.to_string(),
-                headers: headers
+                method: call.method.clone(),
+                path: call.path.to_string(),
+                headers: call
+                    .headers
                     .iter()
                     .map(|(k, v)| (k.to_string(), v.clone()))
                     .collect(),
-                body: body.clone(),
+                body: call.body.clone(),
             },
             timeout,
             tx,
@@ -298,20 +280,7 @@ impl Relay {
             let batch = gatherer.gather().await;
             if batch.len() == 1 {
                 // Only this step: sent alone, from here.
-                return self
-                    .client
-                    .send(
-                        Call {
-                            method,
-                            path,
-                            headers,
-                            body,
-                        },
-                        addr,
-                        epoch,
-                        timeout,
-                    )
-                    .await;
+                return self.client.send(call, addr, epoch, timeout).await;
             }
             self.spawn_batches(addr, batch);
         }

@@ -630,16 +630,7 @@ impl ObjectStore for ClusterStore {
             path.push_str(&format!("?versioning={}", v.name()));
         }
         let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Call {
-                    method: Method::DELETE,
-                    path: &path,
-                    headers: &[],
-                    body: Bytes::new(),
-                },
-            )
+            .call(pg, Target::Head, Call::new(Method::DELETE, &path))
             .await?;
         if !(200..300).contains(&ans.status) {
             return Err(ans.error().await);
@@ -755,16 +746,7 @@ impl ObjectStore for ClusterStore {
             path.push_str("&bypass");
         }
         let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Call {
-                    method: Method::DELETE,
-                    path: &path,
-                    headers: &[],
-                    body: Bytes::new(),
-                },
-            )
+            .call(pg, Target::Head, Call::new(Method::DELETE, &path))
             .await?;
         if ans.status != 200 {
             return Err(ans.error().await);

@@ -484,24 +484,7 @@ impl Node {
         call: Call<'_>,
         meta: Option<WireMeta>,
     ) -> Result<Option<WireMeta>, Fail> {
-        let Call {
-            method,
-            path,
-            headers,
-            body,
-        } = call;
-        self.forward(
-            map,
-            step.chain,
-            step.pos,
-            Call {
-                method,
-                path,
-                headers,
-                body,
-            },
-        )
-        .await?;
+        self.forward(map, step.chain, step.pos, call).await?;
         self.clear_dirty(step.bid, step.key, step.cv);
         let cv = step.cv;
         drop(step);
@@ -563,19 +546,13 @@ impl Node {
         pos: usize,
         call: Call<'_>,
     ) -> Result<(), Fail> {
-        let Call {
-            method,
-            path,
-            headers,
-            body,
-        } = call;
         let Some(next) = chain.get(pos + 1) else {
             return Ok(());
         };
         let addr = map
             .addr(next)
             .ok_or_else(|| StoreError::internal("cluster map", format!("no address for {next}")))?;
-        let body_len = body.len();
+        let body_len = call.body.len();
         // Fault injection: a step that never reaches the next member.
         if self
             .hop_drops
@@ -587,25 +564,13 @@ impl Node {
             )));
         }
         // Fault injection: a write's bytes change on their way, after their CRC was taken.
-        let body = if method == Method::PUT {
-            flip_next(&self.hop_flips, body)
-        } else {
-            body
-        };
-        let sent = self
-            .relay
-            .send(
-                Call {
-                    method,
-                    path,
-                    headers,
-                    body,
-                },
-                addr,
-                map.epoch, // The rest of the chain answers within a hop's time per member.
-                hop_timeout(body_len) * (chain.len() - pos - 1) as u32,
-            )
-            .await;
+        let mut call = call;
+        if call.method == Method::PUT {
+            call.body = flip_next(&self.hop_flips, call.body);
+        }
+        // The rest of the chain answers within a hop's time per member.
+        let timeout = hop_timeout(body_len) * (chain.len() - pos - 1) as u32;
+        let sent = self.relay.send(call, addr, map.epoch, timeout).await;
         let ans = match sent {
             Ok(a) => a,
             Err(StoreError::Unavailable(why)) => {

@@ -28,7 +28,6 @@
 use super::Node;
 use crate::map::Etcd;
 use crate::wire::Call;
-use bytes::Bytes;
 use http::Method;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -102,12 +101,7 @@ impl Node {
             let ans = self
                 .client
                 .send(
-                    Call {
-                        method: Method::GET,
-                        path: "/health/live",
-                        headers: &[],
-                        body: Bytes::new(),
-                    },
+                    Call::new(Method::GET, "/health/live"),
                     addr,
                     0,
                     PROBE_TIMEOUT,

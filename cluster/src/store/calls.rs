@@ -23,17 +23,7 @@ impl ClusterStore {
             let epoch = map.epoch;
             async move {
                 let ans = client
-                    .send(
-                        Call {
-                            method: Method::GET,
-                            path: &path,
-                            headers: &[],
-                            body: Bytes::new(),
-                        },
-                        &addr,
-                        epoch,
-                        NODE_TIMEOUT,
-                    )
+                    .send(Call::new(Method::GET, &path), &addr, epoch, NODE_TIMEOUT)
                     .await?;
                 if ans.status != 200 {
                     return Err(match ans.status {
@@ -66,24 +56,7 @@ impl ClusterStore {
         target: Target,
         call: Call<'_>,
     ) -> StoreResult<(Answer, String)> {
-        let Call {
-            method,
-            path,
-            headers,
-            body,
-        } = call;
-        self.call_via(
-            pg,
-            target,
-            None,
-            Call {
-                method,
-                path,
-                headers,
-                body,
-            },
-        )
-        .await
+        self.call_via(pg, target, None, call).await
     }
 
     /// [`ClusterStore::call`], tried on `first` before the member `target` picks.
@@ -94,12 +67,6 @@ impl ClusterStore {
         mut first: Option<String>,
         call: Call<'_>,
     ) -> StoreResult<(Answer, String)> {
-        let Call {
-            method,
-            path,
-            headers,
-            body,
-        } = call;
         let started = Instant::now();
         let mut target = target;
         let mut last_problem = String::from("no member");
@@ -131,23 +98,15 @@ impl ClusterStore {
             {
                 let timeout = match target {
                     // The whole chain answers a write.
-                    Target::Head => hop_timeout(body.len()) * map.chain(pg).len().max(1) as u32,
+                    Target::Head => {
+                        hop_timeout(call.body.len()) * map.chain(pg).len().max(1) as u32
+                    }
                     Target::Tail | Target::Reader => READ_TIMEOUT,
                 };
                 // Small writes go relayed with others under load (reads alone: see `Relay`).
                 let sent = self
                     .relay
-                    .send(
-                        Call {
-                            method: method.clone(),
-                            path,
-                            headers,
-                            body: body.clone(),
-                        },
-                        addr,
-                        map.epoch,
-                        timeout,
-                    )
+                    .send(call.clone(), addr, map.epoch, timeout)
                     .await;
                 match sent {
                     Ok(ans) if ans.status == 409 => {

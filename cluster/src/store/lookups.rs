@@ -304,12 +304,7 @@ impl ClusterStore {
                     pg,
                     Target::Reader,
                     first.take(),
-                    Call {
-                        method: Method::GET,
-                        path: &path,
-                        headers: &[],
-                        body: Bytes::new(),
-                    },
+                    Call::new(Method::GET, &path),
                 )
                 .await?;
             return match ans.status {

@@ -61,12 +61,7 @@ impl ObjectRead for ClusterRead {
                 match self
                     .client
                     .send(
-                        Call {
-                            method: Method::GET,
-                            path: &self.path,
-                            headers: &[],
-                            body: Bytes::new(),
-                        },
+                        Call::new(Method::GET, &self.path),
                         addr,
                         map.epoch,
                         READ_TIMEOUT,

@@ -135,16 +135,7 @@ impl ClusterStore {
             path.push_str(&format!("&parts&after={after}&max={max}"));
         }
         let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Call {
-                    method: Method::GET,
-                    path: &path,
-                    headers: &[],
-                    body: Bytes::new(),
-                },
-            )
+            .call(pg, Target::Head, Call::new(Method::GET, &path))
             .await?;
         match ans.status {
             200 => Ok(Some(ans.json().await?)),
@@ -323,16 +314,7 @@ impl ClusterStore {
     ) -> StoreResult<()> {
         let (pg, path) = self.upload_path(bucket, key, upload_id);
         let (ans, _) = self
-            .call(
-                pg,
-                Target::Head,
-                Call {
-                    method: Method::DELETE,
-                    path: &path,
-                    headers: &[],
-                    body: Bytes::new(),
-                },
-            )
+            .call(pg, Target::Head, Call::new(Method::DELETE, &path))
             .await?;
         match ans.status {
             200..=299 => Ok(()),

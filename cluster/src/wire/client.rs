@@ -27,6 +27,18 @@ pub struct Call<'a> {
     pub body: Bytes,
 }
 
+impl<'a> Call<'a> {
+    /// A request with no headers of its own and no body.
+    pub fn new(method: http::Method, path: &'a str) -> Self {
+        Call {
+            method,
+            path,
+            headers: &[],
+            body: Bytes::new(),
+        }
+    }
+}
+
 /// The internal API's HTTP client: pooled keep-alive connections to every node.
 #[derive(Clone)]
 pub struct NodeClient {

@@ -243,21 +243,19 @@ fn authenticate_sigv2_header(
         )
     })?;
     let value = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    // With `x-amz-date`, the date line of the string to sign is empty (it is signed among the
+    // `x-amz-*` headers).
     let (dated, date_slot) = match (value("x-amz-date"), value("date")) {
-        (Some(d), _) => (d, ""),
-        (None, Some(d)) => (d, d),
-        (None, None) => {
-            return Err(S3Error::new(
-                S3ErrorCode::AccessDenied,
-                "AWS authentication requires a valid Date or x-amz-date header",
-            ));
-        }
+        (Some(d), _) => (Some(d), ""),
+        (None, d) => (d, d.unwrap_or("")),
     };
-    let when = sigv4::parse_amz_date(dated)
-        .or_else(|| {
-            chrono::DateTime::parse_from_rfc2822(dated)
-                .ok()
-                .map(|t| t.timestamp())
+    let when = dated
+        .and_then(|d| {
+            sigv4::parse_amz_date(d).or_else(|| {
+                chrono::DateTime::parse_from_rfc2822(d)
+                    .ok()
+                    .map(|t| t.timestamp())
+            })
         })
         .ok_or_else(|| {
             S3Error::new(

@@ -506,14 +506,18 @@ pub fn acl_not_supported(what: &str) -> S3Error {
 /// is then the last chunk, as Ceph's gateway accepts; the size limit still holds while it
 /// streams): else 411 MissingContentLength.
 pub fn body_length_given(h: &HeaderMap) -> S3Result<()> {
+    // A body with a length (nearly every one) is decided by the first lookup.
+    if h.contains_key(http::header::CONTENT_LENGTH) || h.contains_key(&X_AMZ_DECODED_CONTENT_LENGTH)
+    {
+        return Ok(());
+    }
     let value = |name| h.get(name).and_then(|v| v.to_str().ok());
+    let http_chunked = value(http::header::TRANSFER_ENCODING.as_str()).is_some_and(|v| {
+        v.split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("chunked"))
+    });
     let aws_chunked = value("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"));
-    let http_chunked = value(http::header::TRANSFER_ENCODING.as_str())
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let given = h.contains_key(http::header::CONTENT_LENGTH)
-        || h.contains_key(&X_AMZ_DECODED_CONTENT_LENGTH)
-        || (http_chunked && !aws_chunked);
-    if given {
+    if http_chunked && !aws_chunked {
         Ok(())
     } else {
         Err(S3Error::new(
