@@ -100,7 +100,8 @@ def send(endpoint, method, path, headers, body=b""):
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
     for k, v in headers.items():
-        conn.putheader(k, v)
+        # As UTF-8, as signed (http.client would send a str as Latin-1).
+        conn.putheader(k, v.encode() if isinstance(v, str) else v)
     if "content-length" not in {k.lower() for k in headers}:
         conn.putheader("content-length", str(len(body)))
     conn.endheaders()

@@ -46,6 +46,38 @@ def test_multipart_roundtrip_etag_and_ranges(s3, bucket):
     assert code(e) == "NoSuchUpload"
 
 
+def test_completing_twice_answers_with_the_object(s3, bucket):
+    """S3 answers a second CompleteMultipartUpload of the same upload and parts with the
+    object it made (a client retrying after a lost answer); anything else stays NoSuchUpload."""
+    parts = [b"p" * 100]
+    uid, done = upload(s3, bucket, "twice", parts)
+    first = s3.complete_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": done})
+    again = s3.complete_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": done})
+    assert again["ETag"] == first["ETag"] == multipart_etag(parts)
+    assert again["Key"] == "twice" and again["Bucket"] == bucket
+    other = [{"PartNumber": 1, "ETag": '"%s"' % hashlib.md5(b"other").hexdigest()}]
+    for asked in [other, done + [{"PartNumber": 2, "ETag": done[0]["ETag"]}]]:
+        with pytest.raises(ClientError) as e:
+            s3.complete_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": asked})
+        assert code(e) == "NoSuchUpload", asked
+    # Another upload's id, or the key overwritten since: the upload is gone.
+    uid2, done2 = upload(s3, bucket, "twice", parts)
+    s3.abort_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid2)
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid2, MultipartUpload={"Parts": done2})
+    assert code(e) == "NoSuchUpload"
+    # A copy onto another key is not the upload's object.
+    s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "twice"})
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="copy", UploadId=uid, MultipartUpload={"Parts": done})
+    assert code(e) == "NoSuchUpload"
+    s3.put_object(Bucket=bucket, Key="twice", Body=b"new")
+    with pytest.raises(ClientError) as e:
+        s3.complete_multipart_upload(Bucket=bucket, Key="twice", UploadId=uid, MultipartUpload={"Parts": done})
+    assert code(e) == "NoSuchUpload"
+    assert s3.get_object(Bucket=bucket, Key="twice")["Body"].read() == b"new"
+
+
 def test_entity_too_small_invalid_part_and_order(s3, bucket):
     uid, done = upload(s3, bucket, "small", [b"a" * 100, b"b" * 100])
     with pytest.raises(ClientError) as e:

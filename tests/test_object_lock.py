@@ -74,10 +74,13 @@ def test_configuration_and_default_retention(s3):
     got = s3.get_object_lock_configuration(Bucket=b)["ObjectLockConfiguration"]
     assert got == {"ObjectLockEnabled": "Enabled"}
     bad = [
-        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 0}}}, "InvalidArgument"),
+        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 0}}}, "InvalidRetentionPeriod"),
+        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Years": -1}}}, "InvalidRetentionPeriod"),
+        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "governance", "Days": 1}}}, "MalformedXML"),
+        ({"ObjectLockEnabled": "Disabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}}, "MalformedXML"),
         ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1, "Years": 1}}}, "MalformedXML"),
         ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "FOREVER", "Days": 1}}}, "MalformedXML"),
-        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Years": 101}}}, "InvalidArgument"),
+        ({"ObjectLockEnabled": "Enabled", "Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Years": 101}}}, "InvalidRetentionPeriod"),
         ({"Rule": {"DefaultRetention": {"Mode": "GOVERNANCE", "Days": 1}}}, "MalformedXML"),
     ]
     for config, code in bad:

@@ -203,6 +203,34 @@ def test_put_get_head_delete_with_metadata(s3, bucket):
     assert s3.delete_object(Bucket=bucket, Key="never-was")["ResponseMetadata"]["HTTPStatusCode"] == 204
 
 
+def test_non_ascii_metadata_round_trips_as_rfc2047_words(server, s3, bucket):
+    """S3 stores RFC 2047 encoded words decoded and answers a non-ASCII value as one UTF-8
+    word: a word boto3 sends comes back meaning the same text, and raw UTF-8 bytes that a
+    client signs come back as a word."""
+    from email.header import decode_header, make_header
+
+    from sigv4_client import signed_request
+
+    def text(word):
+        return str(make_header(decode_header(word)))
+
+    sent = {"b": "=?UTF-8?B?Y2Fmw6kg5pel5pys?=", "q": "=?utf-8?Q?caf=C3=A9_au_lait?=", "plain": "ascii =?x"}
+    s3.put_object(Bucket=bucket, Key="words", Body=b"1", Metadata=sent)
+    for got in [s3.head_object(Bucket=bucket, Key="words")["Metadata"],
+                s3.get_object(Bucket=bucket, Key="words")["Metadata"]]:
+        assert got["plain"] == "ascii =?x"
+        assert got["b"].startswith("=?UTF-8?B?") and text(got["b"]) == "café 日本"
+        assert text(got["q"]) == "café au lait"
+    status, _, body = signed_request(server.endpoint, "PUT", f"/{bucket}/raw", body=b"2",
+                                     headers={"x-amz-meta-city": "Zürich"})
+    assert status == 200, body
+    got = s3.head_object(Bucket=bucket, Key="raw")["Metadata"]["city"]
+    assert got.isascii() and text(got) == "Zürich"
+    # A copy keeps the stored text.
+    s3.copy_object(Bucket=bucket, Key="copied", CopySource={"Bucket": bucket, "Key": "raw"})
+    assert text(s3.head_object(Bucket=bucket, Key="copied")["Metadata"]["city"]) == "Zürich"
+
+
 def test_empty_and_multi_chunk_objects(s3, bucket):
     s3.put_object(Bucket=bucket, Key="empty", Body=b"")
     assert s3.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""

@@ -140,6 +140,30 @@ def test_sse_c_over_plain_http_is_refused(server, s3, bucket):
     assert "Contents" not in s3.list_objects_v2(Bucket=bucket)
 
 
+def test_allow_insecure_sse_c_takes_keys_over_plain_http(tmp_path):
+    """`--allow-insecure-sse-c` (test rigs, loopback deployments) takes SSE-C keys without TLS;
+    the connection still counts as insecure for bucket policies (aws:SecureTransport)."""
+    srv = Server(tmp_path / "data", extra_args=["--allow-insecure-sse-c"]).start()
+    try:
+        s3 = srv.client()
+        s3.create_bucket(Bucket="ssec")
+        key, other = os.urandom(32), os.urandom(32)
+        s3.put_object(Bucket="ssec", Key="k", Body=b"secret" * 100, SSECustomerAlgorithm="AES256",
+                      SSECustomerKey=key)
+        got = s3.get_object(Bucket="ssec", Key="k", SSECustomerAlgorithm="AES256", SSECustomerKey=key)
+        assert got["Body"].read() == b"secret" * 100
+        assert got["SSECustomerAlgorithm"] == "AES256"
+        assert code_of(s3.get_object, Bucket="ssec", Key="k", SSECustomerAlgorithm="AES256",
+                       SSECustomerKey=other)[1] == 403
+        assert code_of(s3.get_object, Bucket="ssec", Key="k") == ("InvalidRequest", 400)
+        assert b"secret" not in stored_bytes(srv.data_dir)
+        # Conflicting encryption headers stay refused.
+        assert code_of(s3.put_object, Bucket="ssec", Key="k2", Body=b"x", ServerSideEncryption="AES256",
+                       SSECustomerAlgorithm="AES256", SSECustomerKey=key) == ("InvalidArgument", 400)
+    finally:
+        srv.stop()
+
+
 @pytest.mark.local_only("restarts its own packrat serve; SSE-S3 through a cluster: test_sse_s3_and_bucket_default_encryption")
 def test_sse_s3_is_ciphertext_on_disk_and_survives_a_restart(tmp_path):
     srv = Server(tmp_path / "data").start()

@@ -64,6 +64,8 @@ pub struct ServeConfig {
     pub access_log: bool,
     /// Log lines as JSON objects (`--log-format json`); the access log follows.
     pub log_json: bool,
+    /// Takes SSE-C keys over plain HTTP too (refused there otherwise, as S3 does).
+    pub allow_insecure_sse_c: bool,
 }
 
 /// Most bytes of a request body left unread by its handler (an error answered before the body

@@ -478,6 +478,7 @@ async fn route_and_run(
         identity,
         peer: conn.peer,
         secure: conn.secure,
+        sse_c_allowed: conn.secure || state.config.allow_insecure_sse_c,
     };
     handlers::dispatch(state, s3req).await
 }

@@ -100,6 +100,9 @@ pub struct S3Request {
     /// `aws:SecureTransport`.
     pub peer: Option<std::net::IpAddr>,
     pub secure: bool,
+    /// Whether SSE-C keys may be sent on this connection: over TLS, or anywhere with
+    /// `--allow-insecure-sse-c` (test rigs and loopback deployments).
+    pub sse_c_allowed: bool,
 }
 
 impl S3Request {

@@ -152,6 +152,11 @@ struct HttpArgs {
     /// target otherwise).
     #[arg(long, env = "PACKRAT_NO_ACCESS_LOG")]
     no_access_log: bool,
+    /// Accept SSE-C keys (customer-provided encryption keys) over plain HTTP. S3 refuses them
+    /// without TLS, as packrat does by default: a key sent in clear text is a key disclosed.
+    /// For test rigs and loopback-only deployments.
+    #[arg(long, env = "PACKRAT_ALLOW_INSECURE_SSE_C")]
+    allow_insecure_sse_c: bool,
     /// TLS certificate chain (PEM) to serve https with; needs --tls-key. SIGHUP reloads both.
     #[arg(long, env = "PACKRAT_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -601,6 +606,7 @@ fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
         compact_grace_secs: storage.map_or(0, |s| s.compact_grace),
         fault_injection: storage.is_some_and(|s| s.fault_injection),
         access_log: !http.no_access_log,
+        allow_insecure_sse_c: http.allow_insecure_sse_c,
         log_json: matches!(http.logging.log_format, LogFormat::Json),
     }
 }

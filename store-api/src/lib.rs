@@ -34,9 +34,9 @@ pub mod types;
 pub use types::{
     ACL_HEADER, Bucket, BucketConfig, CompleteAs, CompletePart, Deleted, FoundVersion, Identity,
     ListQuery, NewBucket, NewUpload, ObjectAttrs, ObjectChecksum, ObjectInfo, ObjectPage,
-    ObjectSummary, ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart, Upload,
-    UploadPage, UploadQuery, VersionAs, VersionPage, VersionQuery, VersionSummary, Versioning,
-    WriteCondition, etag_matches,
+    ObjectSummary, ObjectVersion, OnStaged, PART_BYTES_MIN, Part, PutObject, PutPart,
+    UPLOAD_ID_HEADER, Upload, UploadPage, UploadQuery, VersionAs, VersionPage, VersionQuery,
+    VersionSummary, Versioning, WriteCondition, completed_from, etag_matches,
 };
 
 /// An attribute edit (see [`ObjectStore::update_object`]). Written with `for<'a>` so that

@@ -89,6 +89,39 @@ pub struct VersionSummary {
 /// ([`VersionSummary::acl`]).
 pub const ACL_HEADER: &str = "x-packrat-acl";
 
+/// The stored header naming the multipart upload an object was completed from (never shown
+/// to clients): a second CompleteMultipartUpload of the same upload answers with the object,
+/// as S3 does, instead of NoSuchUpload.
+pub const UPLOAD_ID_HEADER: &str = "x-packrat-upload-id";
+
+/// Whether `obj` is what completing upload `upload_id` from parts with these ETags made: it
+/// was completed from that upload and its ETag is the one those parts give
+/// (`md5(part md5s)-N`).
+pub fn completed_from<'a>(
+    obj: &ObjectInfo,
+    upload_id: &str,
+    part_etags: impl ExactSizeIterator<Item = &'a str>,
+) -> bool {
+    use md5::Digest;
+    if !obj
+        .attrs
+        .headers
+        .iter()
+        .any(|(k, v)| k == UPLOAD_ID_HEADER && v == upload_id)
+    {
+        return false;
+    }
+    let n = part_etags.len();
+    let mut md5s = md5::Md5::new();
+    for e in part_etags {
+        match hex::decode(e.trim().trim_matches('"')) {
+            Ok(raw) => md5s.update(raw),
+            Err(_) => return false,
+        }
+    }
+    obj.etag == format!("{}-{n}", hex::encode(md5s.finalize()))
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct VersionPage {
     pub versions: Vec<VersionSummary>,

@@ -10,7 +10,7 @@ use md5::{Digest as _, Md5};
 use packrat_index::{ObjectRecord, PartExtent, PartRecord, StoredChecksum, UploadRecord};
 use packrat_store_api::checksum::{self, ChecksumAlgorithm};
 use packrat_store_api::sealed;
-use packrat_store_api::{CompletePart, PART_BYTES_MIN, StoreError};
+use packrat_store_api::{CompletePart, PART_BYTES_MIN, StoreError, UPLOAD_ID_HEADER};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use std::collections::HashMap;
 
@@ -122,7 +122,7 @@ pub fn assemble(
         (Some(a), Some(kind)) => combined_checksum(a, kind, &chosen)?,
         _ => None,
     };
-    let (tag_header, headers): (Vec<_>, Vec<_>) = upload
+    let (tag_header, mut headers): (Vec<_>, Vec<_>) = upload
         .headers
         .iter()
         .cloned()
@@ -131,6 +131,7 @@ pub fn assemble(
         Some((_, raw)) => tags_from_header(raw)?,
         None => Vec::new(),
     };
+    headers.push((UPLOAD_ID_HEADER.to_string(), upload.upload_id.clone()));
     Ok(ObjectRecord {
         record_id: [0; 16],
         size: chosen.iter().map(|p| p.size).sum(),

@@ -33,6 +33,8 @@ pub enum S3ErrorCode {
     InvalidPolicyDocument,
     InvalidRange,
     InvalidRequest,
+    /// An Object Lock default retention of zero, negative or too many days or years.
+    InvalidRetentionPeriod,
     InvalidStorageClass,
     InvalidTag,
     InsufficientStorage,
@@ -106,6 +108,7 @@ impl S3ErrorCode {
             InvalidPolicyDocument => ("InvalidPolicyDocument", StatusCode::BAD_REQUEST),
             InvalidRange => ("InvalidRange", StatusCode::RANGE_NOT_SATISFIABLE),
             InvalidRequest => ("InvalidRequest", StatusCode::BAD_REQUEST),
+            InvalidRetentionPeriod => ("InvalidRetentionPeriod", StatusCode::BAD_REQUEST),
             InvalidStorageClass => ("InvalidStorageClass", StatusCode::BAD_REQUEST),
             InvalidTag => ("InvalidTag", StatusCode::BAD_REQUEST),
             InsufficientStorage => ("InsufficientStorage", StatusCode::INSUFFICIENT_STORAGE),

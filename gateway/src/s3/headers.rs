@@ -190,6 +190,7 @@ pub fn object_meta(
     for (k, v) in meta.into_iter().flatten() {
         if let Some(n) = k.as_str().strip_prefix("x-amz-meta-") {
             let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+            let v = super::rfc2047::decode(&v).unwrap_or(v);
             meta_bytes += n.len() + v.len();
             user_meta.push((n.to_string(), v));
         }

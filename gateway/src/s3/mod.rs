@@ -16,6 +16,7 @@ pub mod lifecycle;
 pub mod policy;
 pub mod post_policy;
 pub mod range;
+pub mod rfc2047;
 pub mod route;
 pub mod sigv4;
 pub mod sse;

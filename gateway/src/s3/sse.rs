@@ -142,11 +142,11 @@ fn customer_key(
 
 /// The encryption a PutObject, CopyObject or CreateMultipartUpload asks for with its headers.
 pub fn requested(req: &S3Request) -> S3Result<Option<Requested>> {
-    requested_in(&req.headers, req.secure)
+    requested_in(&req.headers, req.sse_c_allowed)
 }
 
 /// The encryption headers `h` ask for (a request's, or a form upload's fields), on a
-/// connection that is `secure` or not.
+/// connection where SSE-C keys may be sent (`secure`) or not.
 pub fn requested_in(h: &RequestHeaders, secure: bool) -> S3Result<Option<Requested>> {
     if !h.has(Kind::Encryption) {
         return Ok(None);
@@ -195,7 +195,7 @@ pub fn copy_source_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
         &req.headers,
         Kind::CopySourceEncryption,
         [COPY_C_ALG, COPY_C_KEY, COPY_C_MD5],
-        req.secure,
+        req.sse_c_allowed,
     )
 }
 
@@ -215,7 +215,7 @@ pub fn read_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
         &req.headers,
         Kind::Encryption,
         [C_ALG, C_KEY, C_MD5],
-        req.secure,
+        req.sse_c_allowed,
     )
 }
 

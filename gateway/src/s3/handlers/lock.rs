@@ -281,13 +281,13 @@ pub(super) async fn handle_put_lock_config(
             };
             if days < 0 || years < 0 || days + years == 0 {
                 return Err(err(
-                    S3ErrorCode::InvalidArgument,
+                    S3ErrorCode::InvalidRetentionPeriod,
                     "Default retention period must be a positive integer value",
                 ));
             }
             if days > DEFAULT_RETENTION_DAYS_MAX || years > DEFAULT_RETENTION_YEARS_MAX {
                 return Err(err(
-                    S3ErrorCode::InvalidArgument,
+                    S3ErrorCode::InvalidRetentionPeriod,
                     "Default retention period is too large (at most 36500 days or 100 years)",
                 ));
             }

@@ -7,6 +7,7 @@ use super::headers::{
     self, ObjectMeta, content_md5, object_meta, requested_checksum, write_condition,
 };
 use super::range::{multi_ranges, resolve_range};
+use super::rfc2047;
 use super::sigv4::uri_encode;
 use super::sse;
 use super::xml::{self, Xml};

@@ -258,13 +258,45 @@ pub(super) async fn handle_complete_multipart_upload(
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let body = req.body.read_to_end(config::XML_BODY_BYTES_MAX).await?;
     let cond = write_condition(&req.headers)?;
-    let upload = load_upload(state, req, &b, key).await?;
+    let upload = match load_upload(state, req, &b, key).await {
+        Err(e) if e.code == S3ErrorCode::NoSuchUpload => {
+            let obj = completed_before(state, req, &b, key, &body)
+                .await?
+                .ok_or(e)?;
+            return completed(bname, key, &obj);
+        }
+        r => r?,
+    };
     // An SSE-C key is not needed to complete (nothing is sealed now), but one sent must be
     // the upload's.
     if let Some(k) = sse::read_key(req)? {
         sse::ObjectCipher::open_envelope(&*state.store, upload.envelope.as_deref(), Some(&k))?;
     }
-    let doc: xml::CompleteMultipartUpload = xml::parse(&body)?;
+    let parts = complete_parts(&body)?;
+    let done = state
+        .store
+        .complete_upload(
+            &b,
+            key,
+            &upload.upload_id,
+            parts,
+            &cond,
+            &Default::default(),
+        )
+        .await;
+    let obj = match done {
+        // Completed meanwhile by a request like this one.
+        Err(StoreError::NoSuchUpload) => completed_before(state, req, &b, key, &body)
+            .await?
+            .ok_or_else(no_such_upload)?,
+        r => r?,
+    };
+    completed(bname, key, &obj)
+}
+
+/// The parts a CompleteMultipartUpload body names.
+fn complete_parts(body: &[u8]) -> S3Result<Vec<CompletePart>> {
+    let doc: xml::CompleteMultipartUpload = xml::parse(body)?;
     if doc.parts.is_empty() {
         return Err(err(
             S3ErrorCode::MalformedXML,
@@ -292,17 +324,37 @@ pub(super) async fn handle_complete_multipart_upload(
             }
         })
         .collect();
-    let obj = state
-        .store
-        .complete_upload(
-            &b,
-            key,
-            &upload.upload_id,
-            parts,
-            &cond,
-            &Default::default(),
-        )
-        .await?;
+    Ok(parts)
+}
+
+/// A CompleteMultipartUpload of an upload that is gone: S3 answers again with the object when
+/// the key still holds what completing that upload with the same parts made (a client that
+/// retries after a lost answer, or two that complete at once). `None` otherwise.
+async fn completed_before(
+    state: &AppState,
+    req: &S3Request,
+    b: &Bucket,
+    key: &str,
+    body: &[u8],
+) -> S3Result<Option<ObjectInfo>> {
+    let Some(id) = req.q("uploadId") else {
+        return Ok(None);
+    };
+    let Ok(parts) = complete_parts(body) else {
+        return Ok(None);
+    };
+    let Some(obj) = state.store.head_object(b, key).await? else {
+        return Ok(None);
+    };
+    let etags = parts.iter().map(|p| p.etag.as_str());
+    if !packrat_store_api::completed_from(&obj, id, etags) {
+        return Ok(None);
+    }
+    Ok(Some(obj))
+}
+
+/// CompleteMultipartUpload's answer for the object it made.
+fn completed(bname: &str, key: &str, obj: &ObjectInfo) -> R {
     let mut x = Xml::new();
     x.root("CompleteMultipartUploadResult");
     x.elem(
@@ -324,7 +376,7 @@ pub(super) async fn handle_complete_multipart_upload(
         .iter()
         .map(|v| ("x-amz-version-id", v.clone()))
         .collect();
-    answer.extend(sse::stored_headers(&obj));
+    answer.extend(sse::stored_headers(obj));
     with_headers(xml_ok(x), answer)
 }
 

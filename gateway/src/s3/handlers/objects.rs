@@ -194,7 +194,11 @@ pub(super) async fn handle_copy_object(
     } else {
         ObjectMeta {
             content_type: src.attrs.content_type.clone(),
-            headers: src.attrs.headers.clone(),
+            // A copy was not completed from the source's upload.
+            headers: (src.attrs.headers.iter())
+                .filter(|(k, _)| k != packrat_store_api::UPLOAD_ID_HEADER)
+                .cloned()
+                .collect(),
             user_meta: src.attrs.user_meta.clone(),
             storage_class: sent.storage_class,
             tags: Tags::new(),
@@ -553,7 +557,7 @@ pub(super) async fn handle_get_object(
         }
     }
     for (k, v) in &obj.attrs.user_meta {
-        rb = rb.header(format!("x-amz-meta-{k}"), v.as_str());
+        rb = rb.header(format!("x-amz-meta-{k}"), &*rfc2047::encode(v));
     }
     if let Some(c) = &obj.attrs.storage_class {
         rb = rb.header("x-amz-storage-class", c.as_str());

@@ -289,13 +289,14 @@ pub(super) async fn handle_post_object(
     let encryption = sse::or_default(
         state,
         &b,
-        sse::requested_in(&RequestHeaders::new(encryption_fields), req.secure)?,
+        sse::requested_in(&RequestHeaders::new(encryption_fields), req.sse_c_allowed)?,
     )
     .await?;
     for (name, value) in form.fields.iter().filter(|(n, _)| is_object_header(n)) {
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
-            http::HeaderValue::from_str(value),
+            // As bytes: a metadata field may be UTF-8 text.
+            http::HeaderValue::from_bytes(value.as_bytes()),
         ) {
             meta_headers.insert(n, v);
         }
