@@ -313,6 +313,59 @@ def test_conditions_source_ip_and_secure_transport(server, two_users):
     assert alice.get_object(Bucket=name, Key="k")["Body"].read() == b"v"
 
 
+def test_conditions_on_request_headers_and_request_tags(server, two_users):
+    """`s3:x-amz-*` keys read the request's headers, `s3:RequestObjectTag/KEY` the tags it
+    sets (its x-amz-tagging header, PutObjectTagging's body, a form's field)."""
+    alice, bob, name, _, tag, _ = two_users
+    bob_arn = arn_user(f"bob-{tag}")
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "EncryptedOnly", "Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+         "Resource": f"arn:aws:s3:::{name}/*",
+         "Condition": {"StringNotEquals": {"s3:x-amz-server-side-encryption": "AES256"}}},
+        {"Sid": "TeamTagged", "Effect": "Allow", "Principal": {"AWS": bob_arn},
+         "Action": ["s3:PutObject", "s3:PutObjectTagging"], "Resource": f"arn:aws:s3:::{name}/*",
+         "Condition": {"StringEquals": {"s3:RequestObjectTag/team": "ml"}}},
+        {"Sid": "NoClassB", "Effect": "Deny", "Principal": "*", "Action": "s3:PutObject",
+         "Resource": f"arn:aws:s3:::{name}/*",
+         "Condition": {"StringEquals": {"s3:x-amz-storage-class": "GLACIER"}}},
+    ]}))
+    # The owner too is held to the Deny on the header.
+    assert code_of(alice.put_object, Bucket=name, Key="plain", Body=b"x") == "AccessDenied"
+    alice.put_object(Bucket=name, Key="sealed", Body=b"x", ServerSideEncryption="AES256")
+    assert code_of(alice.put_object, Bucket=name, Key="cold", Body=b"x", ServerSideEncryption="AES256",
+                   StorageClass="GLACIER") == "AccessDenied"
+    # bob may write only what he tags team=ml, and only encrypted.
+    assert code_of(bob.put_object, Bucket=name, Key="b1", Body=b"x", ServerSideEncryption="AES256") == "AccessDenied"
+    assert code_of(bob.put_object, Bucket=name, Key="b1", Body=b"x", ServerSideEncryption="AES256",
+                   Tagging="team=web") == "AccessDenied"
+    assert code_of(bob.put_object, Bucket=name, Key="b1", Body=b"x", Tagging="team=ml") == "AccessDenied"
+    bob.put_object(Bucket=name, Key="b1", Body=b"x", ServerSideEncryption="AES256", Tagging="team=ml&x=1")
+    assert alice.get_object_tagging(Bucket=name, Key="b1")["TagSet"] == [
+        {"Key": "team", "Value": "ml"}, {"Key": "x", "Value": "1"}]
+    # PutObjectTagging is judged by the tags in its body.
+    bob.put_object_tagging(Bucket=name, Key="b1", Tagging={"TagSet": [{"Key": "team", "Value": "ml"}]})
+    assert code_of(bob.put_object_tagging, Bucket=name, Key="b1",
+                   Tagging={"TagSet": [{"Key": "team", "Value": "web"}]}) == "AccessDenied"
+    assert alice.get_object_tagging(Bucket=name, Key="b1")["TagSet"] == [{"Key": "team", "Value": "ml"}]
+    alice.delete_bucket_policy(Bucket=name)
+
+
+def test_get_bucket_policy_status(server, two_users):
+    alice, bob, name, _, tag, _ = two_users
+    assert code_of(alice.get_bucket_policy_status, Bucket=name) == "NoSuchBucketPolicy"
+    named = {"Effect": "Allow", "Principal": {"AWS": arn_user(f"bob-{tag}")}, "Action": "s3:GetObject",
+             "Resource": f"arn:aws:s3:::{name}/*"}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [named]}))
+    assert alice.get_bucket_policy_status(Bucket=name)["PolicyStatus"] == {"IsPublic": False}
+    fenced = {**named, "Principal": "*", "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}}}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [fenced]}))
+    assert alice.get_bucket_policy_status(Bucket=name)["PolicyStatus"] == {"IsPublic": False}
+    alice.put_bucket_policy(Bucket=name, Policy=json.dumps({"Statement": [{**named, "Principal": "*"}]}))
+    assert alice.get_bucket_policy_status(Bucket=name)["PolicyStatus"] == {"IsPublic": True}
+    assert code_of(bob.get_bucket_policy_status, Bucket=name) == "AccessDenied"
+    alice.delete_bucket_policy(Bucket=name)
+
+
 def test_malformed_policies_are_refused_and_the_stored_one_kept(server, two_users):
     alice, _, name, _, _, _ = two_users
     good = json.dumps({"Statement": [{"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
@@ -327,6 +380,8 @@ def test_malformed_policies_are_refused_and_the_stored_one_kept(server, two_user
         json.dumps({"Statement": [{**stmt, "Resource": "arn:aws:s3:::someone-elses-bucket/*"}]}),
         json.dumps({"Statement": [{**stmt, "Action": "ec2:RunInstances"}]}),
         json.dumps({"Statement": [{**stmt, "Condition": {"StringEquals": {"aws:PrincipalOrgID": "o-1"}}}]}),
+        json.dumps({"Statement": [{**stmt, "Condition": {"StringEquals": {"s3:ExistingObjectTag/a": "b"}}}]}),
+        json.dumps({"Statement": [{**stmt, "Condition": {"StringEquals": {"s3:RequestObjectTag/": "b"}}}]}),
         json.dumps({"Statement": [{**stmt, "Principal": {"AWS": "arn:aws:iam::123456789012:root"}}]}),
         json.dumps({"Id": "x" * 21000, "Statement": [stmt]}),
     ]

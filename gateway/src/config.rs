@@ -66,6 +66,9 @@ pub struct ServeConfig {
     pub log_json: bool,
     /// Takes SSE-C keys over plain HTTP too (refused there otherwise, as S3 does).
     pub allow_insecure_sse_c: bool,
+    /// The Object Ownership of a bucket created without `x-amz-object-ownership`
+    /// (`--default-object-ownership`): `BucketOwnerEnforced` (ACLs disabled) as AWS today.
+    pub default_object_ownership: crate::s3::acl::Ownership,
 }
 
 /// Most bytes of a request body left unread by its handler (an error answered before the body

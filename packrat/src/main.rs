@@ -157,6 +157,11 @@ struct HttpArgs {
     /// For test rigs and loopback-only deployments.
     #[arg(long, env = "PACKRAT_ALLOW_INSECURE_SSE_C")]
     allow_insecure_sse_c: bool,
+    /// Object Ownership of buckets created without `x-amz-object-ownership`:
+    /// BucketOwnerEnforced (ACLs disabled, as AWS today), or ObjectWriter / BucketOwnerPreferred
+    /// (objects carry ACLs, as Ceph's gateway and older S3) for clients that rely on them.
+    #[arg(long, env = "PACKRAT_DEFAULT_OBJECT_OWNERSHIP", default_value = "BucketOwnerEnforced", value_parser = parse_ownership)]
+    default_object_ownership: packrat_gateway::s3::acl::Ownership,
     /// TLS certificate chain (PEM) to serve https with; needs --tls-key. SIGHUP reloads both.
     #[arg(long, env = "PACKRAT_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -377,6 +382,11 @@ enum KeyCommand {
         access_key: Option<String>,
         #[arg(long)]
         secret_key: Option<String>,
+        /// The user's canonical id (the owner id that ACLs and listings show), to keep the
+        /// one another store gave it; random when not given. Giving the id of an existing
+        /// user (with its name) makes a second key of that user.
+        #[arg(long)]
+        user_id: Option<String>,
     },
     /// List keys (secrets are not shown).
     List,
@@ -588,6 +598,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     Ok(())
 }
 
+fn parse_ownership(s: &str) -> Result<packrat_gateway::s3::acl::Ownership, String> {
+    packrat_gateway::s3::acl::Ownership::parse(s).ok_or_else(|| {
+        format!("{s:?} is not BucketOwnerEnforced, BucketOwnerPreferred or ObjectWriter")
+    })
+}
+
 /// The S3 side's limits from its flags, and what it reports of a local store (none for a
 /// cluster gateway).
 fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
@@ -607,6 +623,7 @@ fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
         fault_injection: storage.is_some_and(|s| s.fault_injection),
         access_log: !http.no_access_log,
         allow_insecure_sse_c: http.allow_insecure_sse_c,
+        default_object_ownership: http.default_object_ownership,
         log_json: matches!(http.logging.log_format, LogFormat::Json),
     }
 }
@@ -794,6 +811,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 name,
                 access_key,
                 secret_key,
+                user_id,
             } => {
                 let k = packrat_store::keys::create_key(
                     &index,
@@ -802,6 +820,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                         name,
                         access_key,
                         secret_key,
+                        user_id,
                     },
                     false,
                     &SystemClock,
@@ -849,6 +868,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
             name,
             access_key,
             secret_key,
+            user_id,
         } => (
             Method::POST,
             "keys".to_string(),
@@ -856,6 +876,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 name: name.clone(),
                 access_key: access_key.clone(),
                 secret_key: secret_key.clone(),
+                user_id: user_id.clone(),
             })
             .map_err(|e| e.to_string())?,
         ),

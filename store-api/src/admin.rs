@@ -29,6 +29,10 @@ pub struct NewKey {
     pub name: String,
     pub access_key: Option<String>,
     pub secret_key: Option<String>,
+    /// The user's canonical id (owner id), as a migration from another store keeps it; a
+    /// random one when not given. A second key of a user gives its id and the same name.
+    #[serde(default)]
+    pub user_id: Option<String>,
 }
 
 /// The background jobs an operator starts and follows.

@@ -149,16 +149,20 @@ pub enum BucketConfig {
     PublicAccessBlock,
     /// Object Ownership (PutBucketOwnershipControls): whether objects carry ACLs of their own.
     OwnershipControls,
+    /// The bucket's ACL grants beyond its owner's full control and `public-read` (which the
+    /// bucket's `public_read` keeps): PutBucketAcl's grants, JSON.
+    Acl,
 }
 
 impl BucketConfig {
-    pub const ALL: [BucketConfig; 6] = [
+    pub const ALL: [BucketConfig; 7] = [
         BucketConfig::Tagging,
         BucketConfig::Cors,
         BucketConfig::Policy,
         BucketConfig::Encryption,
         BucketConfig::PublicAccessBlock,
         BucketConfig::OwnershipControls,
+        BucketConfig::Acl,
     ];
 
     /// The configuration's stable name (a storage key; the S3 sub-resource).
@@ -170,6 +174,7 @@ impl BucketConfig {
             BucketConfig::Encryption => "encryption",
             BucketConfig::PublicAccessBlock => "publicAccessBlock",
             BucketConfig::OwnershipControls => "ownershipControls",
+            BucketConfig::Acl => "acl",
         }
     }
 }

@@ -108,11 +108,14 @@ pub fn create_key(
     if index.get_key(&access_key)?.is_some() {
         return Err(invalid(format!("access key {access_key} already exists")));
     }
+    let keys = index.list_keys()?;
+    let owners = keys.iter().map(|k| (k.owner_id.as_str(), k.name.as_str()));
+    let owner_id = packrat_secrets::key_rules::owner_id_for(&new, owners).map_err(invalid)?;
     let rec = KeyRecord {
         access_key,
         secret_key,
         name: new.name,
-        owner_id: hex::encode(rand::random::<[u8; 16]>()),
+        owner_id,
         is_root,
         created_ms: clock.now_ms(),
         sealed_secret: Vec::new(),

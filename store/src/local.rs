@@ -335,6 +335,7 @@ fn ensure_root_key(
                     name: "root".into(),
                     access_key: Some(ak),
                     secret_key: Some(sk),
+                    user_id: None,
                 };
                 crate::keys::create_key(index, master, new, true, clock)
                     .map_err(crate::keys::refusal)?;

@@ -101,8 +101,7 @@ async fn lifecycle_expiration_follows_the_store_clock() {
     let k = store
         .create_key(NewKey {
             name: "dated".into(),
-            access_key: None,
-            secret_key: None,
+            ..NewKey::default()
         })
         .await
         .unwrap();

@@ -70,6 +70,7 @@ async fn plaintext_secrets_are_sealed_on_open_and_new_ones_never_stored_plain() 
                 name: "alice".into(),
                 access_key: Some("ALICEKEY".into()),
                 secret_key: Some(new_secret.into()),
+                user_id: None,
             })
             .await
             .unwrap();

@@ -42,11 +42,15 @@ impl Credentials for ClusterStore {
     async fn create_key(&self, new: NewKey) -> StoreResult<AccessKey> {
         let (access_key, secret_key) = packrat_secrets::key_rules::checked_new_key(&new)
             .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let keys = self.list_keys().await?;
+        let owners = keys.iter().map(|k| (k.owner_id.as_str(), k.name.as_str()));
+        let owner_id =
+            packrat_secrets::key_rules::owner_id_for(&new, owners).map_err(StoreError::Invalid)?;
         let key = AccessKey {
             access_key,
             secret_key,
             name: new.name,
-            owner_id: hex::encode(rand::random::<[u8; 16]>()),
+            owner_id,
             is_root: false,
             created_ms: self.clock.now_ms(),
         };

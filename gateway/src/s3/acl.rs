@@ -60,12 +60,17 @@ impl Ownership {
     }
 }
 
-/// What a grant allows on an object. (`WRITE` has no meaning for an object and is refused.)
+/// What a grant allows. On an object: READ its bytes, READ_ACP and WRITE_ACP its ACL (`WRITE`
+/// has no meaning for an object and is refused). On a bucket: READ lists it and reads its
+/// objects, WRITE writes and deletes its objects, READ_ACP and WRITE_ACP its ACL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Permission {
-    /// GetObject, HeadObject, GetObjectAttributes (of any version).
+    /// GetObject, HeadObject, GetObjectAttributes (of any version); on a bucket, listings too.
     #[serde(rename = "READ")]
     Read,
+    /// A bucket's: PutObject, DeleteObject and the multipart steps.
+    #[serde(rename = "WRITE")]
+    Write,
     /// GetObjectAcl.
     #[serde(rename = "READ_ACP")]
     ReadAcp,
@@ -76,13 +81,21 @@ pub enum Permission {
     FullControl,
 }
 
+/// What an ACL is for: WRITE and some canned ACLs mean something on a bucket only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum On {
+    Object,
+    Bucket,
+}
+
 impl Permission {
-    fn parse(s: &str) -> S3Result<Self> {
+    fn parse(s: &str, on: On) -> S3Result<Self> {
         match s {
             "READ" => Ok(Self::Read),
             "READ_ACP" => Ok(Self::ReadAcp),
             "WRITE_ACP" => Ok(Self::WriteAcp),
             "FULL_CONTROL" => Ok(Self::FullControl),
+            "WRITE" if on == On::Bucket => Ok(Self::Write),
             "WRITE" => Err(malformed(
                 "the permission WRITE does not apply to an object",
             )),
@@ -93,6 +106,7 @@ impl Permission {
     fn name(self) -> &'static str {
         match self {
             Self::Read => "READ",
+            Self::Write => "WRITE",
             Self::ReadAcp => "READ_ACP",
             Self::WriteAcp => "WRITE_ACP",
             Self::FullControl => "FULL_CONTROL",
@@ -155,11 +169,31 @@ impl Acl {
     /// A canned ACL (`x-amz-acl`) for an object owned by `owner` in a bucket owned by
     /// `bucket_owner`.
     pub fn canned(name: &str, owner: Person, bucket_owner: &Person) -> S3Result<Self> {
+        Self::canned_on(name, owner, bucket_owner, On::Object)
+    }
+
+    /// A bucket's canned ACL (`x-amz-acl` on CreateBucket and PutBucketAcl).
+    pub fn canned_bucket(name: &str, owner: Person) -> S3Result<Self> {
+        let same = owner.clone();
+        Self::canned_on(name, owner, &same, On::Bucket)
+    }
+
+    fn canned_on(name: &str, owner: Person, bucket_owner: &Person, on: On) -> S3Result<Self> {
         let mut acl = Self::private(owner);
         let extra = match name {
             "private" => None,
+            "public-read-write" if on == On::Bucket => {
+                acl.grants.push((Grantee::AllUsers, Permission::Read));
+                Some((Grantee::AllUsers, Permission::Write))
+            }
             // READ is all an object takes of public-read-write (WRITE has no meaning for it).
             "public-read" | "public-read-write" => Some((Grantee::AllUsers, Permission::Read)),
+            "log-delivery-write" if on == On::Bucket => {
+                return Err(S3Error::new(
+                    S3ErrorCode::NotImplemented,
+                    "packrat does not implement the canned ACL log-delivery-write (server access logging)",
+                ));
+            }
             "authenticated-read" => Some((Grantee::AuthenticatedUsers, Permission::Read)),
             "bucket-owner-read" => Some((Grantee::User(bucket_owner.clone()), Permission::Read)),
             "bucket-owner-full-control" => {
@@ -195,6 +229,26 @@ impl Acl {
         bucket_owner: &Person,
         users: Users<'_>,
     ) -> S3Result<Option<Self>> {
+        Self::from_headers_on(headers, owner, bucket_owner, users, On::Object)
+    }
+
+    /// The ACL a CreateBucket's or PutBucketAcl's headers ask for; `None` when they name none.
+    pub fn bucket_from_headers(
+        headers: &RequestHeaders,
+        owner: Person,
+        users: Users<'_>,
+    ) -> S3Result<Option<Self>> {
+        let same = owner.clone();
+        Self::from_headers_on(headers, owner, &same, users, On::Bucket)
+    }
+
+    fn from_headers_on(
+        headers: &RequestHeaders,
+        owner: Person,
+        bucket_owner: &Person,
+        users: Users<'_>,
+        on: On,
+    ) -> S3Result<Option<Self>> {
         if !headers.has(Kind::Acl) {
             return Ok(None);
         }
@@ -212,6 +266,7 @@ impl Acl {
                 "read-acp" => Permission::ReadAcp,
                 "write-acp" => Permission::WriteAcp,
                 "full-control" => Permission::FullControl,
+                "write" if on == On::Bucket => Permission::Write,
                 "write" => {
                     return Err(S3Error::new(
                         S3ErrorCode::InvalidArgument,
@@ -238,7 +293,7 @@ impl Acl {
                 S3ErrorCode::InvalidRequest,
                 "Specifying both Canned ACLs and Header Grants is not allowed",
             )),
-            (Some(c), true) => Self::canned(c, owner, bucket_owner).map(Some),
+            (Some(c), true) => Self::canned_on(c, owner, bucket_owner, on).map(Some),
             (None, false) => Ok(Some(Self { owner, grants })),
             (None, true) => Ok(None),
         }
@@ -247,6 +302,15 @@ impl Acl {
     /// The ACL a PutObjectAcl body (an `AccessControlPolicy` document) gives an object owned
     /// by `owner` (the owner stays whoever it is, whatever the document says).
     pub fn from_xml(body: &[u8], owner: Person, users: Users<'_>) -> S3Result<Self> {
+        Self::from_xml_on(body, owner, users, On::Object)
+    }
+
+    /// The ACL a PutBucketAcl body gives the bucket of `owner`.
+    pub fn bucket_from_xml(body: &[u8], owner: Person, users: Users<'_>) -> S3Result<Self> {
+        Self::from_xml_on(body, owner, users, On::Bucket)
+    }
+
+    fn from_xml_on(body: &[u8], owner: Person, users: Users<'_>, on: On) -> S3Result<Self> {
         let doc: xml::AccessControlPolicy = xml::parse(body)?;
         let mut grants = Vec::new();
         for g in doc.list.map(|l| l.grants).unwrap_or_default() {
@@ -256,7 +320,7 @@ impl Acl {
                 (None, None, Some(email)) => grantee_of("emailAddress", email, users)?,
                 _ => return Err(malformed("each Grantee names one ID, URI or EmailAddress")),
             };
-            grants.push((grantee, Permission::parse(g.permission.trim())?));
+            grants.push((grantee, Permission::parse(g.permission.trim(), on)?));
         }
         Ok(Self { owner, grants })
     }

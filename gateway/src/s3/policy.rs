@@ -14,8 +14,11 @@
 //! - `Resource`/`NotResource`: `arn:aws:s3:::BUCKET` or `arn:aws:s3:::BUCKET/KEY`, wildcards
 //!   allowed, naming this bucket.
 //! - `Condition`: the operators in [`Op`] (each also with `IfExists`) over the keys in
-//!   [`CONDITION_KEYS`]; a key the request lacks fails a positive operator and passes a negated
-//!   one, as AWS has it.
+//!   [`CONDITION_KEYS`], the request's `x-amz-*` headers as `s3:x-amz-NAME` (S3's
+//!   `s3:x-amz-acl`, `s3:x-amz-server-side-encryption`, `s3:x-amz-storage-class`, ...) and the
+//!   tags a request sets as `s3:RequestObjectTag/KEY`; a key the request lacks fails a positive
+//!   operator and passes a negated one, as AWS has it. `s3:ExistingObjectTag/KEY` is refused:
+//!   judging it needs the object's tags before the request, on every path (batch GET included).
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use ipnet::IpNet;
@@ -72,6 +75,11 @@ pub struct RequestContext<'a> {
     pub prefix: Option<&'a str>,
     pub delimiter: Option<&'a str>,
     pub max_keys: Option<&'a str>,
+    /// The request's headers (`s3:x-amz-*` keys).
+    pub headers: Option<&'a http::HeaderMap>,
+    /// The tags the request sets (`s3:RequestObjectTag/KEY`): its `x-amz-tagging` header's,
+    /// or PutObjectTagging's body's.
+    pub request_tags: Option<&'a [(String, String)]>,
 }
 
 /// A condition key, resolved when the policy is parsed so that evaluating it allocates nothing.
@@ -87,14 +95,35 @@ pub enum CondKey {
     Prefix,
     Delimiter,
     MaxKeys,
+    /// `s3:x-amz-NAME`: the request header NAME (the condition's `arg`, lower case).
+    AmzHeader,
+    /// `s3:RequestObjectTag/KEY`: the value of tag KEY (the condition's `arg`) the request sets.
+    RequestObjectTag,
 }
 
 impl CondKey {
-    fn parse(key: &str) -> Option<CondKey> {
+    /// The key, and what it names (a header, a tag key) where it names one.
+    fn parse(key: &str) -> Option<(CondKey, String)> {
+        let lower = key.to_ascii_lowercase();
+        if let Some(h) = lower
+            .strip_prefix("s3:")
+            .filter(|h| h.starts_with("x-amz-"))
+        {
+            return Some((CondKey::AmzHeader, h.to_string()));
+        }
+        if lower.starts_with("s3:requestobjecttag/") {
+            let tag = &key["s3:RequestObjectTag/".len()..];
+            return (!tag.is_empty()).then(|| (CondKey::RequestObjectTag, tag.to_string()));
+        }
         CONDITION_KEYS
             .iter()
             .find(|(name, _)| name.eq_ignore_ascii_case(key))
-            .map(|(_, k)| *k)
+            .map(|(_, k)| (*k, String::new()))
+    }
+
+    /// Whether the key is the tags a request sets.
+    pub fn is_request_tag(self) -> bool {
+        self == CondKey::RequestObjectTag
     }
 }
 
@@ -106,9 +135,13 @@ enum Got<'a> {
 }
 
 impl RequestContext<'_> {
-    fn value(&self, key: CondKey) -> Option<Got<'_>> {
+    fn value(&self, key: CondKey, arg: &str) -> Option<Got<'_>> {
         use CondKey::*;
         match key {
+            AmzHeader => (self.headers?.get(arg)?.to_str().ok()).map(Got::Text),
+            RequestObjectTag => (self.request_tags?.iter())
+                .find(|(k, _)| k == arg)
+                .map(|(_, v)| Got::Text(v.as_str())),
             SourceIp => self.source_ip.map(Got::Ip),
             SecureTransport => Some(Got::Flag(self.secure_transport)),
             Username => self.principal.map(|p| Got::Text(&p.name)),
@@ -264,6 +297,8 @@ struct Condition {
     op: Op,
     if_exists: bool,
     key: CondKey,
+    /// What the key names: a header (`AmzHeader`), a tag key (`RequestObjectTag`).
+    arg: String,
     values: Vec<String>,
     /// The parsed networks of an `IpAddress`/`NotIpAddress` condition, one per value.
     nets: Vec<IpNet>,
@@ -271,7 +306,7 @@ struct Condition {
 
 impl Condition {
     fn holds(&self, ctx: &RequestContext<'_>) -> bool {
-        let got = ctx.value(self.key);
+        let got = ctx.value(self.key, &self.arg);
         if self.op == Op::Null {
             // `"Null": {"k": "true"}`: holds when the key is absent.
             let want_absent = self.values.iter().any(|v| v.eq_ignore_ascii_case("true"));
@@ -336,6 +371,9 @@ pub struct PublicAccessBlock {
 pub struct Policy {
     statements: Vec<Statement>,
     pub block: PublicAccessBlock,
+    /// The bucket's ACL grants (PutBucketAcl beyond `private` and `public-read`), judged where
+    /// the statements are silent; they travel with the policy (one cache, one lookup).
+    pub bucket_acl: Option<super::acl::Acl>,
 }
 
 impl Policy {
@@ -344,6 +382,7 @@ impl Policy {
         Policy {
             statements: Vec::new(),
             block,
+            bucket_acl: None,
         }
     }
 
@@ -361,6 +400,12 @@ impl Policy {
                         && c.nets.iter().all(|n| n.prefix_len() > 0)
                 })
         })
+    }
+
+    /// Whether a condition names the tags a request sets (`s3:RequestObjectTag/KEY`): only
+    /// then are a request's `x-amz-tagging` tags parsed for it.
+    pub fn reads_request_tags(&self) -> bool {
+        (self.statements.iter()).any(|s| s.conditions.iter().any(|c| c.key.is_request_tag()))
     }
 
     /// Explicit deny wins, then allow; [`Decision::Silent`] when no statement applies.
@@ -496,9 +541,9 @@ fn conditions(v: &Value) -> S3Result<Vec<Condition>> {
             )));
         };
         for (key, values) in keys {
-            let Some(cond_key) = CondKey::parse(key) else {
+            let Some((cond_key, arg)) = CondKey::parse(key) else {
                 return Err(malformed(format!(
-                    "Policy has an invalid condition key: '{key}' (packrat evaluates {})",
+                    "Policy has an invalid condition key: '{key}' (packrat evaluates {}, s3:x-amz-* request headers and s3:RequestObjectTag/KEY)",
                     CONDITION_KEYS
                         .iter()
                         .map(|(name, _)| *name)
@@ -523,6 +568,7 @@ fn conditions(v: &Value) -> S3Result<Vec<Condition>> {
                 op,
                 if_exists,
                 key: cond_key,
+                arg,
                 values,
                 nets,
             });
@@ -623,6 +669,7 @@ pub fn parse(doc: &[u8], bucket: &str) -> S3Result<Policy> {
     Ok(Policy {
         statements,
         block: PublicAccessBlock::default(),
+        bucket_acl: None,
     })
 }
 
@@ -750,6 +797,8 @@ mod tests {
             prefix: None,
             delimiter: None,
             max_keys: None,
+            headers: None,
+            request_tags: None,
         }
     }
 
@@ -781,15 +830,72 @@ mod tests {
         let keys: Vec<CondKey> = CONDITION_KEYS
             .iter()
             .map(|(name, k)| {
-                assert_eq!(CondKey::parse(&name.to_uppercase()), Some(*k), "{name}");
+                assert_eq!(
+                    CondKey::parse(&name.to_uppercase()),
+                    Some((*k, String::new())),
+                    "{name}"
+                );
                 *k
             })
             .collect();
         for (i, a) in keys.iter().enumerate() {
             assert!(!keys[i + 1..].contains(a), "{}", CONDITION_KEYS[i].0);
         }
-        assert_eq!(CondKey::parse("aws:sourceip"), Some(CondKey::SourceIp));
-        assert_eq!(CondKey::parse("s3:max-keys"), Some(CondKey::MaxKeys));
+        let plain = |k| Some((k, String::new()));
+        assert_eq!(CondKey::parse("aws:sourceip"), plain(CondKey::SourceIp));
+        assert_eq!(CondKey::parse("s3:max-keys"), plain(CondKey::MaxKeys));
+        // Headers by their lower-case name; tag keys as written (they are case-sensitive).
+        assert_eq!(
+            CondKey::parse("s3:X-Amz-Server-Side-Encryption"),
+            Some((CondKey::AmzHeader, "x-amz-server-side-encryption".into()))
+        );
+        assert_eq!(
+            CondKey::parse("s3:RequestObjectTag/Project"),
+            Some((CondKey::RequestObjectTag, "Project".into()))
+        );
+        for refused in [
+            "s3:RequestObjectTag/",
+            "s3:ExistingObjectTag/a",
+            "s3:other",
+            "x-amz-acl",
+        ] {
+            assert_eq!(CondKey::parse(refused), None, "{refused}");
+        }
+    }
+
+    #[test]
+    fn header_and_request_tag_conditions() {
+        let p = parse(
+            br#"{"Statement":[
+              {"Effect":"Deny","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::b/*",
+               "Condition":{"StringNotEquals":{"s3:x-amz-server-side-encryption":"AES256"}}},
+              {"Effect":"Allow","Principal":"*","Action":"s3:PutObject","Resource":"arn:aws:s3:::b/*",
+               "Condition":{"StringEquals":{"s3:RequestObjectTag/team":"ml"}}},
+              {"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*",
+               "Condition":{"StringEquals":{"s3:x-amz-acl":"public-read"}}}]}"#,
+            "b",
+        )
+        .unwrap();
+        assert!(p.reads_request_tags());
+        let mut h = http::HeaderMap::new();
+        let put = |h: &http::HeaderMap, tags: Option<&[(String, String)]>| {
+            let mut c = ctx(None, "s3:PutObject", "arn:aws:s3:::b/k");
+            c.headers = Some(h);
+            c.request_tags = tags;
+            p.evaluate(&c)
+        };
+        assert_eq!(put(&h, None), Decision::Deny, "no encryption header");
+        h.insert("x-amz-server-side-encryption", "AES256".parse().unwrap());
+        assert_eq!(put(&h, None), Decision::Silent, "encrypted, untagged");
+        let ml = [("team".to_string(), "ml".to_string())];
+        let other = [("team".to_string(), "web".to_string())];
+        assert_eq!(put(&h, Some(&ml)), Decision::Allow);
+        assert_eq!(put(&h, Some(&other)), Decision::Silent);
+        let mut get = ctx(None, "s3:GetObject", "arn:aws:s3:::b/k");
+        assert_eq!(p.evaluate(&get), Decision::Silent, "no x-amz-acl header");
+        h.insert("x-amz-acl", "public-read".parse().unwrap());
+        get.headers = Some(&h);
+        assert_eq!(p.evaluate(&get), Decision::Deny);
     }
 
     #[test]

@@ -34,6 +34,7 @@ pub async fn access_keys(store: &dyn Store) {
         name: "conformance".into(),
         access_key: Some("AKCONFORMANCE01".into()),
         secret_key: Some("conformance-secret-0123456789".into()),
+        user_id: None,
     };
     let made = store.create_key(given.clone()).await.unwrap();
     assert_eq!(
@@ -61,6 +62,7 @@ pub async fn access_keys(store: &dyn Store) {
         name: "bad".into(),
         access_key: Some("has space".into()),
         secret_key: None,
+        user_id: None,
     };
     assert!(matches!(
         store.create_key(bad).await,
@@ -75,6 +77,41 @@ pub async fn access_keys(store: &dyn Store) {
         .unwrap();
     assert!(generated.access_key.len() >= 16 && generated.secret_key.len() >= 16);
     assert_ne!(generated.owner_id, made.owner_id);
+    // A user id given (a migration keeps it); a second key of that user gives it with the
+    // user's name, and another name or a malformed id is refused.
+    let with_id = |name: &str, ak: &str, id: &str| NewKey {
+        name: name.into(),
+        access_key: Some(ak.into()),
+        user_id: Some(id.into()),
+        ..NewKey::default()
+    };
+    let migrated = store
+        .create_key(with_id("migrated", "AKMIGRATED01", "0123abcd-user_ID"))
+        .await
+        .unwrap();
+    assert_eq!(migrated.owner_id, "0123abcd-user_ID");
+    let second = store
+        .create_key(with_id("migrated", "AKMIGRATED02", "0123abcd-user_ID"))
+        .await
+        .unwrap();
+    assert_eq!(second.owner_id, migrated.owner_id);
+    for (name, ak, id) in [
+        ("someone-else", "AKMIGRATED03", "0123abcd-user_ID"),
+        ("bad-id", "AKMIGRATED04", "has space"),
+        ("bad-id", "AKMIGRATED05", ""),
+    ] {
+        assert!(
+            matches!(
+                store.create_key(with_id(name, ak, id)).await,
+                Err(StoreError::Invalid(_))
+            ),
+            "{name} {id:?}"
+        );
+        assert!(store.access_key(ak).unwrap().is_none());
+    }
+    for k in [&migrated.access_key, &second.access_key] {
+        store.delete_key(k).await.unwrap();
+    }
     let listed: Vec<String> = store
         .list_keys()
         .await

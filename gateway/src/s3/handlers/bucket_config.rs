@@ -157,6 +157,36 @@ pub(super) async fn handle_put_bucket_encryption(
     Ok(Response::new(empty()))
 }
 
+/// GetBucketPolicyStatus: whether the bucket's policy is public as S3 judges it (it allows
+/// anyone, not only fixed source networks); NoSuchBucketPolicy when there is none.
+pub(super) async fn handle_get_policy_status(
+    state: &Arc<AppState>,
+    req: &S3Request,
+    name: &str,
+) -> R {
+    let b = load_bucket(state, req, name, Action::GET_BUCKET_POLICY_STATUS).await?;
+    let doc = state
+        .store
+        .get_bucket_config(&b, BucketConfig::Policy)
+        .await?
+        .ok_or_else(|| {
+            err(
+                S3ErrorCode::NotConfigured("NoSuchBucketPolicy"),
+                "The bucket policy does not exist",
+            )
+        })?;
+    let policy = crate::s3::policy::parse(&doc, &b.name)
+        .map_err(|e| S3Error::internal("stored bucket policy", e.message))?;
+    let mut x = Xml::new();
+    x.root("PolicyStatus");
+    x.elem(
+        "IsPublic",
+        if policy.is_public() { "true" } else { "false" },
+    );
+    x.close("PolicyStatus");
+    xml_ok(x)
+}
+
 /// The action that reads (`change` false) or replaces and deletes a configuration.
 fn config_action(kind: BucketConfig, change: bool) -> Action {
     match (kind, change) {
@@ -172,6 +202,8 @@ fn config_action(kind: BucketConfig, change: bool) -> Action {
         (BucketConfig::PublicAccessBlock, true) => Action::PUT_PUBLIC_ACCESS_BLOCK,
         (BucketConfig::OwnershipControls, false) => Action::GET_BUCKET_OWNERSHIP_CONTROLS,
         (BucketConfig::OwnershipControls, true) => Action::PUT_BUCKET_OWNERSHIP_CONTROLS,
+        (BucketConfig::Acl, false) => Action::GET_BUCKET_ACL,
+        (BucketConfig::Acl, true) => Action::PUT_BUCKET_ACL,
     }
 }
 
@@ -203,6 +235,8 @@ pub(super) async fn handle_get_bucket_config(
             "OwnershipControlsNotFoundError",
             "The bucket ownership controls were not found",
         ),
+        // Never routed here: GetBucketAcl answers what holds (`handle_get_bucket_acl`).
+        BucketConfig::Acl => ("NoSuchAcl", "The bucket has no ACL of its own"),
     };
     let doc = state
         .store

@@ -1,6 +1,7 @@
 //! Buckets: list, create, head, delete, location, the canned ACL and lifecycle configuration.
 
 use super::*;
+use crate::s3::headers::{Kind, RequestHeaders};
 
 /// S3 bucket naming rules.
 pub fn valid_bucket_name(name: &str) -> bool {
@@ -93,16 +94,81 @@ pub(super) async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) 
     xml_ok(x)
 }
 
-fn canned_acl_public(req: &S3Request) -> S3Result<Option<bool>> {
-    match req.header("x-amz-acl") {
-        None => Ok(None),
-        Some("private") => Ok(Some(false)),
-        Some("public-read") => Ok(Some(true)),
-        Some(other) => Err(err(
-            S3ErrorCode::NotImplemented,
-            format!("packrat supports the canned ACLs 'private' and 'public-read', not '{other}'"),
-        )),
+fn owner_of(b_owner_id: &str, b_owner_name: &str) -> acl::Person {
+    acl::Person {
+        id: b_owner_id.to_string(),
+        name: b_owner_name.to_string(),
     }
+}
+
+/// The bucket ACL a CreateBucket's or PutBucketAcl's headers (`x-amz-acl`, `x-amz-grant-*`)
+/// or PutBucketAcl's body ask for, for a bucket of `owner`; `None` when they name none.
+async fn asked_bucket_acl(
+    state: &AppState,
+    headers: &RequestHeaders,
+    owner: acl::Person,
+    body: &[u8],
+) -> S3Result<Option<acl::Acl>> {
+    let names = object_acl::users(state, headers, body).await?;
+    let lookup = |id: &str| names.get(id).cloned();
+    match (headers.has(Kind::Acl), body.is_empty()) {
+        (true, false) => Err(err(
+            S3ErrorCode::InvalidRequest,
+            "PutBucketAcl takes its ACL from headers or from the body, not both",
+        )),
+        (true, true) => acl::Acl::bucket_from_headers(headers, owner, &lookup),
+        (false, false) => acl::Acl::bucket_from_xml(body, owner, &lookup).map(Some),
+        (false, true) => Ok(None),
+    }
+}
+
+/// Whether the ACL is one the bucket's `public_read` says all of: the owner's full control,
+/// with or without everyone's READ (`private`, `public-read`).
+fn plain(acl: &acl::Acl) -> bool {
+    use acl::{Grantee, Permission};
+    acl.grants.iter().all(|(g, p)| match g {
+        Grantee::User(u) => u.id == acl.owner.id && *p == Permission::FullControl,
+        Grantee::AllUsers => *p == Permission::Read,
+        Grantee::AuthenticatedUsers => false,
+    })
+}
+
+/// Everyone's READ: the bucket's `public_read`, which anonymous reads check with no lookup.
+fn public_read(acl: &acl::Acl) -> bool {
+    acl.grants.iter().any(|(g, p)| {
+        *g == acl::Grantee::AllUsers
+            && matches!(p, acl::Permission::Read | acl::Permission::FullControl)
+    })
+}
+
+/// Stores a bucket's ACL: everyone's READ as the bucket's `public_read`, any other grant as
+/// the bucket's ACL document (none for `private` and `public-read`). The bucket's
+/// BlockPublicAcls refuses a public one.
+async fn set_bucket_acl(state: &AppState, b: &Bucket, acl: &acl::Acl) -> S3Result<()> {
+    bucket_config::refuse_public_acl(state, b, acl.is_public()).await?;
+    let doc = match plain(acl) {
+        true => None,
+        false => Some(serde_json::to_vec(acl).map_err(|e| S3Error::internal("bucket ACL", e))?),
+    };
+    state
+        .store
+        .put_bucket_config(b, packrat_store_api::BucketConfig::Acl, doc)
+        .await?;
+    if public_read(acl) != b.public_read {
+        state.store.set_bucket_public(b, public_read(acl)).await?;
+    }
+    state.policies.forget(b.id);
+    Ok(())
+}
+
+/// The bucket's stored ACL document (grants beyond `private` and `public-read`), if any.
+pub(super) async fn stored_bucket_acl(state: &AppState, b: &Bucket) -> S3Result<Option<acl::Acl>> {
+    let doc = state
+        .store
+        .get_bucket_config(b, packrat_store_api::BucketConfig::Acl)
+        .await?;
+    doc.map(|d| serde_json::from_slice(&d).map_err(|e| S3Error::internal("stored bucket ACL", e)))
+        .transpose()
 }
 
 pub(super) async fn handle_create_bucket(
@@ -117,7 +183,18 @@ pub(super) async fn handle_create_bucket(
             "The specified bucket is not valid.",
         ));
     }
-    let public = canned_acl_public(req)?.unwrap_or(false);
+    let asked =
+        asked_bucket_acl(state, &req.headers, owner_of(&id.owner_id, &id.name), &[]).await?;
+    let public = asked.as_ref().is_some_and(public_read);
+    let ownership = match req.header("x-amz-object-ownership") {
+        None => state.config.default_object_ownership,
+        Some(v) => acl::Ownership::parse(v).ok_or_else(|| {
+            err(
+                S3ErrorCode::InvalidArgument,
+                format!("Invalid x-amz-object-ownership header: {v}"),
+            )
+        })?,
+    };
     let object_lock = match req.header("x-amz-bucket-object-lock-enabled") {
         None => false,
         Some(v) if v.eq_ignore_ascii_case("true") => true,
@@ -156,10 +233,25 @@ pub(super) async fn handle_create_bucket(
         })
         .await;
     match result {
-        Ok(_) => Response::builder()
-            .header("location", format!("/{name}"))
-            .body(empty())
-            .map_err(|e| S3Error::internal("response", e)),
+        Ok(b) => {
+            if let Some(acl) = asked.filter(|a| !plain(a)) {
+                set_bucket_acl(state, &b, &acl).await?;
+            }
+            if ownership.acls_enabled() {
+                let doc = ownership.name().as_bytes().to_vec();
+                (state.store)
+                    .put_bucket_config(
+                        &b,
+                        packrat_store_api::BucketConfig::OwnershipControls,
+                        Some(doc),
+                    )
+                    .await?;
+            }
+            Response::builder()
+                .header("location", format!("/{name}"))
+                .body(empty())
+                .map_err(|e| S3Error::internal("response", e))
+        }
         Err(StoreError::BucketExists) => {
             let existing = state.store.bucket(name)?;
             let me = need_identity(req)?;
@@ -223,22 +315,33 @@ pub(super) async fn handle_get_bucket_location(
     xml_ok(x)
 }
 
-pub(super) async fn handle_put_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
+/// PutBucketAcl: a canned ACL, grant headers or an AccessControlPolicy body. Grantees are the
+/// server's users by canonical id (an unknown id is 400 InvalidArgument), the AllUsers and
+/// AuthenticatedUsers groups; the bucket's owner stays its owner, with full control.
+pub(super) async fn handle_put_bucket_acl(
+    state: &Arc<AppState>,
+    req: &mut S3Request,
+    name: &str,
+) -> R {
     let b = load_bucket(state, req, name, Action::PUT_BUCKET_ACL).await?;
-    let Some(public) = canned_acl_public(req)? else {
+    let body = read_xml_body(req).await?;
+    let owner = owner_of(&b.owner_id, &b.owner_name);
+    let Some(acl) = asked_bucket_acl(state, &req.headers, owner, &body).await? else {
         return Err(err(
-            S3ErrorCode::NotImplemented,
-            "packrat supports bucket ACLs only as the x-amz-acl canned header (private, public-read)",
+            S3ErrorCode::MalformedACLError,
+            "PutBucketAcl needs an x-amz-acl header, x-amz-grant-* headers or an AccessControlPolicy body",
         ));
     };
-    bucket_config::refuse_public_acl(state, &b, public).await?;
-    state.store.set_bucket_public(&b, public).await?;
+    set_bucket_acl(state, &b, &acl).await?;
     Ok(Response::new(empty()))
 }
 
 pub(super) async fn handle_get_bucket_acl(state: &Arc<AppState>, req: &S3Request, name: &str) -> R {
     let b = load_bucket(state, req, name, Action::GET_BUCKET_ACL).await?;
-    acl_answer(&b)
+    match stored_bucket_acl(state, &b).await? {
+        Some(acl) => xml_ok(acl.to_xml()),
+        None => acl_answer(&b),
+    }
 }
 
 /// GetObjectAcl (of the current object or a version by id): objects have no ACLs of their

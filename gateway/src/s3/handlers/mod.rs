@@ -55,7 +55,6 @@ const UNSUPPORTED_SUBRESOURCES: &[&str] = &[
     "intelligent-tiering",
     "select",
     "restore",
-    "policyStatus",
     "session",
 ];
 
@@ -183,6 +182,8 @@ impl Action {
     pub const GET_BUCKET_CORS: Self = Self::bucket("s3:GetBucketCORS", Access::Owner);
     pub const PUT_BUCKET_CORS: Self = Self::bucket("s3:PutBucketCORS", Access::Write);
     pub const GET_BUCKET_POLICY: Self = Self::bucket("s3:GetBucketPolicy", Access::Owner);
+    pub const GET_BUCKET_POLICY_STATUS: Self =
+        Self::bucket("s3:GetBucketPolicyStatus", Access::Owner);
     pub const PUT_BUCKET_POLICY: Self = Self::bucket("s3:PutBucketPolicy", Access::Write);
     pub const DELETE_BUCKET_POLICY: Self = Self::bucket("s3:DeleteBucketPolicy", Access::Write);
     pub const PUT_ENCRYPTION: Self = Self::bucket("s3:PutEncryptionConfiguration", Access::Write);
@@ -219,6 +220,22 @@ impl Action {
     }
 
     /// What an object's ACL must grant for this action, for the actions one can grant.
+    /// What a bucket's ACL must grant for this action: READ for reads and listings (as the
+    /// canned `public-read` opens them), WRITE for object writes and deletes, READ_ACP and
+    /// WRITE_ACP for the bucket's ACL.
+    fn bucket_permission(self) -> Option<acl::Permission> {
+        match self.iam {
+            _ if self.access == Access::Read => Some(acl::Permission::Read),
+            "s3:PutObject"
+            | "s3:DeleteObject"
+            | "s3:DeleteObjectVersion"
+            | "s3:AbortMultipartUpload" => Some(acl::Permission::Write),
+            "s3:GetBucketAcl" => Some(acl::Permission::ReadAcp),
+            "s3:PutBucketAcl" => Some(acl::Permission::WriteAcp),
+            _ => None,
+        }
+    }
+
     fn acl_permission(self) -> Option<acl::Permission> {
         match self.iam {
             "s3:GetObject" | "s3:GetObjectVersion" | "s3:GetObjectAttributes" => {
@@ -361,6 +378,9 @@ pub(crate) struct Facts<'a> {
     pub secure: bool,
     pub headers: &'a http::HeaderMap,
     pub query: &'a [(String, String)],
+    /// The tags the request sets when they are not its `x-amz-tagging` header (a
+    /// PutObjectTagging body, a form upload's field), for `s3:RequestObjectTag/KEY`.
+    pub tags: Option<&'a [(String, String)]>,
 }
 
 impl<'a> Facts<'a> {
@@ -370,6 +390,7 @@ impl<'a> Facts<'a> {
             secure: req.secure,
             headers: &req.headers,
             query: &req.query,
+            tags: None,
         }
     }
 
@@ -488,14 +509,19 @@ pub(crate) async fn policy_of(
     // The bucket's Block Public Access settings travel with its policy (one cache, one
     // lookup per request); settings without a policy make a policy of no statements.
     let block = bucket_config::public_access_block_of(state, b).await?;
-    let policy = match (policy, block) {
-        (Some(mut p), Some(block)) => {
-            p.block = block;
+    // So do the bucket's ACL grants.
+    let bucket_acl = buckets::stored_bucket_acl(state, b).await?;
+    let policy = match (policy, block, bucket_acl) {
+        (None, None, None) => None,
+        (policy, block, bucket_acl) => {
+            let mut p =
+                policy.unwrap_or_else(|| crate::s3::policy::Policy::blocking(Default::default()));
+            if let Some(block) = block {
+                p.block = block;
+            }
+            p.bucket_acl = bucket_acl;
             Some(Arc::new(p))
         }
-        (Some(p), None) => Some(Arc::new(p)),
-        (None, Some(block)) => Some(Arc::new(crate::s3::policy::Policy::blocking(block))),
-        (None, None) => None,
     };
     state.policies.store(b.id, policy.clone(), generation);
     Ok(policy)
@@ -532,11 +558,14 @@ fn verdict(
 ) -> Verdict {
     use crate::s3::policy::{Decision, RequestContext};
     let owner = identity.is_some_and(|i| i.owner_id == b.owner_id);
-    // IgnorePublicAcls: a public-read ACL grants anonymous callers nothing.
-    let acl_counts = !policy.is_some_and(|p| p.block.ignore_public_acls);
+    // IgnorePublicAcls: a public ACL grants nobody anything.
+    let ignore_public = policy.is_some_and(|p| p.block.ignore_public_acls);
     let by_acl = if owner
-        || (identity.is_none() && b.public_read && acl_counts && action.access == Access::Read)
-    {
+        || (b.public_read && !ignore_public && action.access == Access::Read)
+        || action.bucket_permission().is_some_and(|wanted| {
+            (policy.and_then(|p| p.bucket_acl.as_ref()))
+                .is_some_and(|a| a.allows(identity, wanted, ignore_public))
+        }) {
         Verdict::Allow
     } else {
         Verdict::NotGranted
@@ -549,6 +578,13 @@ fn verdict(
         _ => format!("arn:aws:s3:::{}", b.name),
     };
     let listing = action.iam == "s3:ListBucket";
+    // The tags a request sets, parsed from its header only for a policy that reads them.
+    let header_tags = match (req.tags, policy.reads_request_tags()) {
+        (None, true) => req
+            .header("x-amz-tagging")
+            .and_then(|v| crate::s3::tagging::parse_header(v).ok()),
+        _ => None,
+    };
     let ctx = RequestContext {
         principal: identity,
         action: action.iam,
@@ -560,6 +596,8 @@ fn verdict(
         prefix: req.q("prefix").filter(|_| listing),
         delimiter: req.q("delimiter").filter(|_| listing),
         max_keys: req.q("max-keys").filter(|_| listing),
+        headers: Some(req.headers),
+        request_tags: req.tags.or(header_tags.as_deref()),
     };
     match policy.evaluate(&ctx) {
         Decision::Deny if owner && action.manages_policy() => Verdict::Allow,
@@ -773,6 +811,10 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                     packrat_store_api::BucketConfig::Tagging,
                 )
                 .await,
+            ),
+            Method::GET if req.has_q("policyStatus") => (
+                "GetBucketPolicyStatus",
+                bucket_config::handle_get_policy_status(state, req, b).await,
             ),
             Method::PUT if req.has_q("policy") => (
                 "PutBucketPolicy",

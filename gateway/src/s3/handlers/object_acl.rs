@@ -32,7 +32,7 @@ fn bucket_owner(b: &Bucket) -> Person {
 
 /// The server's users by canonical id (their display names), read only when an ACL may name
 /// one: grant headers in `asked`, or an ACL document `body`.
-async fn users(
+pub(super) async fn users(
     state: &AppState,
     asked: &RequestHeaders,
     body: &[u8],

@@ -261,6 +261,10 @@ pub(super) async fn handle_post_object(
     }
     let (min, max) = policy.check(&form, bname, &key, state.clock.now_ms())?;
     refuse_unsupported(&form)?;
+    // The `tagging` field: a Tagging document, as PutObjectTagging takes.
+    let form_tags = (form.get("tagging"))
+        .map(|doc| crate::s3::tagging::parse_xml(doc.as_bytes()))
+        .transpose()?;
     let b = bucket_for(
         state,
         &Facts {
@@ -268,6 +272,7 @@ pub(super) async fn handle_post_object(
             secure: req.secure,
             headers: &req.headers,
             query: &req.query,
+            tags: form_tags.as_deref(),
         },
         Some(&id),
         bname,
@@ -305,9 +310,8 @@ pub(super) async fn handle_post_object(
     let meta = object_meta(&meta_headers, &|c| state.store.is_storage_class(c))?;
     let (alg, sent) = requested_checksum(&meta_headers)?;
     let mut attrs = meta.into_attrs(state.clock.now_ms());
-    // The `tagging` field: a Tagging document, as PutObjectTagging takes.
-    if let Some(doc) = form.get("tagging") {
-        attrs.tags = crate::s3::tagging::parse_xml(doc.as_bytes())?;
+    if let Some(tags) = &form_tags {
+        attrs.tags = tags.clone();
     }
     let caller = lock::Caller {
         facts: Facts {
@@ -315,6 +319,7 @@ pub(super) async fn handle_post_object(
             secure: req.secure,
             headers: &req.headers,
             query: &req.query,
+            tags: form_tags.as_deref(),
         },
         identity: Some(&id),
     };

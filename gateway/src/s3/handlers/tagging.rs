@@ -54,9 +54,22 @@ pub(super) async fn handle_put_object_tagging(
         Some(_) => Action::PUT_OBJECT_VERSION_TAGGING,
         None => Action::PUT_OBJECT_TAGGING,
     };
-    let b = load_bucket(state, req, bname, action).await?;
+    // The body first: a policy may judge the tags it sets (`s3:RequestObjectTag/KEY`).
     let body = read_xml_body(req).await?;
     let tags = crate::s3::tagging::parse_xml(&body)?;
+    let facts = Facts {
+        tags: Some(&tags),
+        ..Facts::of(req)
+    };
+    let b = bucket_for(
+        state,
+        &facts,
+        req.identity.as_ref(),
+        bname,
+        action,
+        Some(key),
+    )
+    .await?;
     let id = set_tags(state, &b, key, version.as_deref(), tags).await?;
     versions::with_version_id(Response::new(empty()), id)
 }
