@@ -68,7 +68,7 @@ pub struct ServeConfig {
     pub allow_insecure_sse_c: bool,
     /// The Object Ownership of a bucket created without `x-amz-object-ownership`
     /// (`--default-object-ownership`): `BucketOwnerEnforced` (ACLs disabled) as AWS today.
-    pub default_object_ownership: crate::s3::acl::Ownership,
+    pub default_object_ownership: crate::s3::ownership::Ownership,
 }
 
 /// Most bytes of a request body left unread by its handler (an error answered before the body

@@ -17,7 +17,7 @@ pub async fn run_tier(
     days_ahead: u32,
     json: bool,
 ) -> Result<(), String> {
-    let r: packrat_store::tier::RunReport = follow(
+    let r: packrat_store::tiers::RunReport = follow(
         endpoint,
         region,
         access_key,

@@ -17,7 +17,6 @@ use crate::error::EngineResult;
 use crate::job::Job;
 use packrat_chunk_store::{RECORD_HEADER_BYTES, RecordLocation, SEGMENT_HEADER_BYTES, WriteTicket};
 use packrat_index::ChunkRef;
-use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,36 +26,7 @@ const BATCH_OBJECTS: usize = 256;
 /// ...or this many bytes of records, whichever comes first.
 const BATCH_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Live and dead bytes of the segments, as of a compaction scan.
-#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
-pub struct Space {
-    pub segment_bytes: u64,
-    pub live_bytes: u64,
-    pub dead_bytes: u64,
-    /// Unix ms of the scan.
-    pub measured_ms: i64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
-pub struct CompactReport {
-    pub objects_scanned: u64,
-    pub sealed_segments: u64,
-    /// Segments below the threshold, chosen for compaction.
-    pub segments_chosen: u64,
-    /// Segments removed.
-    pub segments_removed: u64,
-    /// Chosen segments kept because something still referenced them after the move (a
-    /// record that could not be read), or a write in flight might still reach them.
-    pub segments_kept: u64,
-    pub records_moved: u64,
-    pub bytes_moved: u64,
-    pub objects_moved: u64,
-    /// Objects overwritten or deleted while being moved (their new version won).
-    pub objects_changed_meanwhile: u64,
-    pub bytes_reclaimed: u64,
-    pub before: Space,
-    pub seconds: f64,
-}
+pub use crate::reports::{CompactReport, Space};
 
 /// An entry's chunks in chosen segments: (bucket id, key, which entry of the key,
 /// [(position, location, record id, chunk index)]).

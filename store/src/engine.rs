@@ -99,13 +99,13 @@ pub struct Engine {
     /// when they started. Compaction never removes a segment at or above the smallest.
     inflight: Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, u64>)>>,
     /// Live and dead bytes as of the last compaction scan, for `admin status`.
-    pub(crate) last_space: std::sync::Mutex<Option<crate::compact::Space>>,
+    pub(crate) last_space: std::sync::Mutex<Option<crate::reports::Space>>,
     /// The erasure-coding scrub in progress, or the last one (`ec.rs`).
-    pub(crate) scrub: crate::ec::ScrubJob,
+    pub(crate) scrub: crate::job::Job<packrat_chunk_store::ScrubReport>,
     /// The compaction started as an admin job, or the last one (`compact.rs`).
-    pub(crate) compaction_job: crate::job::Job<crate::compact::CompactReport>,
+    pub(crate) compaction_job: crate::job::Job<crate::reports::CompactReport>,
     /// Storage tiers and the catalog of segments that live on them (`tier.rs`).
-    pub(crate) tiers: Arc<crate::tier::Tiers>,
+    pub(crate) tiers: Arc<crate::tiers::Tiers>,
     /// The last version sequence handed out (`versions.rs`).
     pub(crate) last_version_seq: std::sync::atomic::AtomicU64,
 }
@@ -242,7 +242,7 @@ impl Engine {
     pub fn new(
         index: RocksIndex,
         chunks: ChunkStore,
-        tiers: crate::tier::Tiers,
+        tiers: crate::tiers::Tiers,
         clock: Arc<dyn Clock>,
         master: Arc<MasterKey>,
     ) -> Self {
@@ -977,7 +977,7 @@ impl Engine {
         offset: u64,
         dst: &mut [u8],
     ) -> EngineResult<usize> {
-        if crate::tier::is_tier_segment(segment_id) {
+        if crate::tiers::is_tier_segment(segment_id) {
             return self.tiers.read_range_blocking(segment_id, offset, dst);
         }
         Ok(self.chunks.read_span_into(segment_id, offset, dst)?)
@@ -1009,7 +1009,7 @@ impl Engine {
             offset: c.offset,
             len: c.len,
         };
-        if crate::tier::is_tier_segment(c.segment_id) {
+        if crate::tiers::is_tier_segment(c.segment_id) {
             return self.tiers.read_record(loc, rid, idx).await;
         }
         if self.chunks.uses_uring() {

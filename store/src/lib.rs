@@ -32,8 +32,10 @@ pub mod local;
 pub use packrat_secrets::master_key;
 pub mod meta;
 pub mod multipart;
+pub mod reports;
 mod summary;
 pub mod tier;
+pub mod tiers;
 pub mod verify;
 pub(crate) mod versions;
 

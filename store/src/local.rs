@@ -222,8 +222,8 @@ impl LocalStore {
                 }
             }
         }
-        let tiers = crate::tier::Tiers::open(
-            crate::tier::TierOptions {
+        let tiers = crate::tiers::Tiers::open(
+            crate::tiers::TierOptions {
                 specs: o.tiers,
                 cache_bytes: o.tier_cache_bytes,
                 segment_bytes: o.tier_segment_bytes,
@@ -490,7 +490,7 @@ impl ObjectStore for LocalStore {
                 for kind in BucketConfig::ALL {
                     e.index.delete_meta(&bucket_config_key(kind, id))?;
                 }
-                crate::tier::delete_lifecycle(&e.index, id)
+                crate::tiers::delete_lifecycle(&e.index, id)
             })
             .await;
         self.engine.forget_bucket(&bucket.name);
@@ -540,19 +540,19 @@ impl ObjectStore for LocalStore {
 
     async fn put_lifecycle(&self, bucket: &Bucket, rules: Vec<Rule>) -> StoreResult<()> {
         let id = bucket.id;
-        self.run(move |e| crate::tier::put_lifecycle(&e.index, id, &rules))
+        self.run(move |e| crate::tiers::put_lifecycle(&e.index, id, &rules))
             .await
     }
 
     async fn get_lifecycle(&self, bucket: &Bucket) -> StoreResult<Option<Vec<Rule>>> {
         let id = bucket.id;
-        self.run(move |e| crate::tier::get_lifecycle(&e.index, id))
+        self.run(move |e| crate::tiers::get_lifecycle(&e.index, id))
             .await
     }
 
     async fn delete_lifecycle(&self, bucket: &Bucket) -> StoreResult<()> {
         let id = bucket.id;
-        self.run(move |e| crate::tier::delete_lifecycle(&e.index, id))
+        self.run(move |e| crate::tiers::delete_lifecycle(&e.index, id))
             .await
     }
 
@@ -588,7 +588,7 @@ impl ObjectStore for LocalStore {
     }
 
     fn is_storage_class(&self, class: &str) -> bool {
-        class == "STANDARD" || crate::tier::is_tier_class(class)
+        class == "STANDARD" || crate::tiers::is_tier_class(class)
     }
 
     async fn head_object(&self, bucket: &Bucket, key: &str) -> StoreResult<Option<ObjectInfo>> {
@@ -618,7 +618,7 @@ impl ObjectStore for LocalStore {
                 let chunk_end = at + u64::from(c.len);
                 if chunk_end > start
                     && at < end
-                    && !crate::tier::is_tier_segment(c.segment_id)
+                    && !crate::tiers::is_tier_segment(c.segment_id)
                     && !self.engine.chunks.can_read(&location(c))
                 {
                     return Err(EngineError::from(

@@ -134,7 +134,7 @@ impl From<RuleV1> for Rule {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tier::TierSegment;
+    use crate::tiers::TierSegment;
     use packrat_store_api::lifecycle::NoncurrentTransition;
 
     fn rules() -> Vec<Rule> {

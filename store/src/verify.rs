@@ -66,7 +66,7 @@ impl Checker {
                 offset: c.offset,
                 len: c.len,
             };
-            if crate::tier::is_tier_segment(c.segment_id) {
+            if crate::tiers::is_tier_segment(c.segment_id) {
                 // On a storage tier: checked when read, and by `admin tier run` when moved.
                 self.report.records_on_tiers += 1;
                 continue;

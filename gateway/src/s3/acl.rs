@@ -24,41 +24,7 @@ const ALL_USERS: &str = "http://acs.amazonaws.com/groups/global/AllUsers";
 const AUTHENTICATED_USERS: &str = "http://acs.amazonaws.com/groups/global/AuthenticatedUsers";
 const XSI: &str = "xmlns:xsi=\"http://www.w3.org/2001/XMLSchema-instance\"";
 
-/// A bucket's Object Ownership: who owns the objects written into it, and whether they carry
-/// ACLs of their own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
-    /// ACLs disabled; the bucket's owner owns every object (S3's default, and packrat's).
-    BucketOwnerEnforced,
-    /// ACLs enabled; the bucket's owner owns an object written with the canned ACL
-    /// `bucket-owner-full-control`, the writer owns any other.
-    BucketOwnerPreferred,
-    /// ACLs enabled; the writer owns the object.
-    ObjectWriter,
-}
-
-impl Ownership {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "BucketOwnerEnforced" => Some(Self::BucketOwnerEnforced),
-            "BucketOwnerPreferred" => Some(Self::BucketOwnerPreferred),
-            "ObjectWriter" => Some(Self::ObjectWriter),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::BucketOwnerEnforced => "BucketOwnerEnforced",
-            Self::BucketOwnerPreferred => "BucketOwnerPreferred",
-            Self::ObjectWriter => "ObjectWriter",
-        }
-    }
-
-    pub fn acls_enabled(self) -> bool {
-        self != Self::BucketOwnerEnforced
-    }
-}
+pub use super::ownership::Ownership;
 
 /// What a grant allows. On an object: READ its bytes, READ_ACP and WRITE_ACP its ACL (`WRITE`
 /// has no meaning for an object and is refused). On a bucket: READ lists it and reads its

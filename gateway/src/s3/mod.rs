@@ -13,6 +13,7 @@ pub mod error;
 pub mod handlers;
 pub mod headers;
 pub mod lifecycle;
+pub mod ownership;
 pub mod policy;
 pub mod post_policy;
 pub mod range;

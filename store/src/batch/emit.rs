@@ -164,7 +164,7 @@ fn whole_record(e: &Entry) -> Option<usize> {
     let len = u64::from(s.loc.len);
     let whole = p.start == s.chunk_start && p.end == s.chunk_start + len;
     let small = len > 0 && len < ZERO_COPY_BYTES_MIN;
-    (whole && small && !crate::tier::is_tier_segment(s.loc.segment_id)).then_some(s.chunk)
+    (whole && small && !crate::tiers::is_tier_segment(s.loc.segment_id)).then_some(s.chunk)
 }
 
 /// A batch's reading side: the engine, the sink entries go to, and the window buffer that span
@@ -402,7 +402,7 @@ impl Emitter<'_> {
                 let from_window = payload.is_ok();
                 if !from_window
                     && engine.chunks.has_redundancy()
-                    && !crate::tier::is_tier_segment(loc.segment_id)
+                    && !crate::tiers::is_tier_segment(loc.segment_id)
                 {
                     // The merged read takes one place only; the record read falls back on the
                     // other copies or rebuilds from the other shards.
