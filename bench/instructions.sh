@@ -11,18 +11,31 @@
 #   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/instructions.sh
 #   OPS=4000 WORKLOADS="get" TOP=40 bench/instructions.sh
 #
+# Without PACKRAT_A only B is counted. With BASELINE=FILE (lines `WORKLOAD INSTRUCTIONS`, as
+# bench/instructions.baseline keeps them) it fails when B runs more than 5% (GROWTH_MAX) over
+# the baseline per request: the guard scripts/test.sh runs, so that a feature cannot add cost
+# to the small request unseen. A figure well under its baseline is reported, to be lowered.
+#
 # Needs valgrind (Debian's package). Under callgrind a server runs about 50 times slower; the
 # default (2,000 PUTs and 4,000 GETs per side) takes about a minute in all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-A=${PACKRAT_A:?set PACKRAT_A to the binary from before the change}
+A=${PACKRAT_A:-}
 B=${PACKRAT_B:-${CARGO_TARGET_DIR:-target}/debug/packrat}
 WORKLOADS=${WORKLOADS:-"put get"}
 KEYS=${KEYS:-500}
 SIZE=${SIZE:-4KiB}
 OPS=${OPS:-}
 TOP=${TOP:-15}
+# Requests in flight. A PUT's count depends on how many share a group commit, which depends on
+# timing: with one at a time every PUT commits alone and the count repeats (the guard's way).
+CONCURRENCY=${CONCURRENCY:-4}
+BASELINE=${BASELINE:-}
+GROWTH_MAX=${GROWTH_MAX:-0.05}
+[ -n "$A" ] || [ -n "$BASELINE" ] || { echo "set PACKRAT_A (the binary before a change) or BASELINE" >&2; exit 2; }
+sides="B"; [ -n "$A" ] && sides="A B"
+failed=0
 PORT=${PORT:-19280}
 AK=instraccesskey
 SK=instr-secret-key-0123456789
@@ -38,16 +51,16 @@ trap cleanup EXIT
 
 load() { # args... (the load generator is B's `packrat bench`, so only the server changes)
   AWS_ACCESS_KEY_ID=$AK AWS_SECRET_ACCESS_KEY=$SK "$B" bench --endpoint "http://127.0.0.1:$PORT" \
-    --bucket instr --size "$SIZE" --keys "$KEYS" --prefix k/ --concurrency 4 "$@" >/dev/null 2>&1
+    --bucket instr --size "$SIZE" --keys "$KEYS" --prefix k/ --concurrency "$CONCURRENCY" --duration 3600s "$@" >/dev/null 2>&1
 }
 
 for w in $WORKLOADS; do
   ops=${OPS:-$([ "$w" = put ] && echo 2000 || echo 4000)}
-  for side in A B; do
+  for side in $sides; do
     bin=$A; [ "$side" = B ] && bin=$B
     rm -rf "$work/data"
     PACKRAT_ROOT_ACCESS_KEY=$AK PACKRAT_ROOT_SECRET_KEY=$SK valgrind --tool=callgrind \
-      --instr-atstart=no --callgrind-out-file="$work/$w-$side.out" \
+      --instr-atstart=no ${CALLGRIND_OPTS:-} --callgrind-out-file="$work/$w-$side.out" \
       "$bin" serve --data-dir "$work/data" --listen 127.0.0.1:$PORT --log warn \
       >"$work/server-$w-$side.log" 2>&1 &
     pid=$!
@@ -67,9 +80,11 @@ for w in $WORKLOADS; do
     echo "== $w $side ($bin): $ops requests counted" >&2
   done
   # The dump taken while counting (the one at exit holds nothing: counting was off).
-  python3 - "$w" "$ops" "$TOP" "$work/$w-A.out.1" "$work/$w-B.out.1" <<'PY'
+  python3 - "$w" "$ops" "$TOP" "$work/$w-A.out.1" "$work/$w-B.out.1" "$BASELINE" "$GROWTH_MAX" <<'PY' || failed=1
 import collections, re, subprocess, sys
+import os
 work, ops, top, fa, fb = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+baseline, growth_max = sys.argv[6], float(sys.argv[7])
 def own(path):
     """Instructions per function (its own, inlined code included), from callgrind_annotate."""
     out = subprocess.run(["callgrind_annotate", "--threshold=100", path],
@@ -87,8 +102,24 @@ def own(path):
         name = fn if fn and where.endswith((".rs", ".S", ".c", ".h", ".cc", "???")) else name
         per[name] += int(m.group(1).replace(",", ""))
     return per
-a, b = own(fa), own(fb)
-ta, tb = sum(a.values()) / ops, sum(b.values()) / ops
+b = own(fb)
+tb = sum(b.values()) / ops
+if baseline:
+    base = dict(l.split()[:2] for l in open(baseline) if l.strip() and not l.startswith("#"))
+    want = float(base[work])
+    ratio = tb / want
+    print(f"{work}: {tb:,.0f} instructions per request, baseline {want:,.0f} ({ratio:.4f})")
+    if ratio > 1 + growth_max:
+        print(f"{work}: more than {growth_max:.0%} over the baseline: find the cost (PACKRAT_A=<the binary before> "
+              f"bench/instructions.sh shows the functions that grew) or, if it is worth it, raise "
+              f"{baseline} in the same commit and say why", file=sys.stderr)
+        sys.exit(1)
+    if ratio < 1 - growth_max:
+        print(f"{work}: well under the baseline: lower it in {baseline} to keep the gain")
+if not os.path.exists(fa):
+    sys.exit(0)
+a = own(fa)
+ta = sum(a.values()) / ops
 print(f"\n{work} ({ops} requests): instructions per request A {ta:,.0f}, B {tb:,.0f}, B/A {tb / ta:.4f}")
 print(f"| change/request | A | B | function |\n|---|---|---|---|")
 names = sorted(set(a) | set(b), key=lambda k: -abs(b[k] - a[k]))
@@ -96,3 +127,4 @@ for k in names[:top]:
     print(f"| {(b[k] - a[k]) / ops:+,.0f} | {a[k] / ops:,.0f} | {b[k] / ops:,.0f} | `{k[:110]}` |")
 PY
 done
+exit $failed

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The one command that runs every check and test packrat has: formatting, clippy, unit,
+# The one command that runs every check and test packrat has: formatting, clippy, the
+# instruction guard (callgrind counts of a 4 KiB GET and PUT against bench/instructions.baseline), unit,
 # property and store conformance tests, the Rust AWS SDK tests and the Python client tests
 # (boto3, aws-cli) against the real binary. CI runs exactly this (see .ci/run). Needs the setup
 # in the README. At the end it prints how long each step took, so growth is seen early, and
@@ -58,6 +59,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo build (the packrat binary the integration tests start)"
 cargo build --workspace
 
+step "instruction guard (callgrind: 4 KiB PUT and GET within 5% of bench/instructions.baseline)"
+BASELINE=bench/instructions.baseline bash bench/instructions.sh
+
 step "cargo test (unit, property, store conformance and Rust AWS SDK tests)"
 cargo test --workspace
 
@@ -67,7 +71,7 @@ bash scripts/fuzz.sh
 step "pytest, cluster mode (the boto3, aws-cli and data-loader client tests against a gateway of etcd + 3 nodes)"
 PACKRAT_TEST_TARGET=cluster "$venv/bin/python" -m pytest -q -rs \
   tests/test_objects.py tests/test_multipart.py tests/test_tagging.py tests/test_cors.py tests/test_post_object.py \
-  tests/test_bucket_policy.py tests/test_isolation.py tests/test_object_acl.py \
+  tests/test_bucket_policy.py tests/test_bucket_acl.py tests/test_isolation.py tests/test_object_acl.py \
   tests/test_auth_checksums.py tests/test_sse.py tests/test_versioning.py tests/test_object_lock.py \
   tests/test_awscli.py tests/test_extensions.py tests/test_loaders.py
 

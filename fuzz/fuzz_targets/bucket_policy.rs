@@ -1,7 +1,8 @@
 //! Bucket policies (PutBucketPolicy bodies): MalformedPolicy or a parsed policy, never a panic.
 //! A policy that parses is evaluated for requests shaped by the input's first line (caller,
 //! action, key, address, listing parameters), anonymous and signed, over http and https, which
-//! must not panic either (wildcards, CIDR parsing and numeric conditions on any text).
+//! must not panic either (wildcards, CIDR parsing and numeric conditions on any text; header and
+//! tag conditions with the tags known and not).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -27,7 +28,13 @@ fuzz_target!(|data: &[u8]| {
         is_root: false,
     };
     let resource = format!("arn:aws:s3:::fuzz-bucket/{key}");
-    for principal in [None, Some(&who)] {
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::from_str(&prefix) {
+        headers.insert("x-amz-acl", v.clone());
+        headers.insert("x-amz-server-side-encryption", v);
+    }
+    let tags = vec![(key.clone(), prefix.clone()), ("share".to_string(), key.clone())];
+    for (principal, known) in [(None, None), (Some(&who), Some(&tags[..])), (None, Some(&tags[..1]))] {
         for secure in [false, true] {
             let ctx = RequestContext {
                 principal,
@@ -40,6 +47,9 @@ fuzz_target!(|data: &[u8]| {
                 prefix: Some(&prefix),
                 delimiter: Some("/"),
                 max_keys: Some(&prefix),
+                headers: Some(&headers),
+                request_tags: known,
+                existing_tags: known,
             };
             let _ = p.evaluate(&ctx);
         }

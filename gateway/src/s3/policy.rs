@@ -16,9 +16,12 @@
 //! - `Condition`: the operators in [`Op`] (each also with `IfExists`) over the keys in
 //!   [`CONDITION_KEYS`], the request's `x-amz-*` headers as `s3:x-amz-NAME` (S3's
 //!   `s3:x-amz-acl`, `s3:x-amz-server-side-encryption`, `s3:x-amz-storage-class`, ...) and the
-//!   tags a request sets as `s3:RequestObjectTag/KEY`; a key the request lacks fails a positive
-//!   operator and passes a negated one, as AWS has it. `s3:ExistingObjectTag/KEY` is refused:
-//!   judging it needs the object's tags before the request, on every path (batch GET included).
+//!   tags a request sets as `s3:RequestObjectTag/KEY`, the tags of the object a request acts on
+//!   as `s3:ExistingObjectTag/KEY`; a key the request lacks fails a positive operator and
+//!   passes a negated one, as AWS has it. Where an object's tags are not known (the many keys
+//!   of a batch GET, an epoch stream or DeleteObjects are judged without reading each
+//!   object), an `ExistingObjectTag` condition fails closed: it holds in a Deny and fails in
+//!   an Allow.
 
 use super::error::{S3Error, S3ErrorCode, S3Result};
 use ipnet::IpNet;
@@ -80,6 +83,9 @@ pub struct RequestContext<'a> {
     /// The tags the request sets (`s3:RequestObjectTag/KEY`): its `x-amz-tagging` header's,
     /// or PutObjectTagging's body's.
     pub request_tags: Option<&'a [(String, String)]>,
+    /// The tags of the object the request acts on (`s3:ExistingObjectTag/KEY`; empty when
+    /// there is none); `None` when they were not read.
+    pub existing_tags: Option<&'a [(String, String)]>,
 }
 
 /// A condition key, resolved when the policy is parsed so that evaluating it allocates nothing.
@@ -99,6 +105,8 @@ pub enum CondKey {
     AmzHeader,
     /// `s3:RequestObjectTag/KEY`: the value of tag KEY (the condition's `arg`) the request sets.
     RequestObjectTag,
+    /// `s3:ExistingObjectTag/KEY`: the value of tag KEY of the object the request acts on.
+    ExistingObjectTag,
 }
 
 impl CondKey {
@@ -111,9 +119,14 @@ impl CondKey {
         {
             return Some((CondKey::AmzHeader, h.to_string()));
         }
-        if lower.starts_with("s3:requestobjecttag/") {
-            let tag = &key["s3:RequestObjectTag/".len()..];
-            return (!tag.is_empty()).then(|| (CondKey::RequestObjectTag, tag.to_string()));
+        for (prefix, k) in [
+            ("s3:requestobjecttag/", CondKey::RequestObjectTag),
+            ("s3:existingobjecttag/", CondKey::ExistingObjectTag),
+        ] {
+            if lower.starts_with(prefix) {
+                let tag = &key[prefix.len()..];
+                return (!tag.is_empty()).then(|| (k, tag.to_string()));
+            }
         }
         CONDITION_KEYS
             .iter()
@@ -140,6 +153,9 @@ impl RequestContext<'_> {
         match key {
             AmzHeader => (self.headers?.get(arg)?.to_str().ok()).map(Got::Text),
             RequestObjectTag => (self.request_tags?.iter())
+                .find(|(k, _)| k == arg)
+                .map(|(_, v)| Got::Text(v.as_str())),
+            ExistingObjectTag => (self.existing_tags?.iter())
                 .find(|(k, _)| k == arg)
                 .map(|(_, v)| Got::Text(v.as_str())),
             SourceIp => self.source_ip.map(Got::Ip),
@@ -305,7 +321,11 @@ struct Condition {
 }
 
 impl Condition {
-    fn holds(&self, ctx: &RequestContext<'_>) -> bool {
+    fn holds(&self, ctx: &RequestContext<'_>, effect: Effect) -> bool {
+        if self.key == CondKey::ExistingObjectTag && ctx.existing_tags.is_none() {
+            // Tags not read: fail closed.
+            return effect == Effect::Deny;
+        }
         let got = ctx.value(self.key, &self.arg);
         if self.op == Op::Null {
             // `"Null": {"k": "true"}`: holds when the key is absent.
@@ -348,7 +368,7 @@ impl Statement {
                 .iter()
                 .any(|r| glob(r.as_bytes(), ctx.resource.as_bytes(), false))
                 != self.not_resource)
-            && self.conditions.iter().all(|c| c.holds(ctx))
+            && self.conditions.iter().all(|c| c.holds(ctx, self.effect))
     }
 }
 
@@ -406,6 +426,13 @@ impl Policy {
     /// then are a request's `x-amz-tagging` tags parsed for it.
     pub fn reads_request_tags(&self) -> bool {
         (self.statements.iter()).any(|s| s.conditions.iter().any(|c| c.key.is_request_tag()))
+    }
+
+    /// Whether a condition names the tags of the object a request acts on: only then are
+    /// they read before the request is judged.
+    pub fn reads_existing_tags(&self) -> bool {
+        (self.statements.iter())
+            .any(|s| (s.conditions.iter()).any(|c| c.key == CondKey::ExistingObjectTag))
     }
 
     /// Explicit deny wins, then allow; [`Decision::Silent`] when no statement applies.
@@ -799,6 +826,7 @@ mod tests {
             max_keys: None,
             headers: None,
             request_tags: None,
+            existing_tags: None,
         }
     }
 
@@ -853,14 +881,48 @@ mod tests {
             CondKey::parse("s3:RequestObjectTag/Project"),
             Some((CondKey::RequestObjectTag, "Project".into()))
         );
+        assert_eq!(
+            CondKey::parse("s3:ExistingObjectTag/Class"),
+            Some((CondKey::ExistingObjectTag, "Class".into()))
+        );
         for refused in [
             "s3:RequestObjectTag/",
-            "s3:ExistingObjectTag/a",
+            "s3:ExistingObjectTag/",
             "s3:other",
             "x-amz-acl",
         ] {
             assert_eq!(CondKey::parse(refused), None, "{refused}");
         }
+    }
+
+    #[test]
+    fn existing_tag_conditions_fail_closed_when_not_read() {
+        let p = parse(
+            br#"{"Statement":[
+              {"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*",
+               "Condition":{"StringEquals":{"s3:ExistingObjectTag/share":"yes"}}},
+              {"Effect":"Deny","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::b/*",
+               "Condition":{"StringEquals":{"s3:ExistingObjectTag/class":"secret"}}}]}"#,
+            "b",
+        )
+        .unwrap();
+        assert!(p.reads_existing_tags() && !p.reads_request_tags());
+        let judge = |tags: Option<&[(String, String)]>| {
+            let mut c = ctx(None, "s3:GetObject", "arn:aws:s3:::b/k");
+            c.existing_tags = tags;
+            p.evaluate(&c)
+        };
+        let t = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert_eq!(judge(Some(&t(&[("share", "yes")]))), Decision::Allow);
+        assert_eq!(judge(Some(&t(&[]))), Decision::Silent);
+        let secret = t(&[("share", "yes"), ("class", "secret")]);
+        assert_eq!(judge(Some(&secret)), Decision::Deny);
+        assert_eq!(judge(None), Decision::Deny, "not read: the Deny holds");
     }
 
     #[test]

@@ -90,8 +90,18 @@ impl<'a> Caller<'a> {
             return Ok(true);
         }
         let policy = policy_of(state, b).await?;
+        let existing = match &policy {
+            Some(p) if p.reads_existing_tags() => {
+                Some(existing_tags(state, b, key, self.facts.q("versionId")).await?)
+            }
+            _ => None,
+        };
+        let facts = Facts {
+            existing_tags: existing.as_deref().or(self.facts.existing_tags),
+            ..self.facts
+        };
         Ok(permits(
-            &self.facts,
+            &facts,
             self.identity,
             b,
             policy.as_deref(),

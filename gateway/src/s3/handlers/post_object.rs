@@ -273,6 +273,7 @@ pub(super) async fn handle_post_object(
             headers: &req.headers,
             query: &req.query,
             tags: form_tags.as_deref(),
+            existing_tags: None,
         },
         Some(&id),
         bname,
@@ -320,6 +321,7 @@ pub(super) async fn handle_post_object(
             headers: &req.headers,
             query: &req.query,
             tags: form_tags.as_deref(),
+            existing_tags: None,
         },
         identity: Some(&id),
     };
