@@ -133,11 +133,6 @@ impl CondKey {
             .find(|(name, _)| name.eq_ignore_ascii_case(key))
             .map(|(_, k)| (*k, String::new()))
     }
-
-    /// Whether the key is the tags a request sets.
-    pub fn is_request_tag(self) -> bool {
-        self == CondKey::RequestObjectTag
-    }
 }
 
 /// A request's value for a condition key.
@@ -394,13 +389,26 @@ pub struct Policy {
     /// The bucket's ACL grants (PutBucketAcl beyond `private` and `public-read`), judged where
     /// the statements are silent; they travel with the policy (one cache, one lookup).
     pub bucket_acl: Option<super::acl::Acl>,
+    /// Whether a condition names the tags a request sets (`s3:RequestObjectTag/KEY`), and
+    /// the tags of the object it acts on (`s3:ExistingObjectTag/KEY`): found once at parse,
+    /// so a request to a bucket whose policy names neither pays no scan of the statements.
+    reads_request_tags: bool,
+    reads_existing_tags: bool,
 }
 
 impl Policy {
     /// No statements: what holds is the bucket's ACL, as `block` lets it.
     pub fn blocking(block: PublicAccessBlock) -> Policy {
+        Self::of(Vec::new(), block)
+    }
+
+    fn of(statements: Vec<Statement>, block: PublicAccessBlock) -> Policy {
+        let names =
+            |key: CondKey| (statements.iter()).any(|s| s.conditions.iter().any(|c| c.key == key));
         Policy {
-            statements: Vec::new(),
+            reads_request_tags: names(CondKey::RequestObjectTag),
+            reads_existing_tags: names(CondKey::ExistingObjectTag),
+            statements,
             block,
             bucket_acl: None,
         }
@@ -425,14 +433,13 @@ impl Policy {
     /// Whether a condition names the tags a request sets (`s3:RequestObjectTag/KEY`): only
     /// then are a request's `x-amz-tagging` tags parsed for it.
     pub fn reads_request_tags(&self) -> bool {
-        (self.statements.iter()).any(|s| s.conditions.iter().any(|c| c.key.is_request_tag()))
+        self.reads_request_tags
     }
 
     /// Whether a condition names the tags of the object a request acts on: only then are
     /// they read before the request is judged.
     pub fn reads_existing_tags(&self) -> bool {
-        (self.statements.iter())
-            .any(|s| (s.conditions.iter()).any(|c| c.key == CondKey::ExistingObjectTag))
+        self.reads_existing_tags
     }
 
     /// Explicit deny wins, then allow; [`Decision::Silent`] when no statement applies.
@@ -693,11 +700,7 @@ pub fn parse(doc: &[u8], bucket: &str) -> S3Result<Policy> {
             conditions,
         });
     }
-    Ok(Policy {
-        statements,
-        block: PublicAccessBlock::default(),
-        bucket_acl: None,
-    })
+    Ok(Policy::of(statements, PublicAccessBlock::default()))
 }
 
 /// How long a gateway trusts the policy it read for a bucket. A policy put or deleted through

@@ -221,13 +221,8 @@ pub(crate) async fn bucket_gated(
         return Ok((b, Gate::Open));
     }
     let policy = policy_of(state, &b).await?;
-    // The object's tags, for a policy that judges them (a store read only for such buckets).
-    let existing = match (&policy, key) {
-        (Some(p), Some(k)) if action.on_object && p.reads_existing_tags() => {
-            Some(existing_tags(state, &b, k, facts.q("versionId")).await?)
-        }
-        _ => None,
-    };
+    let object = key.filter(|_| action.on_object);
+    let existing = existing_tags(state, &b, policy.as_deref(), facts, object).await?;
     let facts = &Facts {
         existing_tags: existing.as_deref().or(facts.existing_tags),
         ..*facts
@@ -243,22 +238,27 @@ pub(crate) async fn bucket_gated(
     }
 }
 
-/// The tags of the object (or the version `version_id` names) a request acts on; none when
-/// there is no such object.
+/// The tags of the object `key` (or the version the request's `versionId` names), for a
+/// policy that judges them (`s3:ExistingObjectTag/KEY`): `None`, and no store read, for any
+/// other policy or without a key; empty when there is no such object.
 pub(super) async fn existing_tags(
     state: &AppState,
     b: &Bucket,
-    key: &str,
-    version_id: Option<&str>,
-) -> S3Result<Vec<(String, String)>> {
-    let found = match version_id {
+    policy: Option<&crate::s3::policy::Policy>,
+    facts: &Facts<'_>,
+    key: Option<&str>,
+) -> S3Result<Option<Vec<(String, String)>>> {
+    let (Some(key), true) = (key, policy.is_some_and(|p| p.reads_existing_tags())) else {
+        return Ok(None);
+    };
+    let found = match facts.q("versionId") {
         None => state.store.head_object(b, key).await?,
         Some(v) => match state.store.find_version(b, key, Some(v)).await {
             Ok(Some(packrat_store_api::FoundVersion::Object(o))) => Some(*o),
             _ => None,
         },
     };
-    Ok(found.map(|o| o.attrs.tags).unwrap_or_default())
+    Ok(Some(found.map(|o| o.attrs.tags).unwrap_or_default()))
 }
 
 /// The gate of a caller the bucket does not admit: an object ACL's, where the action is one

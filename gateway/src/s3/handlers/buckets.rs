@@ -94,13 +94,6 @@ pub(super) async fn handle_list_buckets(state: &Arc<AppState>, req: &S3Request) 
     xml_ok(x)
 }
 
-fn owner_of(b_owner_id: &str, b_owner_name: &str) -> acl::Person {
-    acl::Person {
-        id: b_owner_id.to_string(),
-        name: b_owner_name.to_string(),
-    }
-}
-
 /// The bucket ACL a CreateBucket's or PutBucketAcl's headers (`x-amz-acl`, `x-amz-grant-*`)
 /// or PutBucketAcl's body ask for, for a bucket of `owner`; `None` when they name none.
 async fn asked_bucket_acl(
@@ -183,8 +176,11 @@ pub(super) async fn handle_create_bucket(
             "The specified bucket is not valid.",
         ));
     }
-    let asked =
-        asked_bucket_acl(state, &req.headers, owner_of(&id.owner_id, &id.name), &[]).await?;
+    let me = acl::Person {
+        id: id.owner_id.clone(),
+        name: id.name.clone(),
+    };
+    let asked = asked_bucket_acl(state, &req.headers, me, &[]).await?;
     let public = asked.as_ref().is_some_and(public_read);
     let ownership = match req.header("x-amz-object-ownership") {
         None => state.config.default_object_ownership,
@@ -325,7 +321,7 @@ pub(super) async fn handle_put_bucket_acl(
 ) -> R {
     let b = load_bucket(state, req, name, Action::PUT_BUCKET_ACL).await?;
     let body = read_xml_body(req).await?;
-    let owner = owner_of(&b.owner_id, &b.owner_name);
+    let owner = object_acl::bucket_owner(&b);
     let Some(acl) = asked_bucket_acl(state, &req.headers, owner, &body).await? else {
         return Err(err(
             S3ErrorCode::MalformedACLError,

@@ -90,12 +90,7 @@ impl<'a> Caller<'a> {
             return Ok(true);
         }
         let policy = policy_of(state, b).await?;
-        let existing = match &policy {
-            Some(p) if p.reads_existing_tags() => {
-                Some(existing_tags(state, b, key, self.facts.q("versionId")).await?)
-            }
-            _ => None,
-        };
+        let existing = existing_tags(state, b, policy.as_deref(), &self.facts, Some(key)).await?;
         let facts = Facts {
             existing_tags: existing.as_deref().or(self.facts.existing_tags),
             ..self.facts

@@ -23,7 +23,7 @@ pub(crate) async fn ownership_of(state: &AppState, b: &Bucket) -> S3Result<Owner
     }
 }
 
-fn bucket_owner(b: &Bucket) -> Person {
+pub(super) fn bucket_owner(b: &Bucket) -> Person {
     Person {
         id: b.owner_id.clone(),
         name: b.owner_name.clone(),
