@@ -30,14 +30,74 @@ pub(crate) fn read_if_cached(
     buf: &mut [u8],
     offset: u64,
 ) -> Option<std::io::Result<()>> {
-    use std::os::unix::io::AsRawFd;
-    let iov = libc::iovec {
+    let iov = [libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
         iov_len: buf.len(),
-    };
-    let offset = i64::try_from(offset).ok()?;
+    }];
     // SAFETY: `iov` points at `buf`, which is valid for writes of its length for the call.
-    let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+    unsafe { read_all_if_cached(file, &iov, offset) }
+}
+
+/// Reads a record at `offset` only if all of it is in the page cache, as [`read_if_cached`]:
+/// its header into `header`, its payload into `payload` (which ends `payload_len` long).
+///
+/// Hand-written for the small GET's hot path: one call fills both parts, so the payload is
+/// neither zeroed before the read nor moved down past the header after it (a memset and a
+/// memmove of the whole record, about 8% of a cached 4 KiB GET's instructions in callgrind).
+pub(crate) fn read_record_if_cached(
+    file: &File,
+    header: &mut [u8; RECORD_HEADER_BYTES],
+    payload: &mut Vec<u8>,
+    payload_len: usize,
+    offset: u64,
+) -> Option<std::io::Result<()>> {
+    payload.clear();
+    payload.reserve_exact(payload_len);
+    let iov = [
+        libc::iovec {
+            iov_base: header.as_mut_ptr().cast(),
+            iov_len: RECORD_HEADER_BYTES,
+        },
+        libc::iovec {
+            iov_base: payload.as_mut_ptr().cast(),
+            iov_len: payload_len,
+        },
+    ];
+    // SAFETY: the first iovec points at `header`, the second at `payload`'s allocation, which
+    // `reserve_exact` made at least `payload_len` bytes long; both stay borrowed for the call,
+    // and the kernel only writes there (uninitialized memory is a valid target for a read).
+    let read = unsafe { read_all_if_cached(file, &iov, offset) }?;
+    if read.is_ok() {
+        // SAFETY: the read filled every byte of both iovecs, the payload's `payload_len`
+        // bytes among them, within the capacity reserved above.
+        unsafe { payload.set_len(payload_len) };
+    }
+    Some(read)
+}
+
+/// One `preadv2(RWF_NOWAIT)` into `iov` at `offset`: `Some(Ok)` only when every byte of every
+/// iovec was read (a partly cached record is read again in full by the slow path).
+///
+/// # Safety
+/// Every iovec must point at memory valid for writes of its length for the call.
+unsafe fn read_all_if_cached(
+    file: &File,
+    iov: &[libc::iovec],
+    offset: u64,
+) -> Option<std::io::Result<()>> {
+    use std::os::unix::io::AsRawFd;
+    let want: usize = iov.iter().map(|v| v.iov_len).sum();
+    let offset = i64::try_from(offset).ok()?;
+    // SAFETY: the caller guarantees every iovec is valid for writes of its length.
+    let n = unsafe {
+        libc::preadv2(
+            file.as_raw_fd(),
+            iov.as_ptr(),
+            iov.len() as libc::c_int,
+            offset,
+            libc::RWF_NOWAIT,
+        )
+    };
     if n < 0 {
         let e = std::io::Error::last_os_error();
         return match e.raw_os_error() {
@@ -48,8 +108,7 @@ pub(crate) fn read_if_cached(
             _ => Some(Err(e)),
         };
     }
-    // A partly cached record is read again in full by the slow path.
-    (n as usize == buf.len()).then_some(Ok(()))
+    (n as usize == want).then_some(Ok(()))
 }
 
 /// Checks a record read from disk (magic, version, header crc, identity, length, payload
@@ -81,29 +140,47 @@ fn verify_record(
 
 /// Verifies one whole record (header then payload, exactly `RECORD_HEADER_BYTES + loc.len`
 /// bytes): magic, version and header crc, the expected identity and length, and the payload
-/// crc32c. Returns the payload. Every read path ends here.
+/// crc32c. Returns the payload. Every read path ends here (or in [`check_parts`]).
 fn check_record<'a>(
     record: &'a [u8],
     loc: &RecordLocation,
     object_id: &[u8; 16],
     chunk_index: u32,
 ) -> Result<&'a [u8]> {
+    let payload = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + loc.len as usize];
+    check_parts(
+        &record[..RECORD_HEADER_BYTES],
+        payload,
+        loc,
+        object_id,
+        chunk_index,
+    )?;
+    Ok(payload)
+}
+
+/// [`check_record`] of a record read as its header and its payload (`loc.len` bytes).
+fn check_parts(
+    header: &[u8],
+    payload: &[u8],
+    loc: &RecordLocation,
+    object_id: &[u8; 16],
+    chunk_index: u32,
+) -> Result<()> {
     let corrupt = |reason: String| ChunkStoreError::Corrupt {
         segment_id: loc.segment_id,
         offset: loc.offset,
         reason,
     };
-    let header = decode_record_header(&record[..RECORD_HEADER_BYTES]).map_err(corrupt)?;
+    let header = decode_record_header(header).map_err(corrupt)?;
     if header.object_id != *object_id || header.chunk_index != chunk_index {
         return Err(corrupt("record belongs to another object".into()));
     }
-    if header.payload_len != loc.len {
+    if header.payload_len != loc.len || payload.len() != loc.len as usize {
         return Err(corrupt(format!(
             "length {} does not match the index ({})",
             header.payload_len, loc.len
         )));
     }
-    let payload = &record[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + loc.len as usize];
     let crc = crc32c(payload);
     if crc != header.payload_crc32c {
         return Err(corrupt(format!(
@@ -111,7 +188,7 @@ fn check_record<'a>(
             header.payload_crc32c
         )));
     }
-    Ok(payload)
+    Ok(())
 }
 
 /// A run of bytes read from one segment by [`ChunkStore::read_span_into`]: several
@@ -379,16 +456,13 @@ impl ChunkStore {
             Ok(None) => return None,
             Err(e) => return Some(Err(e)),
         };
-        let mut buf = vec![0u8; RECORD_HEADER_BYTES + loc.len as usize];
-        let read = read_if_cached(&file, &mut buf, at)?;
-        let path = self.seg_path(loc.segment_id);
-        Some(verify_record(
-            loc,
-            read.map(|()| buf),
-            object_id,
-            chunk_index,
-            &path,
-        ))
+        let mut header = [0u8; RECORD_HEADER_BYTES];
+        let mut payload = Vec::new();
+        let read = read_record_if_cached(&file, &mut header, &mut payload, loc.len as usize, at)?;
+        Some(match read {
+            Ok(()) => check_parts(&header, &payload, loc, object_id, chunk_index).map(|()| payload),
+            Err(e) => Err(io_err(&self.seg_path(loc.segment_id), e)),
+        })
     }
 
     /// Like [`read`](Self::read), but through io_uring when the store uses it: `done` is then

@@ -198,10 +198,10 @@ async fn handle(
     };
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
-        h.insert("x-amz-request-id", v.clone());
-        h.insert("x-amz-id-2", v);
+        h.insert(&crate::s3::headers::X_AMZ_REQUEST_ID, v.clone());
+        h.insert(&crate::s3::headers::X_AMZ_ID_2, v);
     }
-    h.insert("server", HeaderValue::from_static("packrat"));
+    h.insert(http::header::SERVER, HeaderValue::from_static("packrat"));
     let status = resp.status().as_u16();
     let done = Finished {
         state,

@@ -4,6 +4,13 @@
 /// when `keep_slash` (paths) and encoded otherwise (query components).
 pub fn uri_encode(input: &[u8], keep_slash: bool) -> String {
     let mut out = String::with_capacity(input.len() + 8);
+    push_uri_encoded(&mut out, input, keep_slash);
+    out
+}
+
+/// [`uri_encode`] onto the end of `out`.
+pub fn push_uri_encoded(out: &mut String, input: &[u8], keep_slash: bool) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     for &b in input {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
@@ -12,20 +19,11 @@ pub fn uri_encode(input: &[u8], keep_slash: bool) -> String {
             b'/' if keep_slash => out.push('/'),
             _ => {
                 out.push('%');
-                out.push(
-                    char::from_digit((b >> 4) as u32, 16)
-                        .unwrap_or('0')
-                        .to_ascii_uppercase(),
-                );
-                out.push(
-                    char::from_digit((b & 15) as u32, 16)
-                        .unwrap_or('0')
-                        .to_ascii_uppercase(),
-                );
+                out.push(HEX[usize::from(b >> 4)] as char);
+                out.push(HEX[usize::from(b & 15)] as char);
             }
         }
     }
-    out
 }
 
 pub fn percent_decode(s: &str) -> Vec<u8> {

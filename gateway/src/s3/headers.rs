@@ -26,6 +26,9 @@ pub static X_AMZ_DATE: HeaderName = HeaderName::from_static("x-amz-date");
 pub static X_AMZ_DECODED_CONTENT_LENGTH: HeaderName =
     HeaderName::from_static("x-amz-decoded-content-length");
 pub static X_AMZ_COPY_SOURCE: HeaderName = HeaderName::from_static("x-amz-copy-source");
+/// Every answer's request ids (named once: a name given as text is parsed on each use).
+pub static X_AMZ_REQUEST_ID: HeaderName = HeaderName::from_static("x-amz-request-id");
+pub static X_AMZ_ID_2: HeaderName = HeaderName::from_static("x-amz-id-2");
 
 /// A request's headers and which optional kinds of header among them ([`Kind`]), found in one
 /// pass over the names when the request is parsed. Most requests carry none of those kinds,

@@ -105,7 +105,11 @@ fn xml_ok(x: Xml) -> R {
 }
 
 fn quoted(etag: &str) -> String {
-    format!("\"{etag}\"")
+    let mut s = String::with_capacity(etag.len() + 2);
+    s.push('"');
+    s.push_str(etag);
+    s.push('"');
+    s
 }
 
 /// Runs a request, then makes sure its connection can carry the next one: what the handler

@@ -517,10 +517,13 @@ pub(super) async fn handle_get_object(
         } else {
             StatusCode::OK
         })
-        .header("content-length", (end - start).to_string())
-        .header("etag", quoted(&obj.etag))
-        .header("last-modified", http_date(obj.attrs.last_modified_ms))
-        .header("accept-ranges", "bytes");
+        .header(http::header::CONTENT_LENGTH, end - start)
+        .header(http::header::ETAG, quoted(&obj.etag))
+        .header(
+            http::header::LAST_MODIFIED,
+            http_date(obj.attrs.last_modified_ms),
+        )
+        .header(http::header::ACCEPT_RANGES, "bytes");
     rb = version_header(rb, &obj);
     if range.is_some() && size > 0 {
         rb = rb.header(
@@ -539,11 +542,17 @@ pub(super) async fn handle_get_object(
             ));
         }
     }
-    let override_of = |h: &str| req.q(&format!("response-{h}")).map(str::to_string);
+    // Most GETs override nothing: then no `response-*` name is formed and looked for.
+    let overrides = req.query.iter().any(|(k, _)| k.starts_with("response-"));
+    let override_of = |h: &str| {
+        overrides
+            .then(|| req.q(&format!("response-{h}")).map(str::to_string))
+            .flatten()
+    };
     let ct = override_of("content-type")
         .or_else(|| obj.attrs.content_type.clone())
         .unwrap_or_else(|| "binary/octet-stream".to_string());
-    rb = rb.header("content-type", ct);
+    rb = rb.header(http::header::CONTENT_TYPE, ct);
     for h in headers::STORED_HEADERS {
         let v = override_of(h).or_else(|| {
             obj.attrs
