@@ -4,7 +4,7 @@
 use http::{Method, StatusCode};
 use packrat_gateway::admin::ADMIN_PREFIX;
 use packrat_gateway::s3::sigv4;
-use packrat_store::job::Progress;
+use packrat_store_api::reports::{Progress, ScrubReport, TierRunReport};
 use serde::de::DeserializeOwned;
 
 /// Client side of `packrat admin tier run`: starts a run (or joins the one going), shows a
@@ -17,7 +17,7 @@ pub async fn run_tier(
     days_ahead: u32,
     json: bool,
 ) -> Result<(), String> {
-    let r: packrat_store::tiers::RunReport = follow(
+    let r: TierRunReport = follow(
         endpoint,
         region,
         access_key,
@@ -59,7 +59,7 @@ pub async fn run_scrub(
     secret_key: &str,
     json: bool,
 ) -> Result<(), String> {
-    let r: packrat_chunk_store::ScrubReport = follow(
+    let r: ScrubReport = follow(
         endpoint, region, access_key, secret_key, "scrub", "scrub", "scrub",
     )
     .await?;
@@ -89,7 +89,7 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<(), String> {
     Ok(())
 }
 
-fn print_scrub(r: &packrat_chunk_store::ScrubReport) {
+fn print_scrub(r: &ScrubReport) {
     println!(
         "checked {} segments ({} shards, {} bytes): {} shards missing, {} corrupt; {} rebuilt; {} sealed segments encoded",
         r.segments_checked,

@@ -771,7 +771,7 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 Some(t) => format!("compact/run?threshold={t}"),
                 None => "compact/run".to_string(),
             };
-            let r: packrat_store::compact::CompactReport = admin_client::follow(
+            let r: packrat_store_api::reports::CompactReport = admin_client::follow(
                 &args.endpoint,
                 &args.region,
                 &ak,

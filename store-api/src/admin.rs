@@ -1,15 +1,17 @@
 //! What an operator asks of a store: access keys, status, the long jobs (compaction, scrub,
 //! tier runs) and the store's own metrics.
 //!
-//! Reports are JSON documents in the store's own shape (one node's counters today, a
-//! cluster's per node tomorrow): the admin API passes them through and the CLI reads the
-//! fields it shows. Metrics are typed, so the S3 layer renders every store's figures the same
-//! way next to its own.
+//! The jobs' reports and the tier status are typed ([`crate::reports`]): a cluster adds up
+//! its nodes' and the CLI reads them into the same types. The status and the fault rules stay
+//! JSON documents in the store's own shape (one store's counters, a cluster's map; a store's
+//! own fault switches). Metrics are typed, so the S3 layer renders every store's figures the
+//! same way next to its own.
 
 use crate::StoreResult;
+use crate::reports::{CompactReport, JobProgress, TierStatus};
 use serde::{Deserialize, Serialize};
 
-/// A report as the admin API answers it.
+/// A status or fault document as the admin API answers it (see the module's note).
 pub type Report = serde_json::Value;
 
 /// An access key as the store keeps it.
@@ -146,14 +148,18 @@ pub trait StoreAdmin: Send + Sync + 'static {
     async fn status(&self, flush: bool) -> StoreResult<Report>;
     /// Compacts the segments whose live bytes are below `threshold` (0 to 1); removed
     /// segments stay readable for `grace` by readers that have them open. Answers the report.
-    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report>;
+    async fn compact(
+        &self,
+        threshold: f64,
+        grace: std::time::Duration,
+    ) -> StoreResult<CompactReport>;
     /// Starts a background job, or joins the one of its kind that is running; answers its
     /// progress. `Invalid` if the store cannot run it (a scrub without erasure coding).
-    fn start_job(&self, job: JobStart) -> StoreResult<Report>;
+    fn start_job(&self, job: JobStart) -> StoreResult<JobProgress>;
     /// The progress of the running (or last) job of a kind.
-    fn job_progress(&self, job: JobKind) -> StoreResult<Report>;
+    fn job_progress(&self, job: JobKind) -> StoreResult<JobProgress>;
     /// Storage tiers: what each holds, what is due to move.
-    async fn tier_status(&self) -> StoreResult<Report>;
+    async fn tier_status(&self) -> StoreResult<TierStatus>;
     /// Test fault injection: sets the store's fault rules if `set` is given, and answers
     /// them. `Invalid` for rules the store does not have, or with fault injection off.
     async fn faults(&self, set: Option<Report>) -> StoreResult<Report>;

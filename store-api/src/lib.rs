@@ -18,6 +18,7 @@ pub mod error;
 pub mod lifecycle;
 pub mod lock;
 pub mod replica;
+pub mod reports;
 pub mod sealed;
 pub mod sessions;
 pub mod source;

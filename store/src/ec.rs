@@ -11,6 +11,20 @@ use std::time::Duration;
 /// The scrub in progress, or the last one.
 pub type ScrubJob = crate::job::Job<ScrubReport>;
 
+/// A scrub's report as the store seam carries it (the chunk store's, field for field).
+pub fn scrub_report(r: ScrubReport) -> packrat_store_api::reports::ScrubReport {
+    packrat_store_api::reports::ScrubReport {
+        segments_checked: r.segments_checked,
+        shards_checked: r.shards_checked,
+        bytes_checked: r.bytes_checked,
+        shards_missing: r.shards_missing,
+        shards_corrupt: r.shards_corrupt,
+        shards_rebuilt: r.shards_rebuilt,
+        segments_sealed: r.segments_sealed,
+        unrepairable: r.unrepairable,
+    }
+}
+
 /// Starts a scrub unless one is running; `rate` bounds its reading (bytes per second).
 /// Returns whether this call started it.
 pub fn start_scrub(engine: &Arc<Engine>, rate: Option<u64>) -> bool {

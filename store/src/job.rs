@@ -1,7 +1,6 @@
 //! A long admin job (a scrub, a tier run) that runs in the background while clients poll its
 //! progress: the store keeps one [`Job`] per kind, and the admin API reports its [`Progress`].
 
-use serde::{Deserialize, Serialize};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 
@@ -27,17 +26,8 @@ impl<R> Default for Job<R> {
     }
 }
 
-/// What the admin API answers about a job.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct Progress<R> {
-    pub running: bool,
-    pub done_bytes: u64,
-    pub total_bytes: u64,
-    pub finished_runs: u64,
-    /// The report of the last run that finished.
-    pub report: Option<R>,
-    pub error: Option<String>,
-}
+/// What the admin API answers about a job (a type of the store seam).
+pub use packrat_store_api::reports::Progress;
 
 impl<R: Clone> Job<R> {
     /// Claims the job for a new run; false if one is going.

@@ -11,7 +11,6 @@ use packrat_index::{ChunkRef, ObjectRecord};
 use packrat_store_api::StoreError;
 use packrat_store_api::lifecycle::{self, Action, Rule};
 use packrat_tiering::Tier;
-use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,36 +50,8 @@ struct Pending {
     bytes: u64,
 }
 
-/// What `admin tier status` reports.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct TierStatus {
-    pub tiers: Vec<TierInfo>,
-    /// Objects and bytes whose data is (entirely or partly) still on local NVMe.
-    pub standard_objects: u64,
-    pub standard_bytes: u64,
-    pub nvme_segment_bytes: u64,
-    /// Objects and noncurrent versions whose data is not where their class says, and their
-    /// bytes.
-    pub pending_objects: u64,
-    pub pending_bytes: u64,
-    pub cache_bytes: u64,
-    pub run: RunProgress,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-pub struct TierInfo {
-    pub class: String,
-    pub target: String,
-    pub segments: u64,
-    pub segment_bytes: u64,
-    pub objects: u64,
-    pub object_bytes: u64,
-    /// Noncurrent versions (of versioned buckets) whose data is on this tier.
-    #[serde(default)]
-    pub versions: u64,
-    #[serde(default)]
-    pub version_bytes: u64,
-}
+/// What `admin tier status` reports (types of the store seam).
+pub use packrat_store_api::reports::{TierInfo, TierStatus};
 
 pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
     let e = engine.clone();
@@ -161,6 +132,7 @@ pub async fn status(engine: &Arc<Engine>) -> EngineResult<TierStatus> {
         pending_bytes: pending.1,
         cache_bytes: engine.tiers.cache.weight(),
         run: engine.tiers.progress(),
+        nodes: None,
     })
 }
 

@@ -66,32 +66,8 @@ pub struct TierSegment {
     pub created_ms: i64,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunReport {
-    pub lifecycle_transitions: u64,
-    pub lifecycle_expirations: u64,
-    /// Versions removed by NoncurrentVersionExpiration, and delete markers left alone by it
-    /// or otherwise removed by ExpiredObjectDeleteMarker.
-    #[serde(default)]
-    pub lifecycle_versions_removed: u64,
-    /// Noncurrent versions given a colder class by NoncurrentVersionTransition (their bytes
-    /// move with the objects', counted in `objects_moved`).
-    #[serde(default)]
-    pub lifecycle_versions_transitioned: u64,
-    pub uploads_aborted: u64,
-    pub objects_moved: u64,
-    pub bytes_moved: u64,
-    /// Objects that changed (overwritten, deleted) while being moved: left as they are.
-    pub objects_skipped: u64,
-    /// Objects with a record that failed to read (corrupt or lost): left where they are, and
-    /// logged; the run goes on with the others.
-    #[serde(default)]
-    pub objects_unreadable: u64,
-    pub segments_written: u64,
-    pub segments_removed: u64,
-    pub nvme_bytes_reclaimed: u64,
-    pub seconds: f64,
-}
+/// What a tier run did (a type of the store seam).
+pub use packrat_store_api::reports::TierRunReport as RunReport;
 
 /// What `GET /_packrat/admin/tier/run` answers.
 pub type RunProgress = crate::job::Progress<RunReport>;

@@ -26,16 +26,17 @@ fn open(clock: Arc<ManualClock>) -> Arc<dyn ReplicaStore> {
 
 /// Runs a tier run (lifecycle rules, with no tiers) to its end.
 async fn tier_run(store: &dyn ReplicaStore) {
-    let before = store.job_progress(JobKind::TierRun).unwrap()["finished_runs"]
-        .as_u64()
-        .unwrap();
+    let before = store
+        .job_progress(JobKind::TierRun)
+        .unwrap()
+        .finished_runs();
     store
         .start_job(JobStart::TierRun { days_ahead: 0 })
         .unwrap();
     for _ in 0..500 {
         let p = store.job_progress(JobKind::TierRun).unwrap();
-        if p["finished_runs"].as_u64().unwrap() > before {
-            assert!(p["error"].is_null(), "tier run failed: {p}");
+        if p.finished_runs() > before {
+            assert!(p.error().is_none(), "tier run failed: {p:?}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;

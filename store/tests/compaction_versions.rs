@@ -102,12 +102,9 @@ async fn compaction_moves_versions_while_histories_change() {
     }
     let moved = compactor.stop().await;
     let last = store.compact(1.0, Duration::ZERO).await.unwrap();
-    println!("moved while the histories changed: {moved}; at the end: {last}");
-    assert!(
-        moved + last["objects_moved"].as_u64().unwrap_or(0) > 0,
-        "compaction moved nothing"
-    );
-    assert_eq!(last["segments_kept"], 0, "{last}");
+    println!("moved while the histories changed: {moved}; at the end: {last:?}");
+    assert!(moved + last.objects_moved > 0, "compaction moved nothing");
+    assert_eq!(last.segments_kept, 0, "{last:?}");
 
     // The histories are the model's, newest first, and every version reads back.
     let page = store

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::admin::{JobKind, JobStart};
+use crate::reports::JobProgress;
 
 /// What an operator asks: a status report, a compaction and its job, the tier report, the
 /// store's figures (named `packrat_*`, each once), readiness for writes, and a clock that
@@ -10,17 +11,25 @@ pub async fn administration(store: &dyn Store) {
     assert!(store.status(false).await.unwrap().is_object());
     assert!(store.status(true).await.unwrap().is_object());
     let no_grace = std::time::Duration::ZERO;
-    assert!(store.compact(0.0, no_grace).await.unwrap().is_object());
+    let compacted = store.compact(0.0, no_grace).await.unwrap();
+    assert!(compacted.seconds >= 0.0);
     let started = store
         .start_job(JobStart::Compact {
             threshold: 0.0,
             grace: no_grace,
         })
         .unwrap();
-    assert!(started.is_object());
-    assert!(store.job_progress(JobKind::Compact).unwrap().is_object());
-    assert!(store.job_progress(JobKind::TierRun).unwrap().is_object());
-    assert!(store.tier_status().await.unwrap().is_object());
+    assert!(matches!(started, JobProgress::Compact(_)), "{started:?}");
+    assert!(matches!(
+        store.job_progress(JobKind::Compact).unwrap(),
+        JobProgress::Compact(_)
+    ));
+    assert!(matches!(
+        store.job_progress(JobKind::TierRun).unwrap(),
+        JobProgress::TierRun(_)
+    ));
+    let tiers = store.tier_status().await.unwrap();
+    assert!(tiers.run.error.is_none(), "{tiers:?}");
     assert!(matches!(
         store.faults(None).await,
         Err(StoreError::Invalid(_))

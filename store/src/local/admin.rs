@@ -1,6 +1,7 @@
 //! The local store's reports, jobs, faults and figures (its [`StoreAdmin`]).
 
 use super::*;
+use packrat_store_api::reports::{CompactReport, JobProgress, Progress, TierStatus};
 
 #[async_trait::async_trait]
 impl StoreAdmin for LocalStore {
@@ -12,12 +13,15 @@ impl StoreAdmin for LocalStore {
         Ok(crate::admin::report(&crate::admin::status(&self.engine))?)
     }
 
-    async fn compact(&self, threshold: f64, grace: std::time::Duration) -> StoreResult<Report> {
-        let r = crate::compact::compact(&self.engine, threshold, grace, None).await?;
-        Ok(crate::admin::report(&r)?)
+    async fn compact(
+        &self,
+        threshold: f64,
+        grace: std::time::Duration,
+    ) -> StoreResult<CompactReport> {
+        Ok(crate::compact::compact(&self.engine, threshold, grace, None).await?)
     }
 
-    fn start_job(&self, job: JobStart) -> StoreResult<Report> {
+    fn start_job(&self, job: JobStart) -> StoreResult<JobProgress> {
         match job {
             JobStart::Scrub => {
                 if !self.engine.chunks.has_redundancy() {
@@ -41,17 +45,26 @@ impl StoreAdmin for LocalStore {
         })
     }
 
-    fn job_progress(&self, job: JobKind) -> StoreResult<Report> {
+    fn job_progress(&self, job: JobKind) -> StoreResult<JobProgress> {
         Ok(match job {
-            JobKind::Scrub => crate::admin::report(&self.engine.scrub.progress())?,
-            JobKind::TierRun => crate::admin::report(&self.engine.tiers.progress())?,
-            JobKind::Compact => crate::admin::report(&self.engine.compaction_job.progress())?,
+            JobKind::Scrub => {
+                let p = self.engine.scrub.progress();
+                JobProgress::Scrub(Progress {
+                    running: p.running,
+                    done_bytes: p.done_bytes,
+                    total_bytes: p.total_bytes,
+                    finished_runs: p.finished_runs,
+                    report: p.report.map(crate::ec::scrub_report),
+                    error: p.error,
+                })
+            }
+            JobKind::TierRun => JobProgress::TierRun(self.engine.tiers.progress()),
+            JobKind::Compact => JobProgress::Compact(self.engine.compaction_job.progress()),
         })
     }
 
-    async fn tier_status(&self) -> StoreResult<Report> {
-        let st = crate::tier::status(&self.engine).await?;
-        Ok(crate::admin::report(&st)?)
+    async fn tier_status(&self) -> StoreResult<TierStatus> {
+        Ok(crate::tier::status(&self.engine).await?)
     }
 
     async fn faults(&self, set: Option<Report>) -> StoreResult<Report> {

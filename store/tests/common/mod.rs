@@ -85,13 +85,12 @@ pub async fn run_job(store: &dyn ReplicaStore, job: JobStart) -> Result<(), Stor
         JobStart::TierRun { .. } => JobKind::TierRun,
         JobStart::Compact { .. } => JobKind::Compact,
     };
-    let finished = |p: &serde_json::Value| p["finished_runs"].as_u64().unwrap_or(0);
-    let before = finished(&store.job_progress(kind)?);
+    let before = store.job_progress(kind)?.finished_runs();
     store.start_job(job)?;
     loop {
         let p = store.job_progress(kind)?;
-        if finished(&p) > before {
-            return match p["error"].as_str() {
+        if p.finished_runs() > before {
+            return match p.error() {
                 Some(e) => Err(StoreError::internal("job", e)),
                 None => Ok(()),
             };
@@ -135,7 +134,7 @@ impl Compactor {
             let mut moved = 0u64;
             while !flag.load(Ordering::Relaxed) {
                 let r = store.compact(1.0, Duration::ZERO).await.unwrap();
-                moved += r["objects_moved"].as_u64().unwrap_or(0);
+                moved += r.objects_moved;
                 tokio::task::yield_now().await;
             }
             moved
