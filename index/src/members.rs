@@ -22,6 +22,16 @@ impl RocksIndex {
         batch: &mut WriteBatch,
         changes: &[(Vec<u8>, Option<[u8; 16]>)],
     ) -> Result<()> {
+        // No member index was ever stored: none to drop. One stored meanwhile, for bytes this
+        // batch replaces, is left behind under an identity nothing names (its key is the
+        // bytes' identity, so no other object's lookup finds it), as when the index of an
+        // object is built while it is replaced.
+        if !self
+            .member_indexes
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return Ok(());
+        }
         let cf = self.cf(CF_OBJECTS);
         let mut now: HashMap<&[u8], Option<[u8; 16]>> = HashMap::new();
         let current = self
@@ -78,6 +88,8 @@ impl RocksIndex {
         summary: &TarIndexRecord,
         members: &[(String, MemberRecord)],
     ) -> Result<()> {
+        self.member_indexes
+            .store(true, std::sync::atomic::Ordering::Release);
         let cf = self.cf(CF_MEMBERS);
         let mut batch = WriteBatch::default();
         for (name, m) in members {
@@ -161,5 +173,47 @@ mod tests {
         i.put_upload(&up).unwrap();
         i.complete_upload(&up, Some(&tar(12)), &[]).unwrap();
         assert!(!indexed(11));
+    }
+
+    /// A store with no member index skips the lookups on writes; one that has some, opened
+    /// again, still drops them with the bytes they describe.
+    #[test]
+    fn an_index_opened_again_knows_it_holds_member_indexes() {
+        use std::sync::atomic::Ordering;
+        let d = tempfile::tempdir().unwrap();
+        let tar = |id: u8| ObjectRecord {
+            record_id: [id; 16],
+            size: 10,
+            chunks: vec![ChunkRef {
+                segment_id: 1,
+                offset: 0,
+                len: 10,
+            }],
+            ..Default::default()
+        };
+        {
+            let i = RocksIndex::open(d.path()).unwrap();
+            assert!(
+                !i.member_indexes.load(Ordering::Relaxed),
+                "a new index holds none"
+            );
+            i.put_object(1, "t.tar", &tar(1)).unwrap();
+            let summary = TarIndexRecord {
+                members: 1,
+                not_a_tar: None,
+            };
+            let m = MemberRecord {
+                offset: 512,
+                size: 3,
+            };
+            i.put_tar_index(&[1; 16], &summary, &[("a".into(), m)])
+                .unwrap();
+            assert!(i.member_indexes.load(Ordering::Relaxed));
+        }
+        let i = RocksIndex::open(d.path()).unwrap();
+        assert!(i.member_indexes.load(Ordering::Relaxed), "found at open");
+        i.put_object(1, "t.tar", &tar(2)).unwrap();
+        assert!(i.get_tar_index(&[1; 16]).unwrap().is_none());
+        assert!(i.get_member(&[1; 16], "a").unwrap().is_none());
     }
 }

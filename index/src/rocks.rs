@@ -61,6 +61,10 @@ pub struct RocksIndex {
     pub(crate) bucket_lock: Mutex<()>,
     /// Decoded object records of recent point lookups (see `cache.rs` for why it is coherent).
     pub(crate) objects: cache::ObjectCache,
+    /// Whether any TAR member index was ever stored here (found at open, set before one is
+    /// written): until then a write replaces no member index, and skips looking for one (a
+    /// batched read of the keys it replaces, about 6% of a small PUT's instructions).
+    pub(crate) member_indexes: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy, Default, serde::Serialize, serde::Deserialize)]
@@ -116,11 +120,18 @@ impl RocksIndex {
     }
 
     pub(crate) fn with_db(db: DB) -> Self {
+        let member_indexes = db.cf_handle(crate::CF_MEMBERS).is_some_and(|cf| {
+            let mut it = db.raw_iterator_cf(cf);
+            it.seek_to_first();
+            // An iterator that cannot tell counts as "some": the lookups then run as before.
+            it.valid() || it.status().is_err()
+        });
         Self {
             db,
             gate: std::sync::OnceLock::new(),
             bucket_lock: Mutex::new(()),
             objects: cache::ObjectCache::new(OBJECT_CACHE_ENTRIES),
+            member_indexes: std::sync::atomic::AtomicBool::new(member_indexes),
         }
     }
 
