@@ -1061,7 +1061,16 @@ impl Node {
                 let (info, body) = self
                     .meta_and_bytes(&map, bid, pg, &key, who, inline)
                     .await?;
-                Ok(with_meta(&meta_of(&info), body)?)
+                let mut resp = with_meta(&meta_of(&info), body)?;
+                // Judged after the lookup (see `read_meta`): a copy not marked now was
+                // committed; a marked one the member catching up marks too.
+                if who == Asker::Resync && self.is_dirty(bid, &key) {
+                    resp.headers_mut().insert(
+                        crate::wire::UNSETTLED_HEADER,
+                        http::HeaderValue::from_static("1"),
+                    );
+                }
+                Ok(resp)
             }
             Method::GET => {
                 let num = |k: &str| q.get(k).and_then(|v| v.parse::<u64>().ok());

@@ -62,6 +62,10 @@ pub const CV_HEADER: &str = "x-packrat-cv";
 pub const PUT_HEADER: &str = "x-packrat-put";
 /// The metadata of a small object whose bytes are the body (`?meta&inline=N`).
 pub const META_HEADER: &str = "x-packrat-meta";
+/// On a copy a member catching up is given (`?meta&any`): the source holds the key marked (a
+/// step of it not yet acknowledged by the rest of its chain), so the copy may not be
+/// committed anywhere else; the member catching up marks it too (see `Node::resync_bucket`).
+pub const UNSETTLED_HEADER: &str = "x-packrat-unsettled";
 /// The user-metadata name a node keeps an object's cluster version under; gateways never show
 /// it to clients.
 pub const CV_META: &str = "packrat-cv";
@@ -466,6 +470,10 @@ pub struct WireEntry {
     pub checksum: Option<(String, String)>,
     pub storage_class: Option<String>,
     pub cv: u64,
+    /// In a resync's listing (`cv`, `tombstones`): the source holds the key marked (see
+    /// [`UNSETTLED_HEADER`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unsettled: bool,
 }
 
 impl WireEntry {
@@ -481,6 +489,7 @@ impl WireEntry {
             checksum: None,
             storage_class: None,
             cv: 0,
+            unsettled: false,
         }
     }
 

@@ -36,6 +36,18 @@ impl Node {
         }
     }
 
+    /// Marks a version this member, catching up, copied (or found it already held) from a
+    /// source that holds the key marked: a step not yet acknowledged by the rest of the chain,
+    /// which the members after the source may lack. Unmarked, this member would serve it once
+    /// caught up while another caught-up member serves the version before it, and reads would
+    /// flip between the two. Marked, its reads go to the tail (or, at the tail, wait as
+    /// unsettled) until the step is re-sent through the chain (see `unsettled`: this member's
+    /// own re-send rounds, or the source's), which clears the mark.
+    pub(super) fn mark_copied_unsettled(&self, bid: u64, key: &str, cv: u64) {
+        tracing::debug!(bid, key, cv, "copied a version its source holds unsettled");
+        self.mark_dirty(bid, key, cv);
+    }
+
     /// The epoch of a key's mark, if it is marked (see [`DirtyMark`]).
     pub(super) fn dirty_since(&self, bid: u64, key: &str) -> Option<u64> {
         self.dirty

@@ -269,10 +269,14 @@ impl Node {
                 } else {
                     0
                 };
+                // Judged after the lookup, as `read_meta` judges a reader's: a copy not marked
+                // now was committed.
+                let unsettled = (tombstones || with_cv) && self.is_dirty(bid, &o.key);
                 page.entries.push(WireEntry {
                     deleted: tombstones,
                     cv,
                     prefix: false,
+                    unsettled,
                     ..entry_of(o)
                 });
             }
@@ -311,5 +315,6 @@ pub(super) fn entry_of(o: &packrat_store_api::ObjectSummary) -> WireEntry {
         checksum: o.checksum.clone(),
         storage_class: o.storage_class.clone(),
         cv: 0,
+        unsettled: false,
     }
 }

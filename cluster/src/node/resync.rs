@@ -232,10 +232,14 @@ impl Node {
         for t in &their_tombs {
             let _g = self.lock_of(bid, &t.key).lock().await;
             let (obj, tomb) = self.current(&objects, &tombs, &t.key).await.map_err(e)?;
-            if t.cv > obj.as_ref().map_or(0, cv_of).max(tomb) {
+            let mine = obj.as_ref().map_or(0, cv_of).max(tomb);
+            if t.cv > mine {
                 self.bury(&objects, &tombs, &t.key, t.cv, obj.is_some(), None)
                     .await
                     .map_err(e)?;
+            }
+            if t.unsettled && t.cv >= mine {
+                self.mark_copied_unsettled(bid, &t.key, t.cv);
             }
         }
         for o in &theirs {
@@ -250,6 +254,11 @@ impl Node {
                     if o.cv < mine && settle(&o.key).await? {
                         *copied.entry(pg).or_default() += 1;
                     }
+                    // The same version here (this node held it before it restarted, its mark
+                    // lost with its memory) and marked at the source.
+                    if o.cv == mine && o.unsettled {
+                        self.mark_copied_unsettled(bid, &o.key, mine);
+                    }
                     continue;
                 }
             }
@@ -261,6 +270,7 @@ impl Node {
             if ans.status != 200 {
                 return Err(format!("{}: {}", o.key, ans.error().await));
             }
+            let unsettled = o.unsettled || ans.headers.contains_key(crate::wire::UNSETTLED_HEADER);
             let meta: WireMeta = ans.json().await.map_err(e)?;
             {
                 let (obj, tomb) = self.current(&objects, &tombs, &o.key).await.map_err(e)?;
@@ -303,6 +313,9 @@ impl Node {
             }
             if tomb > 0 {
                 self.store.delete_object(&tombs, &o.key).await.map_err(e)?;
+            }
+            if unsettled {
+                self.mark_copied_unsettled(bid, &o.key, meta.cv);
             }
             *copied.entry(pg).or_default() += 1;
         }
