@@ -61,6 +61,30 @@ load() { # args... (the load generator is B's `packrat bench`, so only the serve
     --bucket instr --size "$SIZE" --keys "$KEYS" --prefix k/ --concurrency "$CONCURRENCY" --duration 3600s "$@" >/dev/null 2>&1
 }
 
+ready() { # url: waits for the server under callgrind to answer it
+  for _ in $(seq 1 300); do
+    python3 -c "import urllib.request, sys; urllib.request.urlopen(sys.argv[1], timeout=1)" "$1" 2>/dev/null && return 0
+    sleep 0.5
+  done
+}
+
+counted() { # workload ops label: warms the server `$pid` up, counts `ops` requests, stops it
+  local w=$1 ops=$2 label=$3
+  load --workload "$w" --ops 500
+  callgrind_control -i on "$pid" >/dev/null 2>&1
+  load --workload "$w" --ops "$ops"
+  callgrind_control -i off "$pid" >/dev/null 2>&1
+  callgrind_control -d "$pid" >/dev/null 2>&1
+  # The count is dumped: a stop that a server under valgrind sleeps through (nginx, at
+  # times) is forced.
+  kill "$pid"
+  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+  kill -9 "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=
+  echo "== $w $label: $ops requests counted" >&2
+}
+
 count_nginx() { # workload ops: nginx under callgrind serving the same keys as files
   local w=$1 ops=$2 n=$work/nginx
   command -v nginx >/dev/null || { echo "NGINX=1 needs nginx (apt-get install nginx)" >&2; exit 2; }
@@ -69,22 +93,8 @@ count_nginx() { # workload ops: nginx under callgrind serving the same keys as f
   env -u NGINX valgrind --tool=callgrind --instr-atstart=no ${CALLGRIND_OPTS:-} \
     --callgrind-out-file="$work/$w-N.out" nginx -c "$n/nginx.conf" -p "$n" >"$work/nginx-$w.log" 2>&1 &
   pid=$!
-  for _ in $(seq 1 100); do
-    python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/instr/k/00000000', timeout=1)" 2>/dev/null && break
-    sleep 0.3
-  done
-  load --workload "$w" --ops 500
-  callgrind_control -i on "$pid" >/dev/null 2>&1
-  load --workload "$w" --ops "$ops"
-  callgrind_control -i off "$pid" >/dev/null 2>&1
-  callgrind_control -d "$pid" >/dev/null 2>&1
-  # The count is dumped: a stop that nginx under valgrind sometimes sleeps through is forced.
-  kill "$pid"
-  for _ in $(seq 1 20); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-  kill -9 "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=
-  echo "== $w nginx: $ops requests counted" >&2
+  ready "http://127.0.0.1:$PORT/instr/k/00000000"
+  counted "$w" "$ops" nginx
 }
 
 for w in $WORKLOADS; do
@@ -97,20 +107,9 @@ for w in $WORKLOADS; do
       "$bin" serve --data-dir "$work/data" --listen 127.0.0.1:$PORT --log warn \
       >"$work/server-$w-$side.log" 2>&1 &
     pid=$!
-    for _ in $(seq 1 300); do
-      python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/health/ready', timeout=1)" 2>/dev/null && break
-      sleep 0.5
-    done
+    ready "http://127.0.0.1:$PORT/health/ready"
     load --workload put --prepare --ops 0
-    load --workload "$w" --ops 500
-    callgrind_control -i on "$pid" >/dev/null 2>&1
-    load --workload "$w" --ops "$ops"
-    callgrind_control -i off "$pid" >/dev/null 2>&1
-    callgrind_control -d "$pid" >/dev/null 2>&1
-    kill "$pid"
-    wait "$pid" 2>/dev/null || true
-    pid=
-    echo "== $w $side ($bin): $ops requests counted" >&2
+    counted "$w" "$ops" "$side ($bin)"
   done
   if [ "${NGINX:-0}" = 1 ] && { [ "$w" = get ] || [ "$w" = head ]; }; then
     count_nginx "$w" "$ops"

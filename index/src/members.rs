@@ -106,10 +106,9 @@ impl RocksIndex {
 mod tests {
     use crate::testing::*;
 
-    #[test]
-    fn member_indexes_go_with_the_bytes_they_describe() {
-        let (_d, i) = idx();
-        let tar = |id: u8| ObjectRecord {
+    /// A TAR's record whose bytes have identity `id`.
+    fn tar(id: u8) -> ObjectRecord {
+        ObjectRecord {
             record_id: [id; 16],
             size: 10,
             chunks: vec![ChunkRef {
@@ -118,7 +117,12 @@ mod tests {
                 len: 10,
             }],
             ..Default::default()
-        };
+        }
+    }
+
+    #[test]
+    fn member_indexes_go_with_the_bytes_they_describe() {
+        let (_d, i) = idx();
         let index = |id: u8| {
             let m = MemberRecord {
                 offset: 512,
@@ -181,16 +185,6 @@ mod tests {
     fn an_index_opened_again_knows_it_holds_member_indexes() {
         use std::sync::atomic::Ordering;
         let d = tempfile::tempdir().unwrap();
-        let tar = |id: u8| ObjectRecord {
-            record_id: [id; 16],
-            size: 10,
-            chunks: vec![ChunkRef {
-                segment_id: 1,
-                offset: 0,
-                len: 10,
-            }],
-            ..Default::default()
-        };
         {
             let i = RocksIndex::open(d.path()).unwrap();
             assert!(
