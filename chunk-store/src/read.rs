@@ -39,7 +39,7 @@ pub(crate) fn read_if_cached(
 }
 
 /// Reads a record at `offset` only if all of it is in the page cache, as [`read_if_cached`]:
-/// its header into `header`, its payload into `payload` (which ends `payload_len` long).
+/// its header into `header`, and its payload (`payload_len` bytes), answered.
 ///
 /// Hand-written for the small GET's hot path: one call fills both parts, so the payload is
 /// neither zeroed before the read nor moved down past the header after it (a memset and a
@@ -47,12 +47,10 @@ pub(crate) fn read_if_cached(
 pub(crate) fn read_record_if_cached(
     file: &File,
     header: &mut [u8; RECORD_HEADER_BYTES],
-    payload: &mut Vec<u8>,
     payload_len: usize,
     offset: u64,
-) -> Option<std::io::Result<()>> {
-    payload.clear();
-    payload.reserve_exact(payload_len);
+) -> Option<std::io::Result<Vec<u8>>> {
+    let mut payload: Vec<u8> = Vec::with_capacity(payload_len);
     let iov = [
         libc::iovec {
             iov_base: header.as_mut_ptr().cast(),
@@ -63,16 +61,16 @@ pub(crate) fn read_record_if_cached(
             iov_len: payload_len,
         },
     ];
-    // SAFETY: the first iovec points at `header`, the second at `payload`'s allocation, which
-    // `reserve_exact` made at least `payload_len` bytes long; both stay borrowed for the call,
-    // and the kernel only writes there (uninitialized memory is a valid target for a read).
+    // SAFETY: the first iovec points at `header`, the second at `payload`'s allocation of at
+    // least `payload_len` bytes; both stay borrowed for the call, and the kernel only writes
+    // there (uninitialized memory is a valid target for a read).
     let read = unsafe { read_all_if_cached(file, &iov, offset) }?;
-    if read.is_ok() {
+    Some(read.map(|()| {
         // SAFETY: the read filled every byte of both iovecs, the payload's `payload_len`
-        // bytes among them, within the capacity reserved above.
+        // bytes among them, within its capacity.
         unsafe { payload.set_len(payload_len) };
-    }
-    Some(read)
+        payload
+    }))
 }
 
 /// One `preadv2(RWF_NOWAIT)` into `iov` at `offset`: `Some(Ok)` only when every byte of every
@@ -175,7 +173,7 @@ fn check_parts(
     if header.object_id != *object_id || header.chunk_index != chunk_index {
         return Err(corrupt("record belongs to another object".into()));
     }
-    if header.payload_len != loc.len || payload.len() != loc.len as usize {
+    if header.payload_len != loc.len {
         return Err(corrupt(format!(
             "length {} does not match the index ({})",
             header.payload_len, loc.len
@@ -457,10 +455,11 @@ impl ChunkStore {
             Err(e) => return Some(Err(e)),
         };
         let mut header = [0u8; RECORD_HEADER_BYTES];
-        let mut payload = Vec::new();
-        let read = read_record_if_cached(&file, &mut header, &mut payload, loc.len as usize, at)?;
+        let read = read_record_if_cached(&file, &mut header, loc.len as usize, at)?;
         Some(match read {
-            Ok(()) => check_parts(&header, &payload, loc, object_id, chunk_index).map(|()| payload),
+            Ok(payload) => {
+                check_parts(&header, &payload, loc, object_id, chunk_index).map(|()| payload)
+            }
             Err(e) => Err(io_err(&self.seg_path(loc.segment_id), e)),
         })
     }

@@ -1062,14 +1062,7 @@ impl Node {
                     .meta_and_bytes(&map, bid, pg, &key, who, inline)
                     .await?;
                 let mut resp = with_meta(&meta_of(&info), body)?;
-                // Judged after the lookup (see `read_meta`): a copy not marked now was
-                // committed; a marked one the member catching up marks too.
-                if who == Asker::Resync && self.is_dirty(bid, &key) {
-                    resp.headers_mut().insert(
-                        crate::wire::UNSETTLED_HEADER,
-                        http::HeaderValue::from_static("1"),
-                    );
-                }
+                self.tell_unsettled(&mut resp, who, bid, &key);
                 Ok(resp)
             }
             Method::GET => {

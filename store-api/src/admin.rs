@@ -64,6 +64,17 @@ pub enum JobStart {
     },
 }
 
+impl JobStart {
+    /// The kind of job this starts.
+    pub fn kind(&self) -> JobKind {
+        match self {
+            JobStart::Scrub => JobKind::Scrub,
+            JobStart::TierRun { .. } => JobKind::TierRun,
+            JobStart::Compact { .. } => JobKind::Compact,
+        }
+    }
+}
+
 /// What a metric counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {

@@ -1,7 +1,7 @@
 //! The marks a member keeps per key: steps applied here and not yet acknowledged by the rest
 //! of the chain (dirty keys, see [`DirtyMark`]), history steps, and buckets with versioning.
 
-use super::{DirtyMark, Fail, Node};
+use super::{Asker, DirtyMark, Fail, Node};
 use std::collections::HashMap;
 
 impl Node {
@@ -46,6 +46,24 @@ impl Node {
     pub(super) fn mark_copied_unsettled(&self, bid: u64, key: &str, cv: u64) {
         tracing::debug!(bid, key, cv, "copied a version its source holds unsettled");
         self.mark_dirty(bid, key, cv);
+    }
+
+    /// On a copy given to a member catching up: whether this member holds the key marked
+    /// ([`crate::wire::UNSETTLED_HEADER`]), judged after the lookup (see `read_meta`): a copy
+    /// not marked now was committed; a marked one the member catching up marks too.
+    pub(super) fn tell_unsettled(
+        &self,
+        resp: &mut super::NodeResp,
+        who: Asker,
+        bid: u64,
+        key: &str,
+    ) {
+        if who == Asker::Resync && self.is_dirty(bid, key) {
+            resp.headers_mut().insert(
+                crate::wire::UNSETTLED_HEADER,
+                http::HeaderValue::from_static("1"),
+            );
+        }
     }
 
     /// The epoch of a key's mark, if it is marked (see [`DirtyMark`]).

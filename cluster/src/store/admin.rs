@@ -9,9 +9,7 @@ use crate::wire::Call;
 use bytes::Bytes;
 use http::Method;
 use packrat_store_api::admin::{JobKind, JobStart, Metric, Report};
-use packrat_store_api::reports::{
-    CompactReport, JobProgress, Progress, ScrubReport, TierRunReport, TierStatus, sum_all,
-};
+use packrat_store_api::reports::{CompactReport, JobProgress, Progress, Sum, TierStatus, sum_all};
 use packrat_store_api::{StoreAdmin, StoreError, StoreResult};
 use serde::de::DeserializeOwned;
 use std::sync::atomic::Ordering;
@@ -105,40 +103,34 @@ impl ClusterStore {
         path: &str,
         kind: JobKind,
     ) -> StoreResult<JobProgress> {
-        fn sum<R: DeserializeOwned + packrat_store_api::reports::Sum + Clone>(
-            nodes: Vec<Progress<R>>,
-        ) -> Progress<R> {
-            Progress::sum(&nodes)
-        }
         Ok(match kind {
-            JobKind::Scrub => JobProgress::Scrub(sum::<ScrubReport>(
-                self.blocking(self.ask_every_node(method, path))?,
-            )),
-            JobKind::TierRun => JobProgress::TierRun(sum::<TierRunReport>(
-                self.blocking(self.ask_every_node(method, path))?,
-            )),
-            JobKind::Compact => JobProgress::Compact(sum::<CompactReport>(
-                self.blocking(self.ask_every_node(method, path))?,
-            )),
+            JobKind::Scrub => JobProgress::Scrub(self.summed_progress(method, path)?),
+            JobKind::TierRun => JobProgress::TierRun(self.summed_progress(method, path)?),
+            JobKind::Compact => JobProgress::Compact(self.summed_progress(method, path)?),
         })
     }
 
+    fn summed_progress<R: DeserializeOwned + Sum + Clone>(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> StoreResult<Progress<R>> {
+        let nodes: Vec<Progress<R>> = self.blocking(self.ask_every_node(method, path))?;
+        Ok(Progress::sum(&nodes))
+    }
+
     pub(super) fn start_job_on_nodes(&self, job: JobStart) -> StoreResult<JobProgress> {
-        let (path, kind) = match job {
-            JobStart::Scrub => ("/admin/job?kind=scrub".to_string(), JobKind::Scrub),
-            JobStart::TierRun { days_ahead } => (
-                format!("/admin/job?kind=tier&days_ahead={days_ahead}"),
-                JobKind::TierRun,
-            ),
-            JobStart::Compact { threshold, grace } => (
-                format!(
-                    "/admin/job?kind=compact&threshold={threshold}&grace_ms={}",
-                    grace.as_millis()
-                ),
-                JobKind::Compact,
+        let path = match job {
+            JobStart::Scrub => "/admin/job?kind=scrub".to_string(),
+            JobStart::TierRun { days_ahead } => {
+                format!("/admin/job?kind=tier&days_ahead={days_ahead}")
+            }
+            JobStart::Compact { threshold, grace } => format!(
+                "/admin/job?kind=compact&threshold={threshold}&grace_ms={}",
+                grace.as_millis()
             ),
         };
-        self.progress_of_nodes(Method::POST, &path, kind)
+        self.progress_of_nodes(Method::POST, &path, job.kind())
     }
 
     pub(super) fn job_progress_of_nodes(&self, kind: JobKind) -> StoreResult<JobProgress> {

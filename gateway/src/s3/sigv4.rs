@@ -203,12 +203,8 @@ pub fn string_to_sign(amz_date: &str, scope: &str, canonical_request: &str) -> S
     let mut hash = [0u8; 64];
     hex::encode_to_slice(Sha256::digest(canonical_request.as_bytes()), &mut hash)
         .expect("64 hex digits for 32 bytes");
-    let mut s = String::with_capacity(ALGORITHM.len() + amz_date.len() + scope.len() + 67);
-    for part in [ALGORITHM, "\n", amz_date, "\n", scope, "\n"] {
-        s.push_str(part);
-    }
-    s.push_str(std::str::from_utf8(&hash).expect("hex digits"));
-    s
+    let hash = std::str::from_utf8(&hash).expect("hex digits");
+    [ALGORITHM, "\n", amz_date, "\n", scope, "\n", hash].concat()
 }
 
 /// The parsed credential and signature of a request, before the key is looked up.
@@ -226,19 +222,15 @@ pub struct SignatureClaim {
 
 impl SignatureClaim {
     pub fn scope(&self) -> String {
-        let mut s =
-            String::with_capacity(self.date.len() + self.region.len() + self.service.len() + 15);
-        for part in [
+        [
             &*self.date,
             "/",
             &self.region,
             "/",
             &self.service,
             "/aws4_request",
-        ] {
-            s.push_str(part);
-        }
-        s
+        ]
+        .concat()
     }
 }
 

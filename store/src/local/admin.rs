@@ -38,11 +38,7 @@ impl StoreAdmin for LocalStore {
                 crate::compact::start(&self.engine, threshold, grace);
             }
         }
-        self.job_progress(match job {
-            JobStart::Scrub => JobKind::Scrub,
-            JobStart::TierRun { .. } => JobKind::TierRun,
-            JobStart::Compact { .. } => JobKind::Compact,
-        })
+        self.job_progress(job.kind())
     }
 
     fn job_progress(&self, job: JobKind) -> StoreResult<JobProgress> {

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 use packrat_store::local::{LocalOptions, LocalStore};
-use packrat_store_api::admin::{JobKind, JobStart};
+use packrat_store_api::admin::JobStart;
 use packrat_store_api::checksum::ChecksumAlgorithm;
 use packrat_store_api::{
     Bucket, ByteSource, NewBucket, ObjectStore, ReplicaStore, StoreAdmin, StoreError, StoreResult,
@@ -80,11 +80,7 @@ pub async fn read_state(
 
 /// Runs a job (a scrub, a tier run) to its end; a failed run is an error.
 pub async fn run_job(store: &dyn ReplicaStore, job: JobStart) -> Result<(), StoreError> {
-    let kind = match job {
-        JobStart::Scrub => JobKind::Scrub,
-        JobStart::TierRun { .. } => JobKind::TierRun,
-        JobStart::Compact { .. } => JobKind::Compact,
-    };
+    let kind = job.kind();
     let before = store.job_progress(kind)?.finished_runs();
     store.start_job(job)?;
     loop {

@@ -105,11 +105,7 @@ fn xml_ok(x: Xml) -> R {
 }
 
 fn quoted(etag: &str) -> String {
-    let mut s = String::with_capacity(etag.len() + 2);
-    s.push('"');
-    s.push_str(etag);
-    s.push('"');
-    s
+    ["\"", etag, "\""].concat()
 }
 
 /// Runs a request, then makes sure its connection can carry the next one: what the handler
