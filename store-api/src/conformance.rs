@@ -161,7 +161,7 @@ macro_rules! conformance_suite {
             multipart_uploads, tar_members, versions, version_tags, version_acl,
             version_class, object_lock, console_sessions, access_keys, sealing,
             administration, batch_reads, batch_writes, epoch_listing,
-            delete_bucket_with_uploads);
+            delete_bucket_with_uploads, foreign_handles);
         #[test]
         fn listing_matches_model() {
             let rt = tokio::runtime::Runtime::new().unwrap();

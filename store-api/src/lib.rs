@@ -47,15 +47,6 @@ pub type AttrEdit = Box<dyn for<'a> FnOnce(&'a mut ObjectAttrs) + Send>;
 use batch::{BatchItem, BatchOrder, BatchPlan, BatchWriter, EntrySink};
 use lifecycle::Rule;
 
-/// Storage as the S3 handlers see it: the only way they reach buckets and objects. `LocalStore`
-/// (one node's engine, in `packrat-store`) implements it; a cluster store is another
-/// implementation. Every method is real in every implementation (no default bodies): an
-/// operation a store cannot do answers a `StoreError` that says so.
-///
-/// Methods that a request makes on every call and that a store answers from memory (access
-/// keys, buckets) are plain functions; the rest are async. The trait is used as
-/// `Arc<dyn ObjectStore>`; `async_trait` boxes each async call's future (one allocation per
-/// call, measured against direct calls in `docs/benchmarks.md`).
 /// The data plane: buckets, objects, versions, multipart uploads, listing and batches, as the
 /// S3 handlers use them. `LocalStore` (one node's engine, in `packrat-store`) and `ClusterStore`
 /// (a gateway's view of a cluster, in `packrat-cluster`) implement it. Every method is real in
@@ -68,7 +59,7 @@ use lifecycle::Rule;
 /// Methods that a request makes on every call and that a store answers from memory (buckets)
 /// are plain functions; the rest are async. The traits are used as `Arc<dyn Store>`;
 /// `async_trait` boxes each async call's future (one allocation per call, measured against
-/// direct calls in `docs/benchmarks.md`).
+/// direct calls in `docs/benchmark-log.md`).
 #[async_trait::async_trait]
 pub trait ObjectStore: Send + Sync + 'static {
     // ---- buckets

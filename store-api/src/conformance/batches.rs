@@ -282,3 +282,45 @@ pub async fn epoch_listing(store: &dyn Store) {
     store.warm_listing(&b, "e/", vec![2, 0, 1]).await.unwrap();
     assert!(store.stream_keys(&b, "none/").await.unwrap().is_empty());
 }
+
+/// The handles a store gives out and takes back (an object's version in its `ObjectInfo`, a
+/// batch plan) are the store's own: one of another store's making is refused as an internal
+/// error, never read as something else and never a panic.
+pub async fn foreign_handles(store: &dyn Store) {
+    let b = new_bucket(store, "foreign").await;
+    let info = put(store, &b, "k", b"the bytes").await;
+    let foreign = ObjectInfo {
+        version: ObjectVersion(std::sync::Arc::new("another store's version")),
+        ..info
+    };
+    let read = store.read_object(&foreign, 0, foreign.size);
+    assert!(
+        matches!(read, Err(StoreError::Internal { .. })),
+        "read of a foreign version: {:?}",
+        read.err()
+    );
+    let copy = store
+        .copy_object(&foreign, &b, "copy", PutObject::default())
+        .await;
+    assert!(
+        matches!(copy, Err(StoreError::Internal { .. })),
+        "copy of a foreign version: {copy:?}"
+    );
+    assert!(
+        head(store, &b, "copy").await.is_none(),
+        "the copy was stored"
+    );
+    let plan = crate::batch::BatchPlan {
+        entries: 1,
+        bytes: 9,
+        plan: Box::new("another store's plan"),
+    };
+    let mut sink = Collected::default();
+    store.read_batch(plan, &mut sink).await;
+    assert!(
+        matches!(sink.cut, Some(StoreError::Internal { .. })),
+        "a foreign batch plan: cut {:?}, entries {:?}",
+        sink.cut,
+        sink.read()
+    );
+}
