@@ -281,6 +281,12 @@ impl ChunkStore {
         self.uring.is_some()
     }
 
+    /// The id of the segment appends go to now (one lock, where [`Self::stats`] takes two and
+    /// copies every counter: every write asks this).
+    pub fn active_segment_id(&self) -> u64 {
+        self.active.lock().unwrap_or_else(|p| p.into_inner()).id
+    }
+
     pub fn stats(&self) -> ChunkStoreStats {
         use std::sync::atomic::Ordering::Relaxed;
         let mut s = *self.stats.lock().unwrap_or_else(|p| p.into_inner());

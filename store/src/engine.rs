@@ -286,7 +286,7 @@ impl Engine {
     /// Registers a write that is about to append records; hold the pin until its index entry
     /// is committed (or the write failed). See [`inflight_floor`](Self::inflight_floor).
     pub fn pin_write(&self) -> WritePin {
-        let active = self.chunks.stats().active_segment_id;
+        let active = self.chunks.active_segment_id();
         let mut g = self.inflight.lock().unwrap_or_else(|p| p.into_inner());
         g.0 += 1;
         let token = g.0;
@@ -996,7 +996,7 @@ impl Engine {
     // `#[inline]` here and on `ObjectReader::{new, next}` lets the S3 layer (another crate)
     // inline the GET path's futures: without it, the 4 KiB GET lost 7.7% of its throughput
     // (+2 µs of CPU per request, mostly memmoves of future states) when the engine moved out
-    // of the gateway crate (bench/ab.sh, docs/benchmarks.md).
+    // of the gateway crate (bench/ab.sh, docs/benchmark-log.md).
     #[inline]
     pub async fn read_chunk(self: &Arc<Self>, obj: &ObjectRecord, i: usize) -> EngineResult<Bytes> {
         let c = *obj
