@@ -5,7 +5,7 @@
 # first, (WORKLOAD=batch) batch GETs of 1,000 of those keys (counted per sample: ops/s are
 # samples/s), or (WORKLOAD=multipart) uploads of 32 MiB in 8 MiB parts. Odd rounds run A first, even
 # rounds B first: whichever runs first in a pair tends to do better. On the 2-core machine
-# of docs/benchmarks.md, multipart loads cost up to twice the CPU per MiB in the second and
+# of docs/benchmark-log.md, multipart loads cost up to twice the CPU per MiB in the second and
 # third runs of four, whatever the binary (its page-cache writes swing so): compare runs in
 # the same places, or swap A and B and run again.
 # Prints ops/s, MB/s, median and p99 latency, the CPU of the gateway and the nodes per

@@ -10,7 +10,7 @@
 //! A gateway's lookups keep their own rule (`ClusterStore::lookup`: two under way, one once
 //! the node's gathered requests are large, then gather): with this one, a GET at 64
 //! connections cost 4-13% less CPU, but at 4 connections two lookups meeting at a node paid
-//! the yield and served up to 10% fewer GETs (docs/benchmarks.md).
+//! the yield and served up to 10% fewer GETs (docs/benchmark-log.md).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

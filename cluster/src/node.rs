@@ -418,7 +418,7 @@ fn digest_of(v: &Option<String>) -> StoreResult<Option<Vec<u8>>> {
 /// Chain-write bodies above this are hashed on the blocking pool. An 8 MiB part's MD5 takes
 /// about 16 ms here; on a runtime thread it holds up every other request that thread serves
 /// (with one runtime thread per node, GETs beside multipart uploads waited 26-28 ms at p99
-/// instead of 10-11: docs/benchmarks.md). Below it, the trip to the pool costs more than the
+/// instead of 10-11: docs/benchmark-log.md). Below it, the trip to the pool costs more than the
 /// hash.
 const HASH_INLINE_BYTES_MAX: usize = 256 * 1024;
 

@@ -8,7 +8,7 @@
 //! within one replica of its share. So a node added or removed moves about its share of the
 //! replicas and no more, and the most loaded node holds at most one replica over its share (a
 //! pure rendezvous hash, tried first, put the most loaded of 100 nodes at 1.3x the mean with
-//! 4096 PGs; the figures are in docs/benchmarks.md, from `packrat cluster simulate`).
+//! 4096 PGs; the figures are in docs/benchmark-log.md, from `packrat cluster simulate`).
 //!
 //! A node that joins a chain goes to its tail: it catches up from the others before it serves
 //! reads, and the head (which orders writes) changes only when the head leaves.

@@ -9,7 +9,7 @@
 //! under load, those are paid once per request. Nothing is held back for a turn or a timer:
 //! a chain step stays under way until the rest of its chain has synced it, so steps that
 //! waited for a turn (as gathered lookups do, `ClusterStore::lookup`) raised the latency and
-//! thinned the group commits more than the requests saved (docs/benchmarks.md).
+//! thinned the group commits more than the requests saved (docs/benchmark-log.md).
 
 use crate::gather::{Dispatch, Queues};
 use crate::wire::Call;

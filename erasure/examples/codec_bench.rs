@@ -1,5 +1,5 @@
 //! Measures the two maintained Reed-Solomon crates on this machine, one core, for the codec
-//! choice recorded in docs/benchmarks.md:
+//! choice recorded in docs/benchmark-log.md:
 //!
 //!     cargo run -p packrat-erasure --example codec_bench
 //!

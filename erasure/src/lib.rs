@@ -7,7 +7,7 @@
 //!
 //! The arithmetic is `reed-solomon-erasure` (GF(2^8), Cauchy/Vandermonde matrices, with its
 //! SIMD C kernels), chosen over `reed-solomon-simd` by measurement on this machine
-//! (docs/benchmarks.md, `examples/codec_bench.rs`): for the small shard counts packrat uses
+//! (docs/benchmark-log.md, `examples/codec_bench.rs`): for the small shard counts packrat uses
 //! (k + m up to 16) it encodes 2-4x faster and rebuilds 10-50x faster, where the GF(2^16)
 //! FFT codec's fixed costs dominate. [`Layout`] records the exact geometry (shards are padded
 //! to an even size, which keeps the layout valid for either codec).

@@ -13,7 +13,7 @@ pub const BLOCK: usize = 512;
 // helpers are `#[inline]` so they can be inlined into the S3 layer's frame writer as they were
 // when this module lived in the gateway crate. Without it, 4 KiB batch GET measured 0.968 of
 // before (B below A in all three rounds); with it, 1.022, inside the spread (bench/ab.sh,
-// docs/benchmarks.md).
+// docs/benchmark-log.md).
 
 /// Bytes of padding after `size` bytes of data.
 #[inline]

@@ -1,6 +1,6 @@
 //! [`WireMeta`] in binary, for the gathered lookups' answers (`POST /g`), where the JSON of
 //! every answer cost a node about 5% of its CPU to write and a gateway about 4.5% of its own
-//! to read under 4 KiB GETs (docs/benchmarks.md). A gateway asks for it with
+//! to read under 4 KiB GETs (docs/benchmark-log.md). A gateway asks for it with
 //! [`META_CODEC_HEADER`]; a node that does not know the header answers JSON, which the
 //! gateway still reads (the answer kind says which), so nodes and gateways of either age
 //! work together.

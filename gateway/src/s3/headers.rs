@@ -33,7 +33,7 @@ pub static X_AMZ_ID_2: HeaderName = HeaderName::from_static("x-amz-id-2");
 /// A request's headers and which optional kinds of header among them ([`Kind`]), found in one
 /// pass over the names when the request is parsed. Most requests carry none of those kinds,
 /// and each lookup by name parses and hashes the name (37 of them per plain PUT cost 4% of its
-/// instructions: docs/benchmarks.md, "Header kinds"), so a parser of optional headers looks
+/// instructions: docs/benchmark-log.md, "Header kinds"), so a parser of optional headers looks
 /// them up only when their kind is present. The only way to make one is [`RequestHeaders::new`],
 /// so the kinds always describe the map; it dereferences to the map for every other use.
 pub struct RequestHeaders {

@@ -40,7 +40,7 @@ use packrat_store_api::{
 use std::sync::Arc;
 // ring's AES-256-GCM (assembly, AES-NI and carry-less multiply) seals a 4 KiB block in about
 // 0.9 µs on this project's machines; RustCrypto's `aes-gcm` took 6 to 10 µs in our one build
-// profile (measured 2026-11-26, docs/benchmarks.md). ring is already in the tree (rustls).
+// profile (measured 2026-11-26, docs/benchmark-log.md). ring is already in the tree (rustls).
 use ring::aead::{AES_256_GCM, Aad, LessSafeKey, Nonce, Tag, UnboundKey};
 use sha2::Sha256;
 

@@ -126,7 +126,7 @@ class Sample:
 
 # How much of an answer is asked of the connection at a time: a sample's header and bytes are
 # then cut from memory rather than read in tarfile's 10 KiB records (14 socket reads and as
-# many trips through urllib3 and http.client per 110 KiB sample before; see docs/benchmarks.md).
+# many trips through urllib3 and http.client per 110 KiB sample before; see docs/benchmark-log.md).
 _READ_BYTES = 1 << 20
 _BLOCK = 512
 _ZERO_BLOCK = bytes(_BLOCK)
