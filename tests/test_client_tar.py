@@ -77,3 +77,42 @@ def test_a_broken_or_damaged_answer_is_an_error():
     bad[first + 10] ^= 0x01  # a byte of the second entry's header
     with pytest.raises(tarfile.ReadError):
         list(pc._read_tar(io.BytesIO(bytes(bad))))
+
+
+class TrickleInto(Trickle):
+    """A Trickle read into a caller's buffer, as http.client's response is."""
+
+    def readinto(self, view):
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class Answer:
+    """What urllib3 hands the client: a response whose `_fp` (http.client's) the client reads
+    into its own buffer unless the answer is encoded, when it must go through `read`."""
+
+    def __init__(self, data, encoding=None, piece=700):
+        self._fp = TrickleInto(data, piece)
+        self.headers = {"content-encoding": encoding} if encoding else {}
+        self.reads = 0
+
+    def read(self, n):
+        self.reads += 1
+        return self._fp.read(n)
+
+
+@pytest.mark.parametrize("read_bytes", [300, 4096, 1 << 20])
+def test_samples_read_into_one_buffer_are_whole_and_their_own(read_bytes, monkeypatch):
+    raw = archive(ENTRIES, tarfile.PAX_FORMAT)
+    monkeypatch.setattr(pc, "_READ_BYTES", read_bytes)
+    answer = Answer(raw)
+    got = list(pc._read_tar(answer))
+    # Every sample is its own bytes: the buffer they were cut from is reused for the next.
+    assert [(s.name, s.data) for s in got] == [
+        (p.get("packrat.key", n), b"" if "packrat.error" in p else d) for n, d, p in ENTRIES]
+    assert all(type(s.data) is bytes for s in got)
+    assert answer.reads == 0, "an unencoded answer is read straight into the client's buffer"
+    encoded = Answer(raw, encoding="identity, x-test")
+    assert [s.data for s in pc._read_tar(encoded)] == [s.data for s in got]
+    assert encoded.reads > 0, "an encoded answer goes through urllib3's read (which decodes)"

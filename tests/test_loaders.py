@@ -178,6 +178,24 @@ def test_a_cut_batch_is_resumed_for_the_items_not_received(srv, shards):
                 assert sha(s.data) == sha(shards[s.name])
 
 
+def test_a_reader_that_stops_early_leaves_the_connection_clean(srv, shards):
+    # One pooled connection, so the next request goes where the unread rest of the first
+    # answer was: the client closes it rather than hand those bytes to the next answer.
+    pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
+                       aws_access_key_id="PKTESTROOTKEY",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef",
+                       maxsize=1, retry=RetryPolicy(attempts=1))
+    keys = sorted(shards)[:200]
+    for s in pc.batch_get("wds", keys):
+        assert s.ok
+        break
+    for g in pc.stream_samples("wds", "train/", seed=1):
+        break
+    got = list(pc.batch_get("wds", keys))
+    assert [s.name for s in got] == keys
+    assert all(sha(s.data) == sha(shards[s.name]) for s in got)
+
+
 def test_503s_are_retried_and_then_reported(srv, shards):
     pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
                        aws_access_key_id="PKTESTROOTKEY",
