@@ -21,6 +21,7 @@ def main(path):
         runs[key][r["label"]].append(r)
     cols = [("ops/s", "ops_per_sec", True), ("MB/s", "mb_per_sec", True), ("p50 µs", "latency_us_p50", False),
             ("p99 µs", "latency_us_p99", False), ("CPU µs/op", "server_cpu_us_per_op", False),
+            ("load gen. CPU µs/op", "client_cpu_us_per_op", False),
             ("RSS MiB", "server_rss_peak_mib", False)]
     print("| workload | server | " + " | ".join(c[0] for c in cols) + " | errors |")
     print("|---|---|" + "---|" * (len(cols) + 1))

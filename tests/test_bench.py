@@ -22,6 +22,7 @@ def test_bench_workloads(server):
     r = bench(server, "--workload", "get", "--prepare", "--keys", "200", "--size", "3KiB", "--ops", "400")
     assert r["ops"] == 400 and r["errors"] == 0 and r["mb_per_sec"] > 0
     assert r["latency_us_p50"] > 0 and r["server_cpu_us_per_op"] is not None
+    assert r["client_cpu_us_per_op"] is not None and r["client_cpu_us_per_op"] >= 0
     for wl in ("put", "head", "mixed"):
         r = bench(server, "--workload", wl, "--keys", "200", "--size", "3KiB", "--ops", "100")
         assert r["ops"] == 100 and r["errors"] == 0, r

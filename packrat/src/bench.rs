@@ -429,6 +429,9 @@ pub struct Report {
     pub latency_us_p999: u64,
     pub latency_us_max: u64,
     pub server_cpu_us_per_op: Option<f64>,
+    /// This load generator's own CPU per operation: on one machine it shares the cores with
+    /// the server, so a server's rate is bound by both.
+    pub client_cpu_us_per_op: Option<f64>,
     pub server_rss_mib: Option<f64>,
     pub server_rss_peak_mib: Option<f64>,
     pub keys_listed: Option<u64>,
@@ -534,6 +537,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     let done_ops = Arc::new(AtomicU64::new(0));
     let done_errs = Arc::new(AtomicU64::new(0));
     let cpu0 = args.server_pid.and_then(proc_cpu_ticks);
+    let own0 = proc_cpu_ticks(std::process::id());
     let started = Instant::now();
     let progress = {
         let (stop, ops, errs, quiet) =
@@ -598,6 +602,11 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     let ops = hist.len();
     let errors = done_errs.load(Ordering::Relaxed);
     let cpu1 = args.server_pid.and_then(proc_cpu_ticks);
+    let own1 = proc_cpu_ticks(std::process::id());
+    let per_op = |a: Option<u64>, b: Option<u64>| match (a, b) {
+        (Some(a), Some(b)) if ops > 0 => Some((b - a) as f64 / USER_HZ * 1e6 / ops as f64),
+        _ => None,
+    };
     let report = Report {
         label: args.label.clone(),
         workload: format!("{:?}", args.workload).to_lowercase(),
@@ -613,10 +622,8 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         latency_us_p99: hist.value_at_quantile(0.99),
         latency_us_p999: hist.value_at_quantile(0.999),
         latency_us_max: hist.max(),
-        server_cpu_us_per_op: match (cpu0, cpu1) {
-            (Some(a), Some(b)) if ops > 0 => Some((b - a) as f64 / USER_HZ * 1e6 / ops as f64),
-            _ => None,
-        },
+        server_cpu_us_per_op: per_op(cpu0, cpu1),
+        client_cpu_us_per_op: per_op(own0, own1),
         server_rss_mib: args
             .server_pid
             .and_then(|p| proc_status_kib(p, "VmRSS:"))
@@ -671,6 +678,9 @@ fn print_report(r: &Report) {
             r.server_rss_mib.unwrap_or(0.0),
             r.server_rss_peak_mib.unwrap_or(0.0)
         );
+    }
+    if let Some(c) = r.client_cpu_us_per_op {
+        println!("load generator {c:.1} µs CPU per op (this process)");
     }
     if let Some(n) = r.keys_listed {
         println!("listed        {n} keys");
