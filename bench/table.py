@@ -1,6 +1,7 @@
 """Turns the JSON lines of bench/compare.sh into a table with packrat/SeaweedFS ratios."""
 
 import json
+import statistics
 import sys
 from collections import defaultdict
 
@@ -50,6 +51,27 @@ def main(path):
                 a, b = best["packrat"].get(f), best["seaweedfs"].get(f)
                 ratios.append(f"{a / b:.2f}x" if a and b else "-")
             print(f"| {name} | **ratio** packrat/seaweedfs | " + " | ".join(ratios) + " | |")
+    rounds(order, runs)
+
+
+def rounds(order, runs):
+    """With ROUNDS > 1: each round's ops/s on both servers and their ratio, and the median
+    ratio, since the table above shows the last round only."""
+    rows = []
+    for key in order:
+        p, s = runs[key].get("packrat", []), runs[key].get("seaweedfs", [])
+        if min(len(p), len(s)) < 2:
+            continue
+        wl, size, conc = key
+        ratios = [a["ops_per_sec"] / b["ops_per_sec"] for a, b in zip(p, s) if b["ops_per_sec"]]
+        each = ", ".join(f"{a['ops_per_sec']:,.0f} / {b['ops_per_sec']:,.0f} ({a['ops_per_sec'] / b['ops_per_sec']:.2f}x)"
+                         for a, b in zip(p, s) if b["ops_per_sec"])
+        rows.append(f"| {wl} {size // 1024} KiB x{conc} | {each} | {statistics.median(ratios):.2f}x |")
+    if rows:
+        print()
+        print("| workload | per round: packrat / SeaweedFS ops/s (ratio) | median ratio |")
+        print("|---|---|---|")
+        print("\n".join(rows))
 
 
 if __name__ == "__main__":
