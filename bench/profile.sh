@@ -3,8 +3,9 @@
 # `packrat serve` on a fresh data directory, KEYS objects uploaded, then $DURATION of the
 # workload at $CONCURRENCY connections while `perf record -g` samples the server. Prints the
 # server's CPU per operation (user and system, from /proc), the writes per group commit, and
-# a table of where the samples fall: the kernel by the system call that entered it (its
-# call chains are whole), user space by the function the sample is in, in groups.
+# a table of where the samples fall: the parts of a request by the frame they run under
+# (inclusive shares: user-space frames carry their kernel work), then what runs under no such
+# frame (the scheduler, allocation, HTTP, tokio) by the function a sample is in.
 #
 #   WORKLOAD=put bench/profile.sh                 # durable 4 KiB PUTs, 64 connections
 #   WORKLOAD=get CONCURRENCY=4 bench/profile.sh
@@ -76,59 +77,47 @@ def rows(path):
         if m:
             yield m
 
-# The kernel, by the system call (or interrupt) it was entered for: inclusive shares.
-entries = {
-    "fdatasync (the group commit's data sync)": ["__x64_sys_fdatasync", "__x64_sys_fsync"],
-    "writes to files (pwritev, RocksDB's WAL)": ["__x64_sys_pwritev", "__x64_sys_pwritev2", "__x64_sys_pwrite64", "__x64_sys_write"],
-    "socket receive (recvfrom, read)": ["__x64_sys_recvfrom", "__x64_sys_read", "__x64_sys_readv"],
-    "socket send (sendto, writev)": ["__x64_sys_sendto", "__x64_sys_writev", "__x64_sys_sendmsg"],
-    "reads of files (preadv2)": ["__x64_sys_preadv2", "__x64_sys_pread64", "__x64_sys_preadv"],
-    "futex (threads waking each other)": ["__x64_sys_futex"],
-    "epoll": ["__x64_sys_epoll_wait", "__x64_sys_epoll_ctl", "__x64_sys_epoll_pwait"],
-    "accept, close and the rest of syscalls": ["__x64_sys_accept4", "__x64_sys_close"],
-    "interrupts and softirqs (loopback delivery)": ["asm_common_interrupt", "asm_sysvec_apic_timer_interrupt", "__do_softirq", "do_softirq"],
-}
-incl = {}
-for m in rows(f"{work}/children.txt"):
-    name = m.group(3).split("] ", 1)[-1].strip()
-    incl[name] = float(m.group(1))
-print()
-print("| where (inclusive share of the server's samples) | % |")
-print("|---|---|")
-kernel_total = incl.get("entry_SYSCALL_64_after_hwframe", 0.0)
-for label, names in entries.items():
-    share = sum(incl.get(n, 0.0) for n in names)
-    if share:
-        print(f"| kernel: {label} | {share:.1f} |")
-print(f"| kernel: every system call | {kernel_total:.1f} |")
-
-# User space, by the function a sample is in (self shares), in groups.
-groups = [
-    ("MD5 (ETags)", r"md5|Md5"),
-    ("SHA-256 (SigV4, payload hashes)", r"sha2|sha256|Sha256"),
-    ("CRC32C", r"crc32c"),
-    ("RocksDB", r"rocksdb|leveldb|^_ZN7rocksdb"),
-    ("HTTP (hyper, h1 parse and encode)", r"hyper|httparse|http::"),
-    ("SigV4 other (canonical request, HMAC)", r"sigv4|canonical|hmac|Hmac"),
-    ("allocation (mimalloc)", r"mi_|mimalloc"),
-    ("tokio (scheduler, timers, I/O driver)", r"tokio"),
-    ("memory copies and clears (libc)", r"memcpy|memmove|memset"),
+# Parts of a request by the frame they run under, inclusive (what a frame calls is in its
+# share; a nested part is also in its parent's). The largest match of a part's pattern counts.
+parts = [
+    ("group commit: the segments' sync (`sync_through`)", r"ChunkStore>::sync_through$"),
+    ("group commit: RocksDB's write", r"rocksdb::DBImpl::WriteImpl$"),
+    ("- of which its WAL written and synced", r"rocksdb::DBImpl::WriteGroupToWAL$"),
+    ("MD5 of the body (the ETag)", r"md5::compress"),
+    ("the answer sent (`writev`, loopback delivery included)", r"TcpStream as std::io::Write>::write_vectored$"),
+    ("the body appended to the segment (`pwritev`)", r"\bpwritev64$"),
+    ("a record read (`preadv2`)", r"\bpreadv(2|64v2)$"),
+    ("the request received (`recv`)", r"__libc_recv$|__x64_sys_recvfrom$"),
+    ("SHA-256 (SigV4)", r"sha2::sha256"),
+    ("the kernel: every system call", r"entry_SYSCALL_64_after_hwframe$"),
 ]
-user = {}
-other = 0.0
+incl = []
+for m in rows(f"{work}/children.txt"):
+    incl.append((m.group(3).split("] ", 1)[-1].strip(), float(m.group(1))))
+print()
+print("| part (inclusive share of the server's samples) | % |")
+print("|---|---|")
+for label, pat in parts:
+    share = max((v for name, v in incl if re.search(pat, name)), default=0.0)
+    if share:
+        print(f"| {label} | {share:.1f} |")
+
+# User space that runs under no one frame above, by the function a sample is in (self shares).
+groups = [
+    ("the scheduler: threads switched out and in (in a PUT, partly under the syncs)", r"finish_task_switch"),
+    ("allocation (mimalloc)", r"\bmi_|_mi_|mimalloc"),
+    ("HTTP parse and encode (hyper)", r"hyper|httparse|http::"),
+    ("tokio (scheduler, timers, I/O driver)", r"tokio"),
+    ("memory copies (libc)", r"memcpy|memmove|memset"),
+]
+own = {}
 for m in rows(f"{work}/self.txt"):
     rest = m.group(3)
-    if "[k]" in rest:
-        continue
-    share = float(m.group(1))
     for label, pat in groups:
         if re.search(pat, rest):
-            user[label] = user.get(label, 0.0) + share
+            own[label] = own.get(label, 0.0) + float(m.group(1))
             break
-    else:
-        other += share
 for label, _ in groups:
-    if user.get(label):
-        print(f"| user: {label} | {user[label]:.1f} |")
-print(f"| user: everything else | {other:.1f} |")
+    if own.get(label):
+        print(f"| {label} (self) | {own[label]:.1f} |")
 PY
