@@ -48,6 +48,7 @@ mod admin;
 mod calls;
 mod credentials;
 mod follow;
+mod kms;
 mod lookups;
 mod read;
 use lookups::Gather;
@@ -127,6 +128,8 @@ pub struct ClusterStore {
     relay: crate::relay::Relay,
     buckets: Arc<RwLock<HashMap<String, BucketRecord>>>,
     keys: Arc<RwLock<HashMap<String, AccessKey>>>,
+    /// SSE-KMS keys, opened (see `store/kms.rs`).
+    kms: packrat_secrets::kms::KeyRing,
     next_reader: AtomicUsize,
     /// Lookups gathered per node (see [`ClusterStore::lookup`]); how many went gathered, in
     /// how many requests, and how many were then asked alone.

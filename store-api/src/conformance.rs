@@ -160,7 +160,7 @@ macro_rules! conformance_suite {
             lifecycle_configuration, bucket_configuration, listing_summaries,
             multipart_uploads, tar_members, versions, version_tags, version_acl,
             version_class, object_lock, console_sessions, access_keys, sealing,
-            administration, batch_reads, batch_writes, epoch_listing,
+            administration, batch_reads, batch_writes, epoch_listing, kms_keys,
             delete_bucket_with_uploads, foreign_handles);
         #[test]
         fn listing_matches_model() {

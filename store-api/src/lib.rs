@@ -15,6 +15,7 @@ pub mod clock;
 pub mod conformance;
 pub mod credentials;
 pub mod error;
+pub mod kms;
 pub mod lifecycle;
 pub mod lock;
 pub mod replica;
@@ -28,6 +29,7 @@ pub use admin::StoreAdmin;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use credentials::Credentials;
 pub use error::{Digest, StoreError, StoreResult};
+pub use kms::KeyProvider;
 pub use replica::ReplicaStore;
 pub use source::ByteSource;
 pub mod types;
@@ -52,9 +54,10 @@ use lifecycle::Rule;
 /// (a gateway's view of a cluster, in `packrat-cluster`) implement it. Every method is real in
 /// every implementation: an operation a store cannot do answers a `StoreError` that says so.
 ///
-/// The other parts of a store: [`Credentials`] (keys, console sessions, sealing), [`StoreAdmin`]
-/// (reports, jobs, faults, metrics, readiness) and, for a cluster node's own store only,
-/// [`ReplicaStore`]. [`Store`] is the three parts a server needs, as one trait object.
+/// The other parts of a store: [`Credentials`] (keys, console sessions, sealing),
+/// [`KeyProvider`] (SSE-KMS keys), [`StoreAdmin`] (reports, jobs, faults, metrics, readiness)
+/// and, for a cluster node's own store only, [`ReplicaStore`]. [`Store`] is the four parts a
+/// server needs, as one trait object.
 ///
 /// Methods that a request makes on every call and that a store answers from memory (buckets)
 /// are plain functions; the rest are async. The traits are used as `Arc<dyn Store>`;
@@ -359,12 +362,12 @@ pub async fn abort_uploads(store: &dyn ObjectStore, bucket: &Bucket) -> StoreRes
     }
 }
 
-/// What a server needs of a store: its data plane, its credentials and its administration, as
-/// one trait object (`Arc<dyn Store>`, which coerces to any one part). Every type with the
-/// three parts is a `Store`.
-pub trait Store: ObjectStore + Credentials + StoreAdmin {}
+/// What a server needs of a store: its data plane, its credentials, its SSE-KMS keys and its
+/// administration, as one trait object (`Arc<dyn Store>`, which coerces to any one part).
+/// Every type with the four parts is a `Store`.
+pub trait Store: ObjectStore + Credentials + KeyProvider + StoreAdmin {}
 
-impl<T: ObjectStore + Credentials + StoreAdmin + ?Sized> Store for T {}
+impl<T: ObjectStore + Credentials + KeyProvider + StoreAdmin + ?Sized> Store for T {}
 
 /// The bytes of one object range, in order, as verified pieces.
 #[async_trait::async_trait]

@@ -40,6 +40,7 @@ use std::time::Duration;
 mod admin;
 mod convert;
 mod credentials;
+mod kms;
 mod replica;
 
 use crate::summary::{summary_of, version_summary};
@@ -51,6 +52,9 @@ pub struct LocalStore {
     faults: Option<Arc<FaultyIo>>,
     /// Web console sessions: in memory, one process serves them all (a restart ends them).
     sessions: packrat_store_api::sessions::MemorySessions,
+    /// SSE-KMS keys, opened (see `local/kms.rs`), and one maker of keys at a time.
+    kms: packrat_secrets::kms::KeyRing,
+    kms_maker: tokio::sync::Mutex<()>,
 }
 
 /// How `packrat serve` opens its store.
@@ -137,6 +141,8 @@ pub struct Opened {
 impl LocalStore {
     fn new(engine: Arc<Engine>, faults: Option<Arc<FaultyIo>>) -> Self {
         Self {
+            kms: kms::ring(&engine.index, &engine.master),
+            kms_maker: Default::default(),
             engine,
             faults,
             sessions: Default::default(),
@@ -158,11 +164,15 @@ impl LocalStore {
         })?;
         let key_file = o.data_dir.join(crate::master_key::MASTER_KEY_FILE);
         if !key_file.exists()
-            && index
+            && (index
                 .list_keys()
                 .map_err(|e| e.to_string())?
                 .iter()
                 .any(|k| !k.sealed_secret.is_empty())
+                || !index
+                    .scan_meta(b"kms/")
+                    .map_err(|e| e.to_string())?
+                    .is_empty())
         {
             // A new master key would leave every sealed secret unreadable.
             return Err(format!(

@@ -17,6 +17,7 @@ impl ClusterStore {
             map,
             buckets: Arc::default(),
             keys: Arc::default(),
+            kms: Default::default(),
             next_reader: AtomicUsize::new(0),
             gathers: RwLock::default(),
             gathered_lookups: AtomicU64::new(0),
@@ -55,7 +56,7 @@ impl ClusterStore {
         crate::now_ms().saturating_sub(self.etcd_heard_ms.load(Ordering::Relaxed)) > crate::FENCE_MS
     }
 
-    /// Replaces the bucket and key caches with etcd's records. A change this gateway made
+    /// Replaces the bucket and key caches (and the KMS ring) with etcd's records. A change this gateway made
     /// while the listing was under way (a PutBucketCors answered, then read back at once)
     /// may be missing from the listing, so the caches are replaced only if no local change
     /// was counted since the listing began; otherwise it lists again.
@@ -75,6 +76,7 @@ impl ClusterStore {
                 .filter_map(|(_, v)| serde_json::from_slice::<AccessKey>(v).ok())
                 .map(|k| (k.access_key.clone(), k))
                 .collect();
+            let kms = super::kms::records(&self.etcd).await?;
             let (Ok(mut b), Ok(mut k)) = (self.buckets.write(), self.keys.write()) else {
                 return Err("a bucket or key cache lock is poisoned".into());
             };
@@ -82,6 +84,9 @@ impl ClusterStore {
                 *b = buckets;
                 *k = keys;
                 self.misses.forget_all();
+                for bad in self.kms.replace(&self.master, &kms) {
+                    tracing::error!("{bad}: its objects cannot be read");
+                }
                 return Ok(());
             }
         }
@@ -115,7 +120,7 @@ impl ClusterStore {
         Ok(found.map(|(v, _)| v))
     }
 
-    /// Reloads buckets and keys whenever they change in etcd.
+    /// Reloads buckets, access keys and KMS keys whenever they change in etcd.
     pub(super) async fn follow(self: Arc<Self>) {
         loop {
             let watched = async {
@@ -135,7 +140,9 @@ impl ClusterStore {
                         ev.kv().is_some_and(|kv| {
                             let k = String::from_utf8_lossy(kv.key());
                             let k = k.trim_start_matches(crate::map::PREFIX);
-                            k.starts_with("buckets/") || k.starts_with("keys/")
+                            k.starts_with("buckets/")
+                                || k.starts_with("keys/")
+                                || k.starts_with("kms/")
                         })
                     });
                     if relevant {

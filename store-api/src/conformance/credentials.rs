@@ -166,3 +166,83 @@ pub async fn sealing(store: &dyn Store) {
         Err(StoreError::Corrupt(_))
     ));
 }
+
+/// SSE-KMS keys: a key made is found by its id, name, alias and ARN and listed; a taken or
+/// malformed name is refused; the default key is made once; a data key sealed under a key
+/// opens under it with the same context only, and an unknown key neither seals nor opens.
+pub async fn kms_keys(store: &dyn Store) {
+    use crate::kms::{ANY_USER, DEFAULT_KEY_NAME, NewKmsKey};
+    let name = format!(
+        "conformance-{}-{}",
+        std::process::id(),
+        NEXT_BUCKET.fetch_add(1, Ordering::Relaxed)
+    );
+    let new = NewKmsKey {
+        name: name.clone(),
+        users: vec!["alice".into()],
+    };
+    let k = store.create_kms_key(new.clone()).await.unwrap();
+    assert_eq!(
+        (k.name.as_str(), &k.users[..]),
+        (name.as_str(), &["alice".to_string()][..])
+    );
+    for reference in [k.id.clone(), name.clone(), format!("alias/{name}"), k.arn()] {
+        assert_eq!(
+            store.kms_key(&reference).unwrap().as_ref(),
+            Some(&k),
+            "{reference}"
+        );
+    }
+    assert!(store.list_kms_keys().await.unwrap().contains(&k));
+    assert!(matches!(
+        store.create_kms_key(new).await,
+        Err(StoreError::Invalid(_))
+    ));
+    for bad in ["", "aws/mine", "has space", DEFAULT_KEY_NAME] {
+        let new = NewKmsKey {
+            name: bad.into(),
+            users: vec![],
+        };
+        assert!(
+            matches!(store.create_kms_key(new).await, Err(StoreError::Invalid(_))),
+            "{bad:?}"
+        );
+    }
+    assert!(
+        store
+            .kms_key("alias/no-such-key-anywhere")
+            .unwrap()
+            .is_none()
+    );
+
+    let d = store.default_kms_key().await.unwrap();
+    assert_eq!(
+        (d.name.as_str(), &d.users[..]),
+        (DEFAULT_KEY_NAME, &[ANY_USER.to_string()][..])
+    );
+    assert_eq!(store.default_kms_key().await.unwrap(), d);
+
+    let sealed = store.kms_seal(&k.id, b"a data key", b"ctx").unwrap();
+    assert!(!sealed.windows(10).any(|w| w == b"a data key"));
+    assert_eq!(
+        store.kms_open(&k.id, &sealed, b"ctx").unwrap(),
+        b"a data key"
+    );
+    assert!(matches!(
+        store.kms_open(&k.id, &sealed, b"other"),
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(
+        store.kms_open(&d.id, &sealed, b"ctx"),
+        Err(StoreError::Corrupt(_))
+    ));
+    let unknown = "00000000-0000-0000-0000-000000000000";
+    assert!(matches!(
+        store.kms_seal(unknown, b"k", b"ctx"),
+        Err(StoreError::Invalid(_))
+    ));
+    assert!(matches!(
+        store.kms_open(unknown, &sealed, b"ctx"),
+        Err(StoreError::Corrupt(_))
+    ));
+}
