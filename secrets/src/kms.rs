@@ -186,7 +186,7 @@ mod tests {
         assert!(ring.open(&rec.key.id, &sealed, b"other").is_err());
         // Under another master key the record does not open, and is reported.
         let other = KeyRing::default();
-        let bad = other.replace(&MasterKey::from_bytes(&[8; 32]), &[rec.clone()]);
+        let bad = other.replace(&MasterKey::from_bytes(&[8; 32]), std::slice::from_ref(&rec));
         assert_eq!(bad.len(), 1);
         assert!(other.get(&rec.key.id).is_none());
         // Material moved onto another id does not open.
