@@ -527,24 +527,25 @@ def test_unset_bucket_configurations_answer_as_s3_does(server, s3, bucket):
 
 
 def test_encryption_packrat_does_not_do_is_refused_not_stored_in_plaintext(s3, bucket):
-    """SSE-KMS is not implemented: asking for it (on a write or as a bucket's default) answers
-    501 NotImplemented and stores nothing (SSE-S3 and SSE-C are tests/test_sse.py's)."""
+    """Dual-layer SSE-KMS and SSE-KMS encryption contexts are not implemented: asking for them
+    (on a write or as a bucket's default) answers 501 NotImplemented and stores nothing
+    (SSE-S3, SSE-C and SSE-KMS are tests/test_sse.py's and tests/test_sse_kms.py's)."""
     s3.put_object(Bucket=bucket, Key="plain", Body=b"plain")
     attempts = [
-        lambda: s3.put_object(Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms"),
+        lambda: s3.put_object(Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms:dsse"),
         lambda: s3.put_object(Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms",
-                              SSEKMSKeyId="key-1"),
-        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms"),
+                              SSEKMSEncryptionContext="eyJhIjoiYiJ9"),
+        lambda: s3.create_multipart_upload(Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms:dsse"),
         lambda: s3.put_bucket_encryption(Bucket=bucket, ServerSideEncryptionConfiguration={
-            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms"}}]}),
+            "Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms:dsse"}}]}),
         lambda: s3.copy_object(Bucket=bucket, Key="copy", CopySource={"Bucket": bucket, "Key": "plain"},
-                               ServerSideEncryption="aws:kms"),
+                               ServerSideEncryption="aws:kms:dsse"),
     ]
     for i, attempt in enumerate(attempts):
         with pytest.raises(ClientError) as e:
             attempt()
         assert code(e) == "NotImplemented" and status(e) == 501, i
-        assert "encryption" in e.value.response["Error"]["Message"] or "SSE-KMS" in e.value.response["Error"]["Message"], i
+        assert "SSE-KMS" in e.value.response["Error"]["Message"], i
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])}
     assert keys == {"plain"}
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

@@ -4,7 +4,7 @@ refused), SSE-S3 (bytes on disk are ciphertext, a restart still decrypts, Conten
 checksums checked on the plaintext), copies between every pair of encryption kinds, encrypted
 multipart uploads (SSE-C and SSE-S3 parts, part copies into and out of them, ranges across parts,
 boto3's and aws-cli's multipart transfers), listings that show the plaintext size, and the paths
-that do not decrypt (batch GET, epoch streams, SSE-KMS) refusing instead of serving ciphertext or
+that do not decrypt (batch GET, epoch streams) refusing instead of serving ciphertext or
 storing plaintext."""
 
 import base64
@@ -273,11 +273,11 @@ def test_what_does_not_decrypt_refuses(server, s3, bucket):
     streamed = {s.name: s for s in server.packrat().stream_epoch(bucket, prefix="enc/")}
     assert streamed["enc/a"].error is not None and not streamed["enc/a"].data
     assert streamed["enc/b"].data == b"open-b"
-    # SSE-KMS: 501, nothing stored in plaintext.
-    assert code_of(s3.create_multipart_upload, Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms") \
+    # Dual-layer SSE-KMS: 501, nothing stored (SSE-KMS is tests/test_sse_kms.py's).
+    assert code_of(s3.create_multipart_upload, Bucket=bucket, Key="mp", ServerSideEncryption="aws:kms:dsse") \
         == ("NotImplemented", 501)
     assert "Uploads" not in s3.list_multipart_uploads(Bucket=bucket)
-    assert code_of(s3.put_object, Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms") \
+    assert code_of(s3.put_object, Bucket=bucket, Key="kms", Body=b"x", ServerSideEncryption="aws:kms:dsse") \
         == ("NotImplemented", 501)
     assert code_of(s3.put_object, Bucket=bucket, Key="bad", Body=b"x", ServerSideEncryption="DES") \
         == ("InvalidArgument", 400)
@@ -587,10 +587,11 @@ def test_bucket_default_encryption(tls, tmp_path):
     rule = c.get_bucket_encryption(**b)["ServerSideEncryptionConfiguration"]["Rules"][0]
     assert rule["ApplyServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
     assert rule["BucketKeyEnabled"] is False
-    # Refused, the stored configuration untouched: SSE-KMS (501), a KMS key with AES256, two
-    # rules, no algorithm.
+    # Refused, the stored configuration untouched: an unknown KMS key, a KMS key with AES256,
+    # two rules, no algorithm.
     kms = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "aws:kms", "KMSMasterKeyID": "k"}}]}
-    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration=kms) == ("NotImplemented", 501)
+    assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration=kms) \
+        == ("KMS.NotFoundException", 400)
     with_key = {"Rules": [{"ApplyServerSideEncryptionByDefault": {"SSEAlgorithm": "AES256", "KMSMasterKeyID": "k"}}]}
     assert code_of_config(c.put_bucket_encryption, ServerSideEncryptionConfiguration=with_key) \
         == ("InvalidArgument", 400)
@@ -675,5 +676,8 @@ def test_form_upload_encryption_fields(tls):
     assert c.get_object(Bucket="sseform", Key="c", **sse)["Body"].read() == body
     assert code_of(c.get_object, Bucket="sseform", Key="c") == ("InvalidRequest", 400)
     r = post("kms", {"x-amz-server-side-encryption": "aws:kms"})
+    assert r.status == 204 and r.headers["x-amz-server-side-encryption"] == "aws:kms", r.data
+    assert c.get_object(Bucket="sseform", Key="kms")["Body"].read() == body
+    r = post("dsse", {"x-amz-server-side-encryption": "aws:kms:dsse"})
     assert r.status == 501 and b"NotImplemented" in r.data
-    assert code_of(c.head_object, Bucket="sseform", Key="kms")[1] == 404
+    assert code_of(c.head_object, Bucket="sseform", Key="dsse")[1] == 404

@@ -90,6 +90,21 @@ pub async fn handle(
                 &store.create_key(req).await.map_err(admin_error)?,
             )
         }
+        (&Method::GET, ("kms", "keys")) => json(
+            StatusCode::OK,
+            &store.list_kms_keys().await.map_err(admin_error)?,
+        ),
+        (&Method::POST, ("kms", "keys")) => {
+            let raw = body.read_to_end(ADMIN_BODY_BYTES_MAX).await?;
+            let req: packrat_store_api::kms::NewKmsKey =
+                serde_json::from_slice(&raw).map_err(|e| {
+                    S3Error::new(S3ErrorCode::InvalidArgument, format!("bad JSON body: {e}"))
+                })?;
+            json(
+                StatusCode::OK,
+                &store.create_kms_key(req).await.map_err(admin_error)?,
+            )
+        }
         (&Method::GET, ("status", "")) => {
             let flush = query.iter().any(|(k, v)| k == "flush" && v == "true");
             json(

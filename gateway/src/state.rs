@@ -175,6 +175,10 @@ impl AppState {
     }
 }
 
-/// A bucket's default encryption: SSE-S3 for writes that ask for none (SSE-KMS, the other
-/// default S3 offers, is not implemented). Cached per bucket in [`AppState`].
-pub struct BucketDefault;
+/// A bucket's default encryption for writes that ask for none: SSE-S3, or SSE-KMS under the
+/// key named (`None`: the store's default key). Cached per bucket in [`AppState`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketDefault {
+    S3,
+    Kms(Option<String>),
+}

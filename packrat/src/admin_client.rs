@@ -7,6 +7,68 @@ use packrat_gateway::s3::sigv4;
 use packrat_store_api::reports::{Progress, ScrubReport, TierRunReport};
 use serde::de::DeserializeOwned;
 
+/// Client side of `packrat admin kms key create|list`.
+pub async fn run_kms(
+    endpoint: &str,
+    region: &str,
+    access_key: &str,
+    secret_key: &str,
+    cmd: crate::KmsKeyCommand,
+    json_out: bool,
+) -> Result<(), String> {
+    use packrat_store_api::kms::{KmsKey, NewKmsKey};
+    let (method, body) = match cmd {
+        crate::KmsKeyCommand::Create { name, users } => (
+            Method::POST,
+            serde_json::to_vec(&NewKmsKey { name, users }).map_err(|e| e.to_string())?,
+        ),
+        crate::KmsKeyCommand::List => (Method::GET, Vec::new()),
+    };
+    let creating = method == Method::POST;
+    let (status, body) = call(
+        endpoint, region, access_key, secret_key, method, "kms/keys", body,
+    )
+    .await?;
+    if !status.is_success() {
+        return Err(format!(
+            "server answered {status}: {}",
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    let keys: Vec<KmsKey> = if creating {
+        vec![serde_json::from_slice(&body).map_err(|e| e.to_string())?]
+    } else {
+        serde_json::from_slice(&body).map_err(|e| e.to_string())?
+    };
+    if json_out {
+        return match &keys[..] {
+            [one] if creating => print_json(one),
+            _ => print_json(&keys),
+        };
+    }
+    if creating {
+        let k = &keys[0];
+        println!("created KMS key {}", k.name);
+        println!("  id:    {}", k.id);
+        println!("  arn:   {}", k.arn());
+        println!("  users: {}", users_shown(&k.users));
+        return Ok(());
+    }
+    println!("{:<36}  {:<24}  USERS", "ID", "NAME");
+    for k in &keys {
+        println!("{:<36}  {:<24}  {}", k.id, k.name, users_shown(&k.users));
+    }
+    Ok(())
+}
+
+fn users_shown(users: &[String]) -> String {
+    if users.is_empty() {
+        "(root keys only)".into()
+    } else {
+        users.join(",")
+    }
+}
+
 /// Client side of `packrat admin tier run`: starts a run (or joins the one going), shows a
 /// progress bar of the bytes to move, then prints the report.
 pub async fn run_tier(

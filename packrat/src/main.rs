@@ -320,6 +320,9 @@ enum AdminCommand {
     /// Access keys: each key is a user with its own buckets.
     #[command(subcommand)]
     Key(KeyCommand),
+    /// SSE-KMS keys of packrat's own key provider (kept sealed under the master key).
+    #[command(subcommand)]
+    Kms(KmsCommand),
     /// Index and segment figures of a running server (JSON).
     Status {
         /// Flush and compact the object index first, so on-disk sizes are settled.
@@ -369,6 +372,28 @@ enum TierCommand {
         #[arg(long, default_value_t = 0)]
         days_ahead: u32,
     },
+}
+
+#[derive(Subcommand)]
+enum KmsCommand {
+    /// Named keys that SSE-KMS writes seal their data keys under.
+    #[command(subcommand)]
+    Key(KmsKeyCommand),
+}
+
+#[derive(Subcommand)]
+pub enum KmsKeyCommand {
+    /// Create a key; writes name it as `x-amz-server-side-encryption-aws-kms-key-id` (its id,
+    /// its ARN or `alias/NAME`). Keys are never deleted: their objects would be lost.
+    Create {
+        name: String,
+        /// A canonical user id that may use the key (repeat for more; `*` for every signed
+        /// caller). Root keys always may; with none given, only they can.
+        #[arg(long = "user")]
+        users: Vec<String>,
+    },
+    /// List keys: id, name, who may use each.
+    List,
 }
 
 #[derive(Subcommand)]
@@ -760,6 +785,11 @@ async fn admin(args: AdminArgs) -> Result<(), String> {
                 json_out,
             )
             .await;
+        }
+        AdminCommand::Kms(KmsCommand::Key(cmd)) => {
+            let (ak, sk) = root_credentials()?;
+            return admin_client::run_kms(&args.endpoint, &args.region, &ak, &sk, cmd, json_out)
+                .await;
         }
         AdminCommand::Scrub => {
             let (ak, sk) = root_credentials()?;

@@ -39,6 +39,8 @@ pub enum S3ErrorCode {
     InvalidTag,
     InsufficientStorage,
     KeyTooLongError,
+    /// An SSE-KMS key that does not exist (`KMS.NotFoundException`, as S3 answers it).
+    KmsNotFound,
     MalformedXML,
     /// An ACL (a PutObjectAcl body or a grant header) that names no valid grantee or
     /// permission.
@@ -113,6 +115,7 @@ impl S3ErrorCode {
             InvalidTag => ("InvalidTag", StatusCode::BAD_REQUEST),
             InsufficientStorage => ("InsufficientStorage", StatusCode::INSUFFICIENT_STORAGE),
             KeyTooLongError => ("KeyTooLongError", StatusCode::BAD_REQUEST),
+            KmsNotFound => ("KMS.NotFoundException", StatusCode::BAD_REQUEST),
             MalformedXML => ("MalformedXML", StatusCode::BAD_REQUEST),
             MalformedACLError => ("MalformedACLError", StatusCode::BAD_REQUEST),
             MalformedJSON => ("MalformedJSON", StatusCode::BAD_REQUEST),

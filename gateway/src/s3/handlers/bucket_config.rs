@@ -137,9 +137,10 @@ pub(super) async fn handle_put_public_access_block(
     Ok(Response::new(empty()))
 }
 
-/// PutBucketEncryption: SSE-S3 as the default of writes that ask for no encryption (PutObject,
-/// CopyObject, CreateMultipartUpload, form uploads). The store must be able to seal SSE-S3
-/// keys (a cluster cannot yet): the same answer as an SSE-S3 PUT there.
+/// PutBucketEncryption: SSE-S3 or SSE-KMS as the default of writes that ask for no encryption
+/// (PutObject, CopyObject, CreateMultipartUpload, form uploads). A named KMS key must exist
+/// (S3 finds out only at the first write; an early answer is kinder); whether a writer may use
+/// it is checked at each write, as S3 does.
 pub(super) async fn handle_put_bucket_encryption(
     state: &Arc<AppState>,
     req: &mut S3Request,
@@ -147,8 +148,16 @@ pub(super) async fn handle_put_bucket_encryption(
 ) -> R {
     let b = load_bucket(state, req, name, Action::PUT_ENCRYPTION).await?;
     let body = read_xml_body(req).await?;
-    let doc = sse::bucket_default_doc(&xml::parse(&body)?)?;
-    sse::ObjectCipher::create(&*state.store, &sse::Requested::S3)?;
+    let (doc, default) = sse::bucket_default_doc(&xml::parse(&body)?)?;
+    match default {
+        sse::BucketDefault::S3 => {
+            sse::ObjectCipher::create(&*state.store, &sse::Requested::S3)?;
+        }
+        sse::BucketDefault::Kms(Some(key)) => {
+            sse::find(&*state.store, &key)?;
+        }
+        sse::BucketDefault::Kms(None) => {}
+    }
     state
         .store
         .put_bucket_config(&b, BucketConfig::Encryption, Some(doc))

@@ -126,6 +126,7 @@ pub(super) async fn handle_upload_part(
         &*state.store,
         upload.envelope.as_deref(),
         sse::read_key(req)?.as_ref(),
+        req.identity.as_ref(),
     )?;
     let answer = upload
         .envelope
@@ -139,8 +140,12 @@ pub(super) async fn handle_upload_part(
     let part = if copy {
         let (_, _, src) = objects::load_copy_source(state, req).await?;
         source_version = src.version_id.clone();
-        let src_cipher =
-            sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
+        let src_cipher = sse::ObjectCipher::open(
+            &*state.store,
+            &src,
+            sse::copy_source_key(req)?.as_ref(),
+            req.identity.as_ref(),
+        )?;
         let src_size = sse::shown_size(&src);
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src_size),
@@ -270,7 +275,12 @@ pub(super) async fn handle_complete_multipart_upload(
     // An SSE-C key is not needed to complete (nothing is sealed now), but one sent must be
     // the upload's.
     if let Some(k) = sse::read_key(req)? {
-        sse::ObjectCipher::open_envelope(&*state.store, upload.envelope.as_deref(), Some(&k))?;
+        sse::ObjectCipher::open_envelope(
+            &*state.store,
+            upload.envelope.as_deref(),
+            Some(&k),
+            req.identity.as_ref(),
+        )?;
     }
     let parts = complete_parts(&body)?;
     let done = state

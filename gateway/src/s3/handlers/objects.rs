@@ -146,8 +146,12 @@ pub(super) async fn handle_copy_object(
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
-    let src_cipher =
-        sse::ObjectCipher::open(&*state.store, &src, sse::copy_source_key(req)?.as_ref())?;
+    let src_cipher = sse::ObjectCipher::open(
+        &*state.store,
+        &src,
+        sse::copy_source_key(req)?.as_ref(),
+        req.identity.as_ref(),
+    )?;
     let encryption = sse::requested(req)?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
@@ -182,7 +186,7 @@ pub(super) async fn handle_copy_object(
         ));
     }
     // A copy that asks for no encryption gets the bucket's default, as any write.
-    let encryption = sse::or_default(state, &b, encryption).await?;
+    let encryption = sse::or_default(state, &b, req.identity.as_ref(), encryption).await?;
     let sent = object_meta(&req.headers, &|c| state.store.is_storage_class(c))?;
     let tags = if replace_tags {
         sent.tags.clone()
@@ -463,7 +467,12 @@ pub(super) async fn handle_get_object(
             .map_err(|e| gate.hide(e))?,
     };
     gate.check(req.identity.as_ref(), &obj)?;
-    let cipher = sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
+    let cipher = sse::ObjectCipher::open(
+        &*state.store,
+        &obj,
+        sse::read_key(req)?.as_ref(),
+        req.identity.as_ref(),
+    )?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
         None => None,
@@ -782,7 +791,12 @@ pub(super) async fn handle_get_object_attributes(
         .map_err(|e| gate.hide(e))?;
     gate.check(req.identity.as_ref(), &obj)?;
     // An SSE-C object's attributes need its key, as its HEAD does.
-    sse::ObjectCipher::open(&*state.store, &obj, sse::read_key(req)?.as_ref())?;
+    sse::ObjectCipher::open(
+        &*state.store,
+        &obj,
+        sse::read_key(req)?.as_ref(),
+        req.identity.as_ref(),
+    )?;
     let has = |a: &str| wanted.contains(&a);
     let mut x = Xml::new();
     x.root("GetObjectAttributesResponse");

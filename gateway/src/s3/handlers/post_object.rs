@@ -295,6 +295,7 @@ pub(super) async fn handle_post_object(
     let encryption = sse::or_default(
         state,
         &b,
+        Some(&id),
         sse::requested_in(&RequestHeaders::new(encryption_fields), req.sse_c_allowed)?,
     )
     .await?;
