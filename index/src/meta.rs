@@ -1,8 +1,8 @@
 //! Column family `meta`: small named values of the node (the bucket id counter, and the
-//! store's versioned records: lifecycle configurations, the catalog of tiered segments and
-//! buckets' configuration documents, under their own key prefixes `lifecycle/`, `tierseg/`,
-//! `tier-next-segment`, `bucketcfg/`). The values
-//! are the caller's.
+//! store's versioned records: lifecycle configurations, the catalog of tiered segments,
+//! buckets' configuration documents and SSE-KMS keys, under their own key prefixes
+//! `lifecycle/`, `tierseg/`, `tier-next-segment`, `bucketcfg/`, `kms/`). The values are the
+//! caller's.
 
 use crate::{CF_META, IndexWrite, Result, RocksIndex};
 use rocksdb::WriteBatch;
