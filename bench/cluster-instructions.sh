@@ -9,6 +9,9 @@
 #
 #   PACKRAT_A=/tmp/packrat-before PACKRAT_B=target/debug/packrat bench/cluster-instructions.sh
 #   WORKLOADS=get OPS=2000 PACKRAT_A=... bench/cluster-instructions.sh
+#   A_ENV=PACKRAT_INTERNAL_HTTP=1 PACKRAT_A=target/debug/packrat bench/cluster-instructions.sh
+# A_ENV (and B_ENV) are set in the environment of that side's processes: with the one binary,
+# the line above compares the internal API over HTTP (A) with its multiplexed connection (B).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=${PACKRAT_A:?the binary before a change}
@@ -43,7 +46,10 @@ per_op() { # callgrind output: instructions per counted request
 }
 
 count() { # side binary workload
-  local side=$1 bin=$2 w=$3 d=$work/$1-$3 node0 gw
+  local side=$1 bin=$2 w=$3 d=$work/$1-$3 node0 gw side_env
+  side_env=$( [ "$side" = A ] && echo "${A_ENV:-}" || echo "${B_ENV:-}" )
+  # shellcheck disable=SC2086 # the side's settings, as words
+  [ -n "$side_env" ] && export $side_env
   mkdir -p "$d"
   etcd --name b --data-dir "$d/etcd" --listen-client-urls $etcd_url --advertise-client-urls $etcd_url \
     --listen-peer-urls http://127.0.0.1:19580 --initial-advertise-peer-urls http://127.0.0.1:19580 \
@@ -72,6 +78,8 @@ count() { # side binary workload
   callgrind_control -i off "$gw" "$node0" >/dev/null 2>&1
   callgrind_control -d "$gw" "$node0" >/dev/null 2>&1
   stop_all
+  # shellcheck disable=SC2086
+  [ -n "$side_env" ] && unset ${side_env%%=*}
   echo "$w $side: gateway $(per_op "$d/gateway.out.1"), first node $(per_op "$d/node0.out.1") instructions per request"
 }
 

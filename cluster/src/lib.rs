@@ -8,6 +8,7 @@ mod gather;
 pub mod manager;
 pub mod map;
 mod misses;
+pub mod mux;
 pub mod node;
 pub mod placement;
 pub mod relay;

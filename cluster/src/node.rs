@@ -656,19 +656,28 @@ impl Node {
                     let Ok((stream, _)) = accepted else { continue };
                     let _ = stream.set_nodelay(true);
                     let node = self.clone();
-                    let svc = hyper::service::service_fn(move |req| {
-                        let node = node.clone();
-                        async move { Ok::<_, std::convert::Infallible>(node.handle(req).await) }
-                    });
-                    // A peer that opens a connection and never finishes a request's head
-                    // (or leaves it idle) is dropped after NODE_HEADER_TIMEOUT.
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .timer(hyper_util::rt::TokioTimer::new())
-                        .header_read_timeout(NODE_HEADER_TIMEOUT)
-                        .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-                    let conn = graceful.watch(conn);
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
-                        let _ = conn.await;
+                        // Gateways and nodes of this build open a multiplexed connection
+                        // (`crate::mux`); operators and older builds speak HTTP.
+                        if crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await {
+                            let secret = node.secret.clone();
+                            let handler = move |req| node.clone().handle(req);
+                            crate::mux::server::serve(stream, secret, NODE_HEADER_TIMEOUT, handler)
+                                .await;
+                            return;
+                        }
+                        let svc = hyper::service::service_fn(move |req| {
+                            let node = node.clone();
+                            async move { Ok::<_, std::convert::Infallible>(node.handle(req).await) }
+                        });
+                        // A peer that opens a connection and never finishes a request's head
+                        // (or leaves it idle) is dropped after NODE_HEADER_TIMEOUT.
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(NODE_HEADER_TIMEOUT)
+                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
+                        let _ = watcher.watch(conn).await;
                     });
                 }
                 _ = &mut stop => break,
@@ -677,7 +686,11 @@ impl Node {
         let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
     }
 
-    async fn handle(self: Arc<Self>, req: http::Request<hyper::body::Incoming>) -> NodeResp {
+    async fn handle<B>(self: Arc<Self>, req: http::Request<B>) -> NodeResp
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
         if req.method() == Method::GET
             && let Some(page) = self.operator_page(req.uri().path())
         {

@@ -371,7 +371,7 @@ mod tests {
     async fn read(
         body: Bytes,
     ) -> packrat_store_api::StoreResult<Vec<(u32, Result<Bytes, String>)>> {
-        let mut s = NodeStream::start(Either::Right(Full::new(body)), true).await?;
+        let mut s = NodeStream::start(Either::Right(Either::Left(Full::new(body))), true).await?;
         assert_eq!(s.head.refused, vec![9]);
         let mut out = Vec::new();
         loop {

@@ -37,11 +37,15 @@ impl Node {
     /// answer goes out as soon as its step is over, so a step whose chain is slow holds back
     /// none of the others. Before, the answer waited for the slowest step: one PG with a hung
     /// successor held every write relayed with it for the hop's timeout.
-    pub(super) async fn relayed_as_they_end(
+    pub(super) async fn relayed_as_they_end<B>(
         self: Arc<Self>,
-        req: http::Request<hyper::body::Incoming>,
+        req: http::Request<B>,
         held: HeldSlot,
-    ) -> NodeResp {
+    ) -> NodeResp
+    where
+        B: hyper::body::Body<Data = Bytes> + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
         use futures_util::StreamExt;
         let items = match body_of_request(req, "relayed steps").await {
             Ok(body) => RelayItem::parse_all(body),

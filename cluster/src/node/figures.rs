@@ -68,6 +68,16 @@ impl Node {
                 crate::wire::DAMAGED_ANSWERS.load(Ordering::Relaxed),
             ),
             Metric::counter(
+                "packrat_node_mux_connections_total",
+                "Multiplexed internal connections (gateways' and other nodes') this node accepted; connections of older builds and operators come over HTTP.",
+                crate::mux::server::ACCEPTED.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_mux_requests_total",
+                "Internal requests this node took over multiplexed connections.",
+                crate::mux::server::REQUESTS.load(Ordering::Relaxed),
+            ),
+            Metric::counter(
                 "packrat_node_buckets_dropped_total",
                 "Local buckets (a cluster bucket's objects, or its tombstones) this node emptied and removed because their cluster bucket was deleted.",
                 self.buckets_dropped.load(Ordering::Relaxed),

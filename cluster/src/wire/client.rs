@@ -1,5 +1,6 @@
-//! The HTTP client gateways and nodes call each other with: pooled connections, timeouts by
-//! size, and answers read with their CRC32C checked.
+//! The client gateways and nodes call each other with: one multiplexed connection per node
+//! ([`crate::mux`]), or pooled HTTP connections to a node of an older build (and with
+//! `PACKRAT_INTERNAL_HTTP=1`); timeouts by size, and answers read with their CRC32C checked.
 
 use super::*;
 
@@ -39,10 +40,13 @@ impl<'a> Call<'a> {
     }
 }
 
-/// The internal API's HTTP client: pooled keep-alive connections to every node.
+/// The internal API's client: a multiplexed connection to every node, HTTP where a node
+/// speaks only that.
 #[derive(Clone)]
 pub struct NodeClient {
     http: Client<HttpConnector, NodeBody>,
+    /// `None` with `PACKRAT_INTERNAL_HTTP=1`: every call over HTTP.
+    mux: Option<std::sync::Arc<crate::mux::client::MuxPool>>,
     secret: String,
 }
 
@@ -53,9 +57,13 @@ pub struct Answer {
     pub body: AnswerBody,
 }
 
-/// An answer's body: as it arrives, or whole (one of a relayed request's answers, see
-/// [`crate::relay`]).
-pub type AnswerBody = http_body_util::Either<hyper::body::Incoming, Full<Bytes>>;
+/// An answer's body: over HTTP as it arrives; or whole (one of a relayed request's answers,
+/// see [`crate::relay`], or one a multiplexed connection brought in one frame); or streamed
+/// over a multiplexed connection.
+pub type AnswerBody = http_body_util::Either<
+    hyper::body::Incoming,
+    http_body_util::Either<Full<Bytes>, crate::mux::client::MuxBody>,
+>;
 
 impl Answer {
     /// An answer already received whole (no headers).
@@ -63,7 +71,7 @@ impl Answer {
         Answer {
             status,
             headers: http::HeaderMap::new(),
-            body: http_body_util::Either::Right(Full::new(body)),
+            body: http_body_util::Either::Right(http_body_util::Either::Left(Full::new(body))),
         }
     }
 
@@ -118,7 +126,9 @@ impl NodeClient {
         let http = Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
-        NodeClient { http, secret }
+        let mux = (std::env::var("PACKRAT_INTERNAL_HTTP").as_deref() != Ok("1"))
+            .then(|| std::sync::Arc::new(crate::mux::client::MuxPool::new(secret.clone())));
+        NodeClient { http, mux, secret }
     }
 
     /// Sends a request to the node at `addr`. Connection failures (a dead node) are
@@ -130,6 +140,13 @@ impl NodeClient {
         epoch: u64,
         timeout: Duration,
     ) -> StoreResult<Answer> {
+        if let Some(mux) = &self.mux {
+            match mux.send(&call, addr, epoch, timeout).await {
+                crate::mux::client::Sent::Answered(a) => return Ok(a),
+                crate::mux::client::Sent::Failed(e) => return Err(e),
+                crate::mux::client::Sent::HttpOnly => {}
+            }
+        }
         let Call {
             method,
             path: path_and_query,
