@@ -4,8 +4,8 @@
 //! The requests are the internal API's own (`wire.rs`: method, path, headers, body), so a node
 //! answers them with the same code whichever way they came; what changes is the carriage: no
 //! HTTP head to format and parse per request, the cluster secret checked once per connection,
-//! many requests in flight on one socket, and every frame the writer has queued sent with one
-//! `writev`.
+//! many requests in flight on one socket, and the frames queued while one is written sent
+//! together with one `writev` ([`Outbox`]).
 //!
 //! A node tells the two apart by a connection's first bytes: [`MAGIC`] starts a multiplexed
 //! one, anything else is HTTP (operators' `/metrics` and `/health/*`, and older gateways and
@@ -63,6 +63,174 @@ pub const CANCEL: u8 = 7;
 
 /// `HEAD`'s flag: the rest of the payload is the whole body.
 pub const WHOLE: u8 = 1;
+
+/// A connection's sending side, shared by every task with a frame to send. Whoever finds no
+/// one writing writes what is queued at once, from its own task, with non-blocking gathered
+/// writes (`try_write_vectored`); frames queued meanwhile go out with the writer's next
+/// write. Only when the socket is full does a flusher task take over and wait for room. So a
+/// frame costs no hand-off to another task and thread, where a writer task behind a queue
+/// cost one per request (the wake-ups showed in CPU time, not in instruction counts).
+pub struct Outbox {
+    wr: tokio::net::tcp::OwnedWriteHalf,
+    state: std::sync::Mutex<OutState>,
+    flusher: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct OutState {
+    queue: std::collections::VecDeque<Bytes>,
+    /// Someone is writing (a sender, or the flusher): the others only queue.
+    writing: bool,
+    closed: bool,
+}
+
+impl Outbox {
+    /// The outbox of `wr`, and its flusher task (to spawn; it ends when the outbox closes or
+    /// a write fails, answering why).
+    pub fn new(
+        wr: tokio::net::tcp::OwnedWriteHalf,
+    ) -> (
+        std::sync::Arc<Outbox>,
+        impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    ) {
+        let out = std::sync::Arc::new(Outbox {
+            wr,
+            state: std::sync::Mutex::default(),
+            flusher: tokio::sync::Notify::new(),
+        });
+        let flusher = out.clone().flush();
+        (out, flusher)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, OutState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sends a frame (or queues it behind a write under way); `false` once the outbox is closed.
+    pub fn send(&self, frame: [Bytes; 3]) -> bool {
+        let mut batch = {
+            let mut st = self.state();
+            if st.closed {
+                return false;
+            }
+            st.queue.extend(frame);
+            if st.writing {
+                return true;
+            }
+            st.writing = true;
+            std::mem::take(&mut st.queue)
+        };
+        loop {
+            match write_some(&self.wr, &mut batch) {
+                Ok(true) => {
+                    let mut st = self.state();
+                    if st.queue.is_empty() {
+                        st.writing = false;
+                        return true;
+                    }
+                    batch = std::mem::take(&mut st.queue);
+                }
+                Ok(false) => {
+                    // The socket is full: the flusher goes on once there is room.
+                    let mut st = self.state();
+                    batch.extend(st.queue.drain(..));
+                    st.queue = batch;
+                    drop(st);
+                    self.flusher.notify_one();
+                    return true;
+                }
+                Err(_) => {
+                    self.close();
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// Stops sending: queued frames are dropped, the flusher ends.
+    pub fn close(&self) {
+        let mut st = self.state();
+        st.closed = true;
+        st.queue.clear();
+        drop(st);
+        self.flusher.notify_one();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state().closed
+    }
+
+    async fn flush(self: std::sync::Arc<Self>) -> std::io::Result<()> {
+        loop {
+            self.flusher.notified().await;
+            loop {
+                if self.state().closed {
+                    return Ok(());
+                }
+                if let Err(e) = self.wr.writable().await {
+                    self.close();
+                    return Err(e);
+                }
+                let mut batch = std::mem::take(&mut self.state().queue);
+                match write_some(&self.wr, &mut batch) {
+                    Ok(true) => {
+                        let mut st = self.state();
+                        if st.queue.is_empty() {
+                            st.writing = false;
+                            break;
+                        }
+                    }
+                    Ok(false) => {
+                        let mut st = self.state();
+                        batch.extend(st.queue.drain(..));
+                        st.queue = batch;
+                    }
+                    Err(e) => {
+                        self.close();
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Writes `batch` without waiting: `true` when all of it went, `false` when the socket is full
+/// (what is left stays in `batch`).
+fn write_some(
+    wr: &tokio::net::tcp::OwnedWriteHalf,
+    batch: &mut std::collections::VecDeque<Bytes>,
+) -> std::io::Result<bool> {
+    loop {
+        while batch.front().is_some_and(Bytes::is_empty) {
+            batch.pop_front();
+        }
+        if batch.is_empty() {
+            return Ok(true);
+        }
+        let slices: Vec<std::io::IoSlice<'_>> = batch
+            .iter()
+            .take(64)
+            .map(|b| std::io::IoSlice::new(b))
+            .collect();
+        let mut n = match wr.try_write_vectored(&slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        while n > 0 {
+            let front = batch.front_mut().expect("written bytes were queued");
+            if front.len() <= n {
+                n -= front.len();
+                batch.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+}
 
 /// A frame as read.
 #[derive(Debug)]

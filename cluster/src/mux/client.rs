@@ -1,13 +1,12 @@
-//! The client end: one connection per node address, shared by every request to it, a writer
-//! task that sends what is queued with one `writev` per drain, and a reader task that hands
-//! each answer to the request waiting for it.
+//! The client end: one connection per node address, shared by every request to it; each
+//! request writes its frame itself ([`Outbox`]), and a reader task hands each answer to the
+//! request waiting for it.
 
 use super::*;
 use crate::wire::{Answer, Call};
 use http_body_util::Full;
 use packrat_store_api::{StoreError, StoreResult};
-use std::collections::{HashMap, VecDeque};
-use std::io::IoSlice;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -175,7 +174,7 @@ enum Waiter {
 /// One connection to a node.
 pub struct MuxConn {
     addr: String,
-    tx: mpsc::UnboundedSender<[Bytes; 3]>,
+    out: Arc<Outbox>,
     pending: Mutex<HashMap<u64, Waiter>>,
     next_id: AtomicU64,
     dead: AtomicBool,
@@ -190,10 +189,10 @@ impl MuxConn {
         rd: tokio::net::tcp::OwnedReadHalf,
         wr: tokio::net::tcp::OwnedWriteHalf,
     ) -> Arc<MuxConn> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (out, flusher) = Outbox::new(wr);
         let conn = Arc::new(MuxConn {
             addr: addr.to_string(),
-            tx,
+            out,
             pending: Mutex::default(),
             next_id: AtomicU64::new(1),
             dead: AtomicBool::new(false),
@@ -202,7 +201,7 @@ impl MuxConn {
         });
         let w = conn.clone();
         tokio::spawn(async move {
-            if let Err(e) = write_frames(wr, rx).await {
+            if let Err(e) = flusher.await {
                 w.fail_all(&format!("sending: {e}"));
             }
         });
@@ -227,6 +226,7 @@ impl MuxConn {
         if self.dead.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.out.close();
         tracing::debug!(node = %self.addr, "multiplexed connection ended: {why}");
         let waiters: Vec<Waiter> = match self.pending.lock() {
             Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
@@ -248,7 +248,9 @@ impl MuxConn {
     }
 
     fn send_frame(&self, id: u64, kind: u8, payload: Bytes) {
-        let _ = self.tx.send(frame(id, kind, 0, payload));
+        if !self.out.send(frame(id, kind, 0, payload)) {
+            self.fail_all("sending failed");
+        }
     }
 
     async fn request(
@@ -465,55 +467,4 @@ impl Drop for MuxBody {
             self.conn.send_frame(self.id, CANCEL, Bytes::new());
         }
     }
-}
-
-/// Sends queued frames until the queue closes: each drain of it in one gathered write.
-pub(super) async fn write_frames(
-    mut wr: impl tokio::io::AsyncWrite + Unpin,
-    mut rx: mpsc::UnboundedReceiver<[Bytes; 3]>,
-) -> std::io::Result<()> {
-    let mut queue: VecDeque<Bytes> = VecDeque::new();
-    while let Some(first) = rx.recv().await {
-        queue.extend(first);
-        let mut queued: usize = queue.iter().map(Bytes::len).sum();
-        while queued < 4 << 20 {
-            match rx.try_recv() {
-                Ok(f) => {
-                    queued += f.iter().map(Bytes::len).sum::<usize>();
-                    queue.extend(f);
-                }
-                Err(_) => break,
-            }
-        }
-        while !queue.is_empty() {
-            let slices: Vec<IoSlice<'_>> = queue
-                .iter()
-                .take(64)
-                .filter(|b| !b.is_empty())
-                .map(|b| IoSlice::new(b))
-                .collect();
-            if slices.is_empty() {
-                queue.clear();
-                break;
-            }
-            let mut n = wr.write_vectored(&slices).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            while n > 0 {
-                let front = queue.front_mut().expect("written bytes were queued");
-                if front.len() <= n {
-                    n -= front.len();
-                    queue.pop_front();
-                } else {
-                    front.advance(n);
-                    n = 0;
-                }
-            }
-            while queue.front().is_some_and(Bytes::is_empty) {
-                queue.pop_front();
-            }
-        }
-    }
-    Ok(())
 }

@@ -10,7 +10,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
 
 /// Multiplexed connections this process accepted (welcomed), and the requests they carried.
 pub static ACCEPTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -83,8 +83,10 @@ pub async fn serve<H, F>(
         return;
     }
     ACCEPTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let (tx, rx) = mpsc::unbounded_channel();
-    let writer = tokio::spawn(client::write_frames(wr, rx));
+    let (out, flusher) = Outbox::new(wr);
+    tokio::spawn(flusher);
+    // However this ends (the peer gone, or this task dropped), the flusher lets the socket go.
+    let _closes = CloseOnDrop(out.clone());
     let streams: Arc<Mutex<HashMap<u64, Stream>>> = Arc::default();
     let handle = Arc::new(handle);
     let mut buf = BytesMut::with_capacity(256 * 1024);
@@ -97,13 +99,13 @@ pub async fn serve<H, F>(
                         let Some(req) = request_of(f.payload, &secret) else {
                             break 'conn;
                         };
-                        let (tx, streams, handle) = (tx.clone(), streams.clone(), handle.clone());
+                        let (out, streams, handle) = (out.clone(), streams.clone(), handle.clone());
                         let id = f.id;
                         // Runs to its end even if the connection goes (a chain step is not
                         // cut short); only a stream's sending stops on CANCEL.
                         tokio::spawn(async move {
                             let resp = handle(req).await;
-                            answer(id, resp, tx, streams).await;
+                            answer(id, resp, out, streams).await;
                         });
                     }
                     CREDIT => {
@@ -140,8 +142,14 @@ pub async fn serve<H, F>(
             s.cancelled.notify_one();
         }
     }
-    drop(tx);
-    let _ = writer.await;
+}
+
+struct CloseOnDrop(Arc<Outbox>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 #[derive(Clone)]
@@ -171,12 +179,8 @@ fn request_of(mut p: Bytes, secret: &str) -> Option<http::Request<Full<Bytes>>> 
 
 /// Sends `resp` as request `id`'s answer: whole in its `HEAD` frame when the body is one
 /// piece, else streamed.
-async fn answer(
-    id: u64,
-    resp: Resp,
-    tx: mpsc::UnboundedSender<[Bytes; 3]>,
-    streams: Arc<Mutex<HashMap<u64, Stream>>>,
-) {
+async fn answer(id: u64, resp: Resp, out: Arc<Outbox>, streams: Arc<Mutex<HashMap<u64, Stream>>>) {
+    let tx = &*out;
     let (parts, mut body) = resp.into_parts();
     let status = parts.status.as_u16();
     let first = if body.is_end_stream() {
@@ -189,24 +193,24 @@ async fn answer(
                 Err(f) => {
                     // Trailers first: an empty body and its trailers.
                     let trailers = f.into_trailers().unwrap_or_default();
-                    let _ = tx.send(frame(
+                    tx.send(frame(
                         id,
                         HEAD,
                         0,
                         head_payload(status, &parts.headers, None),
                     ));
-                    let _ = tx.send(frame(id, END, 0, head_payload_trailers(&trailers)));
+                    tx.send(frame(id, END, 0, head_payload_trailers(&trailers)));
                     return;
                 }
             },
             Some(Err(e)) => {
-                let _ = tx.send(frame(
+                tx.send(frame(
                     id,
                     HEAD,
                     0,
                     head_payload(status, &parts.headers, None),
                 ));
-                let _ = tx.send(frame(id, FAIL, 0, Bytes::from(e.to_string())));
+                tx.send(frame(id, FAIL, 0, Bytes::from(e.to_string())));
                 return;
             }
         }
@@ -217,7 +221,7 @@ async fn answer(
             &parts.headers,
             Some(first.as_deref().unwrap_or(&[])),
         );
-        let _ = tx.send(frame(id, HEAD, WHOLE, whole));
+        tx.send(frame(id, HEAD, WHOLE, whole));
         return;
     }
     let stream = Stream {
@@ -227,7 +231,7 @@ async fn answer(
     if let Ok(mut m) = streams.lock() {
         m.insert(id, stream.clone());
     }
-    let _ = tx.send(frame(
+    tx.send(frame(
         id,
         HEAD,
         0,
@@ -241,11 +245,11 @@ async fn answer(
                     Ok(p) => p.forget(),
                     Err(_) => return,
                 }
-                let _ = tx.send(frame(id, DATA, 0, d));
+                tx.send(frame(id, DATA, 0, d));
             }
             match body.frame().await {
                 None => {
-                    let _ = tx.send(frame(
+                    tx.send(frame(
                         id,
                         END,
                         0,
@@ -257,12 +261,12 @@ async fn answer(
                     Ok(d) => next = Some(d),
                     Err(f) => {
                         let t = f.into_trailers().unwrap_or_default();
-                        let _ = tx.send(frame(id, END, 0, head_payload_trailers(&t)));
+                        tx.send(frame(id, END, 0, head_payload_trailers(&t)));
                         return;
                     }
                 },
                 Some(Err(e)) => {
-                    let _ = tx.send(frame(id, FAIL, 0, Bytes::from(e.to_string())));
+                    tx.send(frame(id, FAIL, 0, Bytes::from(e.to_string())));
                     return;
                 }
             }
