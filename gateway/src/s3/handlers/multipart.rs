@@ -140,12 +140,7 @@ pub(super) async fn handle_upload_part(
     let part = if copy {
         let (_, _, src) = objects::load_copy_source(state, req).await?;
         source_version = src.version_id.clone();
-        let src_cipher = sse::ObjectCipher::open(
-            &*state.store,
-            &src,
-            sse::copy_source_key(req)?.as_ref(),
-            req.identity.as_ref(),
-        )?;
+        let src_cipher = sse::open_copy_source(&*state.store, req, &src)?;
         let src_size = sse::shown_size(&src);
         let (start, end) = match req.header("x-amz-copy-source-range") {
             None => (0, src_size),

@@ -146,12 +146,7 @@ pub(super) async fn handle_copy_object(
 ) -> R {
     let b = load_bucket(state, req, bname, Action::PUT_OBJECT).await?;
     let (sb, sk, src) = load_copy_source(state, req).await?;
-    let src_cipher = sse::ObjectCipher::open(
-        &*state.store,
-        &src,
-        sse::copy_source_key(req)?.as_ref(),
-        req.identity.as_ref(),
-    )?;
+    let src_cipher = sse::open_copy_source(&*state.store, req, &src)?;
     let encryption = sse::requested(req)?;
     let replace = match req.header("x-amz-metadata-directive") {
         None | Some("COPY") => false,
@@ -467,12 +462,7 @@ pub(super) async fn handle_get_object(
             .map_err(|e| gate.hide(e))?,
     };
     gate.check(req.identity.as_ref(), &obj)?;
-    let cipher = sse::ObjectCipher::open(
-        &*state.store,
-        &obj,
-        sse::read_key(req)?.as_ref(),
-        req.identity.as_ref(),
-    )?;
+    let cipher = sse::open_for_read(&*state.store, req, &obj)?;
     check_read_conditions(req, &obj)?;
     let part_number = match req.q("partNumber") {
         None => None,
@@ -791,12 +781,7 @@ pub(super) async fn handle_get_object_attributes(
         .map_err(|e| gate.hide(e))?;
     gate.check(req.identity.as_ref(), &obj)?;
     // An SSE-C object's attributes need its key, as its HEAD does.
-    sse::ObjectCipher::open(
-        &*state.store,
-        &obj,
-        sse::read_key(req)?.as_ref(),
-        req.identity.as_ref(),
-    )?;
+    sse::open_for_read(&*state.store, req, &obj)?;
     let has = |a: &str| wanted.contains(&a);
     let mut x = Xml::new();
     x.root("GetObjectAttributesResponse");

@@ -243,6 +243,31 @@ pub fn read_key(req: &S3Request) -> S3Result<Option<CustomerKey>> {
     )
 }
 
+/// The cipher of a CopyObject's or UploadPartCopy's source, opened with the SSE-C key and for
+/// the caller the request sends.
+pub fn open_copy_source(
+    store: &dyn Store,
+    req: &S3Request,
+    src: &ObjectInfo,
+) -> S3Result<Option<ObjectCipher>> {
+    ObjectCipher::open(
+        store,
+        src,
+        copy_source_key(req)?.as_ref(),
+        req.identity.as_ref(),
+    )
+}
+
+/// The cipher of an object a GET, HEAD or GetObjectAttributes reads, opened with the SSE-C
+/// key and for the caller the request sends.
+pub fn open_for_read(
+    store: &dyn Store,
+    req: &S3Request,
+    obj: &ObjectInfo,
+) -> S3Result<Option<ObjectCipher>> {
+    ObjectCipher::open(store, obj, read_key(req)?.as_ref(), req.identity.as_ref())
+}
+
 pub use crate::state::BucketDefault;
 
 /// The encryption a write gets: what its headers ask for, else its bucket's default, with an
