@@ -123,13 +123,15 @@ def healthy(etcd_url, nodes):
 
 def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None):
     """etcd, `nodes` nodes with R=3 and `gateways` gateways under `base`; waits until every PG
-    has its replicas. `node_args` is a list, or a function of the node's number giving one."""
+    has its replicas. `node_args` is a list, or a function of the node's number giving one;
+    so is `node_env` (a dict of environment variables, or a function giving one)."""
     base.mkdir(parents=True, exist_ok=True)
     etcd = Etcd(base / "etcd").start()
     r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
     assert r.returncode == 0, r.stderr
     args = node_args if callable(node_args) else (lambda i: node_args)
-    started = [Node(base / f"node{i}", etcd.url, args(i), node_env).start() for i in range(nodes)]
+    envs = node_env if callable(node_env) else (lambda i: node_env)
+    started = [Node(base / f"node{i}", etcd.url, args(i), envs(i)).start() for i in range(nodes)]
     wait_for(f"{nodes} healthy nodes", lambda: healthy(etcd.url, nodes))
     gws = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(gateways)]
     return etcd, started, gws

@@ -44,6 +44,14 @@ pub mod client;
 pub mod server;
 
 pub const MAGIC: &[u8; 4] = b"PKMX";
+
+/// `PACKRAT_INTERNAL_HTTP=1`: this process calls nodes over HTTP only and, as a node, answers
+/// only HTTP (as a node of an older build does: a fallback, and how tests make a mixed-age
+/// cluster).
+pub fn http_only() -> bool {
+    static ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ONLY.get_or_init(|| std::env::var("PACKRAT_INTERNAL_HTTP").as_deref() == Ok("1"))
+}
 pub const VERSION: u8 = 1;
 /// A frame's head: payload length, request id, kind, flags, two zero bytes.
 pub const HEAD_BYTES: usize = 16;

@@ -660,7 +660,9 @@ impl Node {
                     tokio::spawn(async move {
                         // Gateways and nodes of this build open a multiplexed connection
                         // (`crate::mux`); operators and older builds speak HTTP.
-                        if crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await {
+                        if !crate::mux::http_only()
+                            && crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await
+                        {
                             let secret = node.secret.clone();
                             let handler = move |req| node.clone().handle(req);
                             crate::mux::server::serve(stream, secret, NODE_HEADER_TIMEOUT, handler)

@@ -126,7 +126,7 @@ impl NodeClient {
         let http = Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
-        let mux = (std::env::var("PACKRAT_INTERNAL_HTTP").as_deref() != Ok("1"))
+        let mux = (!crate::mux::http_only())
             .then(|| std::sync::Arc::new(crate::mux::client::MuxPool::new(secret.clone())));
         NodeClient { http, mux, secret }
     }
