@@ -2549,3 +2549,83 @@ def test_a_node_of_an_older_build_works_beside_newer_ones(workdir):
         for p in [gw, *nodes]:
             p.stop()
         etcd.stop()
+
+
+def mux_frame(req_id, kind, payload, flags=0):
+    from awscrt import checksums
+    head = len(payload).to_bytes(4, "big") + req_id.to_bytes(8, "big") + bytes([kind, flags, 0, 0])
+    return head + payload + checksums.crc32c(head + payload).to_bytes(4, "big")
+
+
+def mux_read(s):
+    """One frame from a node: (id, kind, flags, payload); None if the node closed."""
+    head = b""
+    while len(head) < 16:
+        got = s.recv(16 - len(head))
+        if not got:
+            return None
+        head += got
+    n = int.from_bytes(head[:4], "big")
+    rest = b""
+    while len(rest) < n + 4:
+        got = s.recv(n + 4 - len(rest))
+        assert got, "cut mid-frame"
+        rest += got
+    return int.from_bytes(head[4:12], "big"), head[12], head[13], rest[:n]
+
+
+def test_the_multiplexed_connection_checks_secret_epoch_and_frames(cluster):
+    """A node's multiplexed connection, spoken by hand: a wrong secret is refused at the
+    preface; a request routed by an old map is answered 409 with the node's epoch, as over
+    HTTP; a frame with a changed byte ends the connection, never a request."""
+    etcd, nodes, (gw_a, _) = cluster
+    a = gw_a.client()
+    a.create_bucket(Bucket="muxed")
+    a.put_object(Bucket="muxed", Key="k", Body=b"over the connection")
+    secret = etcd_value(etcd.url, "/packrat/secret")
+    bid = json.loads(etcd_value(etcd.url, "/packrat/buckets/muxed"))["id"]
+    host, port = nodes[0].listen.rsplit(":", 1)
+
+    def connect(with_secret):
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"PKMX\x01" + len(with_secret).to_bytes(2, "big") + with_secret.encode())
+        answer = s.recv(8)
+        msg = s.recv(int.from_bytes(answer[6:8], "big")) if answer[6:8] != b"\0\0" else b""
+        return s, answer[:6], msg
+
+    s, answer, msg = connect("not-the-secret")
+    assert answer == b"PKMX\x01\x01" and b"secret" in msg, (answer, msg)
+    assert s.recv(1) == b""
+    s.close()
+
+    s, answer, _ = connect(secret)
+    assert answer == b"PKMX\x01\x00"
+    lookup = b"".join(bid.to_bytes(8, "big") + pg.to_bytes(4, "big") + (65536).to_bytes(8, "big")
+                      + (1).to_bytes(4, "big") + b"k" for pg in range(PGS))
+
+    def request(req_id, epoch):
+        path = b"/g"
+        return (bytes([3]) + epoch.to_bytes(8, "big") + len(path).to_bytes(2, "big") + path
+                + (0).to_bytes(2, "big") + lookup)
+
+    s.sendall(mux_frame(1, 1, request(1, 0)))
+    rid, kind, flags, payload = mux_read(s)
+    status = int.from_bytes(payload[:2], "big")
+    assert (rid, kind, flags & 1, status) == (1, 2, 1, 409), (rid, kind, flags, payload[:100])
+    nheaders = int.from_bytes(payload[2:4], "big")
+    at = 4
+    for _ in range(nheaders):
+        at += 2 + int.from_bytes(payload[at:at + 2], "big")
+        at += 4 + int.from_bytes(payload[at:at + 4], "big")
+    epoch = json.loads(payload[at:])["epoch"]
+    assert epoch > 0
+    # Two requests in flight at once on the one connection, answered by their ids.
+    s.sendall(mux_frame(2, 1, request(2, epoch)) + mux_frame(3, 1, request(3, epoch)))
+    answers = {mux_read(s)[0]: None for _ in range(2)}
+    assert set(answers) == {2, 3}
+    # A changed byte: the node drops the connection, answering nothing.
+    bad = bytearray(mux_frame(4, 1, request(4, epoch)))
+    bad[40] ^= 1
+    s.sendall(bytes(bad))
+    assert mux_read(s) is None
+    s.close()
