@@ -466,6 +466,11 @@ pub fn cut_off(
             .is_some_and(|r| r.iter().any(|n| live.contains(n) && by_most(n)))
 }
 
+/// Whether `a` and `b` are equal, in time that depends on their length only (secrets).
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

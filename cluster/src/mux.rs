@@ -58,6 +58,9 @@ pub const HEAD_BYTES: usize = 16;
 /// The longest payload a frame may carry (a chain write of the largest single PUT, 256 MiB,
 /// with room for its head).
 pub const PAYLOAD_MAX: usize = 300 << 20;
+/// The most an answer sends in one frame: a larger whole answer, or a larger piece of a
+/// streamed one, goes as `DATA` frames of this size.
+pub const PIECE_MAX: usize = 4 << 20;
 /// `DATA` frames of a stream a node may send ahead of its reader.
 pub const WINDOW: u32 = 16;
 

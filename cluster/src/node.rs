@@ -52,6 +52,7 @@ mod edit;
 mod epochs;
 pub mod held;
 mod lifecycle;
+mod listen;
 pub use lifecycle::LifecycleSchedule;
 mod reports;
 mod unsettled;
@@ -642,53 +643,7 @@ impl Node {
         self.lease.clone()
     }
 
-    /// Serves the internal API on `listener` until `stop` resolves.
-    pub async fn serve(
-        self: Arc<Self>,
-        listener: tokio::net::TcpListener,
-        stop: impl std::future::Future<Output = ()>,
-    ) {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        tokio::pin!(stop);
-        loop {
-            tokio::select! {
-                accepted = listener.accept() => {
-                    let Ok((stream, _)) = accepted else { continue };
-                    let _ = stream.set_nodelay(true);
-                    let node = self.clone();
-                    let watcher = graceful.watcher();
-                    tokio::spawn(async move {
-                        // Gateways and nodes of this build open a multiplexed connection
-                        // (`crate::mux`); operators and older builds speak HTTP.
-                        if !crate::mux::http_only()
-                            && crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await
-                        {
-                            let secret = node.secret.clone();
-                            let handler = move |req| node.clone().handle(req);
-                            crate::mux::server::serve(stream, secret, NODE_HEADER_TIMEOUT, handler)
-                                .await;
-                            return;
-                        }
-                        let svc = hyper::service::service_fn(move |req| {
-                            let node = node.clone();
-                            async move { Ok::<_, std::convert::Infallible>(node.handle(req).await) }
-                        });
-                        // A peer that opens a connection and never finishes a request's head
-                        // (or leaves it idle) is dropped after NODE_HEADER_TIMEOUT.
-                        let conn = hyper::server::conn::http1::Builder::new()
-                            .timer(hyper_util::rt::TokioTimer::new())
-                            .header_read_timeout(NODE_HEADER_TIMEOUT)
-                            .serve_connection(hyper_util::rt::TokioIo::new(stream), svc);
-                        let _ = watcher.watch(conn).await;
-                    });
-                }
-                _ = &mut stop => break,
-            }
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
-    }
-
-    async fn handle<B>(self: Arc<Self>, req: http::Request<B>) -> NodeResp
+    pub(super) async fn handle<B>(self: Arc<Self>, req: http::Request<B>) -> NodeResp
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
         B::Error: std::fmt::Display,
@@ -701,7 +656,7 @@ impl Node {
         let secret_ok = req
             .headers()
             .get(SECRET_HEADER)
-            .is_some_and(|v| constant_time_eq(v.as_bytes(), self.secret.as_bytes()));
+            .is_some_and(|v| crate::constant_time_eq(v.as_bytes(), self.secret.as_bytes()));
         if !secret_ok {
             return answer(403, "cluster secret missing or wrong");
         }
@@ -1184,10 +1139,6 @@ impl Node {
             }
         }
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

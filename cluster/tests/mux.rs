@@ -40,6 +40,15 @@ async fn handle(req: http::Request<Full<Bytes>>) -> Resp {
         let body = StreamBody::new(futures_util::stream::iter(pieces));
         return http::Response::new(body.boxed_unsync());
     }
+    if path == "/big" {
+        // Larger than one frame's piece: sent as several.
+        let big: Vec<u8> = (0..9 << 20).map(|i: u32| (i % 251) as u8).collect();
+        return http::Response::new(
+            Full::new(Bytes::from(big))
+                .map_err(|never| match never {})
+                .boxed_unsync(),
+        );
+    }
     if path == "/slow" {
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
@@ -161,6 +170,17 @@ async fn streamed_answers_keep_their_trailers_and_a_stalled_one_holds_back_no_ot
     let got = stalled.body.collect().await.unwrap().to_bytes();
     assert_eq!(got.len(), 500 * 1024);
     drop(send(&pool, call("/stream/1000", b""), &addr).await.unwrap());
+    // A whole answer larger than a frame's piece comes in pieces, whole.
+    let got = send(&pool, call("/big", b""), &addr)
+        .await
+        .unwrap()
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes();
+    assert_eq!(got.len(), 9 << 20);
+    assert!(got.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
     let a = send(&pool, call("/echo/after", b""), &addr).await.unwrap();
     assert_eq!(a.status, 200);
     task.abort();

@@ -96,6 +96,10 @@ impl MuxPool {
 
     /// Sends `call` to the node at `addr` over its connection (made if there is none).
     pub async fn send(&self, call: &Call<'_>, addr: &str, epoch: u64, timeout: Duration) -> Sent {
+        // A body no frame may carry goes over HTTP, rather than end the shared connection.
+        if call.body.len() + call.path.len() + 64 * 1024 > PAYLOAD_MAX {
+            return Sent::HttpOnly;
+        }
         let conn = match self.conn(addr).await {
             Ok(c) => c,
             Err(s) => return s,

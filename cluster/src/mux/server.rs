@@ -37,10 +37,6 @@ pub async fn is_mux(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
     tokio::time::timeout(wait, look).await.unwrap_or(false)
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 /// Serves one multiplexed connection: `handle` answers each request (given the secret and
 /// epoch headers an HTTP request carries, so the node's checks are the same).
 pub async fn serve<H, F>(
@@ -67,7 +63,7 @@ pub async fn serve<H, F>(
         Some(format!(
             "protocol version {version} (this node speaks {VERSION})"
         ))
-    } else if !constant_time_eq(&sent, secret.as_bytes()) {
+    } else if !crate::constant_time_eq(&sent, secret.as_bytes()) {
         Some("cluster secret wrong".to_string())
     } else {
         None
@@ -87,6 +83,10 @@ pub async fn serve<H, F>(
     tokio::spawn(flusher);
     // However this ends (the peer gone, or this task dropped), the flusher lets the socket go.
     let _closes = CloseOnDrop(out.clone());
+    // What every request's secret header is: made once, each request gets a cheap clone.
+    let Ok(secret_header) = http::HeaderValue::from_str(&secret) else {
+        return;
+    };
     let streams: Arc<Mutex<HashMap<u64, Stream>>> = Arc::default();
     let handle = Arc::new(handle);
     let mut buf = BytesMut::with_capacity(256 * 1024);
@@ -96,7 +96,7 @@ pub async fn serve<H, F>(
                 Ok(Some(f)) => match f.kind {
                     REQ => {
                         REQUESTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(req) = request_of(f.payload, &secret) else {
+                        let Some(req) = request_of(f.payload, &secret_header) else {
                             break 'conn;
                         };
                         let (out, streams, handle) = (out.clone(), streams.clone(), handle.clone());
@@ -159,16 +159,13 @@ struct Stream {
 }
 
 /// The HTTP request a `REQ` frame carries; `None` if it does not parse.
-fn request_of(mut p: Bytes, secret: &str) -> Option<http::Request<Full<Bytes>>> {
+fn request_of(mut p: Bytes, secret: &http::HeaderValue) -> Option<http::Request<Full<Bytes>>> {
     let method = method_of(p.get_u8())?;
     let epoch = get_u64(&mut p)?;
     let n = get_u16(&mut p)? as usize;
     let path = take(&mut p, n)?;
     let mut headers = get_headers(&mut p)?;
-    headers.insert(
-        crate::wire::SECRET_HEADER,
-        http::HeaderValue::from_str(secret).ok()?,
-    );
+    headers.insert(crate::wire::SECRET_HEADER, secret.clone());
     headers.insert(crate::wire::EPOCH_HEADER, http::HeaderValue::from(epoch));
     let mut req = http::Request::new(Full::new(p));
     *req.method_mut() = method;
@@ -215,7 +212,7 @@ async fn answer(id: u64, resp: Resp, out: Arc<Outbox>, streams: Arc<Mutex<HashMa
             }
         }
     };
-    if body.is_end_stream() {
+    if body.is_end_stream() && first.as_ref().is_none_or(|d| d.len() <= PIECE_MAX) {
         let whole = head_payload(
             status,
             &parts.headers,
@@ -240,12 +237,15 @@ async fn answer(id: u64, resp: Resp, out: Arc<Outbox>, streams: Arc<Mutex<HashMa
     let send = async {
         let mut next = first;
         loop {
-            if let Some(d) = next.take() {
-                match stream.credits.acquire().await {
-                    Ok(p) => p.forget(),
-                    Err(_) => return,
+            if let Some(mut d) = next.take() {
+                while !d.is_empty() {
+                    match stream.credits.acquire().await {
+                        Ok(p) => p.forget(),
+                        Err(_) => return,
+                    }
+                    let piece = d.split_to(d.len().min(PIECE_MAX));
+                    tx.send(frame(id, DATA, 0, piece));
                 }
-                tx.send(frame(id, DATA, 0, d));
             }
             match body.frame().await {
                 None => {
