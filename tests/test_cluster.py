@@ -2575,31 +2575,40 @@ def mux_read(s):
 
 
 def test_the_multiplexed_connection_checks_secret_epoch_and_frames(cluster):
-    """A node's multiplexed connection, spoken by hand: a wrong secret is refused at the
-    preface; a request routed by an old map is answered 409 with the node's epoch, as over
-    HTTP; a frame with a changed byte ends the connection, never a request."""
+    """A node's multiplexed connection, spoken by hand: a wrong secret or another cluster's
+    id is refused at the preface; a request routed by an old map is answered 409 with the
+    node's epoch, as over HTTP; a frame with a changed byte ends the connection, never a
+    request."""
     etcd, nodes, (gw_a, _) = cluster
     a = gw_a.client()
     a.create_bucket(Bucket="muxed")
     a.put_object(Bucket="muxed", Key="k", Body=b"over the connection")
     secret = etcd_value(etcd.url, "/packrat/secret")
+    cluster_id = etcd_value(etcd.url, "/packrat/cluster-id")
+    assert cluster_id.startswith("cluster-"), cluster_id
     bid = json.loads(etcd_value(etcd.url, "/packrat/buckets/muxed"))["id"]
     host, port = nodes[0].listen.rsplit(":", 1)
 
-    def connect(with_secret):
+    def connect(with_secret, of_cluster):
         s = socket.create_connection((host, int(port)), timeout=5)
-        s.sendall(b"PKMX\x01" + len(with_secret).to_bytes(2, "big") + with_secret.encode())
+        s.sendall(b"PKMX\x02" + b"".join(len(p).to_bytes(2, "big") + p.encode()
+                                          for p in (with_secret, of_cluster)))
         answer = s.recv(8)
         msg = s.recv(int.from_bytes(answer[6:8], "big")) if answer[6:8] != b"\0\0" else b""
         return s, answer[:6], msg
 
-    s, answer, msg = connect("not-the-secret")
-    assert answer == b"PKMX\x01\x01" and b"secret" in msg, (answer, msg)
+    s, answer, msg = connect("not-the-secret", cluster_id)
+    assert answer == b"PKMX\x02\x01" and msg == b"cluster secret wrong", (answer, msg)
+    assert s.recv(1) == b""
+    s.close()
+    s, answer, msg = connect(secret, "cluster-of-another")
+    assert answer == b"PKMX\x02\x01", (answer, msg)
+    assert msg == f"this node is in {cluster_id}, not in cluster-of-another".encode(), msg
     assert s.recv(1) == b""
     s.close()
 
-    s, answer, _ = connect(secret)
-    assert answer == b"PKMX\x01\x00"
+    s, answer, _ = connect(secret, cluster_id)
+    assert answer == b"PKMX\x02\x00"
     lookup = b"".join(bid.to_bytes(8, "big") + pg.to_bytes(4, "big") + (65536).to_bytes(8, "big")
                       + (1).to_bytes(4, "big") + b"k" for pg in range(PGS))
 

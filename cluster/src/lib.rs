@@ -405,7 +405,7 @@ pub async fn run_node(
         metrics,
         data_dir,
     } = options;
-    let secret = etcd.secret().await?;
+    let trust = Trust::of(&etcd).await?;
     // The PGs this node may hold copies of, from `data_dir` (see `node::held`); a store with
     // no cluster bucket yet holds none.
     let fresh = store
@@ -425,7 +425,7 @@ pub async fn run_node(
         entry.id.clone(),
         store,
         map,
-        secret,
+        trust,
         tombstone_keep,
         metrics,
         held,
@@ -464,6 +464,26 @@ pub fn cut_off(
         && !reports
             .get(node)
             .is_some_and(|r| r.iter().any(|n| live.contains(n) && by_most(n)))
+}
+
+/// What a process shows on the internal connections to prove it belongs to the cluster: the
+/// cluster's secret (random, made by `cluster init`) and its identity (`cluster-<hex>`), both
+/// read from etcd. A multiplexed connection (`mux`) is refused when either is wrong, so a
+/// process pointed at another cluster's node (a copied configuration, a reused address) is
+/// told which cluster it reached rather than mistaken for a member.
+#[derive(Clone, Debug)]
+pub struct Trust {
+    pub secret: String,
+    pub cluster: String,
+}
+
+impl Trust {
+    pub async fn of(etcd: &map::Etcd) -> Result<Trust, String> {
+        Ok(Trust {
+            secret: etcd.secret().await?,
+            cluster: etcd.cluster_id().await?,
+        })
+    }
 }
 
 /// Whether `a` and `b` are equal, in time that depends on their length only (secrets).

@@ -14,7 +14,9 @@
 //!
 //! The connection (all integers big-endian):
 //!
-//! - the client's preface: `PKMX`, version (1), the secret's length (u16) and the secret;
+//! - the client's preface: `PKMX`, version (2), the secret's length (u16) and the secret, the
+//!   cluster id's length (u16) and the id (a connection to another cluster's node is refused
+//!   with a message naming both);
 //! - the node's answer: `PKMX`, version, 0 (welcome) or 1 (refused), a message's length (u16)
 //!   and the message; a refused connection is closed;
 //! - then frames both ways: a 16-byte head (payload length u32, request id u64, kind u8, flags
@@ -52,7 +54,7 @@ pub fn http_only() -> bool {
     static ONLY: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ONLY.get_or_init(|| std::env::var("PACKRAT_INTERNAL_HTTP").as_deref() == Ok("1"))
 }
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
 /// A frame's head: payload length, request id, kind, flags, two zero bytes.
 pub const HEAD_BYTES: usize = 16;
 /// The longest payload a frame may carry (a chain write of the largest single PUT, 256 MiB,

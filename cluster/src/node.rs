@@ -104,7 +104,7 @@ pub struct Node {
     pub id: String,
     store: Arc<dyn ReplicaStore>,
     map: watch::Receiver<Arc<ClusterMap>>,
-    secret: String,
+    trust: crate::Trust,
     client: NodeClient,
     /// Chain steps to successors, relayed together under load (see [`crate::relay`]).
     relay: crate::relay::Relay,
@@ -573,20 +573,20 @@ impl Node {
         id: String,
         store: Arc<dyn ReplicaStore>,
         map: watch::Receiver<Arc<ClusterMap>>,
-        secret: String,
+        trust: crate::Trust,
         tombstone_keep: Duration,
         metrics: Option<crate::MetricsPage>,
         held: Arc<held::HeldPgs>,
     ) -> Arc<Node> {
         let stripes = crate::placement::slots_within_pgs(map.borrow().pgs, LOCK_STRIPES);
-        let client = NodeClient::new(secret.clone());
+        let client = NodeClient::new(&trust);
         Arc::new(Node {
             id,
             store,
             map,
             relay: crate::relay::Relay::new(client.clone()),
             client,
-            secret,
+            trust,
             locks: (0..stripes).map(|_| tokio::sync::Mutex::new(())).collect(),
             dirty: Mutex::new(HashMap::new()),
             lost_since: Mutex::new(HashMap::new()),
@@ -656,7 +656,7 @@ impl Node {
         let secret_ok = req
             .headers()
             .get(SECRET_HEADER)
-            .is_some_and(|v| crate::constant_time_eq(v.as_bytes(), self.secret.as_bytes()));
+            .is_some_and(|v| crate::constant_time_eq(v.as_bytes(), self.trust.secret.as_bytes()));
         if !secret_ok {
             return answer(403, "cluster secret missing or wrong");
         }

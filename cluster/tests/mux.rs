@@ -16,6 +16,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 type Resp = http::Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
 
 const SECRET: &str = "the-cluster-secret";
+const CLUSTER: &str = "cluster-0123";
+
+fn trust(secret: &str, cluster: &str) -> packrat_cluster::Trust {
+    packrat_cluster::Trust {
+        secret: secret.into(),
+        cluster: cluster.into(),
+    }
+}
 
 /// The test node's answers: `/echo` sends back the path and body; `/stream/N` streams N
 /// pieces of 1 KiB, then a trailer; `/slow` answers after a second.
@@ -74,7 +82,7 @@ async fn node(secret: &str, port: u16) -> (String, Arc<AtomicUsize>, tokio::task
     let addr = listener.local_addr().unwrap().to_string();
     let accepted = Arc::new(AtomicUsize::new(0));
     let count = accepted.clone();
-    let secret = secret.to_string();
+    let trusted = trust(secret, CLUSTER);
     let task = tokio::spawn(async move {
         let mut conns = tokio::task::JoinSet::new();
         loop {
@@ -83,7 +91,7 @@ async fn node(secret: &str, port: u16) -> (String, Arc<AtomicUsize>, tokio::task
             assert!(server::is_mux(&stream, Duration::from_secs(2)).await);
             conns.spawn(server::serve(
                 stream,
-                secret.clone(),
+                trusted.clone(),
                 Duration::from_secs(2),
                 handle,
             ));
@@ -116,7 +124,7 @@ async fn send(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_requests_in_flight_share_one_connection() {
     let (addr, accepted, task) = node(SECRET, 0).await;
-    let pool = Arc::new(MuxPool::new(SECRET.into()));
+    let pool = Arc::new(MuxPool::new(trust(SECRET, CLUSTER)));
     let mut all = tokio::task::JoinSet::new();
     for i in 0..300 {
         let (pool, addr) = (pool.clone(), addr.clone());
@@ -152,7 +160,7 @@ async fn many_requests_in_flight_share_one_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_answers_keep_their_trailers_and_a_stalled_one_holds_back_no_other() {
     let (addr, _, task) = node(SECRET, 0).await;
-    let pool = MuxPool::new(SECRET.into());
+    let pool = MuxPool::new(trust(SECRET, CLUSTER));
     // Not read: far more pieces than the window.
     let stalled = send(&pool, call("/stream/500", b""), &addr).await.unwrap();
     let a = send(&pool, call("/stream/300", b""), &addr).await.unwrap();
@@ -187,14 +195,28 @@ async fn streamed_answers_keep_their_trailers_and_a_stalled_one_holds_back_no_ot
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_secret_is_refused() {
+async fn a_wrong_secret_or_cluster_is_refused() {
     let (addr, _, task) = node(SECRET, 0).await;
-    let pool = MuxPool::new("another-secret".into());
+    let pool = MuxPool::new(trust("another-secret", CLUSTER));
     let e = send(&pool, call("/echo/x", b""), &addr)
         .await
         .err()
         .unwrap();
-    assert!(e.contains("secret"), "{e}");
+    assert!(e.contains("cluster secret wrong"), "{e}");
+    // The right secret of another cluster (a copied configuration): refused, both named.
+    let pool = MuxPool::new(trust(SECRET, "cluster-4567"));
+    let e = send(&pool, call("/echo/x", b""), &addr)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("this node is in cluster-0123, not in cluster-4567"),
+        "{e}"
+    );
+    // The control: both right.
+    let pool = MuxPool::new(trust(SECRET, CLUSTER));
+    let a = send(&pool, call("/echo/x", b""), &addr).await.unwrap();
+    assert_eq!(a.status, 200);
     task.abort();
 }
 
@@ -207,11 +229,15 @@ async fn raw_node(bytes: Vec<u8>) -> String {
             let (mut s, _) = listener.accept().await.unwrap();
             let bytes = bytes.clone();
             tokio::spawn(async move {
-                let mut head = [0u8; 7];
+                let mut head = [0u8; 5];
                 s.read_exact(&mut head).await.unwrap();
-                let mut secret = vec![0u8; u16::from_be_bytes([head[5], head[6]]) as usize];
-                s.read_exact(&mut secret).await.unwrap();
-                s.write_all(b"PKMX\x01\x00\x00\x00").await.unwrap();
+                for _ in 0..2 {
+                    let mut len = [0u8; 2];
+                    s.read_exact(&mut len).await.unwrap();
+                    let mut part = vec![0u8; u16::from_be_bytes(len) as usize];
+                    s.read_exact(&mut part).await.unwrap();
+                }
+                s.write_all(b"PKMX\x02\x00\x00\x00").await.unwrap();
                 let mut req = [0u8; 16];
                 s.read_exact(&mut req).await.unwrap();
                 s.write_all(&bytes).await.unwrap();
@@ -236,7 +262,7 @@ fn whole_answer(id: u64) -> BytesMut {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_frame_or_a_cut_fails_the_request_never_a_wrong_answer() {
-    let pool = MuxPool::new(SECRET.into());
+    let pool = MuxPool::new(trust(SECRET, CLUSTER));
     // The control: the same answer, intact, is taken.
     let addr = raw_node(whole_answer(1).to_vec()).await;
     let a = send(&pool, call("/x", b""), &addr).await.unwrap();
@@ -269,7 +295,7 @@ async fn a_corrupted_frame_or_a_cut_fails_the_request_never_a_wrong_answer() {
 async fn a_restarted_node_is_reconnected() {
     let (addr, _, task) = node(SECRET, 0).await;
     let port: u16 = addr.rsplit(':').next().unwrap().parse().unwrap();
-    let pool = MuxPool::new(SECRET.into());
+    let pool = MuxPool::new(trust(SECRET, CLUSTER));
     assert_eq!(
         send(&pool, call("/echo/1", b""), &addr)
             .await
@@ -299,7 +325,7 @@ async fn a_node_that_speaks_only_http_is_told_apart() {
             .await
             .unwrap();
     });
-    let pool = MuxPool::new(SECRET.into());
+    let pool = MuxPool::new(trust(SECRET, CLUSTER));
     assert!(matches!(
         pool.send(&call("/x", b""), &addr, 1, Duration::from_secs(2))
             .await,

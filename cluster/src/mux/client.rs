@@ -31,7 +31,7 @@ pub enum Sent {
 
 /// Connections to every node this process calls.
 pub struct MuxPool {
-    secret: String,
+    trust: crate::Trust,
     conns: RwLock<HashMap<String, Arc<MuxConn>>>,
     /// One connect at a time per pool (a connect takes at most [`CONNECT_TIMEOUT`]).
     connecting: tokio::sync::Mutex<()>,
@@ -39,9 +39,9 @@ pub struct MuxPool {
 }
 
 impl MuxPool {
-    pub fn new(secret: String) -> Self {
+    pub fn new(trust: crate::Trust) -> Self {
         MuxPool {
-            secret,
+            trust,
             conns: RwLock::default(),
             connecting: tokio::sync::Mutex::new(()),
             http_only: Mutex::default(),
@@ -76,7 +76,7 @@ impl MuxPool {
         if let Some(c) = self.live(addr) {
             return Ok(c);
         }
-        match connect(addr, &self.secret).await {
+        match connect(addr, &self.trust).await {
             Ok(Some(c)) => {
                 if let Ok(mut m) = self.conns.write() {
                     m.insert(addr.to_string(), c.clone());
@@ -116,7 +116,7 @@ fn unavailable(addr: &str, what: impl std::fmt::Display) -> StoreError {
 }
 
 /// Opens a connection and sends the preface: `None` if the node answers it as HTTP.
-async fn connect(addr: &str, secret: &str) -> StoreResult<Option<Arc<MuxConn>>> {
+async fn connect(addr: &str, trust: &crate::Trust) -> StoreResult<Option<Arc<MuxConn>>> {
     let stream = tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(addr))
         .await
         .map_err(|_| unavailable(addr, "no connection within 2 s"))?
@@ -129,11 +129,7 @@ async fn connect(addr: &str, secret: &str) -> StoreResult<Option<Arc<MuxConn>>> 
         .with_retries(3);
     let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
     let (mut rd, mut wr) = stream.into_split();
-    let mut preface = BytesMut::with_capacity(7 + secret.len());
-    preface.put_slice(MAGIC);
-    preface.put_u8(VERSION);
-    preface.put_u16(secret.len() as u16);
-    preface.put_slice(secret.as_bytes());
+    let preface = preface(trust);
     let welcome = async {
         wr.write_all(&preface).await?;
         let mut head = [0u8; 4];
@@ -160,6 +156,18 @@ async fn connect(addr: &str, secret: &str) -> StoreResult<Option<Arc<MuxConn>>> 
         Ok((0, _)) => Ok(Some(MuxConn::start(addr, rd, wr))),
         Ok((_, msg)) => Err(unavailable(addr, format!("refused the connection: {msg}"))),
     }
+}
+
+/// The client's preface: the magic, the version, the cluster's secret and its identity.
+pub fn preface(trust: &crate::Trust) -> Bytes {
+    let mut p = BytesMut::with_capacity(9 + trust.secret.len() + trust.cluster.len());
+    p.put_slice(MAGIC);
+    p.put_u8(VERSION);
+    for part in [&trust.secret, &trust.cluster] {
+        p.put_u16(part.len() as u16);
+        p.put_slice(part.as_bytes());
+    }
+    p.freeze()
 }
 
 /// A piece of a streamed answer, as the reader hands it on.

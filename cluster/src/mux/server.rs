@@ -1,4 +1,4 @@
-//! The node's end: the preface checked once (secret, version), then each request handed to
+//! The node's end: the preface checked once (version, cluster id, secret), then each request handed to
 //! the node's handler as an HTTP request would be, and its answer sent back whole in one
 //! frame, or streamed against the client's credits.
 
@@ -41,7 +41,7 @@ pub async fn is_mux(stream: &tokio::net::TcpStream, wait: Duration) -> bool {
 /// epoch headers an HTTP request carries, so the node's checks are the same).
 pub async fn serve<H, F>(
     stream: tokio::net::TcpStream,
-    secret: String,
+    trust: crate::Trust,
     preface_wait: Duration,
     handle: H,
 ) where
@@ -50,20 +50,35 @@ pub async fn serve<H, F>(
 {
     let (mut rd, mut wr) = stream.into_split();
     let preface = async {
-        let mut head = [0u8; 7];
+        let mut head = [0u8; 5];
         rd.read_exact(&mut head).await?;
-        let mut sent = vec![0u8; u16::from_be_bytes([head[5], head[6]]) as usize];
-        rd.read_exact(&mut sent).await?;
-        Ok::<_, std::io::Error>((head[4], sent))
+        if head[4] != VERSION {
+            return Ok::<_, std::io::Error>((head[4], Vec::new(), Vec::new()));
+        }
+        let mut parts = [Vec::new(), Vec::new()];
+        for part in &mut parts {
+            let mut len = [0u8; 2];
+            rd.read_exact(&mut len).await?;
+            part.resize(u16::from_be_bytes(len) as usize, 0);
+            rd.read_exact(part).await?;
+        }
+        let [sent, cluster] = parts;
+        Ok((head[4], sent, cluster))
     };
-    let Ok(Ok((version, sent))) = tokio::time::timeout(preface_wait, preface).await else {
+    let Ok(Ok((version, sent, cluster))) = tokio::time::timeout(preface_wait, preface).await else {
         return;
     };
     let refusal = if version != VERSION {
         Some(format!(
             "protocol version {version} (this node speaks {VERSION})"
         ))
-    } else if !crate::constant_time_eq(&sent, secret.as_bytes()) {
+    } else if cluster != trust.cluster.as_bytes() {
+        Some(format!(
+            "this node is in {}, not in {}",
+            trust.cluster,
+            String::from_utf8_lossy(&cluster)
+        ))
+    } else if !crate::constant_time_eq(&sent, trust.secret.as_bytes()) {
         Some("cluster secret wrong".to_string())
     } else {
         None
@@ -84,7 +99,7 @@ pub async fn serve<H, F>(
     // However this ends (the peer gone, or this task dropped), the flusher lets the socket go.
     let _closes = CloseOnDrop(out.clone());
     // What every request's secret header is: made once, each request gets a cheap clone.
-    let Ok(secret_header) = http::HeaderValue::from_str(&secret) else {
+    let Ok(secret_header) = http::HeaderValue::from_str(&trust.secret) else {
         return;
     };
     let streams: Arc<Mutex<HashMap<u64, Stream>>> = Arc::default();

@@ -25,9 +25,9 @@ impl Node {
                         if !crate::mux::http_only()
                             && crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await
                         {
-                            let secret = node.secret.clone();
+                            let trust = node.trust.clone();
                             let handler = move |req| node.clone().handle(req);
-                            crate::mux::server::serve(stream, secret, NODE_HEADER_TIMEOUT, handler)
+                            crate::mux::server::serve(stream, trust, NODE_HEADER_TIMEOUT, handler)
                                 .await;
                             return;
                         }

@@ -4,10 +4,10 @@ use super::*;
 
 impl ClusterStore {
     pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
-        let secret = etcd.secret().await?;
+        let trust = crate::Trust::of(&etcd).await?;
         let master = packrat_secrets::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
         let map = etcd.follow_map().await?;
-        let client = NodeClient::new(secret);
+        let client = NodeClient::new(&trust);
         let store = Arc::new_cyclic(|me| ClusterStore {
             me: me.clone(),
             master,

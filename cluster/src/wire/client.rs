@@ -114,7 +114,7 @@ impl Answer {
 }
 
 impl NodeClient {
-    pub fn new(secret: String) -> Self {
+    pub fn new(trust: &crate::Trust) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(Duration::from_secs(2)));
@@ -127,8 +127,12 @@ impl NodeClient {
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
         let mux = (!crate::mux::http_only())
-            .then(|| std::sync::Arc::new(crate::mux::client::MuxPool::new(secret.clone())));
-        NodeClient { http, mux, secret }
+            .then(|| std::sync::Arc::new(crate::mux::client::MuxPool::new(trust.clone())));
+        NodeClient {
+            http,
+            mux,
+            secret: trust.secret.clone(),
+        }
     }
 
     /// Sends a request to the node at `addr`. Connection failures (a dead node) are
