@@ -74,15 +74,18 @@ class Etcd:
 
 
 class Node(Server):
-    """`packrat node`: its internal API listens on a fixed port across restarts."""
+    """`packrat node`: its internal API listens on a fixed port across restarts; with `s3`, so
+    does its S3 read endpoint (`s3_endpoint`)."""
 
-    def __init__(self, data_dir, etcd_url, extra_args=(), extra_env=None):
+    def __init__(self, data_dir, etcd_url, extra_args=(), extra_env=None, s3=False):
         super().__init__(data_dir, extra_args=extra_args, extra_env=extra_env, sticky_port=True)
         self.etcd_url = etcd_url
+        self.s3_endpoint = f"http://127.0.0.1:{free_port()}" if s3 else None
 
     def argv(self):
+        s3 = ["--s3-listen", self.s3_endpoint.split("://", 1)[1]] if self.s3_endpoint else []
         return [BIN, "node", "--etcd", self.etcd_url, "--data-dir", self.data_dir,
-                "--listen", self.listen, "--disk-probe-interval", "0", *self.extra_args]
+                "--listen", self.listen, "--disk-probe-interval", "0", *s3, *self.extra_args]
 
 
 class Gateway(Server):
@@ -121,17 +124,18 @@ def healthy(etcd_url, nodes):
     return s["pgs_healthy"] == PGS and len(s["nodes"]) == nodes and s
 
 
-def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None):
+def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None, s3=False):
     """etcd, `nodes` nodes with R=3 and `gateways` gateways under `base`; waits until every PG
     has its replicas. `node_args` is a list, or a function of the node's number giving one;
-    so is `node_env` (a dict of environment variables, or a function giving one)."""
+    so is `node_env` (a dict of environment variables, or a function giving one). With `s3`,
+    every node has an S3 read endpoint."""
     base.mkdir(parents=True, exist_ok=True)
     etcd = Etcd(base / "etcd").start()
     r = cluster_cmd(etcd.url, "init", "--pgs", str(PGS), "--replicas", "3")
     assert r.returncode == 0, r.stderr
     args = node_args if callable(node_args) else (lambda i: node_args)
     envs = node_env if callable(node_env) else (lambda i: node_env)
-    started = [Node(base / f"node{i}", etcd.url, args(i), envs(i)).start() for i in range(nodes)]
+    started = [Node(base / f"node{i}", etcd.url, args(i), envs(i), s3=s3).start() for i in range(nodes)]
     wait_for(f"{nodes} healthy nodes", lambda: healthy(etcd.url, nodes))
     gws = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(gateways)]
     return etcd, started, gws

@@ -386,7 +386,15 @@ pub struct NodeOptions<'a> {
     pub metrics: Option<MetricsPage>,
     /// The node's data directory, where it keeps which PGs it holds (see `node::held`).
     pub data_dir: Option<&'a std::path::Path>,
+    /// The node's S3 read endpoint, if it has one (`packrat node --s3-listen`).
+    pub reads: Option<ReadsEndpoint>,
 }
+
+/// A node's S3 read endpoint: given the store it reads through (a [`store::ClusterStore`]
+/// beside the node, see [`store::Beside`]), the future that serves it until the node stops.
+pub type ReadsEndpoint = Box<
+    dyn FnOnce(Arc<store::ClusterStore>) -> futures_util::future::BoxFuture<'static, ()> + Send,
+>;
 
 /// Everything a node runs besides its local store: registration, the manager election, the
 /// resync of PGs it joins, and the internal API on `listener` until `stop` (with `/metrics`
@@ -404,6 +412,7 @@ pub async fn run_node(
         lifecycle,
         metrics,
         data_dir,
+        reads,
     } = options;
     let trust = Trust::of(&etcd).await?;
     // The PGs this node may hold copies of, from `data_dir` (see `node::held`); a store with
@@ -439,7 +448,22 @@ pub async fn run_node(
     tokio::spawn(node.clone().resend_loop());
     tokio::spawn(node.clone().report_loop(etcd.clone()));
     tokio::spawn(node.clone().lifecycle_loop(etcd.clone(), lifecycle));
+    let reads = match reads {
+        Some(serve) => {
+            let beside = store::Beside {
+                id: entry.id.clone(),
+                addr: entry.addr.clone(),
+                handler: node.in_process(),
+            };
+            let store = store::ClusterStore::connect_beside(etcd.clone(), beside).await?;
+            Some(tokio::spawn(serve(store)))
+        }
+        None => None,
+    };
     node.serve(listener, stop).await;
+    if let Some(served) = reads {
+        let _ = served.await;
+    }
     // Leave at once rather than when the lease runs out.
     let _ = etcd.client.clone().lease_revoke(lease).await;
     Ok(())

@@ -525,6 +525,7 @@ mod tests {
             state: NodeState::Active,
             incarnation: 1,
             classes: Vec::new(),
+            s3: None,
         }
     }
 

@@ -61,6 +61,10 @@ pub struct NodeEntry {
     /// The storage classes other than STANDARD this node has a tier for (`--tier`).
     #[serde(default)]
     pub classes: Vec<String>,
+    /// Where its S3 read endpoint listens (`http://host:port`, `--s3-listen`), for clients
+    /// that read straight from the nodes holding their data (see `routes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<String>,
 }
 
 /// Which nodes hold which PG, in chain order (head first), and since when.

@@ -643,6 +643,13 @@ impl Node {
         self.lease.clone()
     }
 
+    /// This node's handler for a client in its own process (its S3 read endpoint's store):
+    /// the one every connection's requests reach.
+    pub(crate) fn in_process(self: &Arc<Self>) -> crate::wire::Beside {
+        let node = self.clone();
+        Arc::new(move |req| Box::pin(node.clone().handle(req)))
+    }
+
     pub(super) async fn handle<B>(self: Arc<Self>, req: http::Request<B>) -> NodeResp
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,

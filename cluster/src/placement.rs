@@ -28,14 +28,9 @@ pub struct NodeSpec {
 }
 
 /// The PG of an object. Fixed for the life of a cluster: it decides where bytes already
-/// written are found.
-pub fn pg_of(bucket_id: u64, key: &str, pgs: u32) -> u32 {
-    // FNV-1a of the key, mixed with the bucket id, through SplitMix64's finaliser so that every
-    // bit of the result depends on every byte (FNV-1a alone, taken modulo a power of two,
-    // depends only on the low bits of the key's bytes).
-    let mut mix = SplitMix64(key_hash(key) ^ bucket_id.wrapping_mul(0x9e37_79b9_7f4a_7c15));
-    ((u128::from(mix.next()) * u128::from(pgs.max(1))) >> 64) as u32
-}
+/// written are found. It lives with the store seam, where clients that route reads by the map
+/// find it too.
+pub use packrat_store_api::routes::pg_of;
 
 /// The smallest whole multiple of `pgs` that is at least `at_least`: `pg_of` onto that many
 /// slots puts every key of a slot in one PG (slot / (slots / pgs) is the key's PG, since

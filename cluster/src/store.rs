@@ -116,7 +116,18 @@ fn cluster_version<'a>(
         .ok_or_else(|| StoreError::internal(what, "not a cluster object version"))
 }
 
+/// The node a store runs beside (a node's S3 read endpoint, `packrat node --s3-listen`): its
+/// id, its advertised internal address, and its handler, called in-process.
+pub struct Beside {
+    pub id: String,
+    pub addr: String,
+    pub handler: crate::wire::Beside,
+}
+
 pub struct ClusterStore {
+    /// The node this store serves reads of, in its process: reads go to it alone, and a
+    /// request for a PG it does not serve is misdirected (see `Beside`); `None` in a gateway.
+    beside: Option<String>,
     /// This store, for what outlives a call (a batch PUT's writer).
     me: std::sync::Weak<ClusterStore>,
     /// The cluster's master key (SSE-S3), kept in etcd (`Etcd::master_key`).
@@ -1085,6 +1096,26 @@ impl ObjectStore for ClusterStore {
 
     async fn read_batch(&self, plan: BatchPlan, sink: &mut dyn EntrySink) {
         batch_get::read_batch(self, plan, sink).await
+    }
+
+    async fn route_map(
+        &self,
+        bucket: &Bucket,
+    ) -> StoreResult<Option<packrat_store_api::routes::RouteMap>> {
+        let map = self.map();
+        Ok(Some(packrat_store_api::routes::RouteMap {
+            epoch: map.epoch,
+            pgs: map.pgs,
+            bucket_id: bucket.id,
+            nodes: map
+                .nodes
+                .values()
+                .filter_map(|n| Some((n.id.clone(), n.s3.clone()?)))
+                .collect(),
+            readers: (0..map.pgs)
+                .map(|pg| map.readers(pg).cloned().collect())
+                .collect(),
+        }))
     }
 
     async fn stream_keys(

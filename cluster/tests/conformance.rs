@@ -178,6 +178,7 @@ async fn cluster_store() -> Arc<dyn Store> {
             state: NodeState::Active,
             incarnation: 1,
             classes: Vec::new(),
+            s3: None,
         };
         let etcd = etcd.clone();
         tokio::spawn(async move {
@@ -191,6 +192,7 @@ async fn cluster_store() -> Arc<dyn Store> {
                     lifecycle: Default::default(),
                     metrics: None,
                     data_dir: Some(&data_dir),
+                    reads: None,
                 },
                 std::future::pending(),
             )

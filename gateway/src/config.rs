@@ -69,6 +69,10 @@ pub struct ServeConfig {
     /// The Object Ownership of a bucket created without `x-amz-object-ownership`
     /// (`--default-object-ownership`): `BucketOwnerEnforced` (ACLs disabled) as AWS today.
     pub default_object_ownership: crate::s3::ownership::Ownership,
+    /// A storage node's read endpoint (`packrat node --s3-listen`): only GetObject,
+    /// HeadObject and batch GET of what the node holds; every other request is refused with
+    /// 405 and sent to a gateway (see `s3::handlers::is_node_read`).
+    pub reads_only: bool,
 }
 
 /// Most bytes of a request body left unread by its handler (an error answered before the body

@@ -394,7 +394,10 @@ async fn route_and_run(
             _ => {}
         }
     }
-    if !signed && crate::console::is_route(&parts.method, &raw_path, &raw_query) {
+    if !signed
+        && !state.config.reads_only
+        && crate::console::is_route(&parts.method, &raw_path, &raw_query)
+    {
         let r = crate::console::handle(state, &parts.method, &raw_path, &parts.headers, body).await;
         return ("console", Ok(r));
     }
@@ -444,6 +447,9 @@ async fn route_and_run(
         )),
         Err(e) => return ("body", Err(e)),
     };
+    if raw_path.starts_with(crate::admin::ADMIN_PREFIX) && state.config.reads_only {
+        return ("admin", Err(crate::s3::handlers::not_a_node_read()));
+    }
     if raw_path.starts_with(crate::admin::ADMIN_PREFIX) {
         let r = crate::admin::handle(
             state,

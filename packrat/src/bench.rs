@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+mod direct;
+
 #[derive(Clone, Copy, Debug, clap::ValueEnum, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Workload {
@@ -113,6 +115,11 @@ pub struct BenchArgs {
     /// it replaces: what versioning costs, against a run without.
     #[arg(long)]
     pub versioning: bool,
+    /// GETs, HEADs and batch GETs straight to the storage nodes holding the keys, by the
+    /// routes the cluster gateway at --endpoint gives (nodes started with --s3-listen), as
+    /// packrat_client reads; everything else through the gateway.
+    #[arg(long)]
+    pub direct: bool,
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
@@ -532,6 +539,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if args.prepare {
         prepare(&client, &args, payload.clone()).await?;
     }
+    let direct = match args.direct {
+        true => Some(Arc::new(
+            direct::Direct::fetch(&client, &mut conn, &args.bucket).await?,
+        )),
+        false => None,
+    };
 
     let stop = Arc::new(AtomicBool::new(false));
     let done_ops = Arc::new(AtomicU64::new(0));
@@ -578,6 +591,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             done_ops: done_ops.clone(),
             done_errs: done_errs.clone(),
             started,
+            direct: direct.clone(),
         };
         handles.push(tokio::spawn(async move {
             worker(w, client, args, payload, chooser, run).await
@@ -849,6 +863,8 @@ struct Run {
     done_ops: Arc<AtomicU64>,
     done_errs: Arc<AtomicU64>,
     started: Instant,
+    /// With `--direct`: reads go to the nodes.
+    direct: Option<Arc<direct::Direct>>,
 }
 
 async fn worker(
@@ -864,7 +880,9 @@ async fn worker(
         done_ops,
         done_errs,
         started,
+        direct,
     } = run;
+    let mut nodes = direct::Conns::default();
     use rand::{Rng, SeedableRng};
     let mut rng = rand::rngs::SmallRng::seed_from_u64(w as u64 * 7919 + 1);
     let mut hist =
@@ -888,6 +906,17 @@ async fn worker(
                 // written exactly once, whatever the connections' speeds.
                 let i = n % args.keys.max(1);
                 object_op(&client, &mut conn, &args, &payload, Method::PUT, i).await?
+            }
+            Workload::Get | Workload::Head if direct.is_some() => {
+                let i = chooser.pick(&mut rng);
+                let key = format!("{}{i:08}", args.prefix);
+                let d = direct.as_deref().ok_or("no routes")?;
+                let (node, conn) = nodes.to(d, &key).await?;
+                let method = match args.workload {
+                    Workload::Get => Method::GET,
+                    _ => Method::HEAD,
+                };
+                object_op(node, conn, &args, &payload, method, i).await?
             }
             Workload::Get => {
                 object_op(
@@ -956,6 +985,15 @@ async fn worker(
                         .await?;
                     (o.ok, o.bytes)
                 }
+            }
+            Workload::Batch if direct.is_some() => {
+                let keys: Vec<String> = (0..args.batch_size)
+                    .map(|_| format!("{}{:08}", args.prefix, chooser.pick(&mut rng)))
+                    .collect();
+                let d = direct.as_deref().ok_or("no routes")?;
+                let (ok, samples, bytes) = nodes.batch(d, &args, &keys).await?;
+                listed += samples;
+                (ok, bytes)
             }
             Workload::Batch => {
                 use std::fmt::Write as _;

@@ -36,6 +36,19 @@ pub struct NodeArgs {
     /// Apply lifecycle rules as if this many days had passed (tests and previews only).
     #[arg(long, default_value_t = 0, hide = true)]
     lifecycle_days_ahead: u32,
+    /// Address of the node's S3 read endpoint (port 0 picks a free port; it is printed):
+    /// GetObject, HeadObject and batch GET of the objects this node holds, signed with the
+    /// cluster's access keys, for clients that read straight from the nodes holding their
+    /// data (`packrat_client`). Off unless given; everything else goes to a gateway.
+    #[arg(long, env = "PACKRAT_S3_LISTEN")]
+    s3_listen: Option<std::net::SocketAddr>,
+    /// The URL clients reach the S3 read endpoint at (default: http:// and the --s3-listen
+    /// address, which must then not be a wildcard).
+    #[arg(long, env = "PACKRAT_S3_ADVERTISE")]
+    s3_advertise: Option<String>,
+    /// Region name the S3 read endpoint answers as: the gateways' (clients sign for it).
+    #[arg(long, env = "PACKRAT_REGION", default_value = "us-east-1")]
+    region: String,
     /// Async runtime threads (default: one per core). Several nodes on one machine each
     /// take their share of its cores.
     #[arg(long, env = "PACKRAT_WORKER_THREADS")]
@@ -178,6 +191,36 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
     };
     println!("packrat node {id}: listening on http://{addr}");
     tracing::info!(%id, %advertise, "node started");
+    // The node and its S3 read endpoint stop together.
+    let (stopping, stopped) = tokio::sync::watch::channel(false);
+    let signal = async move {
+        stop.await;
+        let _ = stopping.send(true);
+        std::future::pending::<()>().await
+    };
+    let stop_of = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (reads, s3) = match args.s3_listen {
+        Some(at) => {
+            let (listener, config, url) = reads_endpoint(at, args.s3_advertise, &args.region)?;
+            println!("packrat node {id}: S3 reads on {url}");
+            let stop = stop_of(stopped.clone());
+            let serve: packrat_cluster::ReadsEndpoint = Box::new(move |store| {
+                Box::pin(async move {
+                    let state = Arc::new(packrat_gateway::server::AppState::new(store, config));
+                    let drain = std::time::Duration::from_secs(10);
+                    if let Err(e) =
+                        packrat_gateway::server::serve(listener, state, stop, drain).await
+                    {
+                        tracing::error!("the S3 read endpoint stopped: {e}");
+                    }
+                })
+            });
+            (Some(serve), Some(url))
+        }
+        None => (None, None),
+    };
     let entry = NodeEntry {
         id,
         addr: advertise,
@@ -186,6 +229,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         state: NodeState::Active,
         incarnation: chrono::Utc::now().timestamp_micros().max(1) as u64,
         classes: args.storage.tiers.iter().map(|t| t.class.clone()).collect(),
+        s3,
     };
     let keep = std::time::Duration::from_secs(args.tombstone_keep);
     // The node applies the buckets' lifecycle rules to the PGs it heads as often as a
@@ -207,7 +251,7 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
         }
         (metrics.render(), packrat_gateway::metrics::CONTENT_TYPE)
     });
-    packrat_cluster::run_node(
+    let run = packrat_cluster::run_node(
         etcd,
         entry,
         store,
@@ -217,12 +261,68 @@ pub async fn node(args: NodeArgs) -> Result<(), String> {
             lifecycle,
             metrics: Some(page),
             data_dir: Some(&args.storage.data_dir),
+            reads,
         },
-        stop,
-    )
-    .await?;
+        stop_of(stopped),
+    );
+    tokio::select! {
+        ran = run => ran?,
+        _ = signal => {}
+    }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A node's S3 read endpoint on `at` (see `--s3-listen`): its listener, its configuration and
+/// the URL it is advertised at.
+fn reads_endpoint(
+    at: std::net::SocketAddr,
+    advertise: Option<String>,
+    region: &str,
+) -> Result<
+    (
+        tokio::net::TcpListener,
+        packrat_gateway::config::ServeConfig,
+        String,
+    ),
+    String,
+> {
+    let listener = listen(at, packrat_gateway::config::CONNECTIONS_MAX_DEFAULT)
+        .map_err(|e| format!("cannot listen on {at}: {e}"))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let url = match advertise {
+        Some(u) => u,
+        None if bound.ip().is_unspecified() => {
+            return Err(format!(
+                "--s3-listen {bound} is a wildcard: give --s3-advertise URL, where clients reach it"
+            ));
+        }
+        None => format!("http://{bound}"),
+    };
+    use packrat_gateway::config as c;
+    let config = packrat_gateway::config::ServeConfig {
+        data_dir: Default::default(),
+        region: region.to_string(),
+        domain: None,
+        max_connections: c::CONNECTIONS_MAX_DEFAULT,
+        body_idle_timeout_secs: c::BODY_IDLE_TIMEOUT_SECS,
+        batch_items_max: c::BATCH_ITEMS_MAX_DEFAULT,
+        batch_bytes_max: c::BATCH_BYTES_MAX_DEFAULT,
+        max_header_bytes: c::REQUEST_HEAD_BYTES_MAX,
+        max_headers: c::REQUEST_HEADERS_MAX,
+        header_timeout_secs: c::HEADER_READ_TIMEOUT_SECS,
+        compact_threshold: 0.5,
+        compact_grace_secs: 0,
+        fault_injection: false,
+        // Reads routed by clients are the data path of training jobs: counted in the
+        // endpoint's /metrics, not logged one line each.
+        access_log: false,
+        log_json: false,
+        allow_insecure_sse_c: false,
+        default_object_ownership: packrat_gateway::s3::acl::Ownership::BucketOwnerEnforced,
+        reads_only: true,
+    };
+    Ok((listener, config, url))
 }
 
 pub async fn gateway(args: GatewayArgs) -> Result<(), String> {

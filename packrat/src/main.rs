@@ -649,6 +649,7 @@ fn serve_config(http: &HttpArgs, storage: Option<&StorageArgs>) -> ServeConfig {
         access_log: !http.no_access_log,
         allow_insecure_sse_c: http.allow_insecure_sse_c,
         default_object_ownership: http.default_object_ownership,
+        reads_only: false,
         log_json: matches!(http.logging.log_format, LogFormat::Json),
     }
 }

@@ -61,6 +61,12 @@ pub enum StoreError {
     /// meant for the client.
     #[error("unavailable: {0}")]
     Unavailable(String),
+    /// The request reached a storage node that does not hold what it asks for (a client
+    /// routing reads by a cluster map, see `RouteMap`, whose map is older or newer than the
+    /// node's): `epoch` is the node's map, for the client to fetch again and retry, or to ask
+    /// a gateway.
+    #[error("misdirected: this node does not serve {what} by map epoch {epoch}")]
+    Misdirected { what: String, epoch: u64 },
     /// A version's Object Lock forbids what was asked (the text is meant for the client).
     #[error("object locked: {0}")]
     ObjectLocked(&'static str),

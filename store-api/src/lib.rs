@@ -20,6 +20,7 @@ pub mod lifecycle;
 pub mod lock;
 pub mod replica;
 pub mod reports;
+pub mod routes;
 pub mod sealed;
 pub mod sessions;
 pub mod source;
@@ -327,6 +328,11 @@ pub trait ObjectStore: Send + Sync + 'static {
     }
     /// Starts a batch PUT into `bucket`.
     fn batch_writer(&self, bucket: &Bucket) -> StoreResult<Box<dyn BatchWriter>>;
+    /// Where a client may read `bucket`'s objects straight from the nodes that hold them
+    /// ([`routes`]); `None` where reads have one place (one server, which is the default).
+    async fn route_map(&self, _bucket: &Bucket) -> StoreResult<Option<routes::RouteMap>> {
+        Ok(None)
+    }
 
     // ---- time
 

@@ -398,12 +398,12 @@ impl MuxConn {
             if let Ok(mut pending) = self.pending.lock() {
                 pending.insert(f.id, Waiter::Stream(tx));
             }
-            http_body_util::Either::Right(MuxBody {
+            http_body_util::Either::Right(http_body_util::Either::Left(MuxBody {
                 conn: self.clone(),
                 id: f.id,
                 rx,
                 ended: false,
-            })
+            }))
         };
         Ok(Answer {
             status,

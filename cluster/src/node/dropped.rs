@@ -406,6 +406,7 @@ mod tests {
                 state: NodeState::Active,
                 incarnation: 0,
                 classes: Vec::new(),
+                s3: None,
             };
             map.nodes.insert(n.to_string(), entry);
         }

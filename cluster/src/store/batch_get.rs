@@ -120,6 +120,7 @@ pub(crate) async fn plan_batch(
     let mut planned: Vec<Item> = Vec::with_capacity(items.len());
     for (i, it) in items.into_iter().enumerate() {
         let pg = pg_of(bucket.id, &it.key, map.pgs);
+        store.serves_here(&map, pg, &it.key)?;
         let name = match &it.member {
             None => it.key.clone(),
             Some(m) => format!("{}/{m}", it.key),

@@ -39,12 +39,31 @@ impl ClusterStore {
 
     /// The member of `pg`'s chain the next read goes to: the caught-up members in turn.
     pub(crate) fn pick_reader(&self, map: &ClusterMap, pg: u32) -> Option<String> {
+        // Beside a node, its own copies (a PG it does not serve is refused before this).
+        if let Some(me) = &self.beside
+            && map.readers(pg).any(|n| n == me)
+        {
+            return Some(me.clone());
+        }
         match map.readers(pg).count() {
             0 => None,
             n => map
                 .readers(pg)
                 .nth(self.next_reader.fetch_add(1, Ordering::Relaxed) % n)
                 .cloned(),
+        }
+    }
+
+    /// Beside a node (its S3 read endpoint), whether the node serves reads of `pg` by `map`:
+    /// if not, the request is misdirected (the client routed it by another map), and is
+    /// answered so rather than fetched from another node.
+    pub(crate) fn serves_here(&self, map: &ClusterMap, pg: u32, key: &str) -> StoreResult<()> {
+        match &self.beside {
+            Some(me) if !map.readers(pg).any(|n| n == me) => Err(StoreError::Misdirected {
+                what: format!("{key:?} (placement group {pg})"),
+                epoch: map.epoch,
+            }),
+            _ => Ok(()),
         }
     }
 

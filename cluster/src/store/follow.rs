@@ -4,11 +4,29 @@ use super::*;
 
 impl ClusterStore {
     pub async fn connect(etcd: Etcd) -> Result<Arc<ClusterStore>, String> {
+        Self::connect_as(etcd, None).await
+    }
+
+    /// The store of a node's S3 read endpoint, in the node's process (see [`Beside`]): it
+    /// reads what the node holds from the node itself, in-process, and answers a request for
+    /// anything else as misdirected.
+    pub(crate) async fn connect_beside(
+        etcd: Etcd,
+        beside: Beside,
+    ) -> Result<Arc<ClusterStore>, String> {
+        Self::connect_as(etcd, Some(beside)).await
+    }
+
+    async fn connect_as(etcd: Etcd, beside: Option<Beside>) -> Result<Arc<ClusterStore>, String> {
         let trust = crate::Trust::of(&etcd).await?;
         let master = packrat_secrets::master_key::MasterKey::from_bytes(&etcd.master_key().await?);
         let map = etcd.follow_map().await?;
-        let client = NodeClient::new(&trust);
+        let mut client = NodeClient::new(&trust);
+        if let Some(b) = &beside {
+            client = client.beside(b.addr.clone(), b.handler.clone());
+        }
         let store = Arc::new_cyclic(|me| ClusterStore {
+            beside: beside.map(|b| b.id),
             me: me.clone(),
             master,
             relay: crate::relay::Relay::new(client.clone()),

@@ -143,6 +143,7 @@ impl ClusterStore {
     ) -> StoreResult<Option<ObjectInfo>> {
         let map = self.map();
         let pg = pg_of(bucket.id, key, map.pgs);
+        self.serves_here(&map, pg, key)?;
         let (Some(node), Some(me)) = (self.pick_reader(&map, pg), self.me.upgrade()) else {
             return self.lookup_alone(bucket, key, pg, inline_max, None).await;
         };

@@ -48,6 +48,44 @@ pub struct NodeClient {
     /// `None` with `PACKRAT_INTERNAL_HTTP=1`: every call over HTTP.
     mux: Option<std::sync::Arc<crate::mux::client::MuxPool>>,
     secret: String,
+    /// In a node's own process (its S3 read endpoint's store): calls to the node itself, by
+    /// its advertised address, go to its handler with no socket in between.
+    beside: Option<(String, Beside)>,
+}
+
+/// A node's handler, called in its own process (see [`NodeClient::beside`]): the same one a
+/// connection's requests reach, so the fences, epoch checks and in-flight bound hold alike.
+pub type Beside = std::sync::Arc<
+    dyn Fn(http::Request<Full<Bytes>>) -> futures_util::future::BoxFuture<'static, LocalAnswer>
+        + Send
+        + Sync,
+>;
+
+/// A node's answer to a call made in its own process.
+pub type LocalAnswer =
+    http::Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
+
+/// A node's own answer body, made `Sync` (a batch reader holds its answers across awaits by
+/// reference): the mutex is never locked, only reached through `&mut` (`get_mut`).
+pub struct LocalBody(
+    std::sync::Mutex<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>,
+);
+
+impl hyper::body::Body for LocalBody {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        let body = self
+            .get_mut()
+            .0
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        std::pin::Pin::new(body).poll_frame(cx)
+    }
 }
 
 /// A node's answer.
@@ -59,10 +97,13 @@ pub struct Answer {
 
 /// An answer's body: over HTTP as it arrives; or whole (one of a relayed request's answers,
 /// see [`crate::relay`], or one a multiplexed connection brought in one frame); or streamed
-/// over a multiplexed connection.
+/// over a multiplexed connection; or the node's own body, in its own process.
 pub type AnswerBody = http_body_util::Either<
     hyper::body::Incoming,
-    http_body_util::Either<Full<Bytes>, crate::mux::client::MuxBody>,
+    http_body_util::Either<
+        Full<Bytes>,
+        http_body_util::Either<crate::mux::client::MuxBody, LocalBody>,
+    >,
 >;
 
 impl Answer {
@@ -132,7 +173,47 @@ impl NodeClient {
             http,
             mux,
             secret: trust.secret.clone(),
+            beside: None,
         }
+    }
+
+    /// This client, in the process of the node that answers at `addr` with `handler`: its
+    /// calls to that address are made in-process.
+    pub fn beside(mut self, addr: String, handler: Beside) -> Self {
+        self.beside = Some((addr, handler));
+        self
+    }
+
+    /// A call to the node this client runs beside, made in-process.
+    async fn send_beside(
+        &self,
+        handler: &Beside,
+        call: Call<'_>,
+        epoch: u64,
+        timeout: Duration,
+    ) -> StoreResult<Answer> {
+        let mut req = http::Request::builder()
+            .method(call.method)
+            .uri(call.path)
+            .header(SECRET_HEADER, &self.secret)
+            .header(EPOCH_HEADER, epoch);
+        for (k, v) in call.headers {
+            req = req.header(*k, v);
+        }
+        let req = req
+            .body(Full::new(call.body))
+            .map_err(|e| StoreError::internal("node request", e))?;
+        let resp = tokio::time::timeout(timeout, handler(req))
+            .await
+            .map_err(|_| StoreError::Unavailable("this storage node did not answer".into()))?;
+        let (parts, body) = resp.into_parts();
+        Ok(Answer {
+            status: parts.status.as_u16(),
+            headers: parts.headers,
+            body: http_body_util::Either::Right(http_body_util::Either::Right(
+                http_body_util::Either::Right(LocalBody(std::sync::Mutex::new(body))),
+            )),
+        })
     }
 
     /// Sends a request to the node at `addr`. Connection failures (a dead node) are
@@ -144,6 +225,11 @@ impl NodeClient {
         epoch: u64,
         timeout: Duration,
     ) -> StoreResult<Answer> {
+        if let Some((own, handler)) = &self.beside
+            && own == addr
+        {
+            return self.send_beside(handler, call, epoch, timeout).await;
+        }
         if let Some(mux) = &self.mux {
             match mux.send(&call, addr, epoch, timeout).await {
                 crate::mux::client::Sent::Answered(a) => return Ok(a),

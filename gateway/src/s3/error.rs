@@ -54,6 +54,9 @@ pub enum S3ErrorCode {
     MaxPostPreDataLengthExceeded,
     MetadataTooLarge,
     MethodNotAllowed,
+    /// A storage node's read endpoint asked for what it does not hold (421, with the node's
+    /// map epoch in `x-packrat-map-epoch`): a client routing by an older map.
+    Misdirected,
     MissingContentLength,
     NoSuchBucket,
     NoSuchKey,
@@ -126,6 +129,7 @@ impl S3ErrorCode {
             }
             MetadataTooLarge => ("MetadataTooLarge", StatusCode::BAD_REQUEST),
             MethodNotAllowed => ("MethodNotAllowed", StatusCode::METHOD_NOT_ALLOWED),
+            Misdirected => ("PackratMisdirected", StatusCode::MISDIRECTED_REQUEST),
             MissingContentLength => ("MissingContentLength", StatusCode::LENGTH_REQUIRED),
             NoSuchBucket => ("NoSuchBucket", StatusCode::NOT_FOUND),
             NoSuchKey => ("NoSuchKey", StatusCode::NOT_FOUND),
@@ -154,6 +158,10 @@ impl S3ErrorCode {
         }
     }
 }
+
+/// The map epoch a storage node's read endpoint answers a misdirected request with, and a
+/// routing client's map epoch on its requests.
+pub const MAP_EPOCH_HEADER: &str = "x-packrat-map-epoch";
 
 #[derive(Debug, Clone)]
 pub struct S3Error {
@@ -287,6 +295,13 @@ impl From<packrat_store_api::StoreError> for S3Error {
                 S3Error::new(S3ErrorCode::ServiceUnavailable, message)
             }
             E::Invalid(message) => S3Error::new(S3ErrorCode::InvalidRequest, message),
+            E::Misdirected { what, epoch } => S3Error::new(
+                S3ErrorCode::Misdirected,
+                format!(
+                    "This storage node does not serve {what} by its map (epoch {epoch}): fetch the map again, or send the request to a gateway."
+                ),
+            )
+            .with_header(MAP_EPOCH_HEADER, epoch.to_string()),
             E::ObjectLocked(message) => S3Error::new(S3ErrorCode::AccessDenied, message),
             E::InvalidBucketState(message) => {
                 S3Error::new(S3ErrorCode::InvalidBucketState, message)
@@ -343,6 +358,7 @@ mod tests {
             (S3ErrorCode::NotModified, "NotModified", 304),
             (S3ErrorCode::NotImplemented, "NotImplemented", 501),
             (S3ErrorCode::InsufficientStorage, "InsufficientStorage", 507),
+            (S3ErrorCode::Misdirected, "PackratMisdirected", 421),
             (S3ErrorCode::MalformedXML, "MalformedXML", 400),
             (S3ErrorCode::MalformedACLError, "MalformedACLError", 400),
             (

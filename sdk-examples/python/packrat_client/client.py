@@ -8,6 +8,7 @@ import re
 import sys
 import random
 import tarfile
+import threading
 import time
 import urllib.parse
 import xml.etree.ElementTree as ET
@@ -18,6 +19,8 @@ import boto3
 import urllib3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
+
+from .routes import MAP_EPOCH_HEADER, ROUTES_TTL_SECS, Routes
 
 ERROR_PREFIX = "__error__/"
 
@@ -287,6 +290,23 @@ def _read_tar(stream) -> Iterator[Sample]:
             )
 
 
+# A routed batch GET: items per window (sent as one part per node side by side), threads
+# reading parts, and the error entries another copy (through the gateway) may not have.
+_DIRECT_WINDOW = 1024
+_DIRECT_THREADS = 8
+_NOT_THIS_COPY = {"ServiceUnavailable", "InternalError", "SlowDown"}
+
+
+def _slots_of(items: List[dict]) -> Dict[Tuple[str, Optional[str]], List[int]]:
+    """Where each batch item's entry goes, by the entry's name and tag (an item asked twice
+    has two places, taken in turn)."""
+    slots: Dict[Tuple[str, Optional[str]], List[int]] = {}
+    for n, it in enumerate(items):
+        name = it["key"] + ("/" + it["member"] if it.get("member") else "")
+        slots.setdefault((name, it.get("tag")), []).append(n)
+    return slots
+
+
 def _done_with(resp, whole: bool) -> None:
     """Gives the connection back for the next request if its answer was read to the end, and
     closes it first otherwise (a broken answer, or a caller who stopped early: the unread
@@ -314,7 +334,12 @@ class PackratClient:
 
     `endpoint_url` is the packrat server; credentials and region come from `session` (a
     `boto3.Session`, by default the usual environment/profile chain), or from explicit
-    `aws_access_key_id` / `aws_secret_access_key`."""
+    `aws_access_key_id` / `aws_secret_access_key`.
+
+    With `direct` (the default), batch GETs through a cluster gateway go straight to the
+    storage nodes that hold the objects (see `packrat_client.routes`), and to the gateway for
+    whatever a node does not answer; against one server, or nodes without an S3 read endpoint,
+    everything goes to `endpoint_url`."""
 
     def __init__(
         self,
@@ -327,6 +352,7 @@ class PackratClient:
         maxsize: int = 16,
         retry: Optional[RetryPolicy] = None,
         ca_bundle: Optional[str] = None,
+        direct: bool = True,
     ):
         if session is None:
             session = boto3.Session(
@@ -353,14 +379,25 @@ class PackratClient:
             maxsize=maxsize, timeout=urllib3.Timeout(connect=10.0, read=timeout), retries=False,
             **({"ca_certs": self.ca_bundle} if self.ca_bundle else {}),
         )
+        self.direct = direct
+        # Each bucket's routes (None: read through the endpoint), and the threads that read
+        # a batch's parts from the nodes side by side.
+        self._routes: Dict[str, Optional[Routes]] = {}
+        self._routes_lock = threading.Lock()
+        self._parts = None
+        # What went where: batch GET items read from a node, and those asked of the endpoint
+        # after a node did not answer them (tests and curious callers).
+        self.direct_items = 0
+        self.fallback_items = 0
 
     # ---- plumbing
 
-    def _url(self, bucket: str, key: Optional[str] = None, query: Sequence[Tuple[str, str]] = ()) -> str:
+    def _url(self, bucket: str, key: Optional[str] = None, query: Sequence[Tuple[str, str]] = (),
+             base: Optional[str] = None) -> str:
         path = "/" + urllib.parse.quote(bucket, safe="")
         if key is not None:
             path += "/" + urllib.parse.quote(key, safe="/~")
-        url = self.endpoint_url + path
+        url = (base or self.endpoint_url) + path
         if query:
             url += "?" + "&".join(
                 urllib.parse.quote(k, safe="~") + ("=" + urllib.parse.quote(v, safe="~") if v is not None else "")
@@ -440,9 +477,26 @@ class PackratClient:
         on), unless `on_error="abort"`.
 
         A batch whose answer breaks (a reset connection, a server restart) is asked again for
-        the items not yet received, within the retry policy: every item is yielded once."""
+        the items not yet received, within the retry policy: every item is yielded once.
+
+        Through a cluster gateway (and `direct`), each node holding some of the items is asked
+        for them itself, side by side; what a node does not answer goes to the gateway. Items
+        then come in request order (`order="request"`) or as each node's part is done."""
         pending = [{"key": i} if isinstance(i, str) else dict(i) for i in items]
-        url = self._url(bucket, query=[("batch", "")])
+        routes = self._routes_for(bucket) if self.direct and pending else None
+        if routes is not None:
+            yield from self._batch_get_direct(bucket, pending, routes, order, on_error)
+            return
+        yield from self._batch_get_via(bucket, pending, order, on_error)
+
+    def _batch_get_via(self, bucket: str, pending: List[dict], order: str, on_error: str,
+                       base: Optional[str] = None, epoch: Optional[int] = None) -> Iterator[Sample]:
+        """A batch GET sent to `base` (default: the endpoint), resumed within the retry
+        policy; with `epoch` (a node), one attempt, and the map's epoch sent."""
+        url = self._url(bucket, query=[("batch", "")], base=base)
+        headers = {"Content-Type": "application/json"}
+        if epoch is not None:
+            headers[MAP_EPOCH_HEADER] = str(epoch)
 
         def entry_id(item):
             name = item["key"] + ("/" + item["member"] if item.get("member") else "")
@@ -453,8 +507,7 @@ class PackratClient:
             if not pending:
                 return
             body = json.dumps({"items": pending, "order": order, "on_error": on_error}).encode()
-            resp = self._send_once("POST", url, body=body, headers={"Content-Type": "application/json"},
-                                   stream=True)
+            resp = self._send_once("POST", url, body=body, headers=headers, stream=True)
             want = int(resp.headers.get("x-packrat-batch-items", len(pending)))
             got = 0
             # Entries are matched to items by name and tag (the storage order is not the
@@ -481,7 +534,109 @@ class PackratClient:
             if got < want:
                 raise _Broken(f"the batch answer ended after {got} of {want} items")
 
+        if epoch is not None:
+            yield from once()
+            return
         yield from self._resumable(once, f"batch GET of {bucket}")
+
+    # ---- reads straight from the nodes (see `packrat_client.routes`)
+
+    def _routes_for(self, bucket: str, stale: bool = False) -> Optional[Routes]:
+        """`bucket`'s routes (asked for at most every `ROUTES_TTL_SECS`, or again when
+        `stale`), or `None` when reads go through the endpoint: one server (501), no node
+        with a read endpoint, or no answer now (the endpoint then answers the read itself,
+        with its retries and its errors)."""
+        now = time.monotonic()
+        with self._routes_lock:
+            known = self._routes.get(bucket)
+        if known is not None and not stale and now - known[1] < ROUTES_TTL_SECS:
+            return known[0]
+        try:
+            resp = self._send_once("GET", self._url(bucket, query=[("routes", "")]))
+            routes = Routes.parse(resp.data, now)
+            if not routes.nodes:
+                routes = None
+        except (PackratError, ValueError, KeyError, *_TRANSPORT_ERRORS):
+            routes = None
+        with self._routes_lock:
+            self._routes[bucket] = (routes, now)
+        return routes
+
+    def _batch_get_direct(self, bucket: str, pending: List[dict], routes: Routes, order: str,
+                          on_error: str) -> Iterator[Sample]:
+        """A batch GET split by node (see `batch_get`), a window of items at a time."""
+        window = _DIRECT_WINDOW
+        for at in range(0, len(pending), window):
+            got = self._direct_window(bucket, pending[at : at + window], routes, on_error)
+            if order == "request":
+                got = sorted(got, key=lambda pair: pair[0])
+            for _, s in got:
+                yield s
+                if s.error is not None and on_error == "abort":
+                    return
+            routes = self._routes_for(bucket) or routes
+
+    def _direct_window(self, bucket: str, items: List[dict], routes: Routes,
+                       on_error: str) -> List[Tuple[int, Sample]]:
+        """Every item of `items` once, as `(position, sample)`: each node's part read from it
+        (side by side), then what the nodes did not answer from the endpoint."""
+        parts: Dict[str, List[int]] = {}
+        left: List[int] = []
+        for n, it in enumerate(items):
+            node = routes.node_for(it["key"])
+            if node is None:
+                left.append(n)
+            else:
+                parts.setdefault(node, []).append(n)
+        if self._parts is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._parts = ThreadPoolExecutor(max_workers=_DIRECT_THREADS, thread_name_prefix="packrat-part")
+        futures = [
+            self._parts.submit(self._node_part, bucket, node, [items[n] for n in ns], routes.epoch)
+            for node, ns in parts.items()
+        ]
+        got: List[Tuple[int, Sample]] = []
+        stale = False
+        for (node, ns), f in zip(parts.items(), futures):
+            answered, not_answered, misdirected = f.result()
+            got.extend((ns[i], s) for i, s in answered)
+            left.extend(ns[i] for i in not_answered)
+            stale |= misdirected
+        self.direct_items += len(got)
+        if stale:
+            self._routes_for(bucket, stale=True)
+        if left:
+            left.sort()
+            self.fallback_items += len(left)
+            asked = [items[n] for n in left]
+            slots = _slots_of(asked)
+            for s in self._batch_get_via(bucket, asked, "request", on_error):
+                places = slots.get((s.name, s.tag))
+                got.append((left[places.pop(0)] if places else len(items), s))
+        return got
+
+    def _node_part(self, bucket: str, node: str, items: List[dict], epoch: int):
+        """One node's part of a batch: `(answered, not_answered, misdirected)`, the first as
+        `(position in items, sample)`. Whatever the node did not answer (it broke off, it was
+        unreachable, its map moved on, an item failed for a reason another copy may not have)
+        is left for the endpoint."""
+        slots = _slots_of(items)
+        answered: List[Tuple[int, Sample]] = []
+        misdirected = False
+        try:
+            for s in self._batch_get_via(bucket, items, "request", "continue", base=node, epoch=epoch):
+                if s.error is not None and s.error[0] in _NOT_THIS_COPY:
+                    continue
+                places = slots.get((s.name, s.tag))
+                if places:
+                    answered.append((places.pop(0), s))
+        except PackratError as e:
+            misdirected = e.status == 421
+        except (_Broken, *_TRANSPORT_ERRORS):
+            pass
+        done = {n for n, _ in answered}
+        return answered, [n for n in range(len(items)) if n not in done], misdirected
 
     def stream_epoch(self, bucket: str, prefix: str = "", **options) -> Iterator[Sample]:
         """Like `stream_samples` (same options), one `Sample` per object: the entries of each

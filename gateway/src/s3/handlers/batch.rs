@@ -480,6 +480,25 @@ fn stream_query(req: &S3Request) -> S3Result<(StreamQuery, bool, Option<u64>)> {
     Ok((q, abort, listing))
 }
 
+/// `GET /{bucket}?routes`: where the bucket's objects can be read straight from the storage
+/// nodes that hold them (a cluster's map, see [`packrat_store_api::routes`]), for a caller who
+/// may list the bucket. One server answers 501: every read has one place, here.
+pub async fn handle_routes(state: &Arc<AppState>, req: &S3Request, bname: &str) -> R {
+    let b = load_bucket(state, req, bname, Action::LIST_BUCKET).await?;
+    let Some(routes) = state.store.route_map(&b).await? else {
+        return Err(bad(
+            S3ErrorCode::NotImplemented,
+            "This server is not a cluster: every read has one place, here.",
+        ));
+    };
+    let body = serde_json::to_vec(&routes).map_err(|e| S3Error::internal("routes", e))?;
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json")
+        .body(crate::state::full(body))
+        .map_err(|e| S3Error::internal("response", e))
+}
+
 /// An epoch stream: the worker's samples planned from a listing of the prefix (see
 /// [`packrat_store_api::stream`]), then read as batches of [`STREAM_BATCH_SAMPLES`] samples in
 /// the planned order, into one TAR. Each entry carries its sample's index (`packrat.sample`).

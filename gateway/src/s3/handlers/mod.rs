@@ -164,7 +164,38 @@ fn with_headers(r: R, extra: Vec<(&'static str, String)>) -> R {
     }
 }
 
+/// Whether a storage node's read endpoint answers `req` (see `ServeConfig::reads_only`): a
+/// GetObject or HeadObject of the current version (with ranges, part numbers and response
+/// headers, signed in a header or a presigned URL), or a batch GET. Training readers route
+/// these by the cluster map; everything else has one place, the gateways.
+pub fn is_node_read(req: &S3Request) -> bool {
+    let plain_object_read = || {
+        req.query.iter().all(|(k, _)| {
+            k == "partNumber"
+                || k == "x-id"
+                || k.starts_with("response-")
+                || k.starts_with("X-Amz-")
+        })
+    };
+    match (&req.method, &req.bucket, &req.key) {
+        (&Method::GET | &Method::HEAD, Some(_), Some(_)) => plain_object_read(),
+        (&Method::POST, Some(_), None) => req.has_q("batch") && req.query.len() == 1,
+        _ => false,
+    }
+}
+
+/// The answer of a storage node's read endpoint to what it does not serve.
+pub fn not_a_node_read() -> S3Error {
+    err(
+        S3ErrorCode::MethodNotAllowed,
+        "This is a storage node's read endpoint: it answers GetObject, HeadObject and batch GET of the objects it holds. Send every other request to a gateway.",
+    )
+}
+
 async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) {
+    if state.config.reads_only && !is_node_read(req) {
+        return ("NotANodeRead", Err(not_a_node_read()));
+    }
     if state.config.fault_injection && crate::state::HttpFaults::take(&state.http_faults.slowdown) {
         return (
             "fault",
@@ -440,6 +471,9 @@ async fn route(state: &Arc<AppState>, req: &mut S3Request) -> (&'static str, R) 
                 "ListMultipartUploads",
                 listing::handle_list_multipart_uploads(state, req, b).await,
             ),
+            Method::GET if req.has_q("routes") => {
+                ("GetRoutes", batch::handle_routes(state, req, b).await)
+            }
             Method::GET if req.has_q("stream") => (
                 "EpochStream",
                 batch::handle_epoch_stream(state, req, b).await,

@@ -1,0 +1,228 @@
+"""Training readers straight to the storage nodes (issue 63): a cluster of a real etcd, four
+nodes with R=3 (so no node holds every placement group), each with an S3 read endpoint
+(`packrat node --s3-listen`), and a gateway. A gateway tells a client the routes
+(`GET /BUCKET?routes`); a node answers GetObject, HeadObject and batch GET of what it holds,
+checking SigV4 itself, a misdirected read with 421 and its map's epoch, and nothing else;
+`packrat_client` splits a batch by node and asks the gateway for what a node does not answer
+(a node killed between two of its reads here). Nothing is mocked."""
+
+import hashlib
+import json
+import os
+import urllib.request
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+import conftest
+from cluster import start_cluster
+
+
+@pytest.fixture
+def four(workdir, request):
+    etcd, nodes, (gw,) = start_cluster(workdir / f"direct-{request.node.name}", nodes=4, s3=True)
+    yield etcd, nodes, gw
+    for p in [gw, *nodes]:
+        p.stop()
+    etcd.stop()
+
+
+def s3_at(endpoint, ak=conftest.ROOT_AK, sk=conftest.ROOT_SK):
+    return boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id=ak, aws_secret_access_key=sk,
+        region_name=conftest.REGION,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1, "mode": "standard"}),
+    )
+
+
+def routes_of(gw, bucket):
+    pc = gw.packrat()
+    resp = pc._send_once("GET", pc._url(bucket, query=[("routes", "")]))
+    return json.loads(resp.data)
+
+
+def code_of(e):
+    return e.value.response["Error"]["Code"], e.value.response["ResponseMetadata"]["HTTPStatusCode"]
+
+
+def metric(endpoint, name, **labels):
+    """The sum of a metric's samples at `endpoint`'s /metrics whose labels include `labels`."""
+    text = urllib.request.urlopen(endpoint + "/metrics", timeout=10).read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_a_node_answers_the_reads_of_what_it_holds_and_nothing_else(four):
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="direct")
+    bodies = {f"train/{i:03d}.jpg": os.urandom(1000 + 97 * i) for i in range(40)}
+    for k, v in bodies.items():
+        g.put_object(Bucket="direct", Key=k, Body=v)
+
+    routes = routes_of(gw, "direct")
+    assert set(routes["nodes"].values()) == {n.s3_endpoint for n in nodes}
+    assert routes["pgs"] == len(routes["readers"]) > 0
+    assert all(len(r) == 3 for r in routes["readers"]), "R=3, every PG caught up"
+    by_url = {url: nid for nid, url in routes["nodes"].items()}
+    from packrat_client.routes import pg_of
+
+    holds = {n.s3_endpoint: [] for n in nodes}
+    lacks = {n.s3_endpoint: [] for n in nodes}
+    for k in bodies:
+        readers = routes["readers"][pg_of(routes["bucket_id"], k, routes["pgs"])]
+        for n in nodes:
+            (holds if by_url[n.s3_endpoint] in readers else lacks)[n.s3_endpoint].append(k)
+    assert all(lacks.values()), "with 4 nodes and R=3 every node lacks some key"
+
+    for n in nodes:
+        c = s3_at(n.s3_endpoint)
+        for k in holds[n.s3_endpoint][:5]:
+            got = c.get_object(Bucket="direct", Key=k)
+            assert got["Body"].read() == bodies[k]
+            assert got["ETag"] == '"' + hashlib.md5(bodies[k]).hexdigest() + '"'
+            assert c.head_object(Bucket="direct", Key=k)["ContentLength"] == len(bodies[k])
+            assert c.get_object(Bucket="direct", Key=k, Range="bytes=10-19")["Body"].read() == bodies[k][10:20]
+        # A key of a PG this node does not hold: 421, naming the node's map epoch.
+        k = lacks[n.s3_endpoint][0]
+        with pytest.raises(ClientError) as e:
+            c.get_object(Bucket="direct", Key=k)
+        assert code_of(e) == ("PackratMisdirected", 421)
+        assert int(e.value.response["ResponseMetadata"]["HTTPHeaders"]["x-packrat-map-epoch"]) >= routes["epoch"]
+        # A missing key of a PG it holds is the usual 404.
+        missing = next(f"none/{i}" for i in range(1000)
+                       if by_url[n.s3_endpoint] in routes["readers"][pg_of(routes["bucket_id"], f"none/{i}", routes["pgs"])])
+        with pytest.raises(ClientError) as e:
+            c.get_object(Bucket="direct", Key=missing)
+        assert code_of(e) == ("NoSuchKey", 404)
+
+    c = s3_at(nodes[0].s3_endpoint)
+    mine = holds[nodes[0].s3_endpoint][0]
+    # Nothing but reads: writes, listings, bucket calls and the admin API go to a gateway.
+    for call in (lambda: c.put_object(Bucket="direct", Key="w", Body=b"x"),
+                 lambda: c.delete_object(Bucket="direct", Key=mine),
+                 lambda: c.list_objects_v2(Bucket="direct"),
+                 lambda: c.list_buckets(),
+                 lambda: c.get_object_tagging(Bucket="direct", Key=mine),
+                 lambda: c.create_bucket(Bucket="other")):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert code_of(e) == ("MethodNotAllowed", 405)
+    assert g.get_object(Bucket="direct", Key=mine)["Body"].read() == bodies[mine], "the refused delete did nothing"
+    with pytest.raises(urllib.error.HTTPError) as h:
+        urllib.request.urlopen(nodes[0].s3_endpoint + "/_packrat/admin/status", timeout=10)
+    assert h.value.code == 405
+
+    # SigV4 checked at the node with the cluster's keys: a wrong secret, and no signature on
+    # a private bucket, are refused; a key made through the gateway works at once.
+    with pytest.raises(ClientError) as e:
+        s3_at(nodes[0].s3_endpoint, sk="not-the-secret").get_object(Bucket="direct", Key=mine)
+    assert code_of(e) == ("SignatureDoesNotMatch", 403)
+    with pytest.raises(urllib.error.HTTPError) as h:
+        urllib.request.urlopen(f"{nodes[0].s3_endpoint}/direct/{mine}", timeout=10)
+    assert h.value.code == 403
+    admin = gw.packrat()
+    made = admin._send_once("POST", gw.endpoint + "/_packrat/admin/keys",
+                            body=json.dumps({"name": "reader"}).encode(),
+                            headers={"Content-Type": "application/json"})
+    key = json.loads(made.data)
+    stranger = s3_at(nodes[0].s3_endpoint, key["access_key"], key["secret_key"])
+    with pytest.raises(ClientError) as e:
+        stranger.get_object(Bucket="direct", Key=mine)
+    assert code_of(e) == ("AccessDenied", 403), "another owner's key may not read the bucket"
+
+    # A node tells no routes (a gateway does).
+    with pytest.raises(urllib.error.HTTPError) as h:
+        urllib.request.urlopen(f"{nodes[0].s3_endpoint}/direct?routes", timeout=10)
+    assert h.value.code == 405
+
+
+def test_one_server_has_no_routes(server):
+    """`packrat serve` answers `?routes` with 501 (every read has one place), and
+    packrat_client then reads through it as always."""
+    if conftest.CLUSTER_MODE:
+        pytest.skip("a gateway has routes: the tests above")
+    c = server.client()
+    c.create_bucket(Bucket="no-routes")
+    c.put_object(Bucket="no-routes", Key="k", Body=b"here")
+    pc = server.packrat()
+    with pytest.raises(Exception) as e:
+        routes_of(server, "no-routes")
+    assert (e.value.status, e.value.code) == (501, "NotImplemented")
+    got = list(pc.batch_get("no-routes", ["k"]))
+    assert [(s.name, s.data) for s in got] == [("k", b"here")]
+    assert (pc.direct_items, pc.fallback_items) == (0, 0)
+
+
+def test_packrat_client_reads_a_batch_from_the_nodes(four):
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="shards")
+    bodies = {f"s/{i:04d}.bin": os.urandom(512 + (i * 131) % 9000) for i in range(300)}
+    for k, v in bodies.items():
+        g.put_object(Bucket="shards", Key=k, Body=v)
+    keys = sorted(bodies)
+    gw_batches = metric(gw.endpoint, "packrat_requests_total", op="BatchGet")
+    node_batches = [metric(n.s3_endpoint, "packrat_requests_total", op="BatchGet") for n in nodes]
+
+    pc = gw.packrat()
+    asked = keys + ["s/none", keys[3]]
+    got = list(pc.batch_get("shards", asked))
+    assert [s.name for s in got] == asked, "request order, every item once (a repeat twice)"
+    for s in got[:-2] + got[-1:]:
+        assert s.ok and s.data == bodies[s.name]
+        assert s.etag == hashlib.md5(bodies[s.name]).hexdigest()
+    assert got[-2].error[0] == "NoSuchKey"
+    assert (pc.direct_items, pc.fallback_items) == (len(asked), 0)
+    assert metric(gw.endpoint, "packrat_requests_total", op="BatchGet") == gw_batches, "no batch through the gateway"
+    after = [metric(n.s3_endpoint, "packrat_requests_total", op="BatchGet") for n in nodes]
+    assert all(a > b for a, b in zip(after, node_batches)), "every node answered its part"
+
+    # Storage order: the same items, each once.
+    got = list(pc.batch_get("shards", keys[:100], order="storage"))
+    assert sorted(s.name for s in got) == keys[:100]
+    assert all(s.data == bodies[s.name] for s in got)
+
+    # direct=False: everything through the gateway, as before.
+    plain = gw.packrat(direct=False)
+    got = list(plain.batch_get("shards", keys[:50]))
+    assert [s.name for s in got] == keys[:50] and plain.direct_items == 0
+    assert metric(gw.endpoint, "packrat_requests_total", op="BatchGet") > gw_batches
+
+
+def test_a_node_killed_while_a_client_reads_from_it_is_read_around(four):
+    """The client reads a batch in windows; after the first window (read from the nodes), the
+    node that served part of it is killed (SIGKILL). Its part of the next windows fails to
+    connect and is asked of the gateway, which fails over to the other replicas: every sample
+    arrives once, with its bytes."""
+    import packrat_client.client as client_module
+
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="epoch")
+    bodies = {f"e/{i:04d}": os.urandom(4096 + i) for i in range(240)}
+    for k, v in bodies.items():
+        g.put_object(Bucket="epoch", Key=k, Body=v)
+    keys = sorted(bodies)
+    pc = gw.packrat()
+    window = client_module._DIRECT_WINDOW
+    client_module._DIRECT_WINDOW = 60
+    try:
+        seen = []
+        it = pc.batch_get("epoch", keys)
+        for s in it:
+            seen.append(s)
+            if len(seen) == 60:
+                assert pc.direct_items == 60
+                nodes[1].kill9()
+        assert [s.name for s in seen] == keys, "every sample once, in order"
+        assert all(s.ok and s.data == bodies[s.name] for s in seen)
+        assert pc.fallback_items > 0, "the killed node's parts went to the gateway"
+        assert pc.direct_items + pc.fallback_items == len(keys)
+    finally:
+        client_module._DIRECT_WINDOW = window
