@@ -454,6 +454,7 @@ pub async fn run_node(
                 id: entry.id.clone(),
                 addr: entry.addr.clone(),
                 handler: node.in_process(),
+                reads: node.near_reads(),
             };
             let store = store::ClusterStore::connect_beside(etcd.clone(), beside).await?;
             Some(tokio::spawn(serve(store)))

@@ -650,6 +650,15 @@ impl Node {
         Arc::new(move |req| Box::pin(node.clone().handle(req)))
     }
 
+    /// This node's lookups for the store beside it (see [`Node::read_here`]).
+    pub(crate) fn near_reads(self: &Arc<Self>) -> crate::wire::NearReads {
+        let node = self.clone();
+        Arc::new(move |bid, pg, key, inline| {
+            let node = node.clone();
+            Box::pin(async move { node.read_here(bid, pg, &key, inline).await })
+        })
+    }
+
     pub(super) async fn handle<B>(self: Arc<Self>, req: http::Request<B>) -> NodeResp
     where
         B: hyper::body::Body<Data = Bytes> + Send + 'static,
@@ -681,26 +690,8 @@ impl Node {
         let probe = path.starts_with("/admin/faults");
         // Operators' and jobs' requests (`/admin/...`) are not the data path.
         let admin = path.starts_with("/admin/");
-        if !probe && let Some(since) = self.lease.fenced() {
-            self.fenced.fetch_add(1, Ordering::Relaxed);
-            return self.respond(Err(Fail::Refused(format!(
-                "{FENCED}: {} has not renewed its etcd lease for {} ms",
-                self.id,
-                since.as_millis()
-            ))));
-        }
-        if !probe && !admin && self.stepped_down() {
-            self.fenced.fetch_add(1, Ordering::Relaxed);
-            return self.respond(Err(Fail::Refused(format!(
-                "{FENCED}: {} stepped down: most of the other nodes cannot reach it",
-                self.id
-            ))));
-        }
-        if !admin && !self.known_to_map() {
-            return self.respond(Err(Fail::Refused(format!(
-                "{RESTARTED}: {} restarted and the map has not taken it in yet",
-                self.id
-            ))));
+        if !probe && let Err(refused) = self.may_serve(admin) {
+            return self.respond(Err(refused));
         }
         let slot = match InFlight::take(&self.in_flight) {
             Some(slot) => slot,
@@ -732,6 +723,64 @@ impl Node {
         }
         drop(slot);
         self.respond(result)
+    }
+
+    /// Whether this node may serve a request now (`admin`: an operator's or a job's, not the
+    /// data path): not while its lease is not known alive, nor once it stepped down, nor
+    /// before the map has taken in its restart (see [`Node::handle`]).
+    fn may_serve(&self, admin: bool) -> Result<(), Fail> {
+        if let Some(since) = self.lease.fenced() {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+            return Err(Fail::Refused(format!(
+                "{FENCED}: {} has not renewed its etcd lease for {} ms",
+                self.id,
+                since.as_millis()
+            )));
+        }
+        if !admin && self.stepped_down() {
+            self.fenced.fetch_add(1, Ordering::Relaxed);
+            return Err(Fail::Refused(format!(
+                "{FENCED}: {} stepped down: most of the other nodes cannot reach it",
+                self.id
+            )));
+        }
+        if !admin && !self.known_to_map() {
+            return Err(Fail::Refused(format!(
+                "{RESTARTED}: {} restarted and the map has not taken it in yet",
+                self.id
+            )));
+        }
+        Ok(())
+    }
+
+    /// A lookup by the store beside this node (its S3 read endpoint), answered here with no
+    /// request in between: the same checks and the same read as a gathered lookup's, by this
+    /// node's own map. Anything but a committed copy or its absence is `Elsewhere`, and the
+    /// store then asks the chain as a gateway does.
+    pub(crate) async fn read_here(
+        &self,
+        bid: u64,
+        pg: u32,
+        key: &str,
+        inline: u64,
+    ) -> crate::wire::NearRead {
+        use crate::wire::NearRead;
+        if self.may_serve(false).is_err() {
+            return NearRead::Elsewhere;
+        }
+        let Some(_slot) = InFlight::take(&self.in_flight) else {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+            return NearRead::Elsewhere;
+        };
+        let map = self.map.borrow().clone();
+        match self
+            .meta_and_bytes(&map, bid, pg, key, Asker::Reader, inline)
+            .await
+        {
+            Ok((info, bytes)) => NearRead::Found(Box::new(meta_of(&info)), bytes),
+            Err(Fail::Store(StoreError::NoSuchKey)) => NearRead::Missing,
+            Err(_) => NearRead::Elsewhere,
+        }
     }
 
     /// A change that ended after the fence began is answered as of unknown outcome (it was

@@ -6,7 +6,8 @@ use crate::placement::pg_of;
 use crate::wire::Call;
 use crate::wire::meta_codec::{META_CODEC_HEADER, META_CODEC_V1};
 use crate::wire::{
-    Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, READ_TIMEOUT, WireMeta, encode,
+    Answer, GATHER_ITEMS_MAX, GatherItem, Gathered, META_HEADER, NearRead, READ_TIMEOUT, WireMeta,
+    encode,
 };
 use bytes::{Bytes, BytesMut};
 use http::Method;
@@ -144,6 +145,18 @@ impl ClusterStore {
         let map = self.map();
         let pg = pg_of(bucket.id, key, map.pgs);
         self.serves_here(&map, pg, key)?;
+        // Beside a node that serves the PG: its own lookup, with no request in between.
+        if let (Some(near), Some(me)) = (&self.near, &self.beside) {
+            match near(bucket.id, pg, key.to_string(), inline_max).await {
+                NearRead::Found(meta, inline)
+                    if inline.as_ref().is_none_or(|b| b.len() as u64 == meta.size) =>
+                {
+                    return Ok(Some(self.info_of(bucket, key, pg, me.clone(), *meta, inline)));
+                }
+                NearRead::Missing => return Ok(None),
+                _ => return self.lookup_alone(bucket, key, pg, inline_max, None).await,
+            }
+        }
         let (Some(node), Some(me)) = (self.pick_reader(&map, pg), self.me.upgrade()) else {
             return self.lookup_alone(bucket, key, pg, inline_max, None).await;
         };

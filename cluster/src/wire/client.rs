@@ -61,6 +61,24 @@ pub type Beside = std::sync::Arc<
         + Sync,
 >;
 
+/// A lookup by the store beside a node, answered by the node with no request in between
+/// (bucket id, PG, key, the largest object sent with its metadata).
+pub type NearReads = std::sync::Arc<
+    dyn Fn(u64, u32, String, u64) -> futures_util::future::BoxFuture<'static, NearRead>
+        + Send
+        + Sync,
+>;
+
+/// What a node's own lookup found.
+pub enum NearRead {
+    /// A committed copy: its metadata, and its bytes when it is small.
+    Found(Box<WireMeta>, Option<Bytes>),
+    /// No such key (committed: no write of it is under way here).
+    Missing,
+    /// Not answered here (a write under way, a fence, a refusal, an error): ask the chain.
+    Elsewhere,
+}
+
 /// A node's answer to a call made in its own process.
 pub type LocalAnswer =
     http::Response<http_body_util::combinators::UnsyncBoxBody<Bytes, std::io::Error>>;
