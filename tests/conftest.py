@@ -210,7 +210,7 @@ def server(workdir):
     if CLUSTER_MODE:
         from cluster import start_cluster
 
-        etcd, nodes, (gateway,) = start_cluster(workdir / "shared-cluster")
+        etcd, nodes, (gateway,) = start_cluster(workdir / "shared-cluster", s3=True)
         yield gateway
         for p in [gateway, *nodes]:
             p.stop()

@@ -25,6 +25,11 @@ impl Node {
                         if !crate::mux::http_only()
                             && crate::mux::server::is_mux(&stream, NODE_HEADER_TIMEOUT).await
                         {
+                            // Not drained at a stop: a peer's connection lives as long as the
+                            // peer, and waiting for it held every stop for the full drain time
+                            // (10 s). Requests under way on it fail as at a crash, which the
+                            // cluster retries or re-sends.
+                            drop(watcher);
                             let trust = node.trust.clone();
                             let handler = move |req| node.clone().handle(req);
                             crate::mux::server::serve(stream, trust, NODE_HEADER_TIMEOUT, handler)
