@@ -297,7 +297,39 @@ struct Outcome {
     sample_errors: u64,
 }
 
+/// A batch GET's body: `keys` as its items, and the order of the answer.
+fn batch_body(keys: &[impl AsRef<str>], order: &str) -> Bytes {
+    use std::fmt::Write as _;
+    let mut items = String::with_capacity(keys.len() * 40 + 64);
+    items.push_str("{\"items\":[");
+    for (j, k) in keys.iter().enumerate() {
+        if j > 0 {
+            items.push(',');
+        }
+        let _ = write!(items, "{{\"key\":\"{}\"}}", k.as_ref());
+    }
+    let _ = write!(items, "],\"order\":\"{order}\"}}");
+    Bytes::from(items)
+}
+
 impl Client {
+    /// A batch GET of `body` (see [`batch_body`]), its answer read as a TAR.
+    async fn batch(&self, conn: &mut Conn, bucket: &str, body: Bytes) -> Result<Outcome, String> {
+        let ask = Ask {
+            tar: true,
+            ..Ask::default()
+        };
+        self.request_tar(
+            conn,
+            Method::POST,
+            &format!("/{bucket}"),
+            "batch=",
+            body,
+            ask,
+        )
+        .await
+    }
+
     async fn request(
         &self,
         conn: &mut Conn,
@@ -996,30 +1028,11 @@ async fn worker(
                 (ok, bytes)
             }
             Workload::Batch => {
-                use std::fmt::Write as _;
-                let mut items = String::with_capacity(args.batch_size * 40 + 64);
-                items.push_str("{\"items\":[");
-                for j in 0..args.batch_size {
-                    if j > 0 {
-                        items.push(',');
-                    }
-                    let i = chooser.pick(&mut rng);
-                    let _ = write!(items, "{{\"key\":\"{}{i:08}\"}}", args.prefix);
-                }
-                let _ = write!(items, "],\"order\":\"{}\"}}", args.batch_order);
-                let o = client
-                    .request_tar(
-                        &mut conn,
-                        Method::POST,
-                        &format!("/{}", args.bucket),
-                        "batch=",
-                        Bytes::from(items),
-                        Ask {
-                            tar: true,
-                            ..Ask::default()
-                        },
-                    )
-                    .await?;
+                let keys: Vec<String> = (0..args.batch_size)
+                    .map(|_| format!("{}{:08}", args.prefix, chooser.pick(&mut rng)))
+                    .collect();
+                let body = batch_body(&keys, &args.batch_order);
+                let o = client.batch(&mut conn, &args.bucket, body).await?;
                 listed += o.samples;
                 let complete = o.samples == args.batch_size as u64 && o.sample_errors == 0;
                 (o.ok && complete, o.sample_bytes)

@@ -151,7 +151,14 @@ impl ClusterStore {
                 NearRead::Found(meta, inline)
                     if inline.as_ref().is_none_or(|b| b.len() as u64 == meta.size) =>
                 {
-                    return Ok(Some(self.info_of(bucket, key, pg, me.clone(), *meta, inline)));
+                    return Ok(Some(self.info_of(
+                        bucket,
+                        key,
+                        pg,
+                        me.clone(),
+                        *meta,
+                        inline,
+                    )));
                 }
                 NearRead::Missing => return Ok(None),
                 _ => return self.lookup_alone(bucket, key, pg, inline_max, None).await,

@@ -116,36 +116,15 @@ impl Conns {
         args: &BenchArgs,
         keys: &[String],
     ) -> Result<(bool, u64, u64), String> {
-        use std::fmt::Write as _;
         let mut parts: HashMap<&str, Vec<&str>> = HashMap::new();
         for k in keys {
             parts.entry(d.node_of(k)?).or_default().push(k);
         }
         let (mut ok, mut samples, mut bytes) = (true, 0, 0);
         for part in parts.values() {
-            let mut items = String::with_capacity(part.len() * 40 + 64);
-            items.push_str("{\"items\":[");
-            for (j, k) in part.iter().enumerate() {
-                if j > 0 {
-                    items.push(',');
-                }
-                let _ = write!(items, "{{\"key\":\"{k}\"}}");
-            }
-            let _ = write!(items, "],\"order\":\"{}\"}}", args.batch_order);
+            let body = batch_body(part, &args.batch_order);
             let (client, conn) = self.to(d, part[0]).await?;
-            let o = client
-                .request_tar(
-                    conn,
-                    Method::POST,
-                    &format!("/{}", args.bucket),
-                    "batch=",
-                    Bytes::from(items),
-                    Ask {
-                        tar: true,
-                        ..Ask::default()
-                    },
-                )
-                .await?;
+            let o = client.batch(conn, &args.bucket, body).await?;
             ok &= o.ok && o.samples == part.len() as u64 && o.sample_errors == 0;
             samples += o.samples;
             bytes += o.sample_bytes;
