@@ -3,8 +3,9 @@ nodes with R=3 (so no node holds every placement group), each with an S3 read en
 (`packrat node --s3-listen`), and a gateway. A gateway tells a client the routes
 (`GET /BUCKET?routes`); a node answers GetObject, HeadObject and batch GET of what it holds,
 checking SigV4 itself, a misdirected read with 421 and its map's epoch, and nothing else;
-`packrat_client` splits a batch by node and asks the gateway for what a node does not answer
-(a node killed between two of its reads here). Nothing is mocked."""
+`packrat_client` splits a batch GET (and an epoch stream, planned by the gateway) by node and
+asks the gateway for what a node does not answer (a node killed between two of its reads
+here). Nothing is mocked."""
 
 import hashlib
 import json
@@ -187,6 +188,16 @@ def test_packrat_client_reads_a_batch_from_the_nodes(four):
     got = list(pc.batch_get("shards", keys[:100], order="storage"))
     assert sorted(s.name for s in got) == keys[:100]
     assert all(s.data == bodies[s.name] for s in got)
+
+    # An epoch stream: its plan from the gateway, its samples from the nodes; the same
+    # samples in the same order as the gateway's own stream of that share.
+    before = pc.direct_items
+    share = dict(shard=(1, 2), worker=(0, 2), seed=7, epoch=3)
+    routed = [(s.index, s.name, s.data) for s in pc.stream_epoch("shards", "s/", **share)]
+    through = [(s.index, s.name, s.data) for s in gw.packrat(direct=False).stream_epoch("shards", "s/", **share)]
+    assert routed == through and len(routed) == 75, (len(routed), len(through))
+    assert pc.direct_items - before == len(routed)
+    assert all(data == bodies[name] for _, name, data in routed)
 
     # direct=False: everything through the gateway, as before.
     plain = gw.packrat(direct=False)

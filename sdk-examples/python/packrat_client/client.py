@@ -293,6 +293,8 @@ def _read_tar(stream) -> Iterator[Sample]:
 # A routed batch GET: items per window (sent as one part per node side by side), threads
 # reading parts, and the error entries another copy (through the gateway) may not have.
 _DIRECT_WINDOW = 1024
+# Samples of an epoch stream read from the nodes per routed batch GET.
+_STREAM_WINDOW = 512
 _DIRECT_THREADS = 8
 _NOT_THIS_COPY = {"ServiceUnavailable", "InternalError", "SlowDown"}
 
@@ -675,6 +677,12 @@ class PackratClient:
             ("order", order), ("group", group), ("tail", tail), ("on_error", on_error),
         ]
 
+        routes = self._routes_for(bucket) if self.direct else None
+        if routes is not None:
+            yield from self._resumable(lambda: self._stream_direct(bucket, base, state, on_error),
+                                       f"epoch stream of {bucket}/{prefix}")
+            return
+
         def once():
             q = base + [("start", str(state["next"]))]
             if state["listing"] is not None:
@@ -706,6 +714,40 @@ class PackratClient:
                 raise _Broken(f"the stream ended at sample {state['next']} of {state['total']}")
 
         yield from self._resumable(once, f"epoch stream of {bucket}/{prefix}")
+
+    def _stream_direct(self, bucket: str, base, state, on_error: str) -> Iterator[List[Sample]]:
+        """An epoch stream read straight from the nodes: its plan from the gateway
+        (`?stream&plan`: the same permutation, shares and listing check as the stream), then
+        its samples by routed batch GET, `_STREAM_WINDOW` samples at a time; `state["next"]`
+        moves past each sample yielded, so a retry resumes there."""
+        q = base + [("start", str(state["next"])), ("plan", "")]
+        if state["listing"] is not None:
+            q.append(("listing", state["listing"]))
+        resp = self._send_once("GET", self._url(bucket, query=q))
+        state["listing"] = resp.headers.get("x-packrat-listing")
+        state["total"] = int(resp.headers.get("x-packrat-samples", "0"))
+        plan = json.loads(resp.data)["samples"]
+        for at in range(0, len(plan), _STREAM_WINDOW):
+            items = [{"key": k, "tag": str(index)} for index, keys in plan[at : at + _STREAM_WINDOW] for k in keys]
+            routes = self._routes_for(bucket)
+            got = (self._batch_get_direct(bucket, items, routes, "request", on_error) if routes is not None
+                   else self._batch_get_via(bucket, items, "request", on_error))
+            held: List[Sample] = []
+            for s in got:
+                # The sample's index rides as the item's tag.
+                s.index, s.tag = int(s.tag), None
+                if held and s.index != held[0].index:
+                    state["next"] = held[0].index + 1
+                    yield held
+                    held = []
+                held.append(s)
+                if s.error is not None and on_error == "abort":
+                    state["next"] = state["total"]
+                    yield held
+                    return
+            if held:
+                state["next"] = held[0].index + 1
+                yield held
 
     def download(
         self,

@@ -554,6 +554,9 @@ pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: 
         ("x-packrat-samples-total", plan.total.to_string()),
         ("x-packrat-listing", format!("{:016x}", plan.listing)),
     ];
+    if req.has_q("plan") {
+        return stream_plan_answer(&plan, &keys, &headers);
+    }
     let (mut out, rx) = output(state, abort);
     out.tag_record = "packrat.sample";
     out.hold_finish = true;
@@ -593,6 +596,36 @@ pub async fn handle_epoch_stream(state: &Arc<AppState>, req: &S3Request, bname: 
         out.finish().await;
     });
     tar_response(rx, &headers, injected_cut(state))
+}
+
+/// An epoch stream's plan instead of its samples (`?stream&plan`): the worker's samples from
+/// `start`, each `[index, [key, ...]]`, with the stream's headers; a client that reads
+/// straight from the nodes (see `handle_routes`) reads them by batch GET.
+fn stream_plan_answer(
+    plan: &stream::StreamPlan,
+    keys: &stream::KeyList,
+    headers: &[(&'static str, String)],
+) -> R {
+    let samples: Vec<serde_json::Value> = plan
+        .samples
+        .iter()
+        .map(|s| {
+            serde_json::json!([
+                s.index,
+                (s.first..s.end).map(|i| keys.get(i)).collect::<Vec<_>>()
+            ])
+        })
+        .collect();
+    let body = serde_json::to_vec(&serde_json::json!({ "samples": samples }))
+        .map_err(|e| S3Error::internal("stream plan", e))?;
+    let mut r = Response::builder()
+        .status(StatusCode::OK)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        r = r.header(*name, value);
+    }
+    r.body(crate::state::full(body))
+        .map_err(|e| S3Error::internal("response", e))
 }
 
 // ---------------------------------------------------------------- batch PUT
