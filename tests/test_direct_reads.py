@@ -237,3 +237,41 @@ def test_a_node_killed_while_a_client_reads_from_it_is_read_around(four):
         assert pc.direct_items + pc.fallback_items == len(keys)
     finally:
         client_module._DIRECT_WINDOW = window
+
+
+def test_a_client_forked_after_reading_from_the_nodes_reads_on(four):
+    """A DataLoader forks its workers with the dataset's client inside: a client that read from
+    the nodes before the fork (its part threads started) reads from them in the child too,
+    rather than wait forever on threads the child does not have."""
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="forked")
+    bodies = {f"f/{i:03d}": os.urandom(2048 + i) for i in range(64)}
+    for k, v in bodies.items():
+        g.put_object(Bucket="forked", Key=k, Body=v)
+    keys = sorted(bodies)
+    pc = gw.packrat()
+    assert [s.data for s in pc.batch_get("forked", keys)] == [bodies[k] for k in keys]
+    assert pc.direct_items == len(keys)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        ok = 0
+        try:
+            got = list(pc.batch_get("forked", keys[::-1]))
+            ok = int([s.data for s in got] == [bodies[k] for k in keys[::-1]] and pc.direct_items == 2 * len(keys))
+        finally:
+            os.write(w, bytes([ok]))
+            os._exit(0)
+    os.close(w)
+    import select
+
+    ready, _, _ = select.select([r], [], [], 30)
+    try:
+        assert ready, "the forked client's batch did not end within 30 s"
+        assert os.read(r, 1) == b"\x01", "the forked client read wrong or not from the nodes"
+    finally:
+        os.close(r)
+        if not ready:
+            os.kill(pid, 9)
+        os.waitpid(pid, 0)

@@ -590,12 +590,16 @@ class PackratClient:
                 left.append(n)
             else:
                 parts.setdefault(node, []).append(n)
-        if self._parts is None:
+        # Made on first use, and again in a process forked since (a DataLoader worker given
+        # this client: the parent's threads do not exist there, and a pool believing they do
+        # would wait forever).
+        if self._parts is None or self._parts[0] != os.getpid():
             from concurrent.futures import ThreadPoolExecutor
 
-            self._parts = ThreadPoolExecutor(max_workers=_DIRECT_THREADS, thread_name_prefix="packrat-part")
+            pool = ThreadPoolExecutor(max_workers=_DIRECT_THREADS, thread_name_prefix="packrat-part")
+            self._parts = (os.getpid(), pool)
         futures = [
-            self._parts.submit(self._node_part, bucket, node, [items[n] for n in ns], routes.epoch)
+            self._parts[1].submit(self._node_part, bucket, node, [items[n] for n in ns], routes.epoch)
             for node, ns in parts.items()
         ]
         got: List[Tuple[int, Sample]] = []
