@@ -299,6 +299,22 @@ _DIRECT_THREADS = 8
 _NOT_THIS_COPY = {"ServiceUnavailable", "InternalError", "SlowDown"}
 
 
+def _by_sample(entries: Iterable[Sample], state: dict) -> Iterator[List[Sample]]:
+    """An epoch stream's entries as samples (the consecutive entries of one index), each
+    yielded once whole: the last when `entries` ends, none if it breaks off (the next attempt
+    asks again from `state["next"]`, which moves past each sample yielded)."""
+    held: List[Sample] = []
+    for s in entries:
+        if held and s.index != held[0].index:
+            state["next"] = held[0].index + 1
+            yield held
+            held = []
+        held.append(s)
+    if held:
+        state["next"] = held[0].index + 1
+        yield held
+
+
 def _slots_of(items: List[dict]) -> Dict[Tuple[str, Optional[str]], List[int]]:
     """Where each batch item's entry goes, by the entry's name and tag (an item asked twice
     has two places, taken in turn)."""
@@ -694,27 +710,21 @@ class PackratClient:
             resp = self._send_once("GET", self._url(bucket, query=q), stream=True)
             state["listing"] = resp.headers.get("x-packrat-listing")
             state["total"] = int(resp.headers.get("x-packrat-samples", "0"))
-            held: List[Sample] = []
-            ended_by_error = False
+            aborted: List[Sample] = []
+
+            def entries():
+                for s in _read_tar(resp):
+                    if s.error is not None and on_error == "abort":
+                        aborted.append(s)
+                    yield s
+
             whole = False
             try:
-                for s in _read_tar(resp):
-                    if held and s.index != held[0].index:
-                        state["next"] = held[0].index + 1
-                        yield held
-                        held = []
-                    held.append(s)
-                    if s.error is not None and on_error == "abort":
-                        ended_by_error = True
-                # The archive ended: the last group is whole.
-                if held:
-                    state["next"] = held[0].index + 1
-                    yield held
-                    held = []
+                yield from _by_sample(entries(), state)
                 whole = True
             finally:
                 _done_with(resp, whole)
-            if state["next"] < state["total"] and not ended_by_error:
+            if state["next"] < state["total"] and not aborted:
                 raise _Broken(f"the stream ended at sample {state['next']} of {state['total']}")
 
         yield from self._resumable(once, f"epoch stream of {bucket}/{prefix}")
@@ -736,22 +746,21 @@ class PackratClient:
             routes = self._routes_for(bucket)
             got = (self._batch_get_direct(bucket, items, routes, "request", on_error) if routes is not None
                    else self._batch_get_via(bucket, items, "request", on_error))
-            held: List[Sample] = []
-            for s in got:
-                # The sample's index rides as the item's tag.
-                s.index, s.tag = int(s.tag), None
-                if held and s.index != held[0].index:
-                    state["next"] = held[0].index + 1
-                    yield held
-                    held = []
-                held.append(s)
-                if s.error is not None and on_error == "abort":
-                    state["next"] = state["total"]
-                    yield held
-                    return
-            if held:
-                state["next"] = held[0].index + 1
-                yield held
+            aborted: List[Sample] = []
+
+            def entries():
+                for s in got:
+                    # The sample's index rides as the item's tag.
+                    s.index, s.tag = int(s.tag), None
+                    yield s
+                    if s.error is not None and on_error == "abort":
+                        aborted.append(s)
+                        return
+
+            yield from _by_sample(entries(), state)
+            if aborted:
+                state["next"] = state["total"]
+                return
 
     def download(
         self,
