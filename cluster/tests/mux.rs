@@ -338,3 +338,53 @@ async fn a_node_that_speaks_only_http_is_told_apart() {
         Sent::HttpOnly
     ));
 }
+
+/// A node cut off from the caller (here: one that takes the connection and never answers its
+/// preface, as a black-holed network leaves a connect hanging) holds up only its own calls,
+/// and only for their own time: a probe of it fails within its timeout (not the 2 s of a
+/// connect), and a call to another node meanwhile is answered at once. Before, one connect at
+/// a time for the whole pool made every call to every node wait behind it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_does_not_answer_holds_up_only_its_own_calls_for_their_own_time() {
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let held = tokio::spawn(async move {
+        let mut kept = Vec::new();
+        loop {
+            let (s, _) = silent.accept().await.unwrap();
+            kept.push(s);
+        }
+    });
+    let (addr, _, task) = node(SECRET, 0).await;
+    let pool = Arc::new(MuxPool::new(trust(SECRET, CLUSTER)));
+    let probe = {
+        let (pool, silent_addr) = (pool.clone(), silent_addr.clone());
+        tokio::spawn(async move {
+            let t = std::time::Instant::now();
+            let c = call("/probe", b"");
+            let sent = pool
+                .send(&c, &silent_addr, 7, Duration::from_millis(300))
+                .await;
+            (matches!(sent, Sent::Failed(_)), t.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let t = std::time::Instant::now();
+    let a = send(&pool, call("/echo/meanwhile", b""), &addr)
+        .await
+        .unwrap();
+    assert_eq!(a.status, 200);
+    assert!(
+        t.elapsed() < Duration::from_millis(250),
+        "a call to a healthy node waited {:?} behind a connect to a silent one",
+        t.elapsed()
+    );
+    let (failed, took) = probe.await.unwrap();
+    assert!(failed, "a call to a node that never answers fails");
+    assert!(
+        took < Duration::from_millis(1000),
+        "a 300 ms call to a silent node took {took:?}"
+    );
+    held.abort();
+    task.abort();
+}

@@ -33,8 +33,9 @@ pub enum Sent {
 pub struct MuxPool {
     trust: crate::Trust,
     conns: RwLock<HashMap<String, Arc<MuxConn>>>,
-    /// One connect at a time per pool (a connect takes at most [`CONNECT_TIMEOUT`]).
-    connecting: tokio::sync::Mutex<()>,
+    /// One connect at a time per node (a connect takes at most [`CONNECT_TIMEOUT`]); a node
+    /// that does not answer (cut off) holds up only its own requests.
+    connecting: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     http_only: Mutex<HashMap<String, Instant>>,
 }
 
@@ -43,7 +44,7 @@ impl MuxPool {
         MuxPool {
             trust,
             conns: RwLock::default(),
-            connecting: tokio::sync::Mutex::new(()),
+            connecting: Mutex::default(),
             http_only: Mutex::default(),
         }
     }
@@ -72,7 +73,11 @@ impl MuxPool {
         if self.is_http_only(addr) {
             return Err(Sent::HttpOnly);
         }
-        let _one = self.connecting.lock().await;
+        let one = {
+            let mut m = self.connecting.lock().unwrap_or_else(|e| e.into_inner());
+            m.entry(addr.to_string()).or_default().clone()
+        };
+        let _one = one.lock().await;
         if let Some(c) = self.live(addr) {
             return Ok(c);
         }
@@ -100,10 +105,21 @@ impl MuxPool {
         if call.body.len() + call.path.len() + 64 * 1024 > PAYLOAD_MAX {
             return Sent::HttpOnly;
         }
-        let conn = match self.conn(addr).await {
-            Ok(c) => c,
-            Err(s) => return s,
+        // The call's time covers its connect too (as an HTTP request's does): a node cut off
+        // black-holes the connect, and a probe or a step waiting 2 s on it (or behind others'
+        // connects to it) would be late to find the node gone.
+        let started = Instant::now();
+        let conn = match tokio::time::timeout(timeout, self.conn(addr)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(s)) => return s,
+            Err(_) => {
+                return Sent::Failed(unavailable(
+                    addr,
+                    format!("no connection within {} ms", timeout.as_millis()),
+                ));
+            }
         };
+        let timeout = timeout.saturating_sub(started.elapsed());
         match conn.request(call, epoch, timeout).await {
             Ok(a) => Sent::Answered(a),
             Err(e) => Sent::Failed(e),
