@@ -143,11 +143,10 @@ def test_a_node_answers_the_reads_of_what_it_holds_and_nothing_else(four):
     assert h.value.code == 405
 
 
+@pytest.mark.local_only("a gateway has routes: the tests above")
 def test_one_server_has_no_routes(server):
     """`packrat serve` answers `?routes` with 501 (every read has one place), and
     packrat_client then reads through it as always."""
-    if conftest.CLUSTER_MODE:
-        pytest.skip("a gateway has routes: the tests above")
     c = server.client()
     c.create_bucket(Bucket="no-routes")
     c.put_object(Bucket="no-routes", Key="k", Body=b"here")

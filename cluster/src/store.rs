@@ -122,16 +122,14 @@ fn cluster_version<'a>(
 pub struct Beside {
     pub id: String,
     pub addr: String,
-    pub handler: crate::wire::Beside,
+    pub handler: crate::wire::InProcess,
     pub reads: crate::wire::NearReads,
 }
 
 pub struct ClusterStore {
     /// The node this store serves reads of, in its process: reads go to it alone, and a
     /// request for a PG it does not serve is misdirected (see `Beside`); `None` in a gateway.
-    beside: Option<String>,
-    /// The lookups of the node beside (see `Beside`).
-    near: Option<crate::wire::NearReads>,
+    beside: Option<Beside>,
     /// This store, for what outlives a call (a batch PUT's writer).
     me: std::sync::Weak<ClusterStore>,
     /// The cluster's master key (SSE-S3), kept in etcd (`Etcd::master_key`).

@@ -447,10 +447,10 @@ async fn route_and_run(
         )),
         Err(e) => return ("body", Err(e)),
     };
-    if raw_path.starts_with(crate::admin::ADMIN_PREFIX) && state.config.reads_only {
-        return ("admin", Err(crate::s3::handlers::not_a_node_read()));
-    }
     if raw_path.starts_with(crate::admin::ADMIN_PREFIX) {
+        if state.config.reads_only {
+            return ("admin", Err(crate::s3::handlers::not_a_node_read()));
+        }
         let r = crate::admin::handle(
             state,
             &parts.method,

@@ -41,9 +41,9 @@ impl ClusterStore {
     pub(crate) fn pick_reader(&self, map: &ClusterMap, pg: u32) -> Option<String> {
         // Beside a node, its own copies (a PG it does not serve is refused before this).
         if let Some(me) = &self.beside
-            && map.readers(pg).any(|n| n == me)
+            && map.readers(pg).any(|n| *n == me.id)
         {
-            return Some(me.clone());
+            return Some(me.id.clone());
         }
         match map.readers(pg).count() {
             0 => None,
@@ -59,7 +59,7 @@ impl ClusterStore {
     /// answered so rather than fetched from another node.
     pub(crate) fn serves_here(&self, map: &ClusterMap, pg: u32, key: &str) -> StoreResult<()> {
         match &self.beside {
-            Some(me) if !map.readers(pg).any(|n| n == me) => Err(StoreError::Misdirected {
+            Some(me) if !map.readers(pg).any(|n| *n == me.id) => Err(StoreError::Misdirected {
                 what: format!("{key:?} (placement group {pg})"),
                 epoch: map.epoch,
             }),

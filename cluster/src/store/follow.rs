@@ -25,10 +25,8 @@ impl ClusterStore {
         if let Some(b) = &beside {
             client = client.beside(b.addr.clone(), b.handler.clone());
         }
-        let near = beside.as_ref().map(|b| b.reads.clone());
         let store = Arc::new_cyclic(|me| ClusterStore {
-            beside: beside.map(|b| b.id),
-            near,
+            beside,
             me: me.clone(),
             master,
             relay: crate::relay::Relay::new(client.clone()),

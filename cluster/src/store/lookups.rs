@@ -146,8 +146,8 @@ impl ClusterStore {
         let pg = pg_of(bucket.id, key, map.pgs);
         self.serves_here(&map, pg, key)?;
         // Beside a node that serves the PG: its own lookup, with no request in between.
-        if let (Some(near), Some(me)) = (&self.near, &self.beside) {
-            match near(bucket.id, pg, key.to_string(), inline_max).await {
+        if let Some(me) = &self.beside {
+            match (me.reads)(bucket.id, pg, key.to_string(), inline_max).await {
                 NearRead::Found(meta, inline)
                     if inline.as_ref().is_none_or(|b| b.len() as u64 == meta.size) =>
                 {
@@ -155,7 +155,7 @@ impl ClusterStore {
                         bucket,
                         key,
                         pg,
-                        me.clone(),
+                        me.id.clone(),
                         *meta,
                         inline,
                     )));

@@ -50,12 +50,12 @@ pub struct NodeClient {
     secret: String,
     /// In a node's own process (its S3 read endpoint's store): calls to the node itself, by
     /// its advertised address, go to its handler with no socket in between.
-    beside: Option<(String, Beside)>,
+    beside: Option<(String, InProcess)>,
 }
 
 /// A node's handler, called in its own process (see [`NodeClient::beside`]): the same one a
 /// connection's requests reach, so the fences, epoch checks and in-flight bound hold alike.
-pub type Beside = std::sync::Arc<
+pub type InProcess = std::sync::Arc<
     dyn Fn(http::Request<Full<Bytes>>) -> futures_util::future::BoxFuture<'static, LocalAnswer>
         + Send
         + Sync,
@@ -197,30 +197,42 @@ impl NodeClient {
 
     /// This client, in the process of the node that answers at `addr` with `handler`: its
     /// calls to that address are made in-process.
-    pub fn beside(mut self, addr: String, handler: Beside) -> Self {
+    pub fn beside(mut self, addr: String, handler: InProcess) -> Self {
         self.beside = Some((addr, handler));
         self
+    }
+
+    /// `call` as an HTTP request to `uri`, with the secret and the epoch a node checks.
+    fn request(
+        &self,
+        call: Call<'_>,
+        uri: String,
+        epoch: u64,
+    ) -> StoreResult<http::Request<Full<Bytes>>> {
+        let mut req = http::Request::builder()
+            .method(call.method)
+            .uri(uri)
+            .header(SECRET_HEADER, &self.secret)
+            .header(EPOCH_HEADER, epoch)
+            // A streamed answer's CRC32C comes as a trailer (see `ANSWER_CRC_HEADER`).
+            .header(http::header::TE, "trailers");
+        for (k, v) in call.headers {
+            req = req.header(*k, v);
+        }
+        req.body(Full::new(call.body))
+            .map_err(|e| StoreError::internal("node request", e))
     }
 
     /// A call to the node this client runs beside, made in-process.
     async fn send_beside(
         &self,
-        handler: &Beside,
+        handler: &InProcess,
         call: Call<'_>,
         epoch: u64,
         timeout: Duration,
     ) -> StoreResult<Answer> {
-        let mut req = http::Request::builder()
-            .method(call.method)
-            .uri(call.path)
-            .header(SECRET_HEADER, &self.secret)
-            .header(EPOCH_HEADER, epoch);
-        for (k, v) in call.headers {
-            req = req.header(*k, v);
-        }
-        let req = req
-            .body(Full::new(call.body))
-            .map_err(|e| StoreError::internal("node request", e))?;
+        let uri = call.path.to_string();
+        let req = self.request(call, uri, epoch)?;
         let resp = tokio::time::timeout(timeout, handler(req))
             .await
             .map_err(|_| StoreError::Unavailable("this storage node did not answer".into()))?;
@@ -255,25 +267,8 @@ impl NodeClient {
                 crate::mux::client::Sent::HttpOnly => {}
             }
         }
-        let Call {
-            method,
-            path: path_and_query,
-            headers,
-            body,
-        } = call;
-        let mut req = http::Request::builder()
-            .method(method)
-            .uri(format!("http://{addr}{path_and_query}"))
-            .header(SECRET_HEADER, &self.secret)
-            .header(EPOCH_HEADER, epoch.to_string())
-            // A streamed answer's CRC32C comes as a trailer (see `ANSWER_CRC_HEADER`).
-            .header(http::header::TE, "trailers");
-        for (k, v) in headers {
-            req = req.header(*k, v);
-        }
-        let req = req
-            .body(Full::new(body))
-            .map_err(|e| StoreError::internal("node request", e))?;
+        let uri = format!("http://{addr}{}", call.path);
+        let req = self.request(call, uri, epoch)?;
         let resp = tokio::time::timeout(timeout, self.http.request(req))
             .await
             .map_err(|_| StoreError::Unavailable(format!("storage node {addr} did not answer")))?
