@@ -2,6 +2,7 @@
 storage nodes (`packrat node`) and gateways (`packrat gateway`). Used by tests/test_cluster.py
 and by the cluster mode of the client tests (PACKRAT_TEST_TARGET=cluster, see conftest.py)."""
 
+import hashlib
 import json
 import os
 import shutil
@@ -139,3 +140,33 @@ def start_cluster(base, nodes=3, gateways=1, node_args=(), node_env=None, s3=Fal
     wait_for(f"{nodes} healthy nodes", lambda: healthy(etcd.url, nodes))
     gws = [Gateway(base / f"gw{i}", etcd.url).start() for i in range(gateways)]
     return etcd, started, gws
+
+
+def versioned_body(key, v, repeat):
+    """Version `v` of `key`'s bytes: the key and version, then a digest of them `repeat`
+    times, so that a torn body or another key's bytes are told apart from a right one."""
+    head = f"{key} v{v} ".encode()
+    return head + hashlib.sha256(head).hexdigest().encode() * repeat
+
+
+def version_of(key, data, body):
+    """The version `data` is of `key`, checked whole against `body(key, version)`."""
+    head, _, rest = data.partition(b" v")
+    assert head.decode() == key, (key, data[:40])
+    v = int(rest.partition(b" ")[0])
+    assert data == body(key, v), (key, v, "torn or wrong bytes")
+    return v
+
+
+def overwrite_in_turn(gw, bucket, keys, version, acked, lock, stop):
+    """Writes versions 1, 2, ... of `keys` through `gw` until `stop` is set, keeping in
+    `acked` (under `lock`) the newest version of each key acknowledged; a failed write
+    raises."""
+    c = gw.client()
+    v = 0
+    while not stop.is_set():
+        v += 1
+        for k in keys:
+            c.put_object(Bucket=bucket, Key=k, Body=version(k, v))
+            with lock:
+                acked[k] = max(acked[k], v)

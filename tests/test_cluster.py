@@ -26,7 +26,8 @@ from botocore.exceptions import (ClientError, ConnectionClosedError, EndpointCon
 from urllib3.exceptions import ProtocolError
 
 import conftest
-from cluster import BIN, PGS, Etcd, Gateway, Node, cluster_cmd, free_port, healthy, start_cluster, status, wait_for
+from cluster import (BIN, PGS, Etcd, Gateway, Node, cluster_cmd, free_port, healthy, overwrite_in_turn, start_cluster,
+                     status, version_of, versioned_body, wait_for)
 from test_versioning import history_left, make_history
 
 
@@ -457,36 +458,6 @@ def test_batch_get_and_epoch_streams_through_a_gateway(cluster):
     assert [s.name for s in got] == small
     assert all(s.data == bodies[s.name] for s in got), [s.name for s in got if s.data != bodies[s.name]][:3]
     print(f"batch GET of 200 objects with a replica just killed: {time.time() - t0:.2f} s")
-
-
-def versioned_body(key, v, repeat):
-    """Version `v` of `key`'s bytes: the key and version, then a digest of them `repeat`
-    times, so that a torn body or another key's bytes are told apart from a right one."""
-    head = f"{key} v{v} ".encode()
-    return head + hashlib.sha256(head).hexdigest().encode() * repeat
-
-
-def version_of(key, data, body):
-    """The version `data` is of `key`, checked whole against `body(key, version)`."""
-    head, _, rest = data.partition(b" v")
-    assert head.decode() == key, (key, data[:40])
-    v = int(rest.partition(b" ")[0])
-    assert data == body(key, v), (key, v, "torn or wrong bytes")
-    return v
-
-
-def overwrite_in_turn(gw, bucket, keys, version, acked, lock, stop):
-    """Writes versions 1, 2, ... of `keys` through `gw` until `stop` is set, keeping in
-    `acked` (under `lock`) the newest version of each key acknowledged; a failed write
-    raises."""
-    c = gw.client()
-    v = 0
-    while not stop.is_set():
-        v += 1
-        for k in keys:
-            c.put_object(Bucket=bucket, Key=k, Body=version(k, v))
-            with lock:
-                acked[k] = max(acked[k], v)
 
 
 def test_batch_get_reads_acknowledged_writes_while_keys_are_overwritten(cluster):

@@ -7,9 +7,11 @@ checking SigV4 itself, a misdirected read with 421 and its map's epoch, and noth
 asks the gateway for what a node does not answer (a node killed between two of its reads
 here). Nothing is mocked."""
 
+import concurrent.futures
 import hashlib
 import json
 import os
+import threading
 import urllib.request
 
 import boto3
@@ -18,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 import conftest
-from cluster import start_cluster
+from cluster import overwrite_in_turn, start_cluster, version_of, versioned_body, wait_for
 
 
 @pytest.fixture
@@ -169,6 +171,7 @@ def test_packrat_client_reads_a_batch_from_the_nodes(four):
     keys = sorted(bodies)
     gw_batches = metric(gw.endpoint, "packrat_requests_total", op="BatchGet")
     node_batches = [metric(n.s3_endpoint, "packrat_requests_total", op="BatchGet") for n in nodes]
+    here = [metric(n.endpoint, "packrat_node_batches_read_here_total") for n in nodes]
 
     pc = gw.packrat()
     asked = keys + ["s/none", keys[3]]
@@ -182,6 +185,10 @@ def test_packrat_client_reads_a_batch_from_the_nodes(four):
     assert metric(gw.endpoint, "packrat_requests_total", op="BatchGet") == gw_batches, "no batch through the gateway"
     after = [metric(n.s3_endpoint, "packrat_requests_total", op="BatchGet") for n in nodes]
     assert all(a > b for a, b in zip(after, node_batches)), "every node answered its part"
+    # Each node planned and read its parts in its own store (nothing was being written).
+    parts = [a - b for a, b in zip(after, node_batches)]
+    assert [metric(n.endpoint, "packrat_node_batches_read_here_total") - h for n, h in zip(nodes, here)] == parts
+    assert sum(metric(n.endpoint, "packrat_node_batches_read_by_chain_total") for n in nodes) == 0
 
     # Storage order: the same items, each once.
     got = list(pc.batch_get("shards", keys[:100], order="storage"))
@@ -203,6 +210,64 @@ def test_packrat_client_reads_a_batch_from_the_nodes(four):
     got = list(plain.batch_get("shards", keys[:50]))
     assert [s.name for s in got] == keys[:50] and plain.direct_items == 0
     assert metric(gw.endpoint, "packrat_requests_total", op="BatchGet") > gw_batches
+
+
+def test_batches_at_the_nodes_read_acknowledged_writes_while_keys_are_overwritten(four):
+    """Client batches straight to the nodes while two writers overwrite their keys through the
+    gateway. A node plans a batch in its own store only when no copy it would read is dirty
+    (a write on its way down the chain), else it reads the batch the ordinary way, asking the
+    tail for a dirty copy. Either way every entry is a whole version, never older than the
+    newest acknowledged before the batch was asked. Runs until both ways were taken."""
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="hot")
+    keys = [f"k/{i:03d}" for i in range(60)]
+
+    def version(key, v):
+        return versioned_body(key, v, 8 + v % 5)
+
+    acked = {k: 0 for k in keys}
+    for k in keys:
+        g.put_object(Bucket="hot", Key=k, Body=version(k, 0))
+    stop = threading.Event()
+    lock = threading.Lock()
+
+    def reader():
+        pc = gw.packrat()
+        batches = 0
+        while not stop.is_set():
+            with lock:
+                floor = dict(acked)
+            got = list(pc.batch_get("hot", keys))
+            assert [s.name for s in got] == keys
+            for s in got:
+                assert s.ok, (s.name, s.error)
+                v = version_of(s.name, s.data, version)
+                assert v >= floor[s.name], (s.name, v, floor[s.name], "an acknowledged write not read")
+            batches += 1
+        return batches, pc.direct_items, pc.fallback_items
+
+    def count(name):
+        return sum(metric(n.endpoint, name) for n in nodes)
+
+    pool = concurrent.futures.ThreadPoolExecutor(4)
+    writers = [pool.submit(overwrite_in_turn, gw, "hot", keys[w::2], version, acked, lock, stop) for w in range(2)]
+    readers = [pool.submit(reader) for _ in range(2)]
+    try:
+        wait_for("batches read both ways at the nodes",
+                 lambda: (count("packrat_node_batches_read_by_chain_total") > 0
+                          and count("packrat_node_batches_read_here_total") > 0)
+                 or any(f.done() for f in writers + readers), timeout=60)
+    finally:
+        stop.set()
+        for f in writers:
+            f.result()
+        done = [f.result() for f in readers]
+    here = count("packrat_node_batches_read_here_total")
+    chain = count("packrat_node_batches_read_by_chain_total")
+    print(f"batches {[d[0] for d in done]}; node parts read here {here}, by the chain {chain}")
+    assert here > 0 and chain > 0
+    assert all(fallback == 0 for _, _, fallback in done), "every part was answered by its node"
 
 
 def test_a_node_killed_while_a_client_reads_from_it_is_read_around(four):
@@ -236,6 +301,42 @@ def test_a_node_killed_while_a_client_reads_from_it_is_read_around(four):
         assert pc.direct_items + pc.fallback_items == len(keys)
     finally:
         client_module._DIRECT_WINDOW = window
+
+
+def test_a_node_killed_in_the_middle_of_its_answer_is_read_around(four):
+    """The node answering a client's part is killed (SIGKILL) while its answer streams: after
+    the client took a few of its samples, with tens of megabytes still to come, more than the
+    sockets hold. The part's end is cut; the samples it did not deliver go to the gateway,
+    which reads them from the other replicas: every sample once, whole."""
+    etcd, nodes, gw = four
+    g = gw.client()
+    g.create_bucket(Bucket="big")
+    bodies = {f"b/{i:03d}": os.urandom((1 << 20) + i) for i in range(120)}
+    for k, v in bodies.items():
+        g.put_object(Bucket="big", Key=k, Body=v)
+    keys = sorted(bodies)
+    pc = gw.packrat()
+    victim = nodes[2]
+    part_of = pc._batch_get_via
+    seen_from_victim = []
+
+    def via(bucket, items, order, on_error, base=None, epoch=None):
+        for s in part_of(bucket, items, order, on_error, base=base, epoch=epoch):
+            if base == victim.s3_endpoint:
+                seen_from_victim.append(s.name)
+                if len(seen_from_victim) == 3:
+                    victim.kill9()
+            yield s
+
+    pc._batch_get_via = via
+    part = [k for k in keys if pc._routes_for("big").node_for(k) == victim.s3_endpoint]
+    assert len(part) >= 12, "the victim's part is tens of megabytes"
+    got = list(pc.batch_get("big", keys))
+    assert [s.name for s in got] == keys, "every sample once, in order"
+    assert all(s.ok and s.data == bodies[s.name] for s in got)
+    assert 3 <= len(seen_from_victim) < len(part), "the victim's answer was cut"
+    assert pc.fallback_items == len(part) - len(seen_from_victim), "the rest of its part went to the gateway"
+    assert pc.direct_items + pc.fallback_items == len(keys)
 
 
 def test_a_client_forked_after_reading_from_the_nodes_reads_on(four):

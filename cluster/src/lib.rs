@@ -455,6 +455,7 @@ pub async fn run_node(
                 addr: entry.addr.clone(),
                 handler: node.in_process(),
                 reads: node.near_reads(),
+                batches: node.near_batches(),
             };
             let store = store::ClusterStore::connect_beside(etcd.clone(), beside).await?;
             Some(tokio::spawn(serve(store)))

@@ -163,6 +163,9 @@ pub struct Node {
     /// Internal requests being served (see [`REQUESTS_MAX`]), and those refused past it.
     in_flight: std::sync::atomic::AtomicUsize,
     busy: AtomicU64,
+    /// Batch GETs at this node's S3 read endpoint it planned and read in its own store
+    /// (`batch_here`), and those it sent the ordinary way (some item not answerable here).
+    near_batches: [AtomicU64; 2],
     /// Members that failed their last probes (or did not answer a step), by id: probed on,
     /// and reported while unreachable (see `reports`).
     suspects: Mutex<HashMap<String, reports::Suspect>>,
@@ -611,6 +614,7 @@ impl Node {
             incarnation: AtomicU64::new(0),
             in_flight: std::sync::atomic::AtomicUsize::new(0),
             busy: AtomicU64::new(0),
+            near_batches: Default::default(),
             suspects: Mutex::new(HashMap::new()),
             stepped_down: std::sync::atomic::AtomicBool::new(false),
             steps: epochs::StepsByEpoch::default(),

@@ -117,13 +117,14 @@ fn cluster_version<'a>(
 }
 
 /// The node a store runs beside (a node's S3 read endpoint, `packrat node --s3-listen`): its
-/// id, its advertised internal address, its handler, called in-process, and its lookups,
-/// called directly.
+/// id, its advertised internal address, its handler, called in-process, and its lookups and
+/// batch plans, called directly.
 pub struct Beside {
     pub id: String,
     pub addr: String,
     pub handler: crate::wire::InProcess,
     pub reads: crate::wire::NearReads,
+    pub batches: crate::wire::NearBatches,
 }
 
 pub struct ClusterStore {

@@ -1,8 +1,11 @@
 //! The node's side of its S3 read endpoint (`packrat node --s3-listen`): the store beside it
 //! in its process (`crate::store::Beside`) calls the node's handler in-process, and looks keys
-//! up here directly, with the gates and read checks a request from a gateway meets.
+//! up here directly, and plans batch GETs in the node's own store, with the gates and read
+//! checks a request from a gateway meets.
 
 use super::*;
+use crate::wire::NearPlan;
+use packrat_store_api::batch::{BatchItem, BatchOrder, BatchPlan};
 
 impl Node {
     /// This node's handler for a client in its own process (its S3 read endpoint's store):
@@ -49,5 +52,86 @@ impl Node {
             Err(Fail::Store(StoreError::NoSuchKey)) => NearRead::Missing,
             Err(_) => NearRead::Elsewhere,
         }
+    }
+
+    /// This node's batch plans for the store beside it (see [`Node::batch_here`]).
+    pub(crate) fn near_batches(self: &Arc<Self>) -> crate::wire::NearBatches {
+        let node = self.clone();
+        Arc::new(move |bid, pgs, items, order| {
+            let node = node.clone();
+            Box::pin(async move { node.batch_here(bid, pgs, items, order).await })
+        })
+    }
+
+    /// A batch GET by the store beside this node (its S3 read endpoint), every item of a PG
+    /// the store's map says it serves: planned in this node's own store, and read from it
+    /// straight into the caller's entries (a [`NearPlan`]), where a share asked over the
+    /// internal API (`Node::batch`) is framed as records with their CRCs and copied once more.
+    /// The same checks as a share's: the gates, a caught-up member of each item's PG by this
+    /// node's own map, and no copy dirty once the records are looked up. When any fails the
+    /// items come back, and the store plans the batch as a gateway does (which asks the tail
+    /// for a dirty copy, and follows a failover).
+    ///
+    /// The items are cloned into the plan so they can come back after it: about two small
+    /// allocations per item, next to a record lookup and a copy of its bytes.
+    pub(crate) async fn batch_here(
+        &self,
+        bid: u64,
+        pgs: Vec<u32>,
+        items: Vec<BatchItem>,
+        order: BatchOrder,
+    ) -> Result<BatchPlan, Vec<BatchItem>> {
+        let planned = self.plan_here(bid, pgs, items, order).await;
+        self.near_batches[usize::from(planned.is_err())].fetch_add(1, Ordering::Relaxed);
+        planned
+    }
+
+    async fn plan_here(
+        &self,
+        bid: u64,
+        pgs: Vec<u32>,
+        items: Vec<BatchItem>,
+        order: BatchOrder,
+    ) -> Result<BatchPlan, Vec<BatchItem>> {
+        if self.may_serve(false).is_err() {
+            return Err(items);
+        }
+        let Some(_slot) = InFlight::take(&self.in_flight) else {
+            self.busy.fetch_add(1, Ordering::Relaxed);
+            return Err(items);
+        };
+        let map = self.map.borrow().clone();
+        // The keys whose copy here may be dirty (this node is not their PG's tail).
+        let mut watched: Vec<usize> = Vec::new();
+        for (i, (pg, it)) in pgs.iter().zip(&items).enumerate() {
+            let chain = map.chain(*pg);
+            let reader = pg_of(bid, &it.key, map.pgs) == *pg
+                && chain.contains(&self.id)
+                && !map.is_syncing(&self.id, *pg);
+            if !reader {
+                return Err(items);
+            }
+            if chain.last() != Some(&self.id) {
+                watched.push(i);
+            }
+        }
+        let Ok(objects) = self.local_bucket(format!("o-{bid}")).await else {
+            return Err(items);
+        };
+        let Ok(plan) = self.store.plan_batch(&objects, items.clone(), order).await else {
+            return Err(items);
+        };
+        let dirty = self.dirty_among(bid, watched.iter().map(|&i| Some(items[i].key.as_str())));
+        if dirty.into_iter().any(|d| d) {
+            return Err(items);
+        }
+        Ok(BatchPlan {
+            entries: plan.entries,
+            bytes: plan.bytes,
+            plan: Box::new(NearPlan {
+                plan,
+                store: self.store.clone(),
+            }),
+        })
     }
 }

@@ -102,6 +102,16 @@ impl Node {
                 "Internal requests this node answered 503 because it was already serving its most at once.",
                 self.busy.load(Ordering::Relaxed),
             ),
+            Metric::counter(
+                "packrat_node_batches_read_here_total",
+                "Batch GETs at this node's S3 read endpoint that it planned and read in its own store.",
+                self.near_batches[0].load(Ordering::Relaxed),
+            ),
+            Metric::counter(
+                "packrat_node_batches_read_by_chain_total",
+                "Batch GETs at this node's S3 read endpoint read the ordinary way, as through a gateway: some item was readable only elsewhere (a dirty copy, a PG this node is catching up).",
+                self.near_batches[1].load(Ordering::Relaxed),
+            ),
             Metric::gauge(
                 "packrat_node_fenced",
                 "1 while this node serves nothing because its last confirmed etcd lease renewal is older than the fence time.",

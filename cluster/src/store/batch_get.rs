@@ -17,12 +17,16 @@
 //! is, which follows the chain to the tail and the map through a failover. Items that are
 //! looked up alone at planning come with their bytes when small (up to
 //! [`PLAN_INLINE_BYTES_MAX`] in all); the bytes of larger ones are read in their turn.
+//!
+//! Beside a node (its S3 read endpoint, where a client sends each node the items of the PGs it
+//! holds), the node plans the whole batch in its own store and its store reads it straight
+//! into the caller's entries (`Node::batch_here`), unless some item must be read elsewhere.
 
 use super::{ClusterStore, INLINE_MAX};
 use crate::placement::pg_of;
 use crate::wire::Call;
 use crate::wire::{
-    Answer, BATCH_CRC_HEADER, BATCH_ITEMS_MAX, BatchRecord, READ_TIMEOUT, WireBatchHead,
+    Answer, BATCH_CRC_HEADER, BATCH_ITEMS_MAX, BatchRecord, NearPlan, READ_TIMEOUT, WireBatchHead,
     WireBatchItem, body_crc32c, check_crc,
 };
 use bytes::{Bytes, BytesMut};
@@ -114,6 +118,23 @@ pub(crate) async fn plan_batch(
     order: BatchOrder,
 ) -> StoreResult<BatchPlan> {
     let map = store.map();
+    // Beside a node, every item is of a PG it serves (or the batch is misdirected): the node
+    // plans it in its own store if it may answer every item itself.
+    let items = match &store.beside {
+        None => items,
+        Some(me) => {
+            let mut pgs = Vec::with_capacity(items.len());
+            for it in &items {
+                let pg = pg_of(bucket.id, &it.key, map.pgs);
+                store.serves_here(&map, pg, &it.key)?;
+                pgs.push(pg);
+            }
+            match (me.batches)(bucket.id, pgs, items, order).await {
+                Ok(plan) => return Ok(plan),
+                Err(items) => items,
+            }
+        }
+    };
     let mut requests: Vec<NodeRequest> = Vec::new();
     // The request each node's items go to now.
     let mut filling: HashMap<String, usize> = HashMap::new();
@@ -623,7 +644,11 @@ struct Reader<'a> {
 }
 
 pub(crate) async fn read_batch(store: &ClusterStore, plan: BatchPlan, sink: &mut dyn EntrySink) {
-    let mut plan = match plan.plan.downcast::<Plan>() {
+    let plan = match plan.plan.downcast::<NearPlan>() {
+        Ok(near) => return near.store.read_batch(near.plan, sink).await,
+        Err(p) => p,
+    };
+    let mut plan = match plan.downcast::<Plan>() {
         Ok(p) => *p,
         Err(_) => {
             sink.cut(&StoreError::internal("batch", "not a cluster plan"))

@@ -69,6 +69,29 @@ pub type NearReads = std::sync::Arc<
         + Sync,
 >;
 
+/// A batch GET planned by the node beside the store in its own store (see
+/// `Node::batch_here`): bucket id, each item's PG, the items, their order. The items come
+/// back when the node does not answer them all itself.
+pub type NearBatches = std::sync::Arc<
+    dyn Fn(
+            u64,
+            Vec<u32>,
+            Vec<packrat_store_api::batch::BatchItem>,
+            packrat_store_api::batch::BatchOrder,
+        ) -> futures_util::future::BoxFuture<
+            'static,
+            Result<packrat_store_api::batch::BatchPlan, Vec<packrat_store_api::batch::BatchItem>>,
+        > + Send
+        + Sync,
+>;
+
+/// A node's plan of a batch in its own store, which reads it (the `plan` of a
+/// [`NearBatches`] answer).
+pub struct NearPlan {
+    pub plan: packrat_store_api::batch::BatchPlan,
+    pub store: std::sync::Arc<dyn packrat_store_api::replica::ReplicaStore>,
+}
+
 /// What a node's own lookup found.
 pub enum NearRead {
     /// A committed copy: its metadata, and its bytes when it is small.
