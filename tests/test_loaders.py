@@ -56,6 +56,13 @@ def shards(srv):
     return objs
 
 
+@pytest.fixture(params=[True, False], ids=["native", "pure-python"])
+def native(request):
+    """The client's TAR answers read by its native extension, or by its pure-Python reader:
+    both resume, retry and stop early the same way."""
+    return request.param
+
+
 def set_http_faults(srv, **f):
     st, _, body = signed_request(srv.endpoint, "PUT", "/_packrat/admin/faults/http",
                                  body=json.dumps(f).encode())
@@ -122,11 +129,12 @@ def test_the_order_is_uniform_over_seeds(srv, shards):
     assert chi < 20.5, first
 
 
-def test_a_cut_stream_is_resumed_with_every_sample_exactly_once(srv, shards):
+def test_a_cut_stream_is_resumed_with_every_sample_exactly_once(srv, shards, native):
     pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
                        aws_access_key_id="PKTESTROOTKEY",
-                       aws_secret_access_key="test-root-secret-0123456789abcdef",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef", native=native,
                        retry=RetryPolicy(attempts=8, base=0.01, cap=0.05))
+    assert (pc._native is not None) == native, "the reader asked for"
     whole = [[s.name for s in g] for g in pc.stream_samples("wds", "train/", seed=5, epoch=1)]
     # Three cuts, each 100 KB into an answer (mid-entry): the client resumes each time.
     set_http_faults(srv, cuts=3, cut_after_bytes=100_000)
@@ -156,11 +164,12 @@ def test_a_resumed_stream_over_a_changed_prefix_is_refused(srv, shards):
     assert st == 412 and b"PreconditionFailed" in body, body
 
 
-def test_a_cut_batch_is_resumed_for_the_items_not_received(srv, shards):
+def test_a_cut_batch_is_resumed_for_the_items_not_received(srv, shards, native):
     pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
                        aws_access_key_id="PKTESTROOTKEY",
-                       aws_secret_access_key="test-root-secret-0123456789abcdef",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef", native=native,
                        retry=RetryPolicy(attempts=8, base=0.01, cap=0.05))
+    assert (pc._native is not None) == native, "the reader asked for"
     keys = sorted(shards)
     random.Random(4).shuffle(keys)
     items = keys[:300] + [{"key": "train/missing.jpg", "tag": "gone"}]
@@ -178,13 +187,14 @@ def test_a_cut_batch_is_resumed_for_the_items_not_received(srv, shards):
                 assert sha(s.data) == sha(shards[s.name])
 
 
-def test_a_reader_that_stops_early_leaves_the_connection_clean(srv, shards):
+def test_a_reader_that_stops_early_leaves_the_connection_clean(srv, shards, native):
     # One pooled connection, so the next request goes where the unread rest of the first
     # answer was: the client closes it rather than hand those bytes to the next answer.
     pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
                        aws_access_key_id="PKTESTROOTKEY",
-                       aws_secret_access_key="test-root-secret-0123456789abcdef",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef", native=native,
                        maxsize=1, retry=RetryPolicy(attempts=1))
+    assert (pc._native is not None) == native, "the reader asked for"
     keys = sorted(shards)[:200]
     for s in pc.batch_get("wds", keys):
         assert s.ok
@@ -196,11 +206,12 @@ def test_a_reader_that_stops_early_leaves_the_connection_clean(srv, shards):
     assert all(sha(s.data) == sha(shards[s.name]) for s in got)
 
 
-def test_503s_are_retried_and_then_reported(srv, shards):
+def test_503s_are_retried_and_then_reported(srv, shards, native):
     pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
                        aws_access_key_id="PKTESTROOTKEY",
-                       aws_secret_access_key="test-root-secret-0123456789abcdef",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef", native=native,
                        retry=RetryPolicy(attempts=4, base=0.01, cap=0.05))
+    assert (pc._native is not None) == native, "the reader asked for"
     key = "train/c00/000000.jpg"
     set_http_faults(srv, slowdown=3)
     assert [s.data for s in pc.batch_get("wds", [key])] == [shards[key]]

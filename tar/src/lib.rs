@@ -212,7 +212,8 @@ impl Default for TarParser {
     }
 }
 
-fn parse_number(field: &[u8]) -> Result<u64, TarError> {
+/// A header's number field: octal digits, or GNU base-256.
+pub fn parse_number(field: &[u8]) -> Result<u64, TarError> {
     if field.first().is_some_and(|b| b & 0x80 != 0) {
         // GNU base-256: the remaining bits, big-endian.
         if field[0] & 0x40 != 0 {
@@ -256,7 +257,7 @@ fn field_str(field: &[u8]) -> String {
 }
 
 /// Verifies a header's checksum (unsigned sum, or the signed sum some old tars wrote).
-fn checksum_ok(h: &[u8]) -> bool {
+pub fn checksum_ok(h: &[u8]) -> bool {
     let Ok(stored) = parse_number(&h[148..156]) else {
         return false;
     };
@@ -293,28 +294,45 @@ fn signed_sum(b: &[u8]) -> i32 {
         .fold(0i32, |a, &x| a.wrapping_add(i32::from(x as i8)))
 }
 
+/// The records of a pax extended header (`LEN key=value\n`), as key and value bytes, up to
+/// its end or zero padding.
+pub fn pax_records(data: &[u8]) -> impl Iterator<Item = Result<(&[u8], &[u8]), TarError>> {
+    let mut rest = data;
+    std::iter::from_fn(move || {
+        if rest.is_empty() || rest.iter().all(|&b| b == 0) {
+            return None;
+        }
+        let bad = || TarError("malformed pax header".into());
+        let record = (|| {
+            let sp = rest.iter().position(|&b| b == b' ').ok_or_else(bad)?;
+            let len: usize = std::str::from_utf8(&rest[..sp])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(bad)?;
+            if len <= sp + 1 || len > rest.len() || rest[len - 1] != b'\n' {
+                return Err(bad());
+            }
+            let rec = &rest[sp + 1..len - 1];
+            let eq = rec.iter().position(|&b| b == b'=').ok_or_else(bad)?;
+            let out = (&rec[..eq], &rec[eq + 1..]);
+            rest = &rest[len..];
+            Ok(out)
+        })();
+        if record.is_err() {
+            rest = &[];
+        }
+        Some(record)
+    })
+}
+
 fn parse_pax(
     data: &[u8],
     path: &mut Option<String>,
     size: &mut Option<u64>,
 ) -> Result<(), TarError> {
     let bad = || TarError("malformed pax header".into());
-    let mut rest = data;
-    while !rest.is_empty() {
-        if rest.iter().all(|&b| b == 0) {
-            break;
-        }
-        let sp = rest.iter().position(|&b| b == b' ').ok_or_else(bad)?;
-        let len: usize = std::str::from_utf8(&rest[..sp])
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(bad)?;
-        if len <= sp + 1 || len > rest.len() || rest[len - 1] != b'\n' {
-            return Err(bad());
-        }
-        let rec = &rest[sp + 1..len - 1];
-        let eq = rec.iter().position(|&b| b == b'=').ok_or_else(bad)?;
-        let (k, v) = (&rec[..eq], &rec[eq + 1..]);
+    for record in pax_records(data) {
+        let (k, v) = record?;
         match k {
             b"path" => {
                 *path = Some(
@@ -332,7 +350,6 @@ fn parse_pax(
             }
             _ => {}
         }
-        rest = &rest[len..];
     }
     Ok(())
 }

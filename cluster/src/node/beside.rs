@@ -81,57 +81,50 @@ impl Node {
         items: Vec<BatchItem>,
         order: BatchOrder,
     ) -> Result<BatchPlan, Vec<BatchItem>> {
-        let planned = self.plan_here(bid, pgs, items, order).await;
-        self.near_batches[usize::from(planned.is_err())].fetch_add(1, Ordering::Relaxed);
-        planned
-    }
-
-    async fn plan_here(
-        &self,
-        bid: u64,
-        pgs: Vec<u32>,
-        items: Vec<BatchItem>,
-        order: BatchOrder,
-    ) -> Result<BatchPlan, Vec<BatchItem>> {
-        if self.may_serve(false).is_err() {
-            return Err(items);
-        }
-        let Some(_slot) = InFlight::take(&self.in_flight) else {
-            self.busy.fetch_add(1, Ordering::Relaxed);
-            return Err(items);
-        };
-        let map = self.map.borrow().clone();
-        // The keys whose copy here may be dirty (this node is not their PG's tail).
-        let mut watched: Vec<usize> = Vec::new();
-        for (i, (pg, it)) in pgs.iter().zip(&items).enumerate() {
-            let chain = map.chain(*pg);
-            let reader = pg_of(bid, &it.key, map.pgs) == *pg
-                && chain.contains(&self.id)
-                && !map.is_syncing(&self.id, *pg);
-            if !reader {
+        let planned = async {
+            if self.may_serve(false).is_err() {
                 return Err(items);
             }
-            if chain.last() != Some(&self.id) {
-                watched.push(i);
+            let Some(_slot) = InFlight::take(&self.in_flight) else {
+                self.busy.fetch_add(1, Ordering::Relaxed);
+                return Err(items);
+            };
+            let map = self.map.borrow().clone();
+            // The keys whose copy here may be dirty (this node is not their PG's tail).
+            let mut watched: Vec<usize> = Vec::new();
+            for (i, (pg, it)) in pgs.iter().zip(&items).enumerate() {
+                let chain = map.chain(*pg);
+                let reader = pg_of(bid, &it.key, map.pgs) == *pg
+                    && chain.contains(&self.id)
+                    && !map.is_syncing(&self.id, *pg);
+                if !reader {
+                    return Err(items);
+                }
+                if chain.last() != Some(&self.id) {
+                    watched.push(i);
+                }
             }
+            let Ok(objects) = self.local_bucket(format!("o-{bid}")).await else {
+                return Err(items);
+            };
+            let Ok(plan) = self.store.plan_batch(&objects, items.clone(), order).await else {
+                return Err(items);
+            };
+            let dirty = self.dirty_among(bid, watched.iter().map(|&i| Some(items[i].key.as_str())));
+            if dirty.into_iter().any(|d| d) {
+                return Err(items);
+            }
+            Ok(BatchPlan {
+                entries: plan.entries,
+                bytes: plan.bytes,
+                plan: Box::new(NearPlan {
+                    plan,
+                    store: self.store.clone(),
+                }),
+            })
         }
-        let Ok(objects) = self.local_bucket(format!("o-{bid}")).await else {
-            return Err(items);
-        };
-        let Ok(plan) = self.store.plan_batch(&objects, items.clone(), order).await else {
-            return Err(items);
-        };
-        let dirty = self.dirty_among(bid, watched.iter().map(|&i| Some(items[i].key.as_str())));
-        if dirty.into_iter().any(|d| d) {
-            return Err(items);
-        }
-        Ok(BatchPlan {
-            entries: plan.entries,
-            bytes: plan.bytes,
-            plan: Box::new(NearPlan {
-                plan,
-                store: self.store.clone(),
-            }),
-        })
+        .await;
+        self.near_batches[usize::from(planned.is_err())].fetch_add(1, Ordering::Relaxed);
+        planned
     }
 }

@@ -20,6 +20,7 @@ import urllib3
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 
+from . import native as _native_path
 from .routes import MAP_EPOCH_HEADER, ROUTES_TTL_SECS, Routes
 
 ERROR_PREFIX = "__error__/"
@@ -262,7 +263,12 @@ def _entries(stream) -> Iterator[Tuple[str, bytes, Dict[str, str]]]:
 
 def _read_tar(stream) -> Iterator[Sample]:
     """Yields the entries of a TAR read from `stream` front to back (no seeking)."""
-    for path, data, pax in _entries(stream):
+    return _samples(_entries(stream))
+
+
+def _samples(entries: Iterable[Tuple[str, bytes, Dict[str, str]]]) -> Iterator[Sample]:
+    """The samples of a TAR answer's entries (`_entries`, or the native reader's)."""
+    for path, data, pax in entries:
         # The exact key (or key/member): a name that `tar -x` could not create where it
         # stands (`../x`, `/x`) travels under `__key__/` with the key in `packrat.key`.
         name = pax.get("packrat.key", path)
@@ -334,6 +340,21 @@ def _done_with(resp, whole: bool) -> None:
     resp.release_conn()
 
 
+class _PureAnswer:
+    """A TAR answer read by the pure-Python reader (the shape of `native.Answer`)."""
+
+    def __init__(self, resp):
+        self._resp = resp
+        self.status = resp.status
+        self.headers = resp.headers
+
+    def entries(self):
+        return _entries(self._resp)
+
+    def done(self, whole: bool) -> None:
+        _done_with(self._resp, whole)
+
+
 def _raise_for(resp, body: bytes) -> None:
     if resp.status < 300:
         return
@@ -371,6 +392,7 @@ class PackratClient:
         retry: Optional[RetryPolicy] = None,
         ca_bundle: Optional[str] = None,
         direct: bool = True,
+        native: Optional[bool] = None,
     ):
         if session is None:
             session = boto3.Session(
@@ -398,6 +420,12 @@ class PackratClient:
             **({"ca_certs": self.ca_bundle} if self.ca_bundle else {}),
         )
         self.direct = direct
+        # TAR answers from http endpoints read by the native extension (see
+        # `packrat_client.native`): by default when it is there; `native=True` insists on it.
+        if native and _native_path._native is None:
+            raise PackratError(0, "NoNativeExtension", "packrat_client was installed without its native extension")
+        use_native = _native_path.available() if native is None else native
+        self._native = _native_path.Pool(10.0, timeout, maxsize) if use_native else None
         # Each bucket's routes (None: read through the endpoint), and the threads that read
         # a batch's parts from the nodes side by side.
         self._routes: Dict[str, Optional[Routes]] = {}
@@ -423,10 +451,29 @@ class PackratClient:
             )
         return url
 
-    def _send_once(self, method: str, url: str, body=None, headers=None, stream=False):
+    def _signed(self, method: str, url: str, body=None, headers=None):
         req = AWSRequest(method=method, url=url, data=body or b"", headers=dict(headers or {}))
         S3SigV4Auth(self._creds.get_frozen_credentials(), "s3", self.region).add_auth(req)
-        prepared = req.prepare()
+        return req.prepare()
+
+    def _open_tar(self, method: str, url: str, body=None, headers=None):
+        """A signed request whose answer is a TAR archive (a batch GET's, an epoch stream's),
+        read by the native extension for an http endpoint when it is in use, else by the
+        pure-Python reader: an answer with `status`, `headers`, `entries()` and `done(whole)`.
+        An error status raises, as `_send_once` does."""
+        if self._native is None or not url.startswith("http://"):
+            return _PureAnswer(self._send_once(method, url, body, headers, stream=True))
+        prepared = self._signed(method, url, body, headers)
+        answer = self._native.request(method, prepared.url, dict(prepared.headers.items()), body)
+        if answer.status >= 300:
+            try:
+                _raise_for(answer, answer.read())
+            finally:
+                answer.done(True)
+        return answer
+
+    def _send_once(self, method: str, url: str, body=None, headers=None, stream=False):
+        prepared = self._signed(method, url, body, headers)
         try:
             resp = self._http.request(
                 method,
@@ -525,7 +572,7 @@ class PackratClient:
             if not pending:
                 return
             body = json.dumps({"items": pending, "order": order, "on_error": on_error}).encode()
-            resp = self._send_once("POST", url, body=body, headers=headers, stream=True)
+            resp = self._open_tar("POST", url, body=body, headers=headers)
             want = int(resp.headers.get("x-packrat-batch-items", len(pending)))
             got = 0
             # Entries are matched to items by name and tag (the storage order is not the
@@ -536,7 +583,7 @@ class PackratClient:
             done = set()
             whole = False
             try:
-                for s in _read_tar(resp):
+                for s in _samples(resp.entries()):
                     slots = left.get((s.name, s.tag))
                     if slots:
                         done.add(slots.pop(0))
@@ -548,7 +595,7 @@ class PackratClient:
                 whole = True
             finally:
                 pending = [it for n, it in enumerate(pending) if n not in done]
-                _done_with(resp, whole)
+                resp.done(whole)
             if got < want:
                 raise _Broken(f"the batch answer ended after {got} of {want} items")
 
@@ -707,13 +754,13 @@ class PackratClient:
             q = base + [("start", str(state["next"]))]
             if state["listing"] is not None:
                 q.append(("listing", state["listing"]))
-            resp = self._send_once("GET", self._url(bucket, query=q), stream=True)
+            resp = self._open_tar("GET", self._url(bucket, query=q))
             state["listing"] = resp.headers.get("x-packrat-listing")
             state["total"] = int(resp.headers.get("x-packrat-samples", "0"))
             aborted: List[Sample] = []
 
             def entries():
-                for s in _read_tar(resp):
+                for s in _samples(resp.entries()):
                     if s.error is not None and on_error == "abort":
                         aborted.append(s)
                     yield s
@@ -723,7 +770,7 @@ class PackratClient:
                 yield from _by_sample(entries(), state)
                 whole = True
             finally:
-                _done_with(resp, whole)
+                resp.done(whole)
             if state["next"] < state["total"] and not aborted:
                 raise _Broken(f"the stream ended at sample {state['next']} of {state['total']}")
 
