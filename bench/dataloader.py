@@ -12,13 +12,18 @@ DataLoader with persistent workers: a warm-up pass of 2 batches per worker start
 (about a second each, importing torch; reported as "start-up"), then the clock runs over a new
 pass, from creating its iterator (the pipeline fills again) to the last batch. "bytes" ends at a
 uint8 tensor of the file's bytes; "decode" decodes the JPEG and resizes it to 224x224 (PIL), as
-a training transform would. Server CPU per sample comes from /proc/PID/stat."""
+a training transform would. The loader host's CPU per sample (this process and its DataLoader
+workers) and the server's come from /proc/PID/stat. "cold" modes drop the page cache (as root:
+all of it, the server's segment files too; the server's own caches in memory stay) after the
+workers started. Every mode runs ROUNDS times, the order alternating, and the table gives the
+medians and the spread."""
 
 import argparse
 import io
 import json
 import os
 import random
+import statistics
 import tarfile
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -195,17 +200,31 @@ def presign(endpoint, path):
     return req.prepare().url
 
 
-def server_cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_of(pids):
+    """CPU seconds (user + system) the processes have used."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def drop_cache(root, rels):
-    for rel in rels:
-        fd = os.open(os.path.join(root, rel), os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
+    """The page cache dropped: all of it as root (`/proc/sys/vm/drop_caches`, so the server's
+    segment files too), else the local files' pages only (the server's then stay cached, and
+    its cold runs are not cold: said in the output)."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return True
+    except OSError:
+        for rel in rels:
+            fd = os.open(os.path.join(root, rel), os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.close(fd)
+        return False
 
 
 def build(mode, kind, a, rels, keys, epoch):
@@ -213,7 +232,8 @@ def build(mode, kind, a, rels, keys, epoch):
     collate = None if kind == "decode" else bytes_collate
     common = dict(batch_size=a.batch, num_workers=a.workers, collate_fn=collate, persistent_workers=True)
     factory = ClientFactory(a.endpoint)
-    if mode in ("local warm", "local cold"):
+    mode = mode.removesuffix(" cold").removesuffix(" warm")
+    if mode == "local":
         return DataLoader(LocalFiles(a.root, rels, transform), shuffle=True, **common)
     if mode == "boto3 GET":
         return DataLoader(Boto3Gets(a.endpoint, keys, transform), shuffle=True, **common)
@@ -224,7 +244,7 @@ def build(mode, kind, a, rels, keys, epoch):
                                       transform=S3tcTransform(transform),
                                       s3client_config=S3ClientConfig(force_path_style=True))
         return DataLoader(ds, shuffle=True, **common)
-    if mode == "packrat map (batch GET)":
+    if mode == "packrat map":
         ds = MapDataset(factory, BUCKET, keys, transform=PackratTransform(transform))
         return DataLoader(ds.as_torch(), shuffle=True, **common)
     if mode == "packrat epoch stream":
@@ -250,15 +270,15 @@ class ClientFactory:
         return PackratClient(self.endpoint, region_name=REGION)
 
 
-MODES = ["local warm", "local cold", "boto3 GET", "s3torchconnector", "packrat map (batch GET)",
-         "packrat epoch stream", "WebDataset shards"]
+MODES = ["local warm", "local cold", "boto3 GET", "s3torchconnector", "packrat map warm",
+         "packrat map cold", "packrat epoch stream warm", "packrat epoch stream cold",
+         "WebDataset shards"]
 
 
 def run(mode, kind, a, rels, keys, epoch):
     want = a.decode_samples if kind == "decode" else a.samples
-    if mode == "local cold":
-        drop_cache(a.root, rels)
-    elif mode == "local warm":
+    cold = None
+    if mode == "local warm":
         for rel in rels:  # into the page cache
             with open(os.path.join(a.root, rel), "rb") as f:
                 f.read()
@@ -268,7 +288,13 @@ def run(mode, kind, a, rels, keys, epoch):
         if i + 1 >= 2 * a.workers:
             break
     first = time.monotonic() - start
-    cpu0 = server_cpu(a.server_pid)
+    if mode.endswith(" cold"):
+        # After the workers started (their imports read files too), before the measured pass.
+        cold = drop_cache(a.root, rels)
+    # The loader host: this process and its DataLoader workers (persistent, so alive through
+    # the pass).
+    loader_pids = [os.getpid()] + [w.pid for w in loader._iterator._workers]
+    server0, loader0 = cpu_of([a.server_pid]), cpu_of(loader_pids)
     t0 = time.monotonic()
     n = 0
     for x, y in loader:
@@ -276,12 +302,13 @@ def run(mode, kind, a, rels, keys, epoch):
         if n >= want:
             break
     secs = time.monotonic() - t0
-    cpu = server_cpu(a.server_pid) - cpu0
+    server, host = cpu_of([a.server_pid]) - server0, cpu_of(loader_pids) - loader0
     del loader
     remote = not mode.startswith("local")
     return dict(mode=mode, kind=kind, samples=n, seconds=secs, samples_per_sec=n / secs,
-                first_batch_seconds=first,
-                server_cpu_us_per_sample=(cpu * 1e6 / n) if remote else None)
+                first_batch_seconds=first, cache_dropped=cold,
+                loader_cpu_us_per_sample=host * 1e6 / n,
+                server_cpu_us_per_sample=(server * 1e6 / n) if remote else None)
 
 
 def main():
@@ -298,41 +325,61 @@ def main():
     p.add_argument("--kinds", default="bytes,decode")
     p.add_argument("--skip-upload", action="store_true")
     p.add_argument("--json", help="append each result as a JSON line to this file")
+    p.add_argument("--rounds", type=int, default=3, help="rounds, the order of modes alternating")
     a = p.parse_args()
     torch.set_num_threads(1)
     os.makedirs(a.root, exist_ok=True)
+    # The dataset is made and uploaded on every core; the measured passes run on the cores this
+    # process was started on (bench/dataloader.sh pins it to one).
+    pinned = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, range(os.cpu_count()))
     rels = make_dataset(a.root, a.images)
     keys = [f"img/{r}" for r in rels]
     s3 = boto3.client("s3", endpoint_url=a.endpoint, region_name=REGION)
     if not a.skip_upload:
         upload(ClientFactory(a.endpoint)(), s3, a.root, rels)
+    os.sched_setaffinity(0, pinned)
     results = []
-    for kind in a.kinds.split(","):
-        for epoch, mode in enumerate(a.modes.split(",")):
-            r = run(mode, kind, a, rels, keys, epoch)
-            results.append(r)
-            cpu = f"{r['server_cpu_us_per_sample']:.1f}" if r["server_cpu_us_per_sample"] is not None else "-"
-            print(f"{kind:6s} {mode:26s} start-up {r['first_batch_seconds']:5.2f} s, then "
-                  f"{r['samples']:6d} samples {r['seconds']:6.2f} s {r['samples_per_sec']:8.0f} "
-                  f"samples/s  server CPU {cpu} µs/sample", flush=True)
-            if a.json:
-                with open(a.json, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+    modes = a.modes.split(",")
+    for rnd in range(1, a.rounds + 1):
+        # Alternated: odd rounds in the listed order, even rounds reversed.
+        order = modes if rnd % 2 else modes[::-1]
+        for kind in a.kinds.split(","):
+            for epoch, mode in enumerate(order):
+                r = run(mode, kind, a, rels, keys, epoch + 100 * rnd)
+                r["round"] = rnd
+                results.append(r)
+                cpu = f"{r['server_cpu_us_per_sample']:.1f}" if r["server_cpu_us_per_sample"] is not None else "-"
+                print(f"round {rnd} {kind:6s} {mode:26s} start-up {r['first_batch_seconds']:5.2f} s, then "
+                      f"{r['samples']:6d} samples {r['seconds']:6.2f} s {r['samples_per_sec']:8.0f} samples/s, "
+                      f"loader CPU {r['loader_cpu_us_per_sample']:.0f} µs/sample, server CPU {cpu} µs/sample"
+                      + ("" if r["cache_dropped"] is not False else " (only the local files' cache dropped: not root)"),
+                      flush=True)
+                if a.json:
+                    with open(a.json, "a") as f:
+                        f.write(json.dumps(r) + "\n")
     print()
-    print("| reader | samples/s, bytes | samples/s, decode 224x224 | server CPU µs/sample (bytes) | bytes: vs local warm | bytes: vs boto3 |")
+    print(f"medians of {a.rounds} rounds (spread: lowest-highest)")
+    print("| reader | samples/s, bytes | samples/s, decoded 224x224 | loader CPU µs/sample, bytes | "
+          "server CPU µs/sample, bytes | bytes: vs local warm |")
     print("|---|---|---|---|---|---|")
-    by = {(r["mode"], r["kind"]): r for r in results}
 
-    def rate(m, k):
-        return by[(m, k)]["samples_per_sec"] if (m, k) in by else None
+    def cell(mode, kind, field, fmt="{:,.0f}"):
+        vals = [r[field] for r in results if r["mode"] == mode and r["kind"] == kind and r[field] is not None]
+        if not vals:
+            return "-", None
+        m = statistics.median(vals)
+        spread = f" ({fmt.format(min(vals))}-{fmt.format(max(vals))})" if len(vals) > 1 else ""
+        return fmt.format(m) + spread, m
 
-    for mode in a.modes.split(","):
-        b, d = rate(mode, "bytes"), rate(mode, "decode")
-        lw, bo = rate("local warm", "bytes"), rate("boto3 GET", "bytes")
-        cpu = by.get((mode, "bytes"), {}).get("server_cpu_us_per_sample")
-        fmt = lambda v, f="{:,.0f}": f.format(v) if v is not None else "-"  # noqa: E731
-        print(f"| {mode} | {fmt(b)} | {fmt(d)} | {fmt(cpu, '{:.1f}')} | "
-              f"{fmt(b / lw if b and lw else None, '{:.2f}x')} | {fmt(b / bo if b and bo else None, '{:.1f}x')} |")
+    local, local_rate = cell("local warm", "bytes", "samples_per_sec")
+    for mode in modes:
+        b, rate = cell(mode, "bytes", "samples_per_sec")
+        d, _ = cell(mode, "decode", "samples_per_sec")
+        host, _ = cell(mode, "bytes", "loader_cpu_us_per_sample")
+        server, _ = cell(mode, "bytes", "server_cpu_us_per_sample", "{:.1f}")
+        ratio = f"{rate / local_rate:.2f}x" if rate and local_rate else "-"
+        print(f"| {mode} | {b} | {d} | {host} | {server} | {ratio} |")
 
 
 if __name__ == "__main__":

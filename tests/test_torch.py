@@ -10,7 +10,12 @@ not collect it and says so in pytest's header."""
 import collections
 import hashlib
 import io
+import json
+import os
+import pathlib
 import random
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -131,3 +136,23 @@ def test_packrat_epoch_stream_under_dataloader_workers(server, data):
         assert got == digests
         orders.append(order)
     assert orders[0] != orders[1]
+
+
+def test_two_ranks_of_two_workers_read_every_sample_once_in_equal_shares(server, data, tmp_path):
+    """torchrun starts two ranks (gloo, this machine), each with two DataLoader workers: the
+    map dataset under `DistributedSampler` and the epoch stream each give every sample of the
+    epoch to exactly one rank, in equal counts, and the two ranks different samples."""
+    bucket, digests = data
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ROOT_AK, AWS_SECRET_ACCESS_KEY=ROOT_SK)
+    out = tmp_path / "keys"
+    run = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(pathlib.Path(__file__).with_name("torch_ranks.py")), server.endpoint, bucket, str(out)],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    ranks = [json.loads(pathlib.Path(f"{out}.{r}").read_text()) for r in (0, 1)]
+    assert [(r["rank"], r["world"]) for r in ranks] == [(0, 2), (1, 2)]
+    for kind in ("map", "stream"):
+        a, b = ranks[0][kind], ranks[1][kind]
+        assert len(a) == len(b) == SAMPLES // 2, (kind, len(a), len(b))
+        assert sorted(a + b) == sorted(digests), f"{kind}: every sample once across the ranks"
