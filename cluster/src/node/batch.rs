@@ -25,6 +25,23 @@ const FRAME_BYTES: usize = 256 * 1024;
 const FRAMES_QUEUED: usize = 2;
 
 impl Node {
+    /// Whether this node may read `key` of `pg` for a batch: a caught-up member of the key's
+    /// PG by `map`. Answers whether it is the PG's tail (whose copy is committed by
+    /// definition; another member's copy is checked for dirtiness after the plan).
+    pub(super) fn batch_reader(
+        &self,
+        map: &ClusterMap,
+        bid: u64,
+        pg: u32,
+        key: &str,
+    ) -> Option<bool> {
+        let chain = map.chain(pg);
+        let reader = pg_of(bid, key, map.pgs) == pg
+            && chain.contains(&self.id)
+            && !map.is_syncing(&self.id, pg);
+        reader.then(|| chain.last().is_some_and(|n| *n == self.id))
+    }
+
     /// Plans (and with `read`, reads) the items of a batch GET this node may answer for; with
     /// `crc`, the answer's parts are each followed by their CRC32C ([`BATCH_CRC_HEADER`]).
     pub(super) async fn batch(
@@ -42,15 +59,10 @@ impl Node {
         let mut asked: Vec<(u32, bool, BatchItem)> = Vec::with_capacity(items.len());
         for (at, it) in items.into_iter().enumerate() {
             let at = at as u32;
-            let chain = map.chain(it.pg);
-            let reader = pg_of(bid, &it.key, map.pgs) == it.pg
-                && chain.contains(&self.id)
-                && !map.is_syncing(&self.id, it.pg);
-            if !reader {
+            let Some(tail) = self.batch_reader(map, bid, it.pg, &it.key) else {
                 refused.push(at);
                 continue;
-            }
-            let tail = chain.last().is_some_and(|n| *n == self.id);
+            };
             asked.push((
                 at,
                 tail,

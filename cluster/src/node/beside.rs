@@ -93,15 +93,10 @@ impl Node {
             // The keys whose copy here may be dirty (this node is not their PG's tail).
             let mut watched: Vec<usize> = Vec::new();
             for (i, (pg, it)) in pgs.iter().zip(&items).enumerate() {
-                let chain = map.chain(*pg);
-                let reader = pg_of(bid, &it.key, map.pgs) == *pg
-                    && chain.contains(&self.id)
-                    && !map.is_syncing(&self.id, *pg);
-                if !reader {
-                    return Err(items);
-                }
-                if chain.last() != Some(&self.id) {
-                    watched.push(i);
+                match self.batch_reader(&map, bid, *pg, &it.key) {
+                    None => return Err(items),
+                    Some(false) => watched.push(i),
+                    Some(true) => {}
                 }
             }
             let Ok(objects) = self.local_bucket(format!("o-{bid}")).await else {

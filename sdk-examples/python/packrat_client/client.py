@@ -422,7 +422,7 @@ class PackratClient:
         self.direct = direct
         # TAR answers from http endpoints read by the native extension (see
         # `packrat_client.native`): by default when it is there; `native=True` insists on it.
-        if native and _native_path._native is None:
+        if native and not _native_path.built():
             raise PackratError(0, "NoNativeExtension", "packrat_client was installed without its native extension")
         use_native = _native_path.available() if native is None else native
         self._native = _native_path.Pool(10.0, timeout, maxsize) if use_native else None

@@ -24,9 +24,14 @@ _ENTRIES_PER_CALL = 64
 _BYTES_PER_CALL = 64 * 1024
 
 
+def built() -> bool:
+    """Whether the extension was built for this Python."""
+    return _native is not None
+
+
 def available() -> bool:
     """Whether the extension was built for this Python and is not turned off."""
-    return _native is not None and os.environ.get("PACKRAT_CLIENT_NATIVE", "1") != "0"
+    return built() and os.environ.get("PACKRAT_CLIENT_NATIVE", "1") != "0"
 
 
 class Answer:
