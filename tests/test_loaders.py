@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import tracemalloc
 import urllib.request
 
 import pytest
@@ -245,6 +246,43 @@ def test_map_dataset_fetches_a_batch_with_one_request(srv, shards):
     eds = EpochDataset(srv.packrat, "wds", "train/c03/", seed=2, samples=True, context=(1, 2, 0, 1))
     groups = list(eds)
     assert len(groups) == 20 and all(len(g) == 3 for g in groups)
+
+
+def test_map_dataset_transforms_each_sample_as_it_arrives(srv, shards, native):
+    # A DataLoader worker's batch: the transform copies each sample out (into a tensor), so
+    # the raw bytes of the whole batch are never held at once, only those of a sample or two.
+    pc = PackratClient(endpoint_url=srv.endpoint, region_name="us-east-1",
+                       aws_access_key_id="PKTESTROOTKEY",
+                       aws_secret_access_key="test-root-secret-0123456789abcdef", native=native,
+                       maxsize=1)
+    assert (pc._native is not None) == native, "the reader asked for"
+    keys = sorted(k for k, v in shards.items() if len(v) == 40_000)
+    assert len(keys) >= 60
+    ds = MapDataset(lambda: pc, "wds", keys, transform=lambda s: sha(s.data))
+    ds.__getitems__([0])  # the connection made, the modules warm
+    tracemalloc.start()
+    try:
+        got = ds.__getitems__(list(range(len(keys))))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert got == [sha(shards[k]) for k in keys]
+    # The pure-Python reader reads through one buffer of its own; the native one does not.
+    bound = 10 * 40_000 + (0 if native else packrat_client.client._READ_BYTES)
+    assert bound < 40_000 * len(keys) / 2
+    assert peak < bound, f"{peak:,} bytes held at most, for a batch of {40_000 * len(keys):,}"
+
+    # A transform that fails mid-batch stops the answer; the next batch reads whole.
+    def fail_at_third(s, seen=[]):
+        seen.append(s.name)
+        if len(seen) == 3:
+            raise ValueError("a bad sample")
+        return sha(s.data)
+
+    bad = MapDataset(lambda: pc, "wds", keys, transform=fail_at_third)
+    with pytest.raises(ValueError, match="a bad sample"):
+        bad.__getitems__(list(range(len(keys))))
+    assert ds.__getitems__([5, 1, 5]) == [sha(shards[keys[i]]) for i in (5, 1, 5)]
 
 
 def test_download_writes_files_and_reports_progress(srv, shards, tmp_path, capsys):
