@@ -12,11 +12,13 @@ DataLoader with persistent workers: a warm-up pass of 2 batches per worker start
 (about a second each, importing torch; reported as "start-up"), then the clock runs over a new
 pass, from creating its iterator (the pipeline fills again) to the last batch. "bytes" ends at a
 uint8 tensor of the file's bytes; "decode" decodes the JPEG and resizes it to 224x224 (PIL), as
-a training transform would. The loader host's CPU per sample (this process and its DataLoader
-workers) and the server's come from /proc/PID/stat. "cold" modes drop the page cache (as root:
-all of it, the server's segment files too; the server's own caches in memory stay) after the
-workers started. Every mode runs ROUNDS times, the order alternating, and the table gives the
-medians and the spread."""
+a training transform would; "packed" (opt-in: --kinds) is "bytes" with a batch's samples
+collated into one tensor, so the DataLoader moves one shared-memory segment per batch to the
+main process rather than one per sample. The loader host's CPU per sample (this process and its
+DataLoader workers), its page faults and context switches, and the server's CPU come from
+/proc. "cold" modes drop the page cache (as root: all of it, the server's segment files too;
+the server's own caches in memory stay) after the workers started. Every mode runs ROUNDS
+times, the order alternating, and the table gives the medians and the spread."""
 
 import argparse
 import io
@@ -133,6 +135,13 @@ def bytes_collate(batch):
     return [b for b, _ in batch], torch.tensor([lab for _, lab in batch])
 
 
+def packed_collate(batch):
+    # The batch's bytes as one tensor and each sample's length: one shared-memory segment per
+    # batch on its way to the main process, rather than one per sample.
+    return (torch.cat([b for b, _ in batch]), torch.tensor([len(b) for b, _ in batch]),
+            torch.tensor([lab for _, lab in batch]))
+
+
 # ---------------------------------------------------------------- datasets
 
 class LocalFiles(Dataset):
@@ -210,6 +219,24 @@ def cpu_of(pids):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def events_of(pids):
+    """(minor page faults, context switches) of the processes: faults from /proc/PID/stat,
+    switches (voluntary and not) summed over each process's threads."""
+    faults = switches = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            faults += int(f.read().rsplit(")", 1)[1].split()[7])
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{task}/status") as f:
+                    for line in f:
+                        if "ctxt_switches:" in line:
+                            switches += int(line.split()[1])
+            except FileNotFoundError:  # a thread that ended meanwhile
+                pass
+    return faults, switches
+
+
 def drop_cache(root, rels):
     """The page cache dropped: all of it as root (`/proc/sys/vm/drop_caches`, so the server's
     segment files too), else the local files' pages only (the server's then stay cached, and
@@ -229,7 +256,7 @@ def drop_cache(root, rels):
 
 def build(mode, kind, a, rels, keys, epoch):
     transform = to_image if kind == "decode" else to_bytes
-    collate = None if kind == "decode" else bytes_collate
+    collate = {"decode": None, "bytes": bytes_collate, "packed": packed_collate}[kind]
     common = dict(batch_size=a.batch, num_workers=a.workers, collate_fn=collate, persistent_workers=True)
     factory = ClientFactory(a.endpoint)
     mode = mode.removesuffix(" cold").removesuffix(" warm")
@@ -294,20 +321,22 @@ def run(mode, kind, a, rels, keys, epoch):
     # The loader host: this process and its DataLoader workers (persistent, so alive through
     # the pass).
     loader_pids = [os.getpid()] + [w.pid for w in loader._iterator._workers]
-    server0, loader0 = cpu_of([a.server_pid]), cpu_of(loader_pids)
+    server0, loader0, events0 = cpu_of([a.server_pid]), cpu_of(loader_pids), events_of(loader_pids)
     t0 = time.monotonic()
     n = 0
-    for x, y in loader:
-        n += len(y)
+    for batch in loader:
+        n += len(batch[-1])
         if n >= want:
             break
     secs = time.monotonic() - t0
     server, host = cpu_of([a.server_pid]) - server0, cpu_of(loader_pids) - loader0
+    faults, switches = (b - a0 for b, a0 in zip(events_of(loader_pids), events0))
     del loader
     remote = not mode.startswith("local")
     return dict(mode=mode, kind=kind, samples=n, seconds=secs, samples_per_sec=n / secs,
                 first_batch_seconds=first, cache_dropped=cold,
                 loader_cpu_us_per_sample=host * 1e6 / n,
+                loader_faults_per_sample=faults / n, loader_switches_per_sample=switches / n,
                 server_cpu_us_per_sample=(server * 1e6 / n) if remote else None)
 
 
@@ -322,7 +351,9 @@ def main():
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--modes", default=",".join(MODES))
-    p.add_argument("--kinds", default="bytes,decode")
+    p.add_argument("--kinds", default="bytes,decode",
+                   help="bytes (a tensor per sample), decode (224x224), packed (bytes, a batch's "
+                        "samples in one tensor)")
     p.add_argument("--skip-upload", action="store_true")
     p.add_argument("--json", help="append each result as a JSON line to this file")
     p.add_argument("--rounds", type=int, default=3, help="rounds, the order of modes alternating")
@@ -352,7 +383,9 @@ def main():
                 cpu = f"{r['server_cpu_us_per_sample']:.1f}" if r["server_cpu_us_per_sample"] is not None else "-"
                 print(f"round {rnd} {kind:6s} {mode:26s} start-up {r['first_batch_seconds']:5.2f} s, then "
                       f"{r['samples']:6d} samples {r['seconds']:6.2f} s {r['samples_per_sec']:8.0f} samples/s, "
-                      f"loader CPU {r['loader_cpu_us_per_sample']:.0f} µs/sample, server CPU {cpu} µs/sample"
+                      f"loader CPU {r['loader_cpu_us_per_sample']:.0f} µs/sample "
+                      f"({r['loader_faults_per_sample']:.1f} faults, {r['loader_switches_per_sample']:.2f} switches), "
+                      f"server CPU {cpu} µs/sample"
                       + ("" if r["cache_dropped"] is not False else " (only the local files' cache dropped: not root)"),
                       flush=True)
                 if a.json:
@@ -384,6 +417,15 @@ def main():
         host, _ = cell(mode, "bytes", "loader_cpu_us_per_sample")
         server, _ = cell(mode, "bytes", "server_cpu_us_per_sample", "{:.1f}")
         print(f"| {mode} | {b} | {versus(mode, 'bytes')} | {d} | {versus(mode, 'decode')} | {host} | {server} |")
+    if "packed" in a.kinds.split(","):
+        print()
+        print("| reader | samples/s, packed | vs local | loader CPU µs/sample, packed | server CPU µs/sample, packed |")
+        print("|---|---|---|---|---|")
+        for mode in modes:
+            b, _ = cell(mode, "packed", "samples_per_sec")
+            host, _ = cell(mode, "packed", "loader_cpu_us_per_sample")
+            server, _ = cell(mode, "packed", "server_cpu_us_per_sample", "{:.1f}")
+            print(f"| {mode} | {b} | {versus(mode, 'packed')} | {host} | {server} |")
 
 
 if __name__ == "__main__":

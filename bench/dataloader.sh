@@ -11,6 +11,7 @@
 #
 #   bench/dataloader.sh                        # IMAGES=50000: ~5 GB of JPEGs, twice that in packrat
 #   IMAGES=5000 SAMPLES=5120 ROUNDS=1 bench/dataloader.sh
+#   KINDS=bytes,packed MODES="local warm,packrat map warm,packrat epoch stream warm" bench/dataloader.sh
 #
 # The JPEGs are kept in $WORK/images between runs (made once); the server's data is not.
 set -euo pipefail
