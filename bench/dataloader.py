@@ -209,12 +209,17 @@ def presign(endpoint, path):
     return req.prepare().url
 
 
+def stat_of(pid):
+    """The fields of /proc/PID/stat after the command name (the state is [0])."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
 def cpu_of(pids):
     """CPU seconds (user + system) the processes have used."""
     total = 0
     for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+        fields = stat_of(pid)
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
 
@@ -224,8 +229,7 @@ def events_of(pids):
     switches (voluntary and not) summed over each process's threads."""
     faults = switches = 0
     for pid in pids:
-        with open(f"/proc/{pid}/stat") as f:
-            faults += int(f.read().rsplit(")", 1)[1].split()[7])
+        faults += int(stat_of(pid)[7])
         for task in os.listdir(f"/proc/{pid}/task"):
             try:
                 with open(f"/proc/{pid}/task/{task}/status") as f:

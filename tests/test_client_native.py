@@ -21,11 +21,10 @@ from packrat_client import native
 from test_client_tar import ENTRIES, archive
 
 
-
 def test_the_installed_client_has_its_native_reader():
     # `pip install ./sdk-examples/python` builds it; a client installed without it would read
     # in pure Python everywhere, and the tests below would fail rather than pass unread.
-    assert native._native is not None, "packrat_client was installed without packrat_client._native"
+    assert native.built(), "packrat_client was installed without packrat_client._native"
     assert native.available()
 
 
